@@ -1,0 +1,49 @@
+"""The `forensics` command line.
+
+Each subcommand lives in `forensics/commands/<name>.py` as a plain typed function; this module only
+registers them. Command modules import nothing heavy at module level (no torch, no
+sentence-transformers, no megatron-core), so `forensics --help`, `replay`, `score` and `triage`
+start fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from forensics.commands import check_skip, manifest, replay, score, spike, triage
+from forensics.errors import ForensicsError
+
+app = typer.Typer(
+    name="forensics",
+    help="Find the data behind a malignant loss spike and write the skip list for the restart.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+app.command("spike")(spike.spike_command)
+app.command("replay")(replay.replay_command)
+app.command("score")(score.score_command)
+app.command("triage")(triage.triage_command)
+app.command("manifest")(manifest.manifest_command)
+app.command("check-skip")(check_skip.check_skip_command)
+
+
+def main() -> None:
+    """Entry point: user errors become one red line on stderr and exit code 2."""
+    try:
+        app()
+    except ForensicsError as err:
+        from rich.console import Console
+        from rich.markup import escape
+
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(err))}")
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Make hostile document text safe to show.
+
+Crawled garbage contains ANSI escape sequences (which can rewrite a terminal), C0/C1 control
+characters, bidi overrides and `<script>` tags. Anything derived from document text goes through
+`terminal_safe` before rich prints it and through `html_safe` before it lands in HTML.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+# CSI / OSC / other ESC sequences, then any remaining C0/C1 control or bidi/format override.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def excerpt(text: str | None, max_chars: int = 300) -> str:
+    """Cap an excerpt's length and neutralise control characters (shown as U+FFFD-like marks)."""
+    if not text:
+        return ""
+    text = _ANSI.sub("\u241b", text)  # ␛ stands in for an escape sequence
+    text = _CONTROL.sub("\ufffd", text)
+    text = " ".join(text.split())
+    if len(text) > max_chars:
+        text = text[: max_chars - 1] + "\u2026"
+    return text
+
+
+def terminal_safe(text: str | None, max_chars: int = 300) -> str:
+    """Excerpt for a terminal; also escapes rich markup so `[bold]` in a document stays literal."""
+    from rich.markup import escape
+
+    return escape(excerpt(text, max_chars))
+
+
+def html_safe(text: str | None, max_chars: int = 300) -> str:
+    """Excerpt for HTML: `<script>` becomes `&lt;script&gt;`."""
+    return html.escape(excerpt(text, max_chars), quote=True)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create ./.venv and install forensics with everything the demo and the tests need.
+# Idempotent: a second run only checks. torch is pinned to the CPU wheel and installed first,
+# so nothing that depends on it pulls a multi-GB CUDA build.
+#   scripts/bootstrap.sh          runtime + embeddings + tests
+#   scripts/bootstrap.sh bench    also the benchmark anchors (datatrove, spaCy)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+extras="embed,test"
+[ "${1:-}" = "bench" ] && extras="embed,test,bench"
+stamp=".venv/.forensics-$(sha1sum pyproject.toml | cut -c1-12)-${extras//,/-}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -m pip install -q -e ".[$extras]" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import forensics, torch, sentence_transformers" # fail loudly if an install failed
+  touch "$stamp"
+fi

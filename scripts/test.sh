@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up (if needed) and run the whole test suite, then lint.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+.venv/bin/python -m pytest -n 2 "$@"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
