@@ -1,0 +1,77 @@
+"""What every replayed dataloader offers the pipeline, whatever library the training job used.
+
+The replay table (one row per iteration x position in the global batch x document segment) is the
+contract between replay and everything downstream. Its columns:
+
+    iteration       Int64   1-indexed training iteration that consumed the sample
+    position        Int32   position of the sample in the iteration's global batch, 0..gbs-1
+    sample_index    Int64   global sample index (= consumed samples before this sample)
+    stage           Int32   index of the data stage (blend) in force, 0-based
+    dataset         Utf8    dataset name in the blend
+    dataset_sample  Int64   the sample's index inside that dataset (Megatron: dataset_sample_index)
+    doc_id          Int64   document number in the dataset (Megatron: .idx document order)
+    token_start     Int64   first token of the document used by this segment (within the document)
+    token_end       Int64   one past the last token used (within the document)
+    <facets>        Utf8    the dataset's provenance manifest columns (source, crawl_batch, url ...)
+    text            Utf8    the decoded segment (only when asked for)
+    exact           Boolean False when the replay is best-effort (e.g. a resumed streaming run)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import polars as pl
+
+REPLAY_KEY_COLUMNS = [
+    "iteration",
+    "position",
+    "sample_index",
+    "stage",
+    "dataset",
+    "dataset_sample",
+    "doc_id",
+    "token_start",
+    "token_end",
+]
+
+
+class Replayer(Protocol):
+    """A training job's data order, reconstructed from its config."""
+
+    @property
+    def last_iteration(self) -> int:
+        """The final training iteration (end of training), 1-indexed."""
+        ...
+
+    @property
+    def facets(self) -> list[str]:
+        """Provenance columns the replay table carries (from the manifests)."""
+        ...
+
+    def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
+        """Iterations first..last (inclusive) -> columns iteration, first_sample, end_sample
+        (half-open global sample range), stage."""
+        ...
+
+    def replay(
+        self, first: int, last: int, *, text: bool = False, progress: bool = True
+    ) -> pl.DataFrame:
+        """The replay table for iterations first..last (inclusive)."""
+        ...
+
+    def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
+        """Full text of documents: `docs` has dataset, doc_id; returns them plus `text` and the
+        facet columns (whole documents, not segments: scoring looks at the whole document)."""
+        ...
+
+    def exposure(self, docs: pl.DataFrame, first: int, last: int) -> pl.DataFrame:
+        """For iterations first..last: columns iteration, samples, flagged_samples (samples that
+        contain at least one of `docs` (dataset, doc_id)). Vectorised: it scans to the end of
+        training for the forward-exposure estimate."""
+        ...
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a skip list made from this replay is valid for: config hash, data file sizes and
+        index hashes."""
+        ...
