@@ -1,0 +1,330 @@
+"""Megatron's `.bin/.idx` token files (MMIDIDX version 1), read and written with numpy alone.
+
+Megatron-core's `IndexedDataset` needs torch; replay must not. The format (little-endian), as
+megatron-core 0.16 `indexed_dataset.py` writes it:
+
+    .idx  header (34 bytes)
+            magic            9 bytes   b"MMIDIDX\\x00\\x00"
+            version          <Q        1
+            dtype code       <B        1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 6 f64, 7 f32, 8 u16
+            sequence_count   <Q        number of sequences S
+            document_count   <Q        number of document boundaries D (= documents + 1)
+          sequence_lengths   int32[S]  tokens in each sequence
+          sequence_pointers  int64[S]  byte offset of each sequence in .bin
+          document_indices   int64[D]  sequence index where each document starts; [0] = 0,
+                                       [-1] = S (a document is one sequence unless the data was
+                                       preprocessed with --split-sentences)
+          sequence_modes     int8[S]   optional, multimodal datasets only
+    .bin  the token stream, sequences back to back in the dtype above
+
+Every problem with a file (missing, truncated, foreign, unsupported) is a `ForensicsError` naming
+the file and what is wrong, never a numpy exception from deep inside a memory map.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from forensics.errors import ForensicsError
+
+MAGIC = b"MMIDIDX\x00\x00"
+VERSION = 1
+HEADER_SIZE = 34  # 9 magic + 8 version + 1 dtype code + 8 sequence count + 8 document count
+
+# Megatron's DType enum: code -> numpy dtype (little-endian on disk).
+DTYPE_BY_CODE: dict[int, np.dtype[Any]] = {
+    1: np.dtype("<u1"),
+    2: np.dtype("<i1"),
+    3: np.dtype("<i2"),
+    4: np.dtype("<i4"),
+    5: np.dtype("<i8"),
+    6: np.dtype("<f8"),
+    7: np.dtype("<f4"),
+    8: np.dtype("<u2"),
+}
+CODE_BY_DTYPE: dict[np.dtype[Any], int] = {v: k for k, v in DTYPE_BY_CODE.items()}
+
+
+def idx_path(prefix: str | os.PathLike[str]) -> Path:
+    """The index file of a dataset prefix (Megatron's `get_idx_path`)."""
+    return Path(f"{os.fspath(prefix)}.idx")
+
+
+def bin_path(prefix: str | os.PathLike[str]) -> Path:
+    """The token file of a dataset prefix (Megatron's `get_bin_path`)."""
+    return Path(f"{os.fspath(prefix)}.bin")
+
+
+def optimal_dtype(vocab_size: int | None) -> np.dtype[Any]:
+    """uint16 when the vocabulary fits (< 65500, Megatron's threshold), else int32."""
+    if vocab_size is not None and vocab_size < 65500:
+        return np.dtype("<u2")
+    return np.dtype("<i4")
+
+
+def dtype_code(dtype: Any) -> int:
+    """Megatron's dtype code for a numpy dtype; a ForensicsError for types it cannot store."""
+    dt = np.dtype(dtype).newbyteorder("<")
+    if dt not in CODE_BY_DTYPE:
+        raise ForensicsError(f"dtype {np.dtype(dtype)} cannot be stored in a Megatron .bin file")
+    return CODE_BY_DTYPE[dt]
+
+
+class IndexedDataset:
+    """A read-only, memory-mapped Megatron dataset (one `.bin/.idx` pair).
+
+    Opening costs a header read and two memory maps; the index arrays are views into the mapped
+    `.idx`, and tokens are views into the mapped `.bin`, so a multi-terabyte dataset opens
+    instantly and only the pages a replay touches are read.
+    """
+
+    def __init__(self, prefix: str | os.PathLike[str], *, multimodal: bool = False) -> None:
+        self.prefix = Path(prefix)
+        self.idx_file = idx_path(prefix)
+        self.bin_file = bin_path(prefix)
+        for path in (self.idx_file, self.bin_file):
+            if not path.is_file():
+                raise ForensicsError(f"{path}: Megatron dataset file not found")
+        self.idx_size = self.idx_file.stat().st_size
+        self.bin_size = self.bin_file.stat().st_size
+        header = self._read_header()
+        self.dtype: np.dtype[Any] = DTYPE_BY_CODE[header["code"]]
+        self.dtype_code: int = header["code"]
+        self.sequence_count: int = header["sequences"]
+        self.document_count: int = header["documents"]  # boundaries, = number of documents + 1
+
+        s, d = self.sequence_count, self.document_count
+        needed = HEADER_SIZE + 4 * s + 8 * s + 8 * d + (s if multimodal else 0)
+        if self.idx_size < needed:
+            raise ForensicsError(
+                f"{self.idx_file}: truncated index: {self.idx_size} bytes, the header "
+                f"({s} sequences, {d} document boundaries) needs {needed}"
+            )
+        self._idx_map = np.memmap(self.idx_file, mode="r", dtype=np.uint8)
+        off = HEADER_SIZE
+        # sequence_lengths: int32[S], tokens per sequence
+        self.sequence_lengths: np.ndarray = np.frombuffer(self._idx_map, "<i4", s, off)
+        off += 4 * s
+        # sequence_pointers: int64[S], byte offset of each sequence in .bin
+        self.sequence_pointers: np.ndarray = np.frombuffer(self._idx_map, "<i8", s, off)
+        off += 8 * s
+        # document_indices: int64[D], first sequence of each document, plus the end (= S)
+        self.document_indices: np.ndarray = np.frombuffer(self._idx_map, "<i8", d, off)
+        off += 8 * d
+        self.sequence_modes: np.ndarray | None = (
+            np.frombuffer(self._idx_map, "<i1", s, off) if multimodal else None
+        )
+        self._check_consistency()
+        self._bin_map: np.ndarray | None = None
+
+    def _read_header(self) -> dict[str, int]:
+        with open(self.idx_file, "rb") as stream:
+            raw = stream.read(HEADER_SIZE)
+        if len(raw) < len(MAGIC) or raw[: len(MAGIC)] != MAGIC:
+            raise ForensicsError(
+                f"{self.idx_file}: not a Megatron index (wrong magic {raw[:9]!r}, "
+                f"expected {MAGIC!r})"
+            )
+        if len(raw) < HEADER_SIZE:
+            raise ForensicsError(
+                f"{self.idx_file}: truncated index: {len(raw)} bytes, the header alone is "
+                f"{HEADER_SIZE}"
+            )
+        (version,) = struct.unpack_from("<Q", raw, 9)
+        if version != VERSION:
+            raise ForensicsError(
+                f"{self.idx_file}: unsupported index version {version} (only {VERSION} is known)"
+            )
+        code = raw[17]
+        if code not in DTYPE_BY_CODE:
+            raise ForensicsError(
+                f"{self.idx_file}: unsupported dtype code {code} (known: 1-8, Megatron's DType)"
+            )
+        sequences, documents = struct.unpack_from("<QQ", raw, 18)
+        return {"code": code, "sequences": sequences, "documents": documents}
+
+    def _check_consistency(self) -> None:
+        """Cheap checks (O(1) reads) that catch truncation and mismatched .bin/.idx pairs."""
+        s = self.sequence_count
+        if self.document_count < 1 or self.document_indices[0] != 0:
+            raise ForensicsError(
+                f"{self.idx_file}: corrupt index: document indices must start at 0"
+            )
+        if int(self.document_indices[-1]) != s:
+            raise ForensicsError(
+                f"{self.idx_file}: corrupt index: last document boundary is "
+                f"{int(self.document_indices[-1])}, expected the sequence count {s}"
+            )
+        if s == 0:
+            return
+        end = int(self.sequence_pointers[-1]) + int(self.sequence_lengths[-1]) * self.dtype.itemsize
+        if self.bin_size < end:
+            raise ForensicsError(
+                f"{self.bin_file}: truncated data file: {self.bin_size} bytes, the index "
+                f"({self.idx_file.name}) needs {end}"
+            )
+
+    # -- sizes -----------------------------------------------------------------------------
+
+    @property
+    def num_documents(self) -> int:
+        """Number of documents (= document_count - 1)."""
+        return self.document_count - 1
+
+    def __len__(self) -> int:
+        """Number of sequences, as Megatron's `len(IndexedDataset)` (the unit its split uses)."""
+        return self.sequence_count
+
+    def document_token_counts(self) -> np.ndarray:
+        """int64[documents]: tokens per document (sum over its sequences)."""
+        cum = np.concatenate([[0], np.cumsum(self.sequence_lengths, dtype=np.int64)])
+        return cum[self.document_indices[1:]] - cum[self.document_indices[:-1]]
+
+    # -- tokens ----------------------------------------------------------------------------
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The whole `.bin` as one memory-mapped 1-D array of the dataset's dtype."""
+        if self._bin_map is None:
+            usable = self.bin_size - self.bin_size % self.dtype.itemsize
+            if usable == 0:
+                self._bin_map = np.zeros(0, dtype=self.dtype)
+            else:
+                self._bin_map = np.memmap(
+                    self.bin_file,
+                    mode="r",
+                    dtype=self.dtype,
+                    shape=(usable // self.dtype.itemsize,),
+                )
+        return self._bin_map
+
+    def get(self, idx: int, offset: int = 0, length: int | None = None) -> np.ndarray:
+        """Tokens of sequence `idx` from `offset`, `length` of them (Megatron's `get`)."""
+        seq_len = int(self.sequence_lengths[idx])
+        if length is None:
+            length = seq_len - offset
+        if offset < 0 or length < 0 or offset + length > seq_len:
+            raise IndexError(
+                f"tokens [{offset}, {offset + length}) outside sequence {idx} of {seq_len}"
+            )
+        start = int(self.sequence_pointers[idx]) + offset * self.dtype.itemsize
+        if start % self.dtype.itemsize:
+            # A pointer not aligned to the dtype: read through a byte view (Megatron allows it).
+            raw = np.memmap(self.bin_file, mode="r", dtype=np.uint8)
+            return np.frombuffer(raw, self.dtype, length, start)
+        first = start // self.dtype.itemsize
+        return self.tokens[first : first + length]
+
+    def __getitem__(self, idx: int) -> np.ndarray:
+        return self.get(int(idx))
+
+    def idx_digest(self) -> str:
+        """sha256 of the whole `.idx` (small next to `.bin`): identifies the tokenized data."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        with open(self.idx_file, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 22), b""):
+                digest.update(block)
+        return digest.hexdigest()
+
+
+class IndexedDatasetWriter:
+    """Write a `.bin/.idx` pair byte-identical to megatron-core's `IndexedDatasetBuilder`.
+
+    Both files are written under temporary names and renamed on `finalize()`, so a crash never
+    leaves a half-written dataset that a later replay would trust. Use as a context manager:
+
+        with IndexedDatasetWriter("data/web_text_document", np.uint16) as out:
+            for tokens in docs:
+                out.add_document(tokens)
+    """
+
+    def __init__(self, prefix: str | os.PathLike[str], dtype: Any = np.int32) -> None:
+        self.prefix = Path(prefix)
+        self.dtype = np.dtype(dtype).newbyteorder("<")
+        self.code = dtype_code(self.dtype)
+        self.prefix.parent.mkdir(parents=True, exist_ok=True)
+        self._bin_tmp = bin_path(prefix).with_name(bin_path(prefix).name + ".tmp")
+        self._idx_tmp = idx_path(prefix).with_name(idx_path(prefix).name + ".tmp")
+        self._bin = open(self._bin_tmp, "wb")
+        self.sequence_lengths: list[int] = []
+        self.document_indices: list[int] = [0]
+        self._done = False
+
+    def add_item(self, tokens: Iterable[int] | np.ndarray) -> None:
+        """Append one sequence (call `end_document` after a document's sequences)."""
+        arr = np.asarray(tokens, dtype=self.dtype).ravel()
+        self._bin.write(arr.tobytes(order="C"))
+        self.sequence_lengths.append(int(arr.size))
+
+    def end_document(self) -> None:
+        """Close the current document (Megatron's `end_document`)."""
+        self.document_indices.append(len(self.sequence_lengths))
+
+    def add_document(
+        self, tokens: Iterable[int] | np.ndarray, lengths: list[int] | None = None
+    ) -> None:
+        """Append a whole document; `lengths` splits it into sentences (default: one sequence)."""
+        arr = np.asarray(tokens, dtype=self.dtype).ravel()
+        if lengths is None:
+            lengths = [int(arr.size)]
+        if sum(lengths) != arr.size:
+            raise ValueError(f"sequence lengths {lengths} do not add up to {arr.size} tokens")
+        self._bin.write(arr.tobytes(order="C"))
+        self.sequence_lengths.extend(int(n) for n in lengths)
+        self.document_indices.append(len(self.sequence_lengths))
+
+    def finalize(self) -> None:
+        """Write the index and move both files into place."""
+        if self._done:
+            return
+        self._bin.close()
+        lengths = np.asarray(self.sequence_lengths, dtype="<i4")
+        pointers = np.zeros(lengths.size, dtype="<i8")
+        if lengths.size:
+            np.cumsum(lengths[:-1].astype("<i8") * self.dtype.itemsize, out=pointers[1:])
+        with open(self._idx_tmp, "wb") as idx:
+            idx.write(MAGIC)
+            idx.write(struct.pack("<Q", VERSION))
+            idx.write(struct.pack("<B", self.code))
+            idx.write(struct.pack("<Q", lengths.size))
+            idx.write(struct.pack("<Q", len(self.document_indices)))
+            idx.write(lengths.tobytes())
+            idx.write(pointers.tobytes())
+            idx.write(np.asarray(self.document_indices, dtype="<i8").tobytes())
+        os.replace(self._bin_tmp, bin_path(self.prefix))
+        os.replace(self._idx_tmp, idx_path(self.prefix))
+        self._done = True
+
+    def abort(self) -> None:
+        """Drop the temporary files (nothing half-written is left behind)."""
+        self._bin.close()
+        for tmp in (self._bin_tmp, self._idx_tmp):
+            tmp.unlink(missing_ok=True)
+        self._done = True
+
+    def __enter__(self) -> IndexedDatasetWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.finalize()
+        else:
+            self.abort()
+
+
+def write_indexed_dataset(
+    prefix: str | os.PathLike[str], documents: Iterable[Iterable[int] | np.ndarray], dtype: Any
+) -> Path:
+    """Write documents (one token array each) as a Megatron dataset; returns the prefix."""
+    with IndexedDatasetWriter(prefix, dtype) as out:
+        for doc in documents:
+            out.add_document(doc)
+    return Path(prefix)
