@@ -1,0 +1,42 @@
+"""The rollback rule: latest checkpoint in [S-100, S-50], else older, else S-100 with a note."""
+
+from __future__ import annotations
+
+import pytest
+
+from forensics.rollback import recommend_rollback
+
+
+@pytest.mark.parametrize(
+    ("checkpoints", "expected", "rule"),
+    [
+        ([1000, 1100, 1150, 1200], 1150, "window"),  # 1150 in [1134, 1184]; 1200 too late
+        ([1000, 1134, 1184], 1184, "window"),  # both ends inclusive
+        ([1000, 1133, 1185, 1200], 1133, "older"),  # nothing in the window: latest before
+        ([1185, 1200], 1134, "no-checkpoint"),  # all too late: S-100 as a target
+        ([], 1134, "no-checkpoint"),
+    ],
+)
+def test_rule_branches(checkpoints: list[int], expected: int, rule: str) -> None:
+    rb = recommend_rollback(1234, checkpoints)
+    assert (rb.iteration, rb.rule) == (expected, rule)
+    assert rb.checkpoint == (rule != "no-checkpoint")
+    assert rb.resume_iteration == expected + 1
+
+
+def test_no_checkpoint_notes_say_why() -> None:
+    assert "no checkpoint list was given" in recommend_rollback(1234, []).note
+    assert "no listed checkpoint" in recommend_rollback(1234, [1200]).note
+
+
+def test_early_spike_clamps_at_zero() -> None:
+    rb = recommend_rollback(60, [])
+    assert rb.iteration == 0 and rb.resume_iteration == 1
+
+
+def test_onset_before_checkpoint_names_an_earlier_clean_one() -> None:
+    rb = recommend_rollback(1234, [900, 1000, 1150], onset=1100)
+    assert rb.iteration == 1150 and rb.earlier == 1000
+    assert "iter_0001000" in rb.note
+    clean = recommend_rollback(1234, [900, 1000, 1150], onset=1190)
+    assert clean.earlier is None and "onset" not in clean.note
