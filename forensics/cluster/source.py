@@ -1,0 +1,283 @@
+"""Source clusters: the window's documents grouped by each manifest facet, against the baseline.
+
+A loss spike that does not come back down is usually one source's fault: a crawl batch with
+mojibake, a template farm, a new dataset switched in by the blend. The manifest already names
+those sources (dataset, source, crawl_batch, domain, file), so each facet value is a candidate
+cluster, and the question per candidate is the one `stats.group_statistics` answers.
+
+Input document tables (polars, one row per distinct document): `dataset` (Utf8), `doc_id`
+(Int64), facet columns (Utf8), `text`, `garbage_score`, `spam_score` (Float64 in [0, 1], >= 0.5
+flagged), `garbage_reason`, `spam_reason` (Utf8, "" when clean).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from forensics.cluster.stats import FLAG_THRESHOLD, group_statistics
+from forensics.errors import ForensicsError
+
+# Facets looked for when none are named, coarse to fine. `url` is left out on purpose: one
+# document per value says nothing about a source.
+DEFAULT_FACETS: tuple[str, ...] = ("dataset", "source", "crawl_batch", "domain", "file")
+REQUIRED_COLUMNS: tuple[str, ...] = ("dataset", "doc_id", "garbage_score", "spam_score")
+MISSING_KEY = "(none)"
+TOP_REASONS = 3
+# When several facets hold exactly the same documents, the row is named after the first facet in
+# this order (a crawl batch is what an engineer removes; a file or dataset name says less), then
+# after the order the facets were given in.
+NAME_PREFERENCE: tuple[str, ...] = ("crawl_batch", "source", "domain", "file", "dataset")
+
+# Column order of every cluster table (source and embedding share it; embedding adds a few).
+CLUSTER_COLUMNS: tuple[str, ...] = (
+    "id",
+    "kind",
+    "facet",
+    "key",
+    "docs",
+    "baseline_docs",
+    "window_share",
+    "baseline_share",
+    "enrichment",
+    "p_value",
+    "new_in_window",
+    "flagged",
+    "flagged_rate",
+    "garbage_rate",
+    "spam_rate",
+    "rest_flagged_rate",
+    "flag_p_value",
+    "suspicion",
+    "top_reasons",
+    "aliases",
+    "members",
+    "flagged_members",
+)
+
+
+def prepare_docs(docs: pl.DataFrame, name: str) -> pl.DataFrame:
+    """Validate a document table and add the working columns every clusterer reads.
+
+    Added columns: `_row` (UInt32, the row's position in the table as given: `members` lists
+    refer to it), `_garbage` / `_spam` / `_flag` (Boolean: score >= 0.5, either one), and
+    `garbage_reason` / `spam_reason` filled with "" when absent. Null or NaN scores count as 0.
+    """
+    if not isinstance(docs, pl.DataFrame):
+        raise ForensicsError(f"{name}: expected a polars DataFrame, got {type(docs).__name__}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in docs.columns]
+    if missing:
+        raise ForensicsError(f"{name}: missing column(s) {', '.join(missing)}")
+    out = docs.with_row_index("_row")
+    for reason in ("garbage_reason", "spam_reason"):
+        if reason not in out.columns:
+            out = out.with_columns(pl.lit("", dtype=pl.Utf8).alias(reason))
+    if "text" not in out.columns:
+        out = out.with_columns(pl.lit("", dtype=pl.Utf8).alias("text"))
+    try:
+        scores = [
+            pl.col(c).cast(pl.Float64).fill_nan(0.0).fill_null(0.0).alias(c)
+            for c in ("garbage_score", "spam_score")
+        ]
+        out = out.with_columns(
+            *scores,
+            pl.col("garbage_reason").cast(pl.Utf8).fill_null(""),
+            pl.col("spam_reason").cast(pl.Utf8).fill_null(""),
+            pl.col("text").cast(pl.Utf8).fill_null(""),
+        )
+    except pl.exceptions.PolarsError as err:
+        raise ForensicsError(f"{name}: scores are not numeric ({err.__class__.__name__})") from err
+    return out.with_columns(
+        (pl.col("garbage_score") >= FLAG_THRESHOLD).alias("_garbage"),
+        (pl.col("spam_score") >= FLAG_THRESHOLD).alias("_spam"),
+    ).with_columns((pl.col("_garbage") | pl.col("_spam")).alias("_flag"))
+
+
+def resolve_facets(
+    window: pl.DataFrame, baseline: pl.DataFrame, facets: list[str] | None
+) -> list[str]:
+    """The facets to group by: the named ones (which must exist), else the default ones present."""
+    if facets is None:
+        return [f for f in DEFAULT_FACETS if f in window.columns]
+    for facet in facets:
+        for name, table in (("window documents", window), ("baseline documents", baseline)):
+            if facet not in table.columns:
+                raise ForensicsError(f"{name}: no facet column {facet!r} (have {table.columns})")
+    return list(facets)
+
+
+def _facet_key(facet: str) -> pl.Expr:
+    return pl.col(facet).cast(pl.Utf8).fill_null(MISSING_KEY).alias("key")
+
+
+def _signature_columns(n_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two random 31-bit integers per row; summed over a group they fingerprint its member set."""
+    rng = np.random.default_rng(seed)
+    return (
+        rng.integers(0, 2**31, size=n_rows, dtype=np.int64),
+        rng.integers(0, 2**31, size=n_rows, dtype=np.int64),
+    )
+
+
+def top_reasons(window: pl.DataFrame, key: pl.Expr, limit: int = TOP_REASONS) -> pl.DataFrame:
+    """Per group key, its most common flag reasons as "reason (count)", most common first."""
+    long = pl.concat(
+        [
+            window.select(key, pl.col(c).alias("reason")).filter(pl.col("reason") != "")
+            for c in ("garbage_reason", "spam_reason")
+        ]
+    )
+    if long.height == 0:
+        return pl.DataFrame(
+            schema={"key": pl.Utf8, "top_reasons": pl.List(pl.Utf8)},
+        )
+    return (
+        long.with_columns(pl.col("reason").str.slice(0, 80))
+        .group_by("key", "reason")
+        .len()
+        .sort(["key", "len", "reason"], descending=[False, True, False])
+        .group_by("key", maintain_order=True)
+        .agg(
+            (pl.col("reason") + " (" + pl.col("len").cast(pl.Utf8) + ")")
+            .head(limit)
+            .alias("top_reasons")
+        )
+    )
+
+
+def cluster_sources(
+    window_docs: pl.DataFrame,
+    baseline_docs: pl.DataFrame,
+    facets: list[str] | None = None,
+) -> pl.DataFrame:
+    """One row per (facet, value) present in the window, with its statistics (see stats.py).
+
+    Groups whose window documents and baseline documents are exactly the same set as an earlier
+    facet's group (a crawl batch that is a whole file, a dataset with one source) are merged
+    into that row and named in its `aliases`, so one source is not reported twice. `members` /
+    `flagged_members` list the `_row` positions (0-based rows of `window_docs`) of its window
+    documents / of those flagged; the verdict step reads them, the report does not print them.
+    The `verdict` column is filled by `assign_verdicts`.
+    """
+    window = prepare_docs(window_docs, "window documents")
+    baseline = prepare_docs(baseline_docs, "baseline documents")
+    facets = resolve_facets(window, baseline, facets)
+    if window.height == 0:
+        raise ForensicsError("window documents: the table is empty; nothing to cluster")
+    if not facets:
+        return empty_clusters()
+
+    sig_w = _signature_columns(window.height, seed=1)
+    sig_b = _signature_columns(baseline.height, seed=2)
+    window = window.with_columns(pl.Series("_s1", sig_w[0]), pl.Series("_s2", sig_w[1]))
+    baseline = baseline.with_columns(pl.Series("_s1", sig_b[0]), pl.Series("_s2", sig_b[1]))
+
+    parts = []
+    for facet in facets:
+        key = _facet_key(facet)
+        win = window.group_by(key).agg(
+            pl.len().alias("docs"),
+            pl.col("_flag").sum().alias("flagged"),
+            pl.col("_garbage").sum().alias("garbage"),
+            pl.col("_spam").sum().alias("spam"),
+            pl.col("_row").cast(pl.Int64).alias("members"),
+            pl.col("_row").filter(pl.col("_flag")).cast(pl.Int64).alias("flagged_members"),
+            pl.col("_s1").sum().alias("_w1"),
+            pl.col("_s2").sum().alias("_w2"),
+        )
+        base = baseline.group_by(key).agg(
+            pl.len().alias("baseline_docs"),
+            pl.col("_s1").sum().alias("_b1"),
+            pl.col("_s2").sum().alias("_b2"),
+        )
+        part = (
+            win.join(base, on="key", how="left")
+            .join(top_reasons(window, key), on="key", how="left")
+            .with_columns(
+                pl.lit(facet).alias("facet"),
+                pl.col("baseline_docs").fill_null(0),
+                pl.col("_b1").fill_null(0),
+                pl.col("_b2").fill_null(0),
+                pl.col("top_reasons").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))),
+            )
+            .sort(["docs", "key"], descending=[True, False])
+        )
+        parts.append(part)
+    groups = pl.concat(parts, how="vertical_relaxed")
+    groups = _merge_aliases(groups)
+
+    stats = group_statistics(
+        docs=groups["docs"].to_numpy(),
+        flagged=groups["flagged"].to_numpy(),
+        garbage=groups["garbage"].to_numpy(),
+        spam=groups["spam"].to_numpy(),
+        baseline_docs=groups["baseline_docs"].to_numpy(),
+        n_window=window.height,
+        n_baseline=baseline.height,
+        n_flagged_window=int(window["_flag"].sum()),
+    )
+    out = groups.with_columns(
+        pl.Series("id", [f"s{i}" for i in range(groups.height)]),
+        pl.lit("source").alias("kind"),
+        *[pl.Series(name, values) for name, values in stats.items()],
+    )
+    return out.select(CLUSTER_COLUMNS).with_columns(
+        pl.col("docs").cast(pl.Int64),
+        pl.col("baseline_docs").cast(pl.Int64),
+        pl.col("flagged").cast(pl.Int64),
+    )
+
+
+def _merge_aliases(groups: pl.DataFrame) -> pl.DataFrame:
+    """Of groups with identical window and baseline member sets keep one (NAME_PREFERENCE)."""
+    fingerprint = ["docs", "_w1", "_w2", "baseline_docs", "_b1", "_b2"]
+    rank = {facet: i for i, facet in enumerate(NAME_PREFERENCE)}
+    named = (
+        groups.with_row_index("_pos")
+        .with_columns(
+            pl.col("facet").replace_strict(rank, default=len(rank)).alias("_pref"),
+            (pl.col("facet") + "=" + pl.col("key")).alias("_name"),
+        )
+        .sort(["_pref", "_pos"])
+        .with_row_index("_order")
+    )
+    firsts = named.group_by(fingerprint).agg(
+        pl.col("_order").min().alias("_keep"),
+        pl.col("_name").sort_by("_order").slice(1).alias("aliases"),
+    )
+    kept = (
+        named.join(firsts, on=fingerprint, how="left")
+        .filter(pl.col("_order") == pl.col("_keep"))
+        .sort("_pos")
+    )
+    return kept.drop("_pos", "_pref", "_order", "_keep", "_name", "_w1", "_w2", "_b1", "_b2")
+
+
+def empty_clusters() -> pl.DataFrame:
+    """A cluster table with no rows and the full schema (a window with no facets, no sample)."""
+    return pl.DataFrame(
+        schema={
+            "id": pl.Utf8,
+            "kind": pl.Utf8,
+            "facet": pl.Utf8,
+            "key": pl.Utf8,
+            "docs": pl.Int64,
+            "baseline_docs": pl.Int64,
+            "window_share": pl.Float64,
+            "baseline_share": pl.Float64,
+            "enrichment": pl.Float64,
+            "p_value": pl.Float64,
+            "new_in_window": pl.Boolean,
+            "flagged": pl.Int64,
+            "flagged_rate": pl.Float64,
+            "garbage_rate": pl.Float64,
+            "spam_rate": pl.Float64,
+            "rest_flagged_rate": pl.Float64,
+            "flag_p_value": pl.Float64,
+            "suspicion": pl.Float64,
+            "top_reasons": pl.List(pl.Utf8),
+            "aliases": pl.List(pl.Utf8),
+            "members": pl.List(pl.Int64),
+            "flagged_members": pl.List(pl.Int64),
+        }
+    )

@@ -1,0 +1,150 @@
+"""The statistics every cluster gets, source or embedding, computed for all groups at once.
+
+Why one function for both kinds: a crawl batch and an embedding cluster answer the same two
+questions (is it over-represented in the window compared with the baseline? are its documents
+flagged far more often than the rest of the window?), and the verdict rule must read the same
+numbers for both, or the ranking across kinds means nothing.
+
+Shares are over *documents*: one row per distinct document consumed in the window (or the
+baseline), however many samples touched it. A document repeated in many samples is one unit of
+evidence about its source, not many.
+
+All inputs are 1-D integer arrays with one entry per group (a group = one value of one facet, or
+one embedding cluster); totals are scalars.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# A score at or above this marks a document as flagged (the scorer's contract).
+FLAG_THRESHOLD = 0.5
+# Pseudo-documents that pull a small group's flagged rate towards the rest of the window, so that
+# 2 flagged documents out of 2 do not outrank 700 out of 1,000.
+SHRINK_DOCS = 20.0
+# -log10(corrected p) at which the over-representation evidence counts in full.
+FULL_EVIDENCE_LOG10P = 20.0
+# The smallest p-value we report (float64 underflows below this).
+P_FLOOR = 1e-300
+
+SUSPICION_FORMULA = (
+    "suspicion = excess x (0.5 + 0.5 x evidence), where excess = max(0, shrunk flagged rate - "
+    "flagged rate of the rest of the window), the shrunk rate = (flagged + 20 x rest rate) / "
+    "(docs + 20), and evidence = min(1, -log10(corrected enrichment p) / 20) when the group is "
+    "over-represented (0 otherwise). A dirty group that is not over-represented scores half its "
+    "excess; an over-represented dirty group scores up to its full excess."
+)
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm-Bonferroni adjusted p-values (step-down, monotone), for all groups tested together.
+
+    Holm controls the family-wise error like Bonferroni but is uniformly more powerful; both
+    correct for the number of groups, which matters when a facet like `domain` has thousands.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    m = p.size
+    if m == 0:
+        return p.copy()
+    order = np.argsort(p, kind="stable")
+    scaled = p[order] * (m - np.arange(m))
+    adjusted_sorted = np.minimum(1.0, np.maximum.accumulate(scaled))
+    out = np.empty_like(p)
+    out[order] = adjusted_sorted
+    return out
+
+
+def enrichment_p(
+    window_docs: np.ndarray, baseline_docs: np.ndarray, n_window: int, n_baseline: int
+):
+    """One-sided exact (Fisher / hypergeometric) test: is a group over-represented in the window?
+
+    The 2x2 table per group is [[a, n_window - a], [c, n_baseline - c]]; under the null the a
+    window documents of the group are a hypergeometric draw of n_window from the pooled
+    n_window + n_baseline documents, of which a + c belong to the group. p = P(X >= a), the same
+    as scipy.stats.fisher_exact(alternative="greater"), vectorised over all groups.
+    """
+    from scipy.stats import hypergeom
+
+    a = np.asarray(window_docs, dtype=np.int64)
+    c = np.asarray(baseline_docs, dtype=np.int64)
+    return hypergeom.sf(a - 1, n_window + n_baseline, a + c, n_window)
+
+
+def flagged_p(flagged: np.ndarray, docs: np.ndarray, n_window: int, n_flagged_window: int):
+    """One-sided exact test that a group's documents are flagged more often than the window's.
+
+    Under the null a group of `docs` documents is a random draw from the window, which holds
+    `n_flagged_window` flagged documents out of `n_window`; p = P(X >= flagged).
+    """
+    from scipy.stats import hypergeom
+
+    f = np.asarray(flagged, dtype=np.int64)
+    d = np.asarray(docs, dtype=np.int64)
+    return hypergeom.sf(f - 1, n_window, n_flagged_window, d)
+
+
+def group_statistics(
+    docs: np.ndarray,
+    flagged: np.ndarray,
+    garbage: np.ndarray,
+    spam: np.ndarray,
+    baseline_docs: np.ndarray,
+    n_window: int,
+    n_baseline: int,
+    n_flagged_window: int,
+) -> dict[str, np.ndarray]:
+    """Shares, enrichment, corrected p-values, flagged rates and suspicion for every group.
+
+    docs, flagged, garbage, spam: per group, its window documents, how many are flagged (garbage
+    or spam score >= 0.5), how many garbage-flagged, how many spam-flagged. baseline_docs: per
+    group, its baseline documents. The p-values are Holm-corrected over all groups passed in one
+    call, so pass every group that was tested (all facets together).
+
+    enrichment = window share / baseline share with half a document added to each count
+    ((a + 0.5) / (n_window + 1)) / ((c + 0.5) / (n_baseline + 1)), finite even for a group that
+    is new in the window (c = 0); `new_in_window` says so explicitly.
+    """
+    a = np.asarray(docs, dtype=np.float64)
+    c = np.asarray(baseline_docs, dtype=np.float64)
+    f = np.asarray(flagged, dtype=np.float64)
+    g = np.asarray(garbage, dtype=np.float64)
+    s = np.asarray(spam, dtype=np.float64)
+    nw, nb = max(int(n_window), 1), max(int(n_baseline), 1)
+
+    window_share = a / nw
+    baseline_share = c / nb
+    enrichment = ((a + 0.5) / (nw + 1)) / ((c + 0.5) / (nb + 1))
+    new_in_window = (c == 0) & (a > 0)
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        flagged_rate = np.where(a > 0, f / np.maximum(a, 1), 0.0)
+        garbage_rate = np.where(a > 0, g / np.maximum(a, 1), 0.0)
+        spam_rate = np.where(a > 0, s / np.maximum(a, 1), 0.0)
+        rest = nw - a
+        rest_rate = np.where(rest > 0, (n_flagged_window - f) / np.maximum(rest, 1), 0.0)
+    rest_rate = np.clip(rest_rate, 0.0, 1.0)
+
+    p_value = np.maximum(holm(enrichment_p(a, c, nw, nb)), P_FLOOR)
+    flag_p_value = np.maximum(holm(flagged_p(f, a, nw, n_flagged_window)), P_FLOOR)
+
+    shrunk = (f + SHRINK_DOCS * rest_rate) / (a + SHRINK_DOCS)
+    excess = np.maximum(0.0, shrunk - rest_rate)
+    evidence = np.where(
+        enrichment > 1.0, np.minimum(1.0, -np.log10(p_value) / FULL_EVIDENCE_LOG10P), 0.0
+    )
+    suspicion = excess * (0.5 + 0.5 * evidence)
+
+    return {
+        "window_share": window_share,
+        "baseline_share": baseline_share,
+        "enrichment": enrichment,
+        "p_value": p_value,
+        "flagged_rate": flagged_rate,
+        "garbage_rate": garbage_rate,
+        "spam_rate": spam_rate,
+        "rest_flagged_rate": rest_rate,
+        "flag_p_value": flag_p_value,
+        "suspicion": suspicion,
+        "new_in_window": new_in_window,
+    }

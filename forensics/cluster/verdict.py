@@ -1,0 +1,164 @@
+"""Verdicts: rank every cluster by suspicion and call it culprit, suspect or clean.
+
+The rule needs both halves of the story before it blames a cluster: the cluster must be
+over-represented in the window compared with the baseline (that is what changed before the
+spike) and its documents must be flagged far more often than the rest of the window (that is
+what could hurt the model). One half alone makes a suspect. A cluster that only looks dirty
+because it overlaps a higher-ranked culprit (the culprit crawl batch's domains, the dataset that
+contains it) is a suspect "explained by" that culprit, so the report names one culprit, not five.
+
+Thresholds are calibrated on generated windows with the scorer's ~1% false-positive rate: a
+clean window yields no culprit (tests/test_cluster_verdict.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from forensics.cluster.stats import SUSPICION_FORMULA
+
+P_MAX = 1e-3  # corrected p-value below which a test counts
+MIN_ENRICHMENT = 1.5  # over-representation must also be large, not merely significant
+FLAG_FLOOR = 0.2  # a dirty cluster has at least this flagged rate ...
+FLAG_RATIO = 5.0  # ... and at least this multiple of the rest of the window's rate
+EXPLAINED_SHARE = 0.5  # flagged members inside an earlier culprit that make a cluster "explained"
+
+VERDICT_ORDER = {"culprit": 0, "suspect": 1, "clean": 2}
+
+RULE = (
+    f"over-represented = Holm-corrected exact-test p < {P_MAX:g} and enrichment >= "
+    f"{MIN_ENRICHMENT:g} (a group new in the window qualifies when significant); dirty = flagged "
+    f"rate >= max({FLAG_FLOOR:g}, {FLAG_RATIO:g} x the rest of the window's rate) and the "
+    f"Holm-corrected exact test of its flagged count p < {P_MAX:g}. culprit = over-represented "
+    "and dirty; suspect = exactly one of the two, or a culprit whose dirty documents are mostly "
+    "inside a higher-ranked culprit (explained by it); clean otherwise. Flagged = garbage or spam "
+    "score >= 0.5. Shares are over distinct documents."
+)
+
+
+def rule_text() -> dict[str, str]:
+    """The verdict rule and the suspicion formula, as written into every report."""
+    return {"verdict_rule": RULE, "suspicion_formula": SUSPICION_FORMULA}
+
+
+def _dirty() -> pl.Expr:
+    floor = pl.max_horizontal(pl.lit(FLAG_FLOOR), FLAG_RATIO * pl.col("rest_flagged_rate"))
+    return (pl.col("flagged_rate") >= floor) & (pl.col("flag_p_value") < P_MAX)
+
+
+def assign_verdicts(clusters: pl.DataFrame) -> pl.DataFrame:
+    """Add `over_represented`, `dirty`, `verdict`, `explained_by`; sort culprits first by suspicion.
+
+    Input: source and/or embedding cluster tables concatenated (how="diagonal"). Sorted by
+    verdict (culprit, suspect, clean), then suspicion descending, then id. A culprit is checked
+    against the culprits ranked above it of any kind: if at least half of its flagged members
+    are theirs and what is left is not dirty on its own, it becomes a suspect explained by the
+    first of them. Members of embedding clusters are sampled documents, so an embedding cluster
+    is only ever explained by a source cluster, never the other way round.
+    """
+    if clusters.height == 0:
+        return clusters.with_columns(
+            pl.lit(False).alias("over_represented"),
+            pl.lit(False).alias("dirty"),
+            pl.lit("clean").alias("verdict"),
+            pl.lit(None, dtype=pl.Utf8).alias("explained_by"),
+        )
+    flagged = (
+        clusters.with_columns(
+            ((pl.col("p_value") < P_MAX) & (pl.col("enrichment") >= MIN_ENRICHMENT)).alias(
+                "over_represented"
+            ),
+            _dirty().alias("dirty"),
+        )
+        .with_columns(
+            pl.when(pl.col("over_represented") & pl.col("dirty"))
+            .then(pl.lit("culprit"))
+            .when(pl.col("over_represented") | pl.col("dirty"))
+            .then(pl.lit("suspect"))
+            .otherwise(pl.lit("clean"))
+            .alias("verdict")
+        )
+        .sort(["suspicion", "id"], descending=[True, False])
+    )
+    verdicts = flagged["verdict"].to_list()
+    explained: list[str | None] = [None] * flagged.height
+    ids = flagged["id"].to_list()
+    kinds = flagged["kind"].to_list()
+    members = flagged["members"].to_list()
+    flagged_members = flagged["flagged_members"].to_list()
+    rest_rate = flagged["rest_flagged_rate"].to_numpy()
+    claimed: list[tuple[str, set[int]]] = []  # (culprit id, its window rows), source kind only
+    for i in range(flagged.height):
+        if verdicts[i] == "clean":
+            continue
+        mine = set(flagged_members[i] or [])
+        for culprit_id, rows in claimed:
+            inside = len(mine & rows)
+            if mine and inside / len(mine) >= EXPLAINED_SHARE:
+                residual = set(members[i] or []) - rows
+                left_flagged = len(mine - rows)
+                rate = left_flagged / len(residual) if residual else 0.0
+                still_dirty = bool(residual) and rate >= max(FLAG_FLOOR, FLAG_RATIO * rest_rate[i])
+                if not (still_dirty and kinds[i] == "source"):
+                    explained[i] = culprit_id
+                    if verdicts[i] == "culprit":
+                        verdicts[i] = "suspect"
+                break
+        if verdicts[i] == "culprit" and kinds[i] == "source":
+            claimed.append((ids[i], set(members[i] or [])))
+    out = flagged.with_columns(
+        pl.Series("verdict", verdicts, dtype=pl.Utf8),
+        pl.Series("explained_by", explained, dtype=pl.Utf8),
+    )
+    order = np.array([VERDICT_ORDER[v] for v in verdicts])
+    return (
+        out.with_columns(pl.Series("_order", order))
+        .sort(["_order", "suspicion", "id"], descending=[False, True, False])
+        .drop("_order")
+    )
+
+
+def headline_culprit(ranked: pl.DataFrame) -> dict | None:
+    """The culprit the report leads with: the top source culprit, else the top embedding one.
+
+    A source is what an engineer can remove from the blend; an embedding culprit leads only when
+    no source stands out (its dominant sources then say where it lives).
+    """
+    culprits = ranked.filter(pl.col("verdict") == "culprit")
+    if culprits.height == 0:
+        return None
+    sources = culprits.filter(pl.col("kind") == "source")
+    row = (sources if sources.height else culprits).row(0, named=True)
+    return row
+
+
+def culprit_docs(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, only: list[str] | None = None
+) -> pl.DataFrame:
+    """(dataset, doc_id, cluster) of the window documents in culprit clusters (or in `only`).
+
+    Source clusters contribute all their window documents; embedding clusters their embedded
+    ones (the others were never embedded). A document in several culprits is listed once, with
+    the first (highest-ranked) cluster's id.
+    """
+    chosen = ranked.filter(
+        pl.col("id").is_in(only) if only is not None else pl.col("verdict") == "culprit"
+    )
+    if chosen.height == 0 or window_docs.height == 0:
+        return pl.DataFrame(schema={"dataset": pl.Utf8, "doc_id": pl.Int64, "cluster": pl.Utf8})
+    rows = (
+        chosen.select("id", "members")
+        .with_row_index("_rank")
+        .explode("members")
+        .drop_nulls("members")
+        .sort("_rank")
+        .unique("members", keep="first", maintain_order=True)
+    )
+    positions = rows["members"].to_numpy()
+    docs = window_docs.select("dataset", "doc_id")
+    if positions.size and positions.max() >= docs.height:
+        from forensics.errors import ForensicsError
+
+        raise ForensicsError("culprit_docs: cluster members do not match these window documents")
+    return docs.gather(positions).with_columns(pl.Series("cluster", rows["id"]))

@@ -1,0 +1,128 @@
+"""Source clusters and verdicts on generated windows with a known dirty crawl batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy.stats import fisher_exact
+
+from forensics.cluster import assign_verdicts, cluster_sources, culprit_docs, headline_culprit
+from forensics.cluster.stats import enrichment_p, holm
+from forensics.cluster.synthetic import generate_run
+from forensics.errors import ForensicsError
+
+
+def ranked_sources(run) -> pl.DataFrame:
+    return assign_verdicts(cluster_sources(run.window, run.baseline))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dirty_new_batch_is_the_top_culprit_and_clean_batches_are_clean(seed):
+    run = generate_run(3000, 3000, dirty_share=0.08, seed=seed)
+    ranked = ranked_sources(run)
+    top = headline_culprit(ranked)
+    assert top is not None
+    assert (top["facet"], top["key"]) == ("crawl_batch", run.dirty_batch)
+    assert top["new_in_window"] is True
+    assert ranked.row(0, named=True)["id"] == top["id"]
+    batches = ranked.filter(pl.col("facet") == "crawl_batch")
+    verdict = dict(zip(batches["key"], batches["verdict"], strict=True))
+    assert all(verdict[b] == "clean" for b in run.clean_batches)
+    # Exactly one culprit: the dataset, source and file that hold the same documents are merged
+    # into it as aliases; the batch's domains are suspects explained by it.
+    assert ranked.filter(pl.col("verdict") == "culprit").height == 1
+    assert "dataset=web_v2" in top["aliases"]
+    explained = ranked.filter(pl.col("explained_by") == top["id"])
+    assert explained.height > 0 and set(explained["verdict"]) == {"suspect"}
+
+
+def test_over_represented_dirty_batch_already_in_baseline_is_culprit_not_new():
+    run = generate_run(4000, 4000, dirty_share=0.12, dirty_in_baseline_share=0.02, seed=3)
+    top = headline_culprit(ranked_sources(run))
+    assert top is not None and top["key"] == run.dirty_batch
+    assert top["new_in_window"] is False
+    assert top["baseline_docs"] > 0 and top["enrichment"] > 3
+
+
+def test_dirty_batch_at_its_usual_share_is_only_a_suspect():
+    """Dirty but not what changed: the same share in baseline and window."""
+    run = generate_run(4000, 4000, dirty_share=0.08, dirty_in_baseline_share=0.08, seed=4)
+    ranked = ranked_sources(run)
+    assert headline_culprit(ranked) is None
+    row = ranked.filter(pl.col("key") == run.dirty_batch).row(0, named=True)
+    assert row["verdict"] == "suspect" and row["dirty"] and not row["over_represented"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("fp_rate", [0.01, 0.03])
+def test_clean_window_has_no_culprit(seed, fp_rate):
+    run = generate_run(3000, 3000, dirty_share=0.0, false_positive_rate=fp_rate, seed=seed)
+    ranked = ranked_sources(run)
+    assert run.dirty_batch is None
+    assert ranked.filter(pl.col("verdict") == "culprit").height == 0
+    assert headline_culprit(ranked) is None
+
+
+def test_shares_counts_and_rates_match_a_direct_count():
+    run = generate_run(1500, 1000, dirty_share=0.1, seed=5)
+    clusters = cluster_sources(run.window, run.baseline, facets=["crawl_batch"])
+    row = clusters.filter(pl.col("key") == run.dirty_batch).row(0, named=True)
+    mine = run.window.filter(pl.col("crawl_batch") == run.dirty_batch)
+    flagged = mine.filter((pl.col("garbage_score") >= 0.5) | (pl.col("spam_score") >= 0.5))
+    assert row["docs"] == mine.height
+    assert row["window_share"] == pytest.approx(mine.height / 1500)
+    assert row["baseline_docs"] == 0 and row["baseline_share"] == 0
+    assert row["flagged_rate"] == pytest.approx(flagged.height / mine.height)
+    assert row["garbage_rate"] == pytest.approx((mine["garbage_score"] >= 0.5).mean())
+    assert sorted(row["members"]) == sorted(
+        run.window.with_row_index("r").filter(pl.col("crawl_batch") == run.dirty_batch)["r"]
+    )
+    assert any("mojibake" in r for r in row["top_reasons"])
+    assert clusters["window_share"].sum() == pytest.approx(1.0)
+
+
+def test_exact_test_matches_scipy_fisher_and_holm_is_monotone():
+    tables = [(30, 3000, 2, 3000), (5, 100, 5, 100), (0, 50, 3, 60), (12, 400, 0, 900)]
+    a = np.array([t[0] for t in tables])
+    c = np.array([t[2] for t in tables])
+    for (ai, nw, ci, nb), p in zip(
+        tables, [enrichment_p(ai, ci, nw, nb) for ai, nw, ci, nb in tables], strict=True
+    ):
+        expected = fisher_exact([[ai, nw - ai], [ci, nb - ci]], alternative="greater").pvalue
+        assert p == pytest.approx(expected, rel=1e-6)
+    assert a.size == c.size
+    raw = np.array([0.01, 0.04, 0.03, 0.005])
+    adj = holm(raw)
+    np.testing.assert_allclose(adj, [0.03, 0.06, 0.06, 0.02])
+    assert np.all(adj >= raw)
+
+
+def test_culprit_docs_lists_the_culprit_batch_documents():
+    run = generate_run(2000, 2000, dirty_share=0.1, seed=6)
+    ranked = ranked_sources(run)
+    blocked = culprit_docs(ranked, run.window)
+    expected = run.window.filter(pl.col("crawl_batch") == run.dirty_batch)
+    assert blocked.height == expected.height
+    assert set(blocked["doc_id"]) == set(expected["doc_id"])
+    assert blocked.columns == ["dataset", "doc_id", "cluster"]
+
+
+def test_bad_input_is_a_one_line_forensics_error():
+    run = generate_run(200, 200, seed=7)
+    with pytest.raises(ForensicsError, match="missing column.*garbage_score"):
+        cluster_sources(run.window.drop("garbage_score"), run.baseline)
+    with pytest.raises(ForensicsError, match="no facet column 'shard'"):
+        cluster_sources(run.window, run.baseline, facets=["shard"])
+    with pytest.raises(ForensicsError, match="empty"):
+        cluster_sources(run.window.clear(), run.baseline)
+
+
+def test_null_facet_values_and_missing_reasons_are_tolerated():
+    run = generate_run(300, 300, seed=8)
+    window = run.window.with_columns(
+        pl.when(pl.col("doc_id") % 7 == 0).then(None).otherwise(pl.col("domain")).alias("domain")
+    ).drop("garbage_reason", "spam_reason")
+    clusters = cluster_sources(window, run.baseline, facets=["domain"])
+    assert "(none)" in clusters["key"].to_list()
+    assert clusters["docs"].sum() == 300
