@@ -1,0 +1,86 @@
+"""Reading documents back from the shards, row-numbered exactly as `datasets` numbers them.
+
+Rows are read with the same packaged builder the run used (`load_dataset(fmt, streaming=True)` on
+the one file), so row r of a shard here is row r of the id tables in `order.py`, whatever the file
+reader does with blank lines or batch boundaries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from dataloaders.hf.order import _datasets
+from dataloaders.hf.shards import Shard
+from forensics.errors import ForensicsError
+
+
+def _tables(shard: Shard, builder: str) -> Any:
+    """The (key, Arrow table) stream the run's reader yields for one file."""
+    datasets = _datasets()
+    try:
+        ds = datasets.load_dataset(
+            builder, data_files=[str(shard.path)], split="train", streaming=True
+        )
+    except Exception as err:  # unreadable file: any of datasets' many error types
+        raise ForensicsError(f"{shard.path}: cannot read it as {builder}: {err}") from None
+    return ds._ex_iterable.iter_arrow()
+
+
+def count_rows(shard: Shard, builder: str) -> int:
+    """Rows in a shard (Parquet: from the footer; others: by reading it)."""
+    if builder == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(shard.path).metadata.num_rows
+        except Exception as err:  # pyarrow raises ArrowInvalid / OSError
+            raise ForensicsError(f"{shard.path}: not a readable Parquet file ({err})") from None
+    return sum(len(table) for _, table in _tables(shard, builder))
+
+
+def read_rows(shard: Shard, builder: str, rows: np.ndarray, columns: list[str]) -> pl.DataFrame:
+    """Columns `columns` of the given rows of one shard -> DataFrame with `row` plus the columns
+    (as strings), in the order of `rows`. A missing column is a ForensicsError naming the file."""
+    import pyarrow as pa
+
+    wanted = np.unique(rows)
+    pieces = []
+    start = 0
+    for _, table in _tables(shard, builder):
+        end = start + len(table)
+        lo, hi = np.searchsorted(wanted, [start, end])
+        if hi > lo:
+            missing = [c for c in columns if c not in table.column_names]
+            if missing:
+                raise ForensicsError(
+                    f"{shard.path}: no column {missing[0]!r} (columns: {table.column_names})"
+                )
+            take = pa.array(wanted[lo:hi] - start, type=pa.int64())
+            part = table.select(columns).take(take)
+            frame = pl.from_arrow(part)
+            assert isinstance(frame, pl.DataFrame)
+            pieces.append(frame.with_columns(pl.Series("row", wanted[lo:hi], dtype=pl.Int64)))
+        start = end
+        if hi == len(wanted) and hi > 0 and wanted[-1] < end:
+            break
+    if not pieces or sum(len(p) for p in pieces) != len(wanted):
+        raise ForensicsError(f"{shard.path}: has {start} rows, asked for row {int(wanted[-1])}")
+    frame = pl.concat(pieces, how="vertical_relaxed")
+    frame = frame.with_columns(
+        [pl.col(c).cast(pl.Utf8, strict=False) for c in columns if c in frame.columns]
+    )
+    order = pl.DataFrame({"row": rows.astype(np.int64)})
+    return order.join(frame, on="row", how="left", maintain_order="left")
+
+
+def iter_texts(shard: Shard, builder: str, text_field: str) -> Any:
+    """Every document text of a shard in row order, table by table (for token counting)."""
+    for _, table in _tables(shard, builder):
+        if text_field not in table.column_names:
+            raise ForensicsError(
+                f"{shard.path}: no column {text_field!r} (columns: {table.column_names})"
+            )
+        yield table.column(text_field).to_pylist()
