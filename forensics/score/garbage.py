@@ -1,0 +1,268 @@
+"""Encoding-garbage score: how much of a document is mojibake, control bytes or binary junk.
+
+Design (why it looks like this):
+- Evidence is counted with polars regexes over 512-character chunks of every document, so the
+  hot path is native and parallel, and each chunk's density is known. A chunk whose count
+  reaches the signal's `chunk_floor` is "corrupted"; the document's corrupted fraction is the
+  share of its characters in corrupted chunks. Scoring by that fraction (not by whole-document
+  density) is what lets one broken paragraph in a 3,000-character page, or in a 10 MB file, still
+  be caught: its chunks are dense even when the document average is not.
+- Each signal also has a `doc_floor`: the total evidence below which it is treated as noise
+  (a single U+FFFD, one stray form feed, one icon-font private-use glyph).
+- Mojibake from UTF-8 read as cp1252/latin-1 (and everything else ftfy knows) uses ftfy's own
+  heuristic (`ftfy.badness`) plus an exact "lead byte + continuation bytes" pattern; UTF-8 read as
+  GBK / Shift-JIS / Big5 / EUC-KR is undone byte-wise in `legacy_codecs`.
+
+Score: a flagged signal scores 0.5 + 0.5 * min(1, corrupted_fraction / 0.3); an unflagged one
+scores below 0.5 in proportion to its evidence. The document's score is the maximum.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from forensics.safe_text import excerpt
+from forensics.score import patterns as P
+from forensics.score.legacy_codecs import CODEC_NAMES, legacy_evidence
+
+CHUNK_CHARS = 512
+# Corrupted fraction at which a flagged signal's score saturates at 1.0.
+FULL_FRACTION = 0.3
+# Legacy-codec rule: recovered bytes must be at least this share of the codec's candidate bytes,
+# or reach LEGACY_ABSOLUTE_BYTES on their own (one mojibake paragraph inside genuine CJK text).
+LEGACY_MIN_SHARE = 0.25
+LEGACY_MIN_BYTES = 8
+LEGACY_ABSOLUTE_BYTES = 96
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One countable kind of evidence.
+
+    `chunk_floor`: matches within one 512-character chunk that make the chunk corrupted.
+    `doc_floor`: matches in the whole document below which the signal is noise.
+    """
+
+    name: str
+    pattern: str
+    chunk_floor: int
+    doc_floor: int
+
+
+SIGNALS: tuple[Signal, ...] = (
+    Signal("utf8_as_cp1252", P.UTF8_AS_CP1252, 1, 2),
+    Signal("ftfy", P.ftfy_badness_pattern(), 1, 3),
+    Signal("c0", P.C0_CONTROLS, 3, 4),
+    Signal("c1", P.C1_CONTROLS, 3, 4),
+    Signal("fffd", P.REPLACEMENT, 2, 3),
+    Signal("pua", P.PRIVATE_OR_UNASSIGNED_RS, 3, 4),
+)
+# Order in which a flagged signal names the reason: the most specific explanation first.
+_PRIORITY = ("legacy", "c0", "utf8_as_cp1252", "ftfy", "fffd", "c1", "pua")
+_AUX = {"nul": P.NUL, "utf16": P.UTF16_INTERLEAVED, "east_asian": P.EAST_ASIAN_RS}
+
+
+def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
+    """Per document (row order kept): n_chars, and per signal the total and corrupted characters.
+
+    Columns: `n_chars`; `<sig>_n` (matches in the document); `<sig>_chars` (characters in chunks
+    at or above the chunk floor); `nul_n`, `utf16_n`, `east_asian_n`.
+    """
+    frame = pl.DataFrame({"text": texts}).with_row_index("doc")
+    chunks = frame.lazy().select(
+        "doc", pl.col("text").str.extract_all(rf"(?s).{{1,{CHUNK_CHARS}}}").alias("chunk")
+    )
+    chunks = chunks.explode("chunk")
+    counts = [pl.col("chunk").str.len_chars().fill_null(0).alias("len")]
+    counts += [
+        pl.col("chunk").str.count_matches(s.pattern).fill_null(0).alias(s.name) for s in SIGNALS
+    ]
+    counts += [pl.col("chunk").str.count_matches(p).fill_null(0).alias(n) for n, p in _AUX.items()]
+    per_chunk = chunks.with_columns(counts)
+    aggs = [pl.col("len").sum().alias("n_chars")]
+    for s in SIGNALS:
+        aggs.append(pl.col(s.name).sum().alias(f"{s.name}_n"))
+        aggs.append(
+            pl.col("len").filter(pl.col(s.name) >= s.chunk_floor).sum().alias(f"{s.name}_chars")
+        )
+    aggs += [pl.col(n).sum().alias(f"{n}_n") for n in _AUX]
+    agg = per_chunk.group_by("doc").agg(aggs)
+    out = frame.lazy().select("doc").join(agg, on="doc", how="left").sort("doc").collect()
+    return out.with_columns(pl.exclude("doc").fill_null(0).cast(pl.Int64))
+
+
+def _signal_scores(total: np.ndarray, chars: np.ndarray, n_chars: np.ndarray, floor: int):
+    """Score one signal for all documents; also return whether it is flagged."""
+    frac = np.divide(chars, np.maximum(n_chars, 1))
+    flagged = (total >= floor) & (chars > 0)
+    score = np.where(
+        flagged,
+        0.5 + 0.5 * np.minimum(1.0, frac / FULL_FRACTION),
+        0.45 * np.minimum(1.0, total / floor),
+    )
+    return score, flagged, frac
+
+
+def _show(s: str) -> str:
+    """An example for a reason string: invisible and hostile characters written as escapes."""
+    out = []
+    for ch in s:
+        cat = unicodedata.category(ch)
+        if cat[0] == "C" or ch == "\ufffd":
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return excerpt("".join(out), 24)
+
+
+def _first(pattern: str, text: str) -> str:
+    m = re.search(pattern, text)
+    return m.group(0) if m else ""
+
+
+def _first_pua(text: str) -> str:
+    for ch in text:
+        if unicodedata.category(ch) in ("Co", "Cn"):
+            return ch
+    return ""
+
+
+def _cp1252_reason(text: str, n: int) -> str:
+    """Name the decoding mistake: 'double-encoded' when undoing it once still leaves mojibake."""
+    example = _first(P.UTF8_AS_CP1252, text)
+    label = "UTF-8 decoded as cp1252"
+    m = re.search(f"(?:{P.UTF8_AS_CP1252}){{2,}}", text)
+    if m:
+        seg = m.group(0)
+        for codec in ("cp1252", "latin-1"):
+            try:
+                once = seg.encode(codec).decode("utf-8")
+            except UnicodeError:
+                continue
+            if re.search(P.UTF8_AS_CP1252, once):
+                label = "double-encoded UTF-8 (decoded as cp1252 twice)"
+                example = seg
+            elif codec == "latin-1":
+                label = "UTF-8 decoded as latin-1"
+            break
+    return f"{label}: {n} sequences like '{_show(example)}'"
+
+
+def _ftfy_reason(text: str, n: int) -> str:
+    from ftfy.badness import BADNESS_RE
+
+    m = BADNESS_RE.search(text)
+    example = text[max(0, m.start() - 2) : m.end() + 2] if m else ""
+    return f"mojibake (ftfy badness): {n} suspicious sequences like '{_show(example)}'"
+
+
+def _pct(frac: float) -> str:
+    return f"{100 * frac:.0f}%" if frac >= 0.01 else "<1%"
+
+
+def score_garbage(texts: pl.Series) -> pl.DataFrame:
+    """Score each text for encoding garbage.
+
+    Returns a DataFrame with one row per input row (order kept): `garbage_score` (Float64 in
+    [0, 1]; >= 0.5 means flagged) and `garbage_reason` (Utf8, "" when not flagged). Null texts
+    score 0.0 with reason "".
+    """
+    texts = texts.cast(pl.Utf8)
+    c = _chunk_counts(texts)
+    n_chars = c["n_chars"].to_numpy()
+    n = len(texts)
+    scores: dict[str, np.ndarray] = {}
+    flags: dict[str, np.ndarray] = {}
+    fracs: dict[str, np.ndarray] = {}
+    for s in SIGNALS:
+        sc, fl, fr = _signal_scores(
+            c[f"{s.name}_n"].to_numpy(), c[f"{s.name}_chars"].to_numpy(), n_chars, s.doc_floor
+        )
+        scores[s.name], flags[s.name], fracs[s.name] = sc, fl, fr
+
+    # Legacy East Asian codecs: Python, only for documents with enough East Asian characters.
+    legacy_score = np.zeros(n)
+    legacy_info: dict[int, tuple] = {}
+    candidates = np.flatnonzero(c["east_asian_n"].to_numpy() >= 2)
+    candidate_texts = texts.gather(candidates).to_list() if len(candidates) else []
+    for i, text in zip(candidates, candidate_texts, strict=True):
+        ev = legacy_evidence(text)
+        if ev.recovered_bytes == 0:
+            continue
+        share = ev.recovered_bytes / max(ev.candidate_bytes, 1)
+        flagged = ev.recovered_bytes >= LEGACY_MIN_BYTES and (
+            (share >= LEGACY_MIN_SHARE and ev.runs >= 2)
+            or ev.recovered_bytes >= LEGACY_ABSOLUTE_BYTES
+        )
+        frac = ev.recovered_chars / max(int(n_chars[i]), 1)
+        if flagged:
+            legacy_score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
+            legacy_info[int(i)] = (ev, frac)
+        else:
+            legacy_score[i] = 0.45 * min(1.0, ev.recovered_bytes / LEGACY_ABSOLUTE_BYTES) * share
+    scores["legacy"] = legacy_score
+
+    names = list(scores)
+    matrix = np.column_stack([scores[k] for k in names])
+    final = matrix.max(axis=1)
+    final[n_chars == 0] = 0.0
+    # The reason names the most specific flagged signal, not merely the highest score.
+    priority = np.array([_PRIORITY.index(k) for k in names])
+    ranked = np.where(matrix >= 0.5, priority[None, :], len(_PRIORITY))
+    best = ranked.argmin(axis=1)
+    reasons = [""] * n
+    flagged_rows = np.flatnonzero(final >= 0.5)
+    flagged_texts = texts.gather(flagged_rows).to_list() if len(flagged_rows) else []
+    for i, text in zip(flagged_rows, flagged_texts, strict=True):
+        reasons[i] = _reason(text, names[best[i]], c, int(i), fracs, legacy_info)
+    return pl.DataFrame(
+        {
+            "garbage_score": np.clip(final, 0.0, 1.0).astype(np.float64),
+            "garbage_reason": pl.Series(reasons, dtype=pl.Utf8),
+        }
+    )
+
+
+def _reason(text: str, signal: str, c: pl.DataFrame, i: int, fracs: dict, legacy: dict) -> str:
+    """One short human-readable line for the strongest signal of document `i`."""
+    if signal == "legacy":
+        ev, frac = legacy[i]
+        bad, good = ev.example or ("", "")
+        return (
+            f"UTF-8 decoded as {CODEC_NAMES[ev.codec]}: {ev.runs} runs like '{_show(bad)}' "
+            f"(re-encoded: '{_show(good)}'), {_pct(frac)} of text"
+        )
+    n = int(c[f"{signal}_n"][i])
+    frac = float(fracs[signal][i])
+    where = f", {_pct(frac)} of text"
+    junk_kinds = ("c0", "c1", "fffd", "pua")
+    if sum(int(c[f"{k}_chars"][i]) > 0 for k in junk_kinds) >= 2:
+        junk = sum(int(c[f"{k}_n"][i]) for k in junk_kinds)
+        frac = max(float(fracs[k][i]) for k in junk_kinds)
+        if int(c["utf16_n"][i]) > 0 and int(c["nul_n"][i]) * 4 >= junk:
+            nul = int(c["nul_n"][i])
+            return f"UTF-16 text read as 8-bit: {nul} interleaved NULs, {_pct(frac)} of text"
+        what = "control, replacement or private-use characters"
+        return f"binary junk: {junk} {what}, {_pct(frac)} of text"
+    if signal == "utf8_as_cp1252":
+        return _cp1252_reason(text, n) + where
+    if signal == "ftfy":
+        return _ftfy_reason(text, n) + where
+    if signal == "c0":
+        if int(c["utf16_n"][i]) > 0:
+            return f"UTF-16 text read as 8-bit: {int(c['nul_n'][i])} interleaved NULs{where}"
+        nul = int(c["nul_n"][i])
+        ex = _first(P.C0_CONTROLS, text)
+        return f"{n} C0 control characters ({nul} NUL) like '{_show(ex)}'{where}"
+    if signal == "c1":
+        return f"{n} C1 control characters like '{_show(_first(P.C1_CONTROLS, text))}'{where}"
+    if signal == "fffd":
+        return f"{n} U+FFFD replacement characters (lossy decode){where}"
+    if signal == "pua":
+        return f"{n} private-use or unassigned code points like '{_show(_first_pua(text))}'{where}"
+    return signal

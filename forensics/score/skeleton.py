@@ -1,0 +1,153 @@
+"""Cross-document template detection: near-duplicate *skeletons* across the scored table.
+
+A slot-filled SEO page ("Best plumber in Austin ... our Austin team ...") reads fine alone; what
+gives it away is that 200 other pages in the same batch share its skeleton. The skeleton of a
+text is its word sequence with the usual slot fillers masked (capitalised words -> X, words with
+digits -> 0), so pages that differ only in names, places, prices and phone numbers get the same
+skeleton shingles.
+
+Scaling: one-permutation MinHash (a single hash per shingle, binned into `BINS` buckets, minimum
+per bucket) computed for all documents at once with polars group-bys, then banded LSH: documents
+that agree on every bin of some band become candidates, candidates are verified against the
+band's first member by estimated Jaccard, and connected components of verified pairs are the
+template clusters. No all-pairs comparison; cost is linear in the number of shingles.
+We hand-wrote this instead of using datasketch's `MinHash`/`MinHashLSH` because those build one
+Python object per document (hundreds of microseconds each), which alone would exceed our whole
+per-document budget; the estimator and banding are the same.
+
+Calibration: legitimate pages share boilerplate (licence headers, README templates) but rarely
+with the whole document; a cluster is template spam when at least `MIN_CLUSTER` *distinct* texts
+share a skeleton at estimated Jaccard >= `MIN_JACCARD`. Exact copies count once: duplicates are a
+dedup problem, not a template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from forensics.score.tokens import Tokens, ngram_hashes
+
+SHINGLE = 5  # words per skeleton shingle
+BINS = 128  # one-permutation MinHash bins
+ROWS = 4  # bins per LSH band (32 bands): P(candidate | J=0.5) ~ 0.87, J=0.3 ~ 0.23
+MIN_SHINGLES = 30  # shorter documents have no meaningful skeleton
+MIN_JACCARD = 0.5
+MIN_CLUSTER = 10  # distinct documents sharing one skeleton before it is called a template
+FULL_CLUSTER = 50  # cluster size at which the score saturates
+_EMPTY = np.iinfo(np.uint64).max
+
+
+@dataclass(frozen=True)
+class SkeletonClusters:
+    """Per document: `cluster` int64 (-1: none), `size` int64 (distinct texts in its cluster)."""
+
+    cluster: np.ndarray
+    size: np.ndarray
+
+
+def signatures(tok: Tokens) -> tuple[np.ndarray, np.ndarray]:
+    """One-permutation MinHash of each document's skeleton shingles.
+
+    Returns (sig, eligible): `sig` uint64 [n_docs, BINS], the minimum shingle hash per bin
+    (`_EMPTY` where a bin got none); `eligible` bool [n_docs], documents with >= MIN_SHINGLES
+    distinct informative shingles.
+    """
+    starts, h = ngram_hashes(tok.doc, tok.skel, SHINGLE)
+    # A shingle of masks only ("X X 0 X X") is a list of names or numbers, not template text.
+    masked_run = np.convolve(tok.masked.astype(np.int64), np.ones(SHINGLE, np.int64), "valid")
+    keep = masked_run[starts] < SHINGLE
+    frame = pl.DataFrame({"doc": tok.doc[starts[keep]], "h": h[keep]}).unique()
+    counts = frame.group_by("doc").len()
+    eligible = np.zeros(tok.n_docs, dtype=bool)
+    ok = counts.filter(pl.col("len") >= MIN_SHINGLES)["doc"].to_numpy()
+    eligible[ok] = True
+    sig = np.full((tok.n_docs, BINS), _EMPTY, dtype=np.uint64)
+    mins = (
+        frame.filter(pl.col("doc").is_in(ok))
+        .with_columns(bin=(pl.col("h") % BINS).cast(pl.Int64), v=pl.col("h") // BINS)
+        .group_by("doc", "bin")
+        .agg(pl.col("v").min())
+    )
+    sig[mins["doc"].to_numpy(), mins["bin"].to_numpy()] = mins["v"].to_numpy()
+    return sig, eligible
+
+
+def _jaccard(sig: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Estimated Jaccard for pairs (a[i], b[i]): equal bins among bins filled in either."""
+    sa, sb = sig[a], sig[b]
+    filled = (sa != _EMPTY) | (sb != _EMPTY)
+    equal = (sa == sb) & filled
+    return equal.sum(axis=1) / np.maximum(filled.sum(axis=1), 1)
+
+
+def find_clusters(tok: Tokens, text_hash: np.ndarray) -> SkeletonClusters:
+    """Connected components of documents whose skeletons are near-duplicates (banded LSH)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = tok.n_docs
+    cluster = np.full(n, -1, dtype=np.int64)
+    size = np.zeros(n, dtype=np.int64)
+    sig, eligible = signatures(tok)
+    docs = np.flatnonzero(eligible)
+    if len(docs) < 2:
+        return SkeletonClusters(cluster, size)
+    sub = sig[docs]
+    src: list[np.ndarray] = []
+    dst: list[np.ndarray] = []
+    mix = np.uint64(0x9E3779B97F4A7C15)
+    for band in range(BINS // ROWS):
+        block = sub[:, band * ROWS : (band + 1) * ROWS]
+        key = np.zeros(len(docs), dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for j in range(ROWS):
+                key = (key ^ block[:, j]) * mix + np.uint64(j + 1)
+        # Bands that are entirely empty bins carry no evidence.
+        informative = (block != _EMPTY).any(axis=1)
+        f = pl.DataFrame({"i": np.arange(len(docs)), "k": key}).filter(pl.Series(informative))
+        f = f.with_columns(head=pl.col("i").first().over("k")).filter(pl.col("i") != pl.col("head"))
+        if f.height:
+            src.append(f["head"].to_numpy())
+            dst.append(f["i"].to_numpy())
+    if not src:
+        return SkeletonClusters(cluster, size)
+    a = np.concatenate(src)
+    b = np.concatenate(dst)
+    pairs = np.unique(np.stack([a, b], axis=1), axis=0)
+    sim = _jaccard(sub, pairs[:, 0], pairs[:, 1])
+    pairs = pairs[sim >= MIN_JACCARD]
+    graph = coo_matrix(
+        (np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(docs), len(docs))
+    )
+    _, labels = connected_components(graph, directed=False)
+    # Cluster size counts distinct texts: exact copies are one document for this purpose.
+    sizes = (
+        pl.DataFrame({"label": labels, "t": text_hash[docs]})
+        .group_by("label")
+        .agg(distinct=pl.col("t").n_unique())
+    )
+    distinct = np.zeros(labels.max() + 1, dtype=np.int64)
+    distinct[sizes["label"].to_numpy()] = sizes["distinct"].to_numpy()
+    cluster[docs] = labels
+    size[docs] = distinct[labels]
+    return SkeletonClusters(cluster, size)
+
+
+def skeleton_scores(clusters: SkeletonClusters) -> tuple[np.ndarray, list[str]]:
+    """Score from cluster size: 0.5 at MIN_CLUSTER distinct texts, 1.0 at FULL_CLUSTER."""
+    s = clusters.size.astype(float)
+    score = np.where(
+        s >= MIN_CLUSTER,
+        0.5 + 0.5 * np.clip((s - MIN_CLUSTER) / (FULL_CLUSTER - MIN_CLUSTER), 0, 1),
+        np.where(s >= 2, 0.45 * s / MIN_CLUSTER, 0.0),
+    )
+    reasons = [
+        f"skeleton shared with {int(k) - 1} other documents (template with slot-filled variation)"
+        if sc >= 0.5
+        else ""
+        for sc, k in zip(score, clusters.size, strict=True)
+    ]
+    return score, reasons

@@ -1,0 +1,102 @@
+"""Word tokens of a whole column as flat arrays, shared by the spam signals and the skeleton index.
+
+Why flat arrays: n-gram statistics and shingle hashes over tens of thousands of documents are
+cheap as numpy operations on one long array of word hashes with a parallel array of document ids,
+and expensive as per-document Python lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+WORD = r"\w+"
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """All words of all documents, in document order then text order.
+
+    `doc`: int64 [n_words], the row each word belongs to (non-decreasing).
+    `hash`: uint64 [n_words], hash of the lowercased word.
+    `skel`: uint64 [n_words], hash of the word's skeleton form: "X" for a capitalised word
+        (names, brands, places: the usual template slots), "0" for a word with a digit,
+        else the lowercased word.
+    `length`: int64 [n_words], characters in the word.
+    `masked`: bool [n_words], True where the skeleton form is a mask ("X" or "0").
+    `n_docs`: number of rows in the column.
+    """
+
+    doc: np.ndarray
+    hash: np.ndarray
+    skel: np.ndarray
+    length: np.ndarray
+    masked: np.ndarray
+    n_docs: int
+
+
+def tokenize(texts: pl.Series) -> Tokens:
+    """Split every text into `\\w+` words (Unicode-aware, in polars) and hash them."""
+    frame = (
+        pl.DataFrame({"text": texts.cast(pl.Utf8)})
+        .lazy()
+        .with_row_index("doc")
+        .select("doc", pl.col("text").str.extract_all(WORD).alias("w"))
+        .explode("w")
+        .drop_nulls("w")
+        .with_columns(lower=pl.col("w").str.to_lowercase())
+        .with_columns(
+            hash=pl.col("lower").hash(17),
+            length=pl.col("w").str.len_chars().cast(pl.Int64),
+            cap=pl.col("w").str.contains(r"^\p{Lu}"),
+            digit=pl.col("w").str.contains(r"\d"),
+        )
+        .with_columns(
+            skel=pl.when(pl.col("digit"))
+            .then(pl.lit("0"))
+            .when(pl.col("cap"))
+            .then(pl.lit("X"))
+            .otherwise(pl.col("lower"))
+            .hash(23),
+            masked=pl.col("digit") | pl.col("cap"),
+        )
+        .select("doc", "hash", "skel", "length", "masked")
+        .collect()
+    )
+    return Tokens(
+        doc=frame["doc"].cast(pl.Int64).to_numpy(),
+        hash=frame["hash"].to_numpy(),
+        skel=frame["skel"].to_numpy(),
+        length=frame["length"].to_numpy(),
+        masked=frame["masked"].to_numpy(),
+        n_docs=len(texts),
+    )
+
+
+_MIX = np.array(
+    [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
+     0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9,
+     0x2545F4914F6CDD1D, 0x9FB21C651E98DF25],
+    dtype=np.uint64,
+)  # fmt: skip
+
+
+def ngram_hashes(doc: np.ndarray, h: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hashes of all word n-grams that do not cross a document boundary.
+
+    Returns (start, hash): `start` int64 [m], index of the n-gram's first word in the flat
+    arrays; `hash` uint64 [m], an order-sensitive combination of the n word hashes.
+    """
+    m = len(h) - n + 1
+    if m <= 0:
+        return np.empty(0, np.int64), np.empty(0, np.uint64)
+    starts = np.arange(m, dtype=np.int64)
+    valid = doc[:m] == doc[n - 1 :]
+    out = np.zeros(m, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(n):
+            part = h[j : j + m] * _MIX[j % len(_MIX)]
+            out = (out ^ part) * np.uint64(0x100000001B3) + np.uint64(j + 1)
+    return starts[valid], out[valid]
