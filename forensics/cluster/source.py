@@ -157,7 +157,8 @@ def cluster_sources(
     into that row and named in its `aliases`, so one source is not reported twice. `members` /
     `flagged_members` list the `_row` positions (0-based rows of `window_docs`) of its window
     documents / of those flagged; the verdict step reads them, the report does not print them.
-    The `verdict` column is filled by `assign_verdicts`.
+    `main_dataset` is the dataset most of its documents come from. The `verdict` column is
+    filled by `assign_verdicts`.
     """
     window = prepare_docs(window_docs, "window documents")
     baseline = prepare_docs(baseline_docs, "baseline documents")
@@ -182,6 +183,7 @@ def cluster_sources(
             pl.col("_spam").sum().alias("spam"),
             pl.col("_row").cast(pl.Int64).alias("members"),
             pl.col("_row").filter(pl.col("_flag")).cast(pl.Int64).alias("flagged_members"),
+            pl.col("dataset").cast(pl.Utf8).mode().sort().first().alias("main_dataset"),
             pl.col("_s1").sum().alias("_w1"),
             pl.col("_s2").sum().alias("_w2"),
         )
@@ -221,7 +223,7 @@ def cluster_sources(
         pl.lit("source").alias("kind"),
         *[pl.Series(name, values) for name, values in stats.items()],
     )
-    return out.select(CLUSTER_COLUMNS).with_columns(
+    return out.select(*CLUSTER_COLUMNS, "main_dataset").with_columns(
         pl.col("docs").cast(pl.Int64),
         pl.col("baseline_docs").cast(pl.Int64),
         pl.col("flagged").cast(pl.Int64),

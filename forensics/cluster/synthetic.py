@@ -126,7 +126,7 @@ def _docs(
         idx = next((i for i, c in enumerate(crawl) if c == dirty_batch), None)
         if idx is not None:
             text[idx] = HOSTILE
-            gs[idx], gr[idx] = 0.99, "control characters: ESC <script>"
+            gs[idx], gr[idx] = 1.0, "control characters: ESC <script>"
     ids = np.arange(first_doc_id, first_doc_id + n, dtype=np.int64)
     return pl.DataFrame(
         {

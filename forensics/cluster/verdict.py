@@ -13,7 +13,6 @@ clean window yields no culprit (tests/test_cluster_verdict.py).
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 from forensics.cluster.stats import SUSPICION_FORMULA
@@ -24,7 +23,6 @@ FLAG_FLOOR = 0.2  # a dirty cluster has at least this flagged rate ...
 FLAG_RATIO = 5.0  # ... and at least this multiple of the rest of the window's rate
 EXPLAINED_SHARE = 0.5  # flagged members inside an earlier culprit that make a cluster "explained"
 
-VERDICT_ORDER = {"culprit": 0, "suspect": 1, "clean": 2}
 
 RULE = (
     f"over-represented = Holm-corrected exact-test p < {P_MAX:g} and enrichment >= "
@@ -48,14 +46,17 @@ def _dirty() -> pl.Expr:
 
 
 def assign_verdicts(clusters: pl.DataFrame) -> pl.DataFrame:
-    """Add `over_represented`, `dirty`, `verdict`, `explained_by`; sort culprits first by suspicion.
+    """Add `over_represented`, `dirty`, `verdict`, `explained_by`; sort by suspicion.
 
     Input: source and/or embedding cluster tables concatenated (how="diagonal"). Sorted by
-    verdict (culprit, suspect, clean), then suspicion descending, then id. A culprit is checked
-    against the culprits ranked above it of any kind: if at least half of its flagged members
-    are theirs and what is left is not dirty on its own, it becomes a suspect explained by the
-    first of them. Members of embedding clusters are sampled documents, so an embedding cluster
-    is only ever explained by a source cluster, never the other way round.
+    suspicion descending, then id (a dirty cluster that is not over-represented can outrank a
+    culprit with fewer flagged documents: the verdict, not the rank, says who is blamed).
+    A culprit is checked against the culprits ranked above it: if half or more of its flagged
+    members are theirs and what is left is not dirty on its own, it becomes a suspect explained
+    by the first of them; a suspect or clean cluster gets `explained_by` on the same overlap test
+    (its verdict unchanged), so the report can say what is left outside the culprit. Members of
+    embedding clusters are sampled documents, so an embedding
+    cluster is only ever explained by a source cluster, never the other way round.
     """
     if clusters.height == 0:
         return clusters.with_columns(
@@ -90,8 +91,6 @@ def assign_verdicts(clusters: pl.DataFrame) -> pl.DataFrame:
     rest_rate = flagged["rest_flagged_rate"].to_numpy()
     claimed: list[tuple[str, set[int]]] = []  # (culprit id, its window rows), source kind only
     for i in range(flagged.height):
-        if verdicts[i] == "clean":
-            continue
         mine = set(flagged_members[i] or [])
         for culprit_id, rows in claimed:
             inside = len(mine & rows)
@@ -107,15 +106,9 @@ def assign_verdicts(clusters: pl.DataFrame) -> pl.DataFrame:
                 break
         if verdicts[i] == "culprit" and kinds[i] == "source":
             claimed.append((ids[i], set(members[i] or [])))
-    out = flagged.with_columns(
+    return flagged.with_columns(
         pl.Series("verdict", verdicts, dtype=pl.Utf8),
         pl.Series("explained_by", explained, dtype=pl.Utf8),
-    )
-    order = np.array([VERDICT_ORDER[v] for v in verdicts])
-    return (
-        out.with_columns(pl.Series("_order", order))
-        .sort(["_order", "suspicion", "id"], descending=[False, True, False])
-        .drop("_order")
     )
 
 

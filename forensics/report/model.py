@@ -1,0 +1,363 @@
+"""The spike report's data, and the first screen an engineer acts on.
+
+Why one model and three renderers: report.json, report.md, report.html and the terminal table
+must tell the same story with the same numbers. Everything is computed here (`build_report`,
+`summary_lines`); the renderers only lay it out and escape it. Text from documents or manifests
+is kept raw here (with control characters already neutralised in excerpts) and escaped by each
+renderer for its medium.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from forensics.cluster.verdict import culprit_docs, headline_culprit, rule_text
+from forensics.safe_text import excerpt
+
+EXAMPLES_PER_CLUSTER = 3
+EXAMPLE_CLUSTERS = 12  # culprits and suspects (then the top clusters) that get examples
+EXCERPT_CHARS = 300
+FLAG_CHARS = 160  # a pasted flag longer than this is cut in the summary (full in skip dict)
+NO_CULPRIT_ADVICE = (
+    "no cluster stands out: the spike is then more likely numerical (a hard batch, a bf16 "
+    "overflow, a hardware glitch). If it is benign, do nothing; if spikes keep coming and no "
+    "dirty data is found, only then lower the learning rate or tighten gradient clipping."
+)
+
+
+@dataclass
+class SpikeReport:
+    """Everything a report shows. Tables are polars frames; see each field for its columns."""
+
+    step: int  # the spike's iteration
+    window: tuple[int, int]  # first, last iteration replayed before the spike
+    baseline: tuple[int, int]  # first, last iteration of the baseline window
+    rollback_iteration: int | None
+    clusters: pl.DataFrame  # assign_verdicts output, sorted by suspicion
+    rollback_note: str = ""
+    # cluster (id), dataset, doc_id, excerpt (control characters neutralised), reasons (list)
+    examples: pl.DataFrame | None = None
+    culprit_share: pl.DataFrame | None = None  # iteration, share (of samples holding culprit docs)
+    loss: pl.DataFrame | None = None  # step, loss (forensics.triage.readers.read_log)
+    embedding_xy: pl.DataFrame | None = None  # x, y, cluster, side, flagged (one per embedded doc)
+    scores: pl.DataFrame | None = None  # side ("window"/"baseline"), garbage_score, spam_score
+    embedding_note: dict[str, Any] | None = None  # cluster.describe_sample(...)
+    skip: dict[str, Any] | None = None  # filled by the spike pipeline (iterations, flags, ...)
+    culprit_first_iteration: int | None = None  # first window iteration holding its documents
+    rules: dict[str, str] = field(default_factory=rule_text)
+
+    @property
+    def culprit(self) -> dict[str, Any] | None:
+        return headline_culprit(self.clusters)
+
+
+def cluster_name(row: dict[str, Any]) -> str:
+    """ "crawl_batch=crawl-2026-10-17" for a source cluster, "embedding e3" for an embedding one."""
+    if row.get("kind") == "source":
+        return f"{row['facet']}={row['key']}"
+    return f"embedding {row['id']}"
+
+
+def pick_examples(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, per_cluster: int = EXAMPLES_PER_CLUSTER
+) -> pl.DataFrame:
+    """A few documents per interesting cluster: flagged ones first, highest score first.
+
+    Interesting = culprits, then suspects that are not inside a culprit, EXAMPLE_CLUSTERS at
+    most (a suspect inside a culprit would only repeat the culprit's examples).
+    """
+    chosen = pl.concat(
+        [
+            ranked.filter(pl.col("verdict") == "culprit"),
+            ranked.filter((pl.col("verdict") == "suspect") & pl.col("explained_by").is_null()),
+        ]
+    ).head(EXAMPLE_CLUSTERS)
+    docs = window_docs.with_row_index("_row").with_columns(
+        pl.max_horizontal(
+            pl.col("garbage_score").cast(pl.Float64).fill_null(0.0),
+            pl.col("spam_score").cast(pl.Float64).fill_null(0.0),
+        ).alias("_score")
+    )
+    for col in ("garbage_reason", "spam_reason", "text"):
+        if col not in docs.columns:
+            docs = docs.with_columns(pl.lit("").alias(col))
+    rows = []
+    for cluster_id, members in chosen.select("id", "members").iter_rows():
+        if not members:
+            continue
+        picked = (
+            docs.filter(pl.col("_row").is_in(members))
+            .sort(["_score", "doc_id"], descending=[True, False])
+            .head(per_cluster)
+        )
+        for r in picked.iter_rows(named=True):
+            reasons = [x for x in (r["garbage_reason"], r["spam_reason"]) if x]
+            rows.append(
+                {
+                    "cluster": cluster_id,
+                    "dataset": r["dataset"],
+                    "doc_id": r["doc_id"],
+                    "excerpt": excerpt(r["text"], EXCERPT_CHARS),
+                    "reasons": reasons,
+                    "garbage_score": float(r["garbage_score"] or 0.0),
+                    "spam_score": float(r["spam_score"] or 0.0),
+                }
+            )
+    schema = {
+        "cluster": pl.Utf8,
+        "dataset": pl.Utf8,
+        "doc_id": pl.Int64,
+        "excerpt": pl.Utf8,
+        "reasons": pl.List(pl.Utf8),
+        "garbage_score": pl.Float64,
+        "spam_score": pl.Float64,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def culprit_share_per_iteration(replay: pl.DataFrame, blocked: pl.DataFrame) -> pl.DataFrame:
+    """Per iteration, the share of its samples that touch at least one culprit document.
+
+    `replay`: one row per (iteration, sample_index, document segment) with dataset, doc_id.
+    `blocked`: (dataset, doc_id) of culprit documents. Shares here are over samples (what a
+    skipped iteration costs), unlike cluster shares, which are over documents.
+    """
+    marked = replay.select("iteration", "sample_index", "dataset", "doc_id").join(
+        blocked.select("dataset", "doc_id").unique().with_columns(pl.lit(True).alias("_c")),
+        on=["dataset", "doc_id"],
+        how="left",
+    )
+    per_sample = marked.group_by("iteration", "sample_index").agg(
+        pl.col("_c").fill_null(False).any().alias("culprit")
+    )
+    return (
+        per_sample.group_by("iteration")
+        .agg(pl.col("culprit").mean().alias("share"), pl.len().alias("samples"))
+        .sort("iteration")
+    )
+
+
+def build_report(
+    step: int,
+    window: tuple[int, int],
+    baseline: tuple[int, int],
+    rollback_iteration: int | None,
+    ranked: pl.DataFrame,
+    window_docs: pl.DataFrame,
+    baseline_docs: pl.DataFrame,
+    *,
+    replay: pl.DataFrame | None = None,
+    assignments: pl.DataFrame | None = None,
+    embedding_note: dict[str, Any] | None = None,
+    loss: pl.DataFrame | None = None,
+    skip: dict[str, Any] | None = None,
+    rollback_note: str = "",
+) -> SpikeReport:
+    """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call)."""
+    examples = pick_examples(ranked, window_docs)
+    culprit_share = None
+    first_seen = None
+    if replay is not None and replay.height:
+        blocked = culprit_docs(ranked, window_docs)
+        culprit_share = culprit_share_per_iteration(replay, blocked)
+        top = headline_culprit(ranked)
+        if top is not None:
+            mine = culprit_docs(ranked, window_docs, only=[top["id"]])
+            seen = replay.join(mine.select("dataset", "doc_id"), on=["dataset", "doc_id"])
+            first_seen = int(seen["iteration"].min()) if seen.height else None
+    scores = pl.concat(
+        [
+            docs.select(
+                pl.lit(side).alias("side"),
+                pl.col("garbage_score").cast(pl.Float64).fill_null(0.0),
+                pl.col("spam_score").cast(pl.Float64).fill_null(0.0),
+            )
+            for side, docs in (("window", window_docs), ("baseline", baseline_docs))
+        ]
+    )
+    xy = None
+    if assignments is not None and assignments.height:
+        xy = assignments.select("x", "y", "cluster", "side", "flagged")
+    return SpikeReport(
+        step=int(step),
+        window=(int(window[0]), int(window[1])),
+        baseline=(int(baseline[0]), int(baseline[1])),
+        rollback_iteration=None if rollback_iteration is None else int(rollback_iteration),
+        rollback_note=rollback_note,
+        clusters=ranked,
+        examples=examples,
+        culprit_share=culprit_share,
+        loss=loss,
+        embedding_xy=xy,
+        scores=scores,
+        embedding_note=embedding_note,
+        skip=skip,
+        culprit_first_iteration=first_seen,
+    )
+
+
+# -- the first screen ---------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    if x == 0:
+        return "0%"
+    if x < 0.001:
+        return "<0.1%"
+    return f"{100 * x:.1f}%" if x < 0.1 else f"{100 * x:.0f}%"
+
+
+def format_p(p: float) -> str:
+    """p-values as an engineer reads them: "p < 1e-30" below 1e-4, else two digits."""
+    if p <= 1e-300:
+        return "p < 1e-300"
+    if p < 1e-4:
+        import math
+
+        return f"p < 1e-{int(-math.log10(p))}"
+    return f"p = {p:.2g}"
+
+
+def _ranges(iterations: list[list[int]] | list[tuple[int, int]]) -> tuple[str, int]:
+    parts, total = [], 0
+    for first, last in iterations:
+        parts.append(f"{first}-{last}" if first != last else f"{first}")
+        total += last - first + 1
+    shown = ", ".join(parts[:6]) + (f", ... ({len(parts)} ranges)" if len(parts) > 6 else "")
+    return shown, total
+
+
+def _cut(text: str, limit: int = FLAG_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
+    lines = []
+    name = "this cluster" if top["kind"] == "embedding" else f"this {top['facet']}"
+    if top["new_in_window"]:
+        seam = "new in the window (absent from the baseline): a mixture switch"
+        if report.culprit_first_iteration is not None:
+            seam += f"; its first document appears at iteration {report.culprit_first_iteration}"
+        lines.append(seam)
+    share = (
+        f"{name} is {_pct(top['window_share'])} of the window's documents, "
+        f"{_pct(top['baseline_share'])} of the baseline's ({format_p(top['p_value'])}"
+    )
+    share += ")" if top["new_in_window"] else f", {top['enrichment']:.1f}x)"
+    lines.append(share)
+    flagged = (
+        f"{_pct(top['flagged_rate'])} of its documents are flagged: garbage "
+        f"{_pct(top['garbage_rate'])}, spam {_pct(top['spam_rate'])} (rest of the window: "
+        f"{_pct(top['rest_flagged_rate'])})"
+    )
+    lines.append(flagged)
+    if top.get("top_reasons"):
+        lines.append("top reasons: " + "; ".join(top["top_reasons"]))
+    if top["kind"] == "embedding" and top.get("dominant_sources"):
+        lines.append("it lives in: " + ", ".join(top["dominant_sources"]))
+    if top.get("aliases"):
+        lines.append("same documents as: " + ", ".join(top["aliases"][:4]))
+    ranked = report.clusters
+    corroborating = ranked.filter(
+        (pl.col("kind") == "embedding") & (pl.col("explained_by") == top["id"])
+    )
+    if corroborating.height:
+        ids = ", ".join(corroborating["id"].head(4).to_list())
+        lines.append(f"embedding clusters {ids} ({corroborating.height} in all) sit inside it")
+    others = ranked.filter(
+        (pl.col("id") != top["id"]) & pl.col("explained_by").fill_null("").ne(top["id"])
+    )
+    if others.height:
+        nxt = others.row(0, named=True)
+        lines.append(
+            f"next most suspicious cluster: {cluster_name(nxt)}, "
+            f"{_pct(nxt['flagged_rate'])} flagged ({nxt['verdict']})"
+        )
+    return lines
+
+
+def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
+    """The first screen as (label, text) lines, raw text; renderers escape it for their medium."""
+    first, last = report.window
+    b0, b1 = report.baseline
+    out: list[tuple[str, str]] = [
+        ("", f"Spike at iteration {report.step}, window {first}-{last}, baseline {b0}-{b1}")
+    ]
+    top = report.culprit
+    if top is None:
+        out.append(("NO CULPRIT", NO_CULPRIT_ADVICE))
+        suspects = report.clusters.filter(pl.col("verdict") == "suspect")
+        if suspects.height:
+            s = suspects.row(0, named=True)
+            out.append(
+                (
+                    "",
+                    f"most suspicious: {cluster_name(s)} (suspect: {_pct(s['flagged_rate'])} "
+                    f"flagged, {_pct(s['window_share'])} of the window, "
+                    f"{_pct(s['baseline_share'])} of the baseline)",
+                )
+            )
+    else:
+        label = cluster_name(top)
+        dataset = _dominant_dataset(top)
+        out.append(("CULPRIT", label + (f" (dataset {dataset})" if dataset else "")))
+        out.extend(("why" if i == 0 else "", line) for i, line in enumerate(_why(report, top)))
+    if report.rollback_iteration is not None:
+        text = f"to iteration {report.rollback_iteration}"
+        text += f" ({report.step - report.rollback_iteration} iterations before the spike)"
+        if report.rollback_note:
+            text += f"; {report.rollback_note}"
+        out.append(("ROLL BACK", text))
+    skip = report.skip or {}
+    if skip.get("iterations"):
+        shown, total = _ranges(skip["iterations"])
+        text = f"iterations {shown} ({total} iterations)"
+        coll = skip.get("collateral") or {}
+        if coll:
+            text += "; " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in coll.items())
+        if skip.get("documents") is not None:
+            text += f"; block list: {int(skip['documents']):,} documents"
+        out.append(("SKIP", text))
+    if skip.get("ahead"):
+        ahead = skip["ahead"]
+        text = (
+            "; ".join(f"{k.replace('_', ' ')}: {format_value(v)}" for k, v in ahead.items())
+            if isinstance(ahead, dict)
+            else str(ahead)
+        )
+        out.append(("AHEAD", text))
+    if skip.get("megatron_lm"):
+        out.append(("PASTE", "Megatron-LM:        " + _cut(str(skip["megatron_lm"]))))
+    if skip.get("megatron_deepspeed"):
+        ds = skip["megatron_deepspeed"]
+        flag = ds.get("flag", "") if isinstance(ds, dict) else str(ds)
+        label = "" if skip.get("megatron_lm") else "PASTE"
+        out.append((label, "Megatron-DeepSpeed: " + _cut(flag)))
+        if isinstance(ds, dict) and ds.get("caveat"):
+            out.append(("", "caveat: " + str(ds["caveat"])))
+    return out
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return _pct(value) if 0 <= value <= 1 else f"{value:,.2f}"
+    if isinstance(value, list | tuple):
+        return ", ".join(format_value(v) for v in value[:8]) + (", ..." if len(value) > 8 else "")
+    return str(value)
+
+
+def _dominant_dataset(top: dict[str, Any]) -> str | None:
+    if top.get("facet") == "dataset":
+        return None
+    if top.get("main_dataset"):
+        return str(top["main_dataset"])
+    for alias in top.get("aliases") or []:
+        if alias.startswith("dataset="):
+            return alias.split("=", 1)[1]
+    for source in top.get("dominant_sources") or []:
+        if source.startswith("dataset="):
+            return source.split("=", 1)[1]
+    return None

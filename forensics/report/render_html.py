@@ -1,0 +1,183 @@
+"""report.html: one self-contained page (inline CSS, plots as base64 PNG, no scripts, no links
+out), so it opens from a laptop's downloads folder on a plane.
+
+Every piece of text that is not our own literal markup goes through `html.escape` (our own
+strings) or `forensics.safe_text.html_safe` (anything from documents, manifests or flags): a
+crawled `<script>alert(1)</script>` shows as text. The page carries a Content-Security-Policy
+that forbids scripts and remote loads, as a second line of defence.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+
+from forensics.report.model import (
+    SpikeReport,
+    cluster_name,
+    format_p,
+    format_value,
+    summary_lines,
+)
+from forensics.report.render_md import cluster_rows
+from forensics.safe_text import html_safe
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
+max-width:1200px}
+h1{font-size:22px;margin:0 0 12px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+pre.summary{background:#fafafa;border:1px solid #ddd;border-left:6px solid #d62728;padding:12px;
+white-space:pre-wrap;font-size:13px;line-height:1.45}
+pre.summary.none{border-left-color:#1f77b4}
+.label{font-weight:bold;color:#d62728}
+table{border-collapse:collapse;font-size:12px;width:100%}
+th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f0f0f0} td.num{text-align:right;font-variant-numeric:tabular-nums;
+white-space:nowrap}
+tr.culprit td{background:#fde8e8} tr.suspect td{background:#fff4e0}
+.ex{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;background:#f7f7f7;
+padding:6px;border:1px solid #eee;margin:4px 0 10px;white-space:pre-wrap;word-break:break-all}
+img{max-width:100%;border:1px solid #eee;margin:6px 0}
+.muted{color:#666;font-size:12px}
+"""
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+PLOT_TITLES = {
+    "culprit_share": "Culprit share per iteration (over the loss when a log was given)",
+    "embedding": "Embedding clusters in 2-D",
+    "scores": "Score histograms, window vs baseline",
+}
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _summary(report: SpikeReport) -> str:
+    lines = []
+    for label, text in summary_lines(report):
+        safe = html_safe(text, 2000)
+        if label:
+            lines.append(f'<span class="label">{_e(label):<10}</span> {safe}')
+        else:
+            lines.append(" " * 11 + safe if lines else safe)
+    cls = "summary" if report.culprit is not None else "summary none"
+    return f'<pre class="{cls}">' + "\n".join(lines) + "</pre>"
+
+
+def _table(report: SpikeReport) -> str:
+    cols = ["id", "verdict", "cluster", "docs", "window", "baseline", "enrichment", "p",
+            "flagged", "garbage", "spam", "suspicion", "note"]  # fmt: skip
+    head = "<tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
+    rows = []
+    for r in cluster_rows(report):
+        note = []
+        if r.get("new_in_window"):
+            note.append("new in window")
+        if r.get("explained_by"):
+            note.append(f"inside {r['explained_by']}")
+        if r.get("aliases"):
+            note.append("same docs as " + ", ".join(r["aliases"][:3]))
+        if r.get("dominant_sources"):
+            note.append(", ".join(r["dominant_sources"]))
+        if r.get("top_reasons"):
+            note.append("reasons: " + "; ".join(r["top_reasons"]))
+        cells = [
+            html_safe(r["id"], 20),
+            _e(r["verdict"]),
+            html_safe(cluster_name(r), 100),
+            f'<td class="num">{r["docs"]:,}',
+            f'<td class="num">{100 * r["window_share"]:.2f}%',
+            f'<td class="num">{100 * r["baseline_share"]:.2f}%',
+            f'<td class="num">{r["enrichment"]:.1f}',
+            f'<td class="num">{_e(format_p(r["p_value"]))}',
+            f'<td class="num">{100 * r["flagged_rate"]:.0f}%',
+            f'<td class="num">{100 * r["garbage_rate"]:.0f}%',
+            f'<td class="num">{100 * r["spam_rate"]:.0f}%',
+            f'<td class="num">{r["suspicion"]:.3f}',
+            html_safe(" | ".join(note), 400),
+        ]
+        tds = "".join(c if c.startswith("<td") else f"<td>{c}" for c in cells)
+        rows.append(f'<tr class="{_e(r["verdict"])}">{tds}</tr>')
+    more = report.clusters.height - len(rows)
+    tail = f'<p class="muted">{more:,} more clean clusters in report.json.</p>' if more > 0 else ""
+    return f"<table>{head}{''.join(rows)}</table>{tail}"
+
+
+def _examples(report: SpikeReport) -> str:
+    if report.examples is None or report.examples.height == 0:
+        return "<p>No examples.</p>"
+    info = {r["id"]: r for r in report.clusters.iter_rows(named=True)}
+    out = []
+    for (cluster,), group in report.examples.group_by("cluster", maintain_order=True):
+        row = info.get(cluster)
+        if row is None or row["verdict"] == "clean":
+            continue
+        out.append(
+            f"<h3>{html_safe(cluster, 20)}: {html_safe(cluster_name(row), 120)} "
+            f"({_e(row['verdict'])})</h3>"
+        )
+        for ex in group.iter_rows(named=True):
+            reasons = html_safe("; ".join(ex["reasons"]) or "not flagged", 200)
+            out.append(
+                f'<div class="muted">{html_safe(ex["dataset"], 80)} doc {int(ex["doc_id"])}: '
+                f'{reasons}</div><div class="ex">{html_safe(ex["excerpt"])}</div>'
+            )
+    return "".join(out) or "<p>No culprit or suspect clusters.</p>"
+
+
+def _skip(report: SpikeReport) -> str:
+    skip = report.skip
+    if not skip:
+        return ""
+    parts = ["<h2>Skip and restart</h2>"]
+    if skip.get("iterations"):
+        ranges = ", ".join(f"{a}-{b}" for a, b in skip["iterations"])
+        parts.append(f"<p>Skip iterations: {html_safe(ranges, 4000)}</p>")
+    for key in ("collateral", "ahead"):
+        if isinstance(skip.get(key), dict) and skip[key]:
+            items = "".join(
+                f"<tr><th>{html_safe(k.replace('_', ' '), 80)}</th>"
+                f"<td>{html_safe(format_value(v), 300)}</td></tr>"
+                for k, v in skip[key].items()
+            )
+            parts.append(f"<h3>{_e(key)}</h3><table>{items}</table>")
+    if skip.get("documents") is not None:
+        parts.append(f"<p>Block list: {int(skip['documents']):,} documents (skip.json).</p>")
+    if skip.get("megatron_lm"):
+        parts.append(
+            f'<h3>Megatron-LM</h3><div class="ex">{html_safe(skip["megatron_lm"], 20000)}</div>'
+        )
+    ds = skip.get("megatron_deepspeed")
+    if ds:
+        flag = ds.get("flag", "") if isinstance(ds, dict) else ds
+        parts.append(f'<h3>Megatron-DeepSpeed</h3><div class="ex">{html_safe(flag, 20000)}</div>')
+        if isinstance(ds, dict) and ds.get("caveat"):
+            parts.append(f'<p class="muted">{html_safe(ds["caveat"], 2000)}</p>')
+    return "".join(parts)
+
+
+def render_html(report: SpikeReport, plots: dict[str, bytes]) -> str:
+    """The whole report.html, plots inlined as data: URIs."""
+    figures = "".join(
+        f"<h3>{_e(PLOT_TITLES.get(name, name))}</h3>"
+        f'<img alt="{_e(name)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        for name, png in plots.items()
+    )
+    note = ""
+    if report.embedding_note:
+        text = html_safe(report.embedding_note.get("text", ""), 600)
+        note = f'<p class="muted">Embedding sample: {text}.</p>'
+    rules = (
+        f"<p><b>Verdict rule.</b> {html_safe(report.rules['verdict_rule'], 2000)}</p>"
+        f"<p><b>Suspicion.</b> {html_safe(report.rules['suspicion_formula'], 2000)}</p>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        f"<title>Spike report: iteration {report.step}</title><style>{CSS}</style></head><body>"
+        f"<h1>Spike report: iteration {report.step}</h1>{_summary(report)}"
+        f"<h2>Clusters</h2>{_table(report)}{note}"
+        f"<h2>Examples</h2>{_examples(report)}"
+        f"<h2>Plots</h2>{figures or '<p>No plots (no data for them).</p>'}"
+        f"{_skip(report)}<h2>How the verdicts are made</h2>{rules}</body></html>\n"
+    )

@@ -1,0 +1,125 @@
+"""report.md: the report for a pull request, a ticket or a chat thread.
+
+The first screen is a fenced block (as in ../shared/notes/report-sketch.md), then the cluster
+table, examples per culprit/suspect cluster, the plots (PNG files beside report.md) and the
+rules. Text from documents is made inert: inside the fence it only has control characters and
+fence markers removed; everywhere else it is HTML-escaped and Markdown punctuation is escaped,
+so a crawled `<script>` or `[link](...)` stays text.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from forensics.report.model import SpikeReport, cluster_name, format_p, summary_lines
+from forensics.safe_text import excerpt, html_safe
+
+TABLE_ROWS = 30
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>])")
+
+
+def md_safe(text: object, max_chars: int = 300) -> str:
+    """Inert Markdown text: HTML-escaped, Markdown punctuation backslash-escaped, one line."""
+    return _MD_SPECIAL.sub(r"\\\1", html_safe(str(text), max_chars))
+
+
+def fence_safe(text: object, max_chars: int = 2000) -> str:
+    """Text for inside a ~~~ fence: no control characters, no fence markers."""
+    return excerpt(str(text), max_chars).replace("~~~", "~ ~ ~").replace("```", "` ` `")
+
+
+def summary_block(report: SpikeReport) -> str:
+    lines = []
+    for label, text in summary_lines(report):
+        lines.append(f"{label:<10} {fence_safe(text)}" if lines else fence_safe(text))
+    return "~~~text\n" + "\n".join(lines) + "\n~~~\n"
+
+
+def cluster_rows(
+    report: SpikeReport, limit: int = TABLE_ROWS, explained: bool = True
+) -> list[dict]:
+    """The rows the tables show, `limit` at most: culprits, suspects that stand on their own,
+    clean clusters by suspicion, then (if `explained`) the clusters inside a culprit."""
+    ranked = report.clusters.with_columns(
+        pl.col("verdict").replace_strict({"culprit": 0, "suspect": 1, "clean": 2}).alias("_v"),
+        pl.col("explained_by").is_not_null().alias("_x"),
+    )
+    if not explained:
+        ranked = ranked.filter(~pl.col("_x"))
+    ranked = ranked.sort(
+        ["_x", "_v", "suspicion", "docs", "id"], descending=[False, False, True, True, False]
+    )
+    return list(ranked.drop("_v", "_x").head(limit).iter_rows(named=True))
+
+
+def _table(report: SpikeReport) -> str:
+    head = (
+        "| id | verdict | cluster | docs | window | baseline | enrichment | p | flagged | "
+        "garbage | spam | suspicion | note |\n|" + "---|" * 13 + "\n"
+    )
+    body = []
+    for r in cluster_rows(report):
+        note = []
+        if r.get("new_in_window"):
+            note.append("new in window")
+        if r.get("explained_by"):
+            note.append(f"inside {r['explained_by']}")
+        if r.get("dominant_sources"):
+            note.append(", ".join(r["dominant_sources"]))
+        body.append(
+            f"| {md_safe(r['id'])} | {r['verdict']} | {md_safe(cluster_name(r), 80)} | "
+            f"{r['docs']:,} | {100 * r['window_share']:.2f}% | {100 * r['baseline_share']:.2f}% | "
+            f"{r['enrichment']:.1f} | {format_p(r['p_value'])} | {100 * r['flagged_rate']:.0f}% | "
+            f"{100 * r['garbage_rate']:.0f}% | {100 * r['spam_rate']:.0f}% | "
+            f"{r['suspicion']:.3f} | {md_safe('; '.join(note), 160)} |"
+        )
+    more = report.clusters.height - len(body)
+    tail = f"\n{more:,} more clean clusters in report.json.\n" if more > 0 else "\n"
+    return head + "\n".join(body) + "\n" + tail
+
+
+def _examples(report: SpikeReport) -> str:
+    if report.examples is None or report.examples.height == 0:
+        return "No examples.\n"
+    verdicts = dict(zip(report.clusters["id"], report.clusters["verdict"], strict=True))
+    names = {r["id"]: cluster_name(r) for r in report.clusters.iter_rows(named=True)}
+    out = []
+    for (cluster,), group in report.examples.group_by("cluster", maintain_order=True):
+        if verdicts.get(cluster) == "clean":
+            continue
+        out.append(f"### {md_safe(cluster)}: {md_safe(names.get(cluster, ''), 120)} "
+                   f"({verdicts.get(cluster)})\n")  # fmt: skip
+        for ex in group.iter_rows(named=True):
+            reasons = md_safe("; ".join(ex["reasons"]) or "not flagged", 200)
+            out.append(
+                f"- `{md_safe(ex['dataset'], 60)}` doc {ex['doc_id']} ({reasons}): "
+                f"{md_safe(ex['excerpt'])}"
+            )
+        out.append("")
+    return "\n".join(out) + "\n" if out else "No culprit or suspect clusters.\n"
+
+
+def render_markdown(report: SpikeReport, plot_files: dict[str, str] | None = None) -> str:
+    """The whole report.md; `plot_files` maps plot name -> file name beside report.md."""
+    parts = [f"# Spike report: iteration {report.step}\n", summary_block(report)]
+    parts += ["## Clusters\n", _table(report)]
+    if report.embedding_note:
+        parts.append(f"Embedding sample: {md_safe(report.embedding_note.get('text', ''), 600)}.\n")
+    parts += ["## Examples\n", _examples(report)]
+    if plot_files:
+        parts.append("## Plots\n")
+        titles = {
+            "culprit_share": "Culprit share per iteration",
+            "embedding": "Embedding clusters in 2-D",
+            "scores": "Scores, window vs baseline",
+        }
+        for name, file in plot_files.items():
+            parts.append(f"![{titles.get(name, name)}]({file})\n")
+    parts += [
+        "## How the verdicts are made\n",
+        f"- Verdict rule: {md_safe(report.rules['verdict_rule'], 2000)}",
+        f"- Suspicion: {md_safe(report.rules['suspicion_formula'], 2000)}\n",
+    ]
+    return "\n".join(parts)

@@ -1,0 +1,48 @@
+"""The short terminal summary: the first screen and the top clusters, as a rich table.
+
+Every string that comes from data (cluster keys, reasons, flags) goes through
+`forensics.safe_text.terminal_safe`, which strips ANSI/OSC sequences and control characters
+and escapes rich markup, so a crawled document cannot clear the screen or restyle the output.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from forensics.report.model import SpikeReport, cluster_name, format_p, summary_lines
+from forensics.report.render_md import cluster_rows
+from forensics.safe_text import terminal_safe
+
+TERMINAL_ROWS = 10
+STYLE = {"culprit": "bold red", "suspect": "yellow", "clean": "green"}
+
+
+def print_summary(report: SpikeReport, console: Console | None = None) -> None:
+    """Print the first screen and a table of the top clusters."""
+    console = console or Console()
+    for label, text in summary_lines(report):
+        style = "bold red" if label in ("CULPRIT", "NO CULPRIT") else "bold"
+        head = f"[{style}]{label:<10}[/] " if label else " " * 11
+        console.print(head + terminal_safe(text, 600), highlight=False)
+    table = Table(title="Top clusters (by suspicion)", show_lines=False)
+    for col in ("id", "verdict", "cluster", "docs", "window", "baseline", "p", "flagged",
+                "suspicion"):  # fmt: skip
+        table.add_column(col, justify="right" if col in ("docs", "suspicion") else "left")
+    for r in cluster_rows(report, TERMINAL_ROWS, explained=False):
+        table.add_row(
+            terminal_safe(r["id"], 12),
+            f"[{STYLE[r['verdict']]}]{r['verdict']}[/]",
+            terminal_safe(cluster_name(r), 60),
+            f"{r['docs']:,}",
+            f"{100 * r['window_share']:.2f}%",
+            f"{100 * r['baseline_share']:.2f}%",
+            format_p(r["p_value"]),
+            f"{100 * r['flagged_rate']:.0f}%",
+            f"{r['suspicion']:.3f}",
+        )
+    console.print(table)
+    inside = report.clusters.filter(pl.col("explained_by").is_not_null()).height
+    if inside:
+        console.print(f"({inside} more clusters lie inside a culprit; see report.html)")
