@@ -1,10 +1,123 @@
-"""`forensics triage` (placeholder until its issue lands; replace this whole module)."""
+"""`forensics triage LOG --out DIR`: read a loss curve like a senior training engineer.
+
+Reads the log (Megatron stdout, TensorBoard, W&B CSV, JSONL/CSV, HF trainer_state.json), finds
+spikes (benign / malignant / undecided), grad-norm and loss-scale alarms, divergence and plateaus,
+and writes events.json, summary.json, report.md and triage.png. Nothing heavy is imported at
+module level: this command must start fast and never import torch.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from forensics.errors import ForensicsError
 
 
-def triage_command() -> None:
-    """Not built yet."""
-    raise ForensicsError("forensics triage is not built yet")
+def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
+    """`--checkpoints 1000,2000` or a directory holding Megatron `iter_NNNNNNN` subdirectories."""
+    if not spec:
+        return ()
+    p = Path(spec)
+    if p.is_dir():
+        iters = []
+        for child in p.iterdir():
+            name = child.name
+            if child.is_dir() and name.startswith("iter_") and name[5:].isdigit():
+                iters.append(int(name[5:]))
+        if not iters:
+            raise ForensicsError(f"--checkpoints {spec}: no iter_NNNNNNN subdirectories found")
+        return tuple(sorted(iters))
+    try:
+        return tuple(sorted(int(x) for x in spec.replace(" ", "").split(",") if x))
+    except ValueError:
+        raise ForensicsError(
+            f"--checkpoints {spec}: not a directory and not a comma-separated list of iterations"
+        ) from None
+
+
+def triage_command(
+    log: Annotated[Path, typer.Argument(help="Training log: file, or TensorBoard run dir.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for events.json, report.md, PNG.")],
+    format: Annotated[
+        str, typer.Option(help="auto|megatron|tensorboard|wandb-csv|jsonl|csv|hf-trainer-state")
+    ] = "auto",
+    checkpoints: Annotated[
+        str | None, typer.Option(help="Saved iterations '1000,2000' or a dir of iter_NNNNNNN.")
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option(help="Run config, filled into the suggested spike command.")
+    ] = None,
+    corpus_tokens: Annotated[
+        float | None, typer.Option(help="Tokens in the corpus (plateau: repeated data?).")
+    ] = None,
+    params: Annotated[
+        float | None, typer.Option(help="Model parameters (plateau: Chinchilla expected loss).")
+    ] = None,
+    seq_length: Annotated[
+        int | None, typer.Option(help="Tokens per sample, to count tokens from samples.")
+    ] = None,
+    ema_half_life: Annotated[
+        float, typer.Option(help="EMA half-life of the loss (steps).")
+    ] = 200.0,
+    recovery_window: Annotated[
+        int, typer.Option(help="Steps a spike may take to come back before it is malignant.")
+    ] = 500,
+    grad_factor: Annotated[float, typer.Option(help="Grad-norm alarm: EMA over x baseline.")] = 3.0,
+    grad_half_life: Annotated[float, typer.Option(help="Grad-norm EMA half-life (steps).")] = 4.0,
+    z_threshold: Annotated[
+        float, typer.Option(help="Robust z over the local level = spike.")
+    ] = 6.0,
+    plateau_steps: Annotated[int, typer.Option(help="Shortest flat stretch = plateau.")] = 2000,
+) -> None:
+    """Triage a loss curve: spikes (benign/malignant/undecided), alarms, divergence, plateaus."""
+    import warnings
+
+    from rich.console import Console
+
+    from forensics.triage.analyze import triage
+    from forensics.triage.config import RunInfo, TriageConfig
+    from forensics.triage.readers import FORMATS, LogWarning, detect_format, read_log
+    from forensics.triage.report import terminal_lines, write_outputs
+
+    if format not in FORMATS:
+        raise ForensicsError(f"--format {format}: unknown; choose one of {', '.join(FORMATS)}")
+    for name, value in (("--recovery-window", recovery_window), ("--plateau-steps", plateau_steps)):
+        if value <= 0:
+            raise ForensicsError(f"{name} {value}: must be a positive number of steps")
+    if out.exists() and not out.is_dir():
+        raise ForensicsError(f"--out {out}: exists and is not a directory")
+    console = Console(stderr=False, highlight=False)
+    err = Console(stderr=True, highlight=False)
+    cfg = TriageConfig(
+        ema_half_life=ema_half_life,
+        recovery_window=recovery_window,
+        grad_factor=grad_factor,
+        grad_half_life=grad_half_life,
+        z_threshold=z_threshold,
+        plateau_steps=plateau_steps,
+    )
+    run = RunInfo(
+        checkpoints=parse_checkpoints(checkpoints),
+        config_path=config,
+        corpus_tokens=corpus_tokens,
+        params=params,
+        seq_length=seq_length,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LogWarning)
+        table = read_log(log, format)
+    from rich.markup import escape
+
+    for w in caught:
+        if issubclass(w.category, LogWarning):
+            err.print(f"[yellow]warning:[/] {escape(str(w.message))}")
+    fmt = detect_format(log) if format == "auto" else format
+    with console.status("triaging"):
+        result = triage(table, cfg, run)
+        paths = write_outputs(result, out, str(log), fmt)
+    for line in terminal_lines(result):
+        console.print(line)
+    console.print(f"wrote {escape(', '.join(str(p) for p in paths))}")

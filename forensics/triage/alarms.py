@@ -1,0 +1,121 @@
+"""Early warnings that come before the loss moves: grad-norm surges and fp16 loss-scale collapse.
+
+Grad norm: a fast EMA (half-life of a few steps) above `grad_factor` x its baseline, the median
+of the previous `grad_baseline_rows` logged norms. The baseline is a median so the surge itself
+does not drag it up until it has lasted for half the window.
+
+Loss scale (fp16): the dynamic scaler halves on every overflow and doubles back after a clean
+stretch. One halving is routine; a drop to 1/8 of the recent maximum (three halvings with no
+recovery) or to the floor means the run is overflowing step after step: the same alarm as a
+grad-norm surge. bf16 logs print a constant 1.0 and never trigger it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from forensics.triage.config import TriageConfig
+from forensics.triage.trend import ema_by_step, trailing_median
+
+
+@dataclass
+class Alarm:
+    """A contiguous stretch of rows in alarm: first step, last step, and how bad it got."""
+
+    kind: str  # "grad_norm_alarm" | "loss_scale_collapse"
+    step: int
+    end_step: int
+    baseline: float
+    worst: float
+    ratio: float
+    detail: str
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) row indices of each run of True."""
+    if not mask.any():
+        return []
+    d = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1) - 1
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def grad_norm_alarms(steps: np.ndarray, grad: np.ndarray, cfg: TriageConfig) -> list[Alarm]:
+    """Alarms on the grad norm. Non-positive norms (fp16 logs print 0.000) count as not logged."""
+    ok = np.isfinite(grad) & (grad > 0)
+    if ok.sum() < 2:
+        return []
+    s, g = steps[ok], grad[ok]
+    fast = ema_by_step(s, g, cfg.grad_half_life)
+    base = trailing_median(g, cfg.grad_baseline_rows)
+    base[:3] = np.nan  # a baseline needs a few logged norms behind it
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = fast / base
+    ratio[~np.isfinite(ratio)] = 0.0
+    alarms = []
+    for a, b in _runs(ratio > cfg.grad_factor):
+        w = a + int(np.argmax(g[a : b + 1]))
+        alarms.append(
+            Alarm(
+                kind="grad_norm_alarm",
+                step=int(s[a]),
+                end_step=int(s[b]),
+                baseline=float(base[a]),
+                worst=float(g[w]),
+                ratio=float(ratio[a : b + 1].max()),
+                detail=(
+                    f"grad-norm EMA (half-life {cfg.grad_half_life:g} steps) rose to "
+                    f"{ratio[a : b + 1].max():.1f}x its baseline {base[a]:.4g} (alarm at "
+                    f"{cfg.grad_factor:g}x) from step {int(s[a])} to {int(s[b])}; raw norm peaked "
+                    f"at {g[w]:.4g} at step {int(s[w])}"
+                ),
+            )
+        )
+    return alarms
+
+
+def loss_scale_alarms(steps: np.ndarray, scale: np.ndarray, cfg: TriageConfig) -> list[Alarm]:
+    """fp16 loss-scale collapse: repeated halving without recovery, or down to the floor."""
+    ok = np.isfinite(scale) & (scale > 0)
+    if ok.sum() < 2:
+        return []
+    s, v = steps[ok], scale[ok]
+    if s[0] <= cfg.loss_scale_window:
+        # At the start of training the scaler walks down from its initial 2^16..2^32 to the
+        # first scale that does not overflow: calibration, not collapse.
+        settled = np.flatnonzero(np.diff(v) >= 0)
+        first = int(settled[0]) + 1 if len(settled) else len(v)
+        s, v = s[first:], v[first:]
+        if len(v) < 2:
+            return []
+    frame = pl.DataFrame({"s": s.astype(np.int64), "v": v})
+    recent_max = frame.select(
+        pl.col("v").rolling_max_by("s", window_size=f"{int(cfg.loss_scale_window)}i")
+    )["v"].to_numpy()
+    collapsed = (v * cfg.loss_scale_collapse_factor <= recent_max) | (
+        (v <= cfg.loss_scale_floor) & (recent_max > cfg.loss_scale_floor)
+    )
+    alarms = []
+    for a, b in _runs(collapsed):
+        w = a + int(np.argmin(v[a : b + 1]))
+        top = float(recent_max[a])
+        halvings = np.log2(top / v[w]) if v[w] > 0 else float("inf")
+        alarms.append(
+            Alarm(
+                kind="loss_scale_collapse",
+                step=int(s[a]),
+                end_step=int(s[b]),
+                baseline=top,
+                worst=float(v[w]),
+                ratio=float(top / v[w]),
+                detail=(
+                    f"fp16 loss scale fell from {top:g} to {v[w]:g} ({halvings:.0f} halvings "
+                    f"within {cfg.loss_scale_window} steps) at step {int(s[w])}: the run is "
+                    "overflowing step after step"
+                ),
+            )
+        )
+    return alarms

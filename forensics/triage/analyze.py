@@ -1,0 +1,353 @@
+"""Run every detector over a log table and turn the findings into events and a summary.
+
+`triage(table) -> TriageResult` is the whole analysis as a function of the reader's table; the
+report and the CLI only format its output. Every loss curve (`loss` and each `loss:<domain>`) is
+analysed on its own; alarms come from the shared grad-norm and loss-scale columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from forensics.triage.alarms import Alarm, grad_norm_alarms, loss_scale_alarms
+from forensics.triage.columns import loss_curves
+from forensics.triage.config import RunInfo, TriageConfig
+from forensics.triage.regimes import (
+    Columns,
+    Divergence,
+    Plateau,
+    find_divergence,
+    find_plateaus,
+)
+from forensics.triage.spikes import Spike, find_spikes
+from forensics.triage.trend import PowerLawFit, ema_by_step, fit_power_law, local_stats, segments
+
+CONFIG_PLACEHOLDER = "<run-config.yaml>"
+_TRAINING_FIELDS = ("lr", "grad_norm", "loss_scale", "consumed_samples", "tokens")
+
+
+@dataclass
+class CurveResult:
+    """One loss curve: its finite points, its normal shape, and what was found on it."""
+
+    name: str
+    steps: np.ndarray
+    loss: np.ndarray
+    ema: np.ndarray
+    bad_steps: np.ndarray
+    fit: PowerLawFit | None
+    spikes: list[Spike]
+    divergence: Divergence | None
+    plateaus: list[Plateau]
+
+    @property
+    def blips(self) -> list[Spike]:
+        return [s for s in self.spikes if s.blip]
+
+
+@dataclass
+class TriageResult:
+    events: list[dict[str, Any]]
+    summary: dict[str, Any]
+    curves: dict[str, CurveResult]
+    alarms: list[Alarm]
+    table: pl.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+def bad_loss_steps(table: pl.DataFrame, curve: str) -> np.ndarray:
+    """Steps where the loss was logged as nan/inf, or left out of a row that logged training
+    fields (Megatron omits the loss when every iteration of the interval was skipped or nan)."""
+    other = [c for c in _TRAINING_FIELDS if c in table.columns]
+    missing = pl.col(curve).is_null()
+    if other:
+        missing = missing & pl.any_horizontal(pl.col(other).is_not_null())
+    else:
+        missing = pl.lit(False)
+    nonfinite = pl.col(curve).is_not_null() & ~pl.col(curve).is_finite()
+    return table.filter(nonfinite | missing)["step"].to_numpy()
+
+
+def analyse_curve(
+    table: pl.DataFrame,
+    curve: str,
+    cols: Columns,
+    alarms: list[Alarm],
+    cfg: TriageConfig,
+    run: RunInfo,
+) -> CurveResult:
+    finite = table.select("step", curve).filter(pl.col(curve).is_finite())
+    steps = finite["step"].to_numpy()
+    loss = finite[curve].to_numpy().astype(float)
+    bad = bad_loss_steps(table, curve)
+    last_step = int(table["step"][-1])
+    if len(loss) == 0:
+        return CurveResult(curve, steps, loss, loss, bad, None, [], None, [])
+    stats = local_stats(loss, cfg.window_rows, cfg.noise_floor_rel, segments(steps))
+    spikes = find_spikes(steps, loss, stats, cfg, bad, last_step)
+    div = find_divergence(steps, loss, bad, spikes, alarms, cols, cfg)
+    return CurveResult(
+        name=curve,
+        steps=steps,
+        loss=loss,
+        ema=ema_by_step(steps, loss, cfg.ema_half_life),
+        bad_steps=bad,
+        fit=fit_power_law(steps, loss, cfg.window_rows),
+        spikes=spikes,
+        divergence=div,
+        plateaus=find_plateaus(steps, loss, cols, run, cfg) if div is None else [],
+    )
+
+
+def triage(
+    table: pl.DataFrame, cfg: TriageConfig | None = None, run: RunInfo | None = None
+) -> TriageResult:
+    """Analyse a `read_log` table: events (spikes, alarms, divergence, plateaus) and a summary."""
+    cfg, run = cfg or TriageConfig(), run or RunInfo()
+    cols = Columns.of(table)
+    alarms: list[Alarm] = []
+    if cols.grad_norm is not None:
+        alarms += grad_norm_alarms(cols.step, cols.grad_norm, cfg)
+    if cols.loss_scale is not None:
+        alarms += loss_scale_alarms(cols.step, cols.loss_scale, cfg)
+    curves = {
+        c: analyse_curve(table, c, cols, alarms, cfg, run) for c in loss_curves(table.columns)
+    }
+    events: list[dict[str, Any]] = []
+    for res in curves.values():
+        events += [spike_event(res.name, s, alarms, run) for s in res.spikes if not s.blip]
+        if res.divergence is not None:
+            events.append(divergence_event(res.name, res.divergence))
+        events += [plateau_event(res.name, p) for p in res.plateaus]
+    main = curves.get("loss") or next(iter(curves.values()))
+    events += [alarm_event(a, main, res_div=main.divergence, cfg=cfg) for a in alarms]
+    events.sort(key=lambda e: (e["step"], e["kind"]))
+    return TriageResult(
+        events, summarise(table, curves, alarms, events, cfg), curves, alarms, table
+    )
+
+
+# --------------------------------------------------------------------------- rollback
+
+
+def rollback_point(step: int, checkpoints: tuple[int, ...]) -> tuple[int, str]:
+    """Latest checkpoint in [S-100, S-50]; else the latest before S-50; else S-100 with a note."""
+    lo, hi = step - 100, step - 50
+    inside = [c for c in checkpoints if lo <= c <= hi]
+    if inside:
+        c = max(inside)
+        return c, f"checkpoint iter_{c:07d}, {step - c} iterations before the spike"
+    before = [c for c in checkpoints if c < hi]
+    if before:
+        c = max(before)
+        return c, (
+            f"checkpoint iter_{c:07d}, {step - c} iterations before the spike (none saved in "
+            f"{lo}-{hi})"
+        )
+    target = max(step - 100, 0)
+    why = (
+        "no checkpoints were given (--checkpoints)"
+        if not checkpoints
+        else (f"no checkpoint before iteration {hi} among the {len(checkpoints)} given")
+    )
+    return (
+        target,
+        f"iteration {target} = spike - 100, but {why}: use the latest checkpoint before it",
+    )
+
+
+def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | None]:
+    """The `forensics spike` call that replays the window's documents, and a note if the user
+    must fill in the config."""
+    window = max(100, step - rollback)
+    config = run.config_path or CONFIG_PLACEHOLDER
+    cmd = f"forensics spike --config {config} --step {step} --window {window} --out spike-{step}/"
+    note = None
+    if run.config_path is None:
+        note = f"replace {CONFIG_PLACEHOLDER} with the run's config (or pass --config to triage)"
+    return cmd, note
+
+
+# --------------------------------------------------------------------------- events
+
+
+def recovery_speed(s: Spike, cfg: TriageConfig | None = None) -> tuple[str | None, str | None]:
+    cfg = cfg or TriageConfig()
+    if s.recovery_steps is None:
+        return None, None
+    if s.recovery_steps <= cfg.fast_recovery_steps:
+        return "fast", "a fast recovery: the optimizer's momentum survived the bad batch"
+    if s.recovery_steps >= cfg.slow_recovery_steps:
+        return "slow", (
+            "a slow climb back over hundreds of steps: the bad batch polluted Adam's second-moment "
+            "estimate, which takes ~1/(1-beta2) steps to wash out"
+        )
+    return "moderate", "a moderate recovery"
+
+
+def spike_event(curve: str, s: Spike, alarms: list[Alarm], run: RunInfo) -> dict[str, Any]:
+    speed, meaning = recovery_speed(s)
+    before = [a for a in alarms if a.step <= s.peak_step and a.end_step >= s.onset_step - 200]
+    ev: dict[str, Any] = {
+        "kind": "spike",
+        "curve": curve,
+        "step": s.onset_step,
+        "peak_step": s.peak_step,
+        "verdict": s.verdict,
+        "recovery_steps": s.recovery_steps,
+        "recovery_speed": speed,
+        "evidence": {
+            "summary": s.reason,
+            "pre_spike_level": round(s.pre_level, 6),
+            "peak_loss": round(s.peak_loss, 6),
+            "height": round(s.height, 6),
+            "robust_z": round(s.z, 2),
+            "noise_sigma": round(s.sigma, 6),
+            "tolerance": round(s.tolerance, 6),
+            "recovered_step": s.recovered_step,
+            "recovered_fraction": None
+            if s.recovered_fraction is None
+            else round(s.recovered_fraction, 3),
+            "lasting_excess": None if s.lasting_excess is None else round(s.lasting_excess, 6),
+            "recovery_meaning": meaning,
+            "preceded_by": [f"{a.kind} at step {a.step}" for a in before],
+        },
+    }
+    if s.verdict == "malignant":
+        rb, why = rollback_point(s.onset_step, run.checkpoints)
+        cmd, note = next_command(s.onset_step, rb, run)
+        ev["rollback_iteration"] = rb
+        ev["next_command"] = cmd
+        ev["evidence"]["rollback"] = why
+        if note:
+            ev["evidence"]["next_command_note"] = note
+    return ev
+
+
+def divergence_event(curve: str, d: Divergence) -> dict[str, Any]:
+    return {
+        "kind": "divergence",
+        "curve": curve,
+        "step": d.step,
+        "end_step": d.end_step,
+        "likely_causes": d.likely_causes,
+        "evidence": {
+            "summary": d.trigger,
+            "from_level": round(d.from_level, 6),
+            "to_level": None if d.to_level is None else round(d.to_level, 6),
+            "grad_norm_before": d.grad_norm_before,
+        },
+    }
+
+
+def plateau_event(curve: str, p: Plateau) -> dict[str, Any]:
+    return {
+        "kind": "plateau",
+        "curve": curve,
+        "step": p.step,
+        "end_step": p.end_step,
+        "conclusion": p.conclusion,
+        "checks": p.checks,
+        "evidence": {
+            "summary": (
+                f"over steps {p.step}-{p.end_step} the loss fell {p.observed_drop:.4g}; the power "
+                f"law fitted before predicted {p.predicted_drop:.4g}"
+            ),
+            "level": round(p.level, 6),
+        },
+    }
+
+
+def alarm_event(
+    a: Alarm, main: CurveResult, res_div: Divergence | None, cfg: TriageConfig
+) -> dict[str, Any]:
+    """An alarm, and how many steps it led the loss event it announced (if any followed)."""
+    targets = [
+        (s.onset_step, s.peak_step)
+        for s in main.spikes
+        if not s.blip
+        and s.peak_step >= a.step
+        and s.onset_step <= a.step + cfg.alarm_lookahead_steps
+    ]
+    if res_div is not None and res_div.end_step >= a.step:
+        if res_div.step <= a.step + cfg.alarm_lookahead_steps:
+            targets.append((res_div.step, res_div.step))
+    ev: dict[str, Any] = {
+        "kind": a.kind,
+        "step": a.step,
+        "end_step": a.end_step,
+        "evidence": {"summary": a.detail, "baseline": a.baseline, "worst": a.worst},
+    }
+    if targets:
+        onset, peak = min(targets)
+        ev["loss_onset_step"] = onset
+        ev["loss_peak_step"] = peak
+        ev["led_loss_onset_by"] = onset - a.step
+        ev["led_loss_peak_by"] = peak - a.step
+    else:
+        ev["loss_onset_step"] = None
+        ev["evidence"]["loss_response"] = "no loss spike or divergence followed"
+    return ev
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def summarise(
+    table: pl.DataFrame,
+    curves: dict[str, CurveResult],
+    alarms: list[Alarm],
+    events: list[dict[str, Any]],
+    cfg: TriageConfig,
+) -> dict[str, Any]:
+    per_curve = {}
+    for name, c in curves.items():
+        verdicts = [s.verdict for s in c.spikes if not s.blip]
+        fit = c.fit
+        per_curve[name] = {
+            "points": int(len(c.loss)),
+            "first_step": int(c.steps[0]) if len(c.steps) else None,
+            "last_step": int(c.steps[-1]) if len(c.steps) else None,
+            "last_loss": float(c.loss[-1]) if len(c.loss) else None,
+            "last_ema": float(c.ema[-1]) if len(c.ema) else None,
+            "spikes": {v: verdicts.count(v) for v in ("benign", "malignant", "undecided")},
+            "blips": len(c.blips),
+            "blip_steps": [s.peak_step for s in c.blips][:50],
+            "non_finite_steps": int(len(c.bad_steps)),
+            "first_non_finite_step": int(c.bad_steps[0]) if len(c.bad_steps) else None,
+            "power_law": None
+            if fit is None
+            else {
+                "exponent": round(fit.exponent, 4),
+                "r2": round(fit.r2, 4),
+                "from_step": fit.from_step,
+                "noise_early": round(fit.noise_early, 5),
+                "noise_late": round(fit.noise_late, 5),
+                "noise_narrows": bool(fit.noise_ratio < 1)
+                if np.isfinite(fit.noise_ratio)
+                else None,
+            },
+        }
+    kinds = [e["kind"] for e in events]
+    malignant = sum(1 for e in events if e.get("verdict") == "malignant")
+    if "divergence" in kinds or malignant:
+        status = "act"
+    elif "undecided" in [e.get("verdict") for e in events] or any(
+        k in kinds for k in ("grad_norm_alarm", "loss_scale_collapse", "plateau")
+    ):
+        status = "watch"
+    else:
+        status = "healthy"
+    return {
+        "status": status,
+        "rows": table.height,
+        "first_step": int(table["step"][0]),
+        "last_step": int(table["step"][-1]),
+        "curves": per_curve,
+        "events": {k: kinds.count(k) for k in sorted(set(kinds))},
+        "config": {k: v for k, v in cfg.__dict__.items() if k != "chinchilla"},
+    }

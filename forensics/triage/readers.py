@@ -1,0 +1,508 @@
+"""Read a training log in any of the formats teams actually have into one polars table.
+
+`read_log(path, format="auto") -> pl.DataFrame` is the public API (the spike report overlays the
+loss with it). The table has `step` (Int64, unique, ascending) and whichever of `loss`,
+`grad_norm`, `lr`, `loss_scale`, `consumed_samples`, `global_batch_size`, `tokens`, `val_loss`,
+`iteration_time_s` and per-domain `loss:<domain>` the log carries (Float64; null = not logged at
+that step, NaN = logged as nan). Unknown numeric fields survive under a snake_case name.
+
+One reader per format, each only turning its format into raw string/number columns; the shared
+`_finish` does the rest (names, numbers with line-numbered warnings, restarts, order), so every
+format gets the same treatment. Problems with the input are `ForensicsError` (one line, names the
+file) or, when the rest of the log is usable, a warning that names the line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+
+from forensics.errors import ForensicsError
+from forensics.triage.columns import canonical_name, is_ms_field, loss_curves
+
+FORMATS = ("auto", "megatron", "tensorboard", "wandb-csv", "jsonl", "csv", "hf-trainer-state")
+
+# ` iteration    31219/  115311 |` (launcher prefixes and timestamps before it are ignored).
+_ITER_RE = r"iteration\s+(\d+)\s*/\s*\d+"
+_VALID_RE = r"validation loss at iteration\s+(\d+)"
+# Columns whose values must be numbers; a bad value there is always reported.
+_CORE = {"loss", "grad_norm", "lr", "loss_scale", "consumed_samples", "global_batch_size", "tokens"}
+_MAX_WARNINGS_SHOWN = 5
+
+
+class LogWarning(UserWarning):
+    """A problem with some lines of a log that still leaves the rest usable."""
+
+
+def read_log(path: str | os.PathLike[str], format: str = "auto") -> pl.DataFrame:
+    """Read a training log; see the module docstring for the returned columns.
+
+    Line-level problems are emitted as `LogWarning`s (each names the file and the line); use
+    `read_log_with_warnings` to get them as a list instead.
+    """
+    table, notes = read_log_with_warnings(path, format)
+    for note in notes:
+        warnings.warn(note, LogWarning, stacklevel=2)
+    return table
+
+
+def read_log_with_warnings(
+    path: str | os.PathLike[str], format: str = "auto"
+) -> tuple[pl.DataFrame, list[str]]:
+    """`read_log`, returning the line-level warnings instead of emitting them."""
+    p = Path(path)
+    if format not in FORMATS:
+        raise ForensicsError(f"--format {format}: unknown; choose one of {', '.join(FORMATS)}")
+    if not p.exists():
+        raise ForensicsError(f"{p}: no such file or directory")
+    if p.is_file() and p.stat().st_size == 0:
+        raise ForensicsError(f"{p}: the log is empty")
+    fmt = detect_format(p) if format == "auto" else format
+    if p.is_dir() and fmt != "tensorboard":
+        raise ForensicsError(f"{p}: is a directory; only --format tensorboard reads a directory")
+    notes: list[str] = []
+    raw, line_of = _READERS[fmt](p, notes)
+    return _finish(raw, line_of, p, notes), notes
+
+
+# --------------------------------------------------------------------------- format detection
+
+
+def detect_format(path: Path) -> str:
+    """Guess the format from the name, then from the first few MB of content."""
+    if path.is_dir():
+        if _event_files(path):
+            return "tensorboard"
+        raise ForensicsError(f"{path}: directory without TensorBoard event files (*tfevents*)")
+    name = path.name.lower()
+    if "tfevents" in name:
+        return "tensorboard"
+    if name.endswith((".jsonl", ".ndjson")):
+        return "jsonl"
+    with open(path, "rb") as fh:
+        head_bytes = fh.read(4 << 20)
+    if _looks_like_tfrecord(head_bytes):
+        return "tensorboard"
+    head = head_bytes.decode("utf-8", errors="replace")
+    if name.endswith(".json") or head.lstrip().startswith("{") and "log_history" in head[:65536]:
+        if "log_history" in head:
+            return "hf-trainer-state"
+    if re.search(_ITER_RE, head):
+        return "megatron"
+    first = next((ln for ln in head.splitlines() if ln.strip() and not ln.startswith("#")), "")
+    if first.lstrip().startswith("{"):
+        return "jsonl"
+    if "," in first or name.endswith(".csv"):
+        cells = [c.strip().strip('"') for c in first.split(",")]
+        if any(_is_wandb_header(c) for c in cells):
+            return "wandb-csv"
+        return "csv"
+    raise ForensicsError(
+        f"{path}: cannot tell the log format (no Megatron 'iteration N/M' lines, no CSV/JSON "
+        "header); pass --format"
+    )
+
+
+def _is_wandb_header(cell: str) -> bool:
+    return (
+        " - " in cell
+        or cell.endswith(("__MIN", "__MAX"))
+        or cell in {"_step", "_runtime", "_timestamp"}
+        or cell.startswith(("trainer/", "train/"))
+    )
+
+
+def _looks_like_tfrecord(head: bytes) -> bool:
+    """A TFRecord starts with an 8-byte length whose record fits; text never looks like that."""
+    if len(head) < 16:
+        return False
+    (length,) = struct.unpack("<Q", head[:8])
+    return 0 < length < (1 << 24) and not head[:8].isascii()
+
+
+# --------------------------------------------------------------------------- one reader per format
+
+# Each reader returns (raw table, line numbers): the raw table has the original field names
+# (strings or numbers) and a `__line` column naming where each row came from, for warnings.
+Reader = Callable[[Path, list[str]], tuple[pl.DataFrame, str]]
+
+
+def _read_text(path: Path) -> list[str]:
+    return path.read_bytes().decode("utf-8", errors="replace").split("\n")
+
+
+def read_megatron(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
+    """Megatron-LM / Megatron-DeepSpeed stdout: `key: value` fields between `|` separators.
+
+    Fields are split generically (not one regex per known field), so fields we have never seen
+    survive; `[default7]:` launcher prefixes and timestamps before `iteration` are ignored.
+    """
+    lines = pl.DataFrame({"text": _read_text(path)}).with_row_index("__line", offset=1)
+    lines = lines.with_columns(pl.col("__line").cast(pl.Int64))
+    train = lines.filter(
+        pl.col("text").str.contains(_ITER_RE) & ~pl.col("text").str.contains(_VALID_RE)
+    )
+    if train.height == 0:
+        raise ForensicsError(f"{path}: no Megatron 'iteration N/M | ...' lines found")
+    train = train.select(
+        "__line",
+        pl.col("text").str.extract(_ITER_RE, 1).alias("iteration"),
+        pl.col("text").str.replace(r"^.*?" + _ITER_RE + r"\s*\|?", "").alias("rest"),
+    )
+    # Lines share a handful of layouts (the sequence of keys); values are read by position
+    # within each layout, which is ~10x faster than exploding every field of every line.
+    train = train.with_columns(pl.col("rest").str.replace_all(r":[^|]*", ":").alias("layout"))
+    parts = []
+    for (layout,), group in train.group_by(["layout"], maintain_order=True):
+        segs = [k.strip() for k in layout.split("|")]
+        keys = [k[:-1].strip() if k.endswith(":") else "" for k in segs]
+        if segs and segs[-1] and not segs[-1].endswith(":"):
+            first = group["__line"].head(3).to_list()
+            notes.append(
+                f"{path}: {group.height} lines cut off mid-field (e.g. line "
+                f"{', '.join(map(str, first))}: ends in {segs[-1][:30]!r}); read what they hold"
+            )
+        cells = group.select(pl.col("rest").str.split("|").alias("cells"))["cells"]
+        cols = [group["__line"], group["iteration"]]
+        seen = set()
+        for i, key in enumerate(keys):
+            if not key or key in seen or key in {"__line", "iteration"}:
+                continue
+            seen.add(key)
+            cell = cells.list.get(i, null_on_oob=True)
+            cols.append(cell.str.splitn(":", 2).struct.field("field_1").alias(key))
+        parts.append(pl.DataFrame(cols))
+    raw = pl.concat(parts, how="diagonal").sort("__line")
+    valid = lines.filter(pl.col("text").str.contains(_VALID_RE)).select(
+        pl.col("text").str.extract(_VALID_RE, 1).cast(pl.Int64).alias("__vstep"),
+        pl.col("text").str.extract(r"lm loss value:\s*([^|\s]+)").alias("validation loss"),
+    )
+    if valid.height:
+        raw = raw.with_columns(pl.col("iteration").cast(pl.Int64).alias("__vstep"))
+        valid = valid.unique("__vstep", keep="last")
+        raw = raw.join(valid, on="__vstep", how="left").drop("__vstep")
+    return raw, "line"
+
+
+def read_csv(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
+    """CSV with a header (`step,loss,...`), `#` comment lines allowed before it."""
+    skipped = 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for ln in fh:
+            if ln.startswith("#") or not ln.strip():
+                skipped += 1
+                continue
+            break
+    try:
+        raw = pl.read_csv(
+            path,
+            comment_prefix="#",
+            infer_schema=False,
+            truncate_ragged_lines=True,
+            encoding="utf8-lossy",
+        )
+    except (pl.exceptions.PolarsError, OSError) as err:
+        raise ForensicsError(f"{path}: not a readable CSV ({_first_line(err)})") from None
+    if raw.width == 0 or raw.height == 0:
+        raise ForensicsError(f"{path}: the CSV has a header but no rows")
+    line = pl.int_range(skipped + 2, skipped + 2 + raw.height, dtype=pl.Int64, eager=True)
+    return raw.with_columns(line.alias("__line")), "line"
+
+
+def read_wandb_csv(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
+    """A W&B CSV export: `Step`/`_step` plus `<run> - train/loss` (and `__MIN`/`__MAX`) columns."""
+    raw, unit = read_csv(path, notes)
+    keep, seen_runs = {}, set()
+    for col in raw.columns:
+        if col.endswith(("__MIN", "__MAX")) or col in {"_runtime", "_timestamp"}:
+            continue
+        name = col
+        if " - " in col:
+            run, name = col.rsplit(" - ", 1)
+            seen_runs.add(run)
+        if name in keep.values():
+            continue
+        keep[col] = name
+    if len(seen_runs) > 1:
+        notes.append(
+            f"{path}: the export holds {len(seen_runs)} runs; reading the first column of each "
+            "metric (export one run per file to triage each)"
+        )
+    raw = raw.select(list(keep)).rename(keep)
+    # W&B's own `_step` counts log calls; the trainer's step wins when it was logged.
+    for pref in ("trainer/global_step", "train/global_step", "global_step", "Step", "step"):
+        if pref in raw.columns:
+            raw = raw.drop([c for c in ("_step",) if c in raw.columns and c != pref])
+            break
+    return raw, unit
+
+
+def read_jsonl(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
+    """One JSON object per line (`{"step": 1, "loss": 2.3, ...}`); nested objects are flattened."""
+    rows: list[dict[str, object]] = []
+    for i, ln in enumerate(_read_text(path), start=1):
+        if not ln.strip():
+            continue
+        try:
+            obj = json.loads(ln)
+        except json.JSONDecodeError as err:
+            notes.append(f"{path}: line {i}: not valid JSON ({err.msg}); line skipped")
+            continue
+        if not isinstance(obj, dict):
+            notes.append(f"{path}: line {i}: not a JSON object; line skipped")
+            continue
+        flat = _flatten(obj)
+        flat["__line"] = i
+        rows.append(flat)
+    if not rows:
+        raise ForensicsError(f"{path}: no JSON objects found")
+    return _rows_to_frame(rows), "line"
+
+
+def read_hf_trainer_state(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
+    """Hugging Face `trainer_state.json`: training rows of `log_history` (`eval_loss` joined)."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except json.JSONDecodeError as err:
+        raise ForensicsError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise ForensicsError(f"{path}: no 'log_history' list (not a trainer_state.json?)")
+    train, evals = [], {}
+    for i, entry in enumerate(history):
+        if not isinstance(entry, dict) or "step" not in entry:
+            continue
+        if "loss" in entry:
+            row = {k: v for k, v in _flatten(entry).items() if k != "eval_loss"}
+            row["__line"] = i
+            train.append(row)
+        elif "eval_loss" in entry:
+            evals[entry["step"]] = entry["eval_loss"]
+    if not train:
+        raise ForensicsError(f"{path}: log_history has no training rows with a 'loss' field")
+    for row in train:
+        if row["step"] in evals:
+            row["eval_loss"] = evals[row["step"]]
+    return _rows_to_frame(train), "log_history entry"
+
+
+def read_tensorboard(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
+    """TensorBoard event files (a file or a run directory) via tensorboard's own record reader.
+
+    Megatron's `... vs samples` / `vs tokens` tags are skipped (their step is not the iteration).
+    A truncated last record (a run killed mid-write) is reported and the records before it kept.
+    """
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto import event_pb2
+
+    files = _event_files(path) if path.is_dir() else [path]
+    steps: list[int] = []
+    tags: list[str] = []
+    values: list[float] = []
+    for f in files:
+        complete, truncated_at = _tfrecord_extent(f)
+        if truncated_at is not None:
+            notes.append(
+                f"{f}: truncated TensorBoard record at byte {truncated_at} (after {complete} "
+                "complete records); using the records before it"
+            )
+        for i, rec in enumerate(RawEventFileLoader(str(f)).Load()):
+            if i >= complete:
+                break
+            try:
+                event = event_pb2.Event.FromString(rec)
+            except Exception:  # noqa: BLE001 - a corrupt record: report and keep reading
+                notes.append(f"{f}: record {i + 1} is not a TensorBoard event; skipped")
+                continue
+            for v in event.summary.value:
+                if v.tag.endswith((" vs samples", " vs tokens", " vs steps")):
+                    continue
+                if v.HasField("simple_value"):
+                    val = float(v.simple_value)
+                elif v.tensor.float_val:
+                    val = float(v.tensor.float_val[0])
+                elif v.tensor.double_val:
+                    val = float(v.tensor.double_val[0])
+                else:
+                    continue
+                steps.append(event.step)
+                tags.append(v.tag)
+                values.append(val)
+    if not steps:
+        raise ForensicsError(f"{path}: no scalar summaries found in the TensorBoard event file(s)")
+    long = pl.DataFrame(
+        {"__line": steps, "tag": tags, "value": values},
+        schema={"__line": pl.Int64, "tag": pl.Utf8, "value": pl.Float64},
+    )
+    raw = long.pivot(on="tag", index="__line", values="value", aggregate_function="last")
+    raw = raw.with_columns(pl.col("__line").alias("step")).sort("__line")
+    return raw, "step"
+
+
+_READERS: dict[str, Reader] = {
+    "megatron": read_megatron,
+    "csv": read_csv,
+    "wandb-csv": read_wandb_csv,
+    "jsonl": read_jsonl,
+    "hf-trainer-state": read_hf_trainer_state,
+    "tensorboard": read_tensorboard,
+}
+
+
+# --------------------------------------------------------------------------- shared finishing
+
+
+def _finish(raw: pl.DataFrame, unit: str, path: Path, notes: list[str]) -> pl.DataFrame:
+    """Canonical names, numbers (bad values warned by line), restarts resolved, sorted by step."""
+    renames: dict[str, str] = {}
+    for col in raw.columns:
+        if col == "__line":
+            continue
+        name = canonical_name(col)
+        if name in renames.values() or name == "__line":
+            name = f"{name}_{len(renames)}"
+        renames[col] = name
+    if "step" not in renames.values():
+        raise ForensicsError(
+            f"{path}: no step/iteration column (columns: {', '.join(raw.columns[:12])})"
+        )
+    bad: list[str] = []
+    exprs = [pl.col("__line")]
+    for col, name in renames.items():
+        num, problems = _to_number(raw, col, name)
+        if num is None:  # a text field (e.g. a date): not ours to judge
+            continue
+        bad.extend(problems)
+        if is_ms_field(col):
+            num = num / 1000.0
+        exprs.append(num.alias(name))
+    table = raw.select(exprs)
+    if bad:
+        shown = "; ".join(bad[:_MAX_WARNINGS_SHOWN])
+        more = (
+            f" (and {len(bad) - _MAX_WARNINGS_SHOWN} more)"
+            if len(bad) > _MAX_WARNINGS_SHOWN
+            else ""
+        )
+        notes.append(f"{path}: non-numeric values read as missing: {shown}{more}")
+    table = table.with_columns(pl.col("step").cast(pl.Int64, strict=False))
+    n_nostep = table.filter(pl.col("step").is_null()).height
+    if n_nostep:
+        first = table.filter(pl.col("step").is_null())["__line"][0]
+        notes.append(f"{path}: {n_nostep} rows without a step (first: {unit} {first}); skipped")
+        table = table.drop_nulls("step")
+    table = _resolve_restarts(table, path, notes)
+    curves = loss_curves(table.columns)
+    if not curves:
+        raise ForensicsError(
+            f"{path}: no loss field found (fields: {', '.join(c for c in table.columns[1:13])})"
+        )
+    if (
+        table.height == 0
+        or table.select(pl.any_horizontal(pl.col(curves).is_not_null()).any()).item() is False
+    ):
+        raise ForensicsError(f"{path}: the log has no loss values")
+    return table.drop("__line")
+
+
+def _to_number(raw: pl.DataFrame, col: str, name: str) -> tuple[pl.Series | None, list[str]]:
+    """Cast one column to Float64; report values that are not numbers by line number."""
+    s = raw[col]
+    if s.dtype.is_numeric() or s.dtype == pl.Boolean:
+        return s.cast(pl.Float64), []
+    if s.dtype != pl.Utf8:
+        s = s.cast(pl.Utf8, strict=False)
+    text = s.str.strip_chars()
+    num = text.cast(pl.Float64, strict=False)
+    bad_mask = text.is_not_null() & (text != "") & num.is_null()
+    n_bad = int(bad_mask.sum())
+    n_text = int((text.is_not_null() & (text != "")).sum())
+    core = name in _CORE or name.startswith("loss:") or name == "step"
+    if n_bad and not core and n_bad > n_text // 2:
+        return None, []  # a text column, not a numeric one with a few bad values
+    lines = raw["__line"].filter(bad_mask).head(_MAX_WARNINGS_SHOWN).to_list()
+    vals = text.filter(bad_mask).head(_MAX_WARNINGS_SHOWN).to_list()
+    problems = [f"line {ln}: {col!r} = {v[:40]!r}" for ln, v in zip(lines, vals, strict=True)]
+    problems += [f"{col!r}"] * max(0, n_bad - len(problems))
+    return num, problems
+
+
+def _resolve_restarts(table: pl.DataFrame, path: Path, notes: list[str]) -> pl.DataFrame:
+    """After a restart the iterations repeat: keep the last run's rows.
+
+    A row survives when every later row has a larger step, i.e. rows of an abandoned attempt
+    (including steps it reached that the restarted run has not reached again) are dropped.
+    """
+    later_min = pl.col("step").reverse().cum_min().reverse().shift(-1)
+    kept = table.filter(later_min.is_null() | (pl.col("step") < later_min))
+    dropped = table.height - kept.height
+    if dropped:
+        notes.append(
+            f"{path}: {dropped} rows superseded by a later restart (iterations repeated); "
+            "kept the last run's values"
+        )
+    return kept.sort("step")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _event_files(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*tfevents*") if p.is_file())
+
+
+def _tfrecord_extent(path: Path) -> tuple[int, int | None]:
+    """Count the complete TFRecords; return (count, byte offset of a truncated tail or None)."""
+    size = path.stat().st_size
+    n, off = 0, 0
+    with open(path, "rb") as fh:
+        while off < size:
+            fh.seek(off)
+            header = fh.read(12)
+            if len(header) < 12:
+                return n, off
+            (length,) = struct.unpack("<Q", header[:8])
+            end = off + 12 + length + 4
+            if end > size:
+                return n, off
+            n, off = n + 1, end
+    return n, None
+
+
+def _flatten(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in obj.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{key}/"))
+        elif isinstance(v, list | tuple):
+            continue
+        else:
+            out[key] = v
+    return out
+
+
+def _rows_to_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
+    """Rows of mixed types -> string columns (numbers kept exact via repr); `_finish` casts."""
+    cols: dict[str, list[object]] = {}
+    for i, row in enumerate(rows):
+        for k in row:
+            if k not in cols:
+                cols[k] = [None] * i
+        for k, col in cols.items():
+            v = row.get(k)
+            col.append(v if k == "__line" or v is None else str(v))
+    frame = pl.DataFrame({k: v for k, v in cols.items() if k != "__line"}, schema_overrides=None)
+    frame = frame.select(pl.all().cast(pl.Utf8))
+    return frame.with_columns(pl.Series("__line", cols["__line"], dtype=pl.Int64))
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__

@@ -1,0 +1,435 @@
+"""Slow regimes of a loss curve: divergence (a rise that does not come back) and plateaus.
+
+Divergence is judged on a short rolling median of the loss against its best value so far: a rise
+of `divergence_rel` above the best that lasts `divergence_min_steps`, keeps climbing and is still
+there at the end of the log; or the loss going non-finite after a precursor (an unrecovered
+spike, a grad-norm alarm, a loss-scale collapse). A non-finite tail with no precursor is the log
+ending (CI golden files pad with nan), not evidence of anything, and is only noted.
+
+A plateau is a stretch of `plateau_steps` over which the loss fell by less than `plateau_frac` of
+what the power law fitted to the curve before it predicted, checked in the order a senior
+engineer would: the learning-rate schedule, data repetition, then model capacity (Chinchilla).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from forensics.triage.alarms import Alarm
+from forensics.triage.config import CHINCHILLA_EPOCH, RunInfo, TriageConfig
+from forensics.triage.spikes import Spike
+from forensics.triage.trend import ema_by_step, warmup_end_index, window_power_law
+
+
+@dataclass
+class Columns:
+    """The full table's columns as numpy arrays (NaN where not logged), aligned on `step`."""
+
+    step: np.ndarray
+    lr: np.ndarray | None
+    grad_norm: np.ndarray | None
+    loss_scale: np.ndarray | None
+    tokens: np.ndarray | None
+    samples: np.ndarray | None
+    batch: np.ndarray | None
+
+    @classmethod
+    def of(cls, table: pl.DataFrame) -> Columns:
+        def col(name: str) -> np.ndarray | None:
+            if name not in table.columns or table[name].is_null().all():
+                return None
+            return table[name].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+
+        return cls(
+            step=table["step"].to_numpy(),
+            lr=col("lr"),
+            grad_norm=col("grad_norm"),
+            loss_scale=col("loss_scale"),
+            tokens=col("tokens"),
+            samples=col("consumed_samples"),
+            batch=col("global_batch_size"),
+        )
+
+    def at(self, values: np.ndarray | None, step: int) -> float | None:
+        """Last finite value at or before `step` (None when there is none)."""
+        if values is None:
+            return None
+        i = int(np.searchsorted(self.step, step, side="right"))
+        vals = values[:i]
+        vals = vals[np.isfinite(vals)]
+        return float(vals[-1]) if len(vals) else None
+
+
+@dataclass
+class Divergence:
+    step: int
+    end_step: int
+    trigger: str
+    from_level: float
+    to_level: float | None
+    grad_norm_before: str
+    likely_causes: list[dict[str, object]] = field(default_factory=list)
+
+
+def find_divergence(
+    steps: np.ndarray,
+    loss: np.ndarray,
+    bad_steps: np.ndarray,
+    spikes: list[Spike],
+    alarms: list[Alarm],
+    cols: Columns,
+    cfg: TriageConfig,
+) -> Divergence | None:
+    """The run's divergence, if any (at most one: after it the log is not a training run)."""
+    if len(loss) == 0:
+        return None
+    smooth = pl.Series(loss).rolling_median(5, min_samples=1).to_numpy()
+    best = np.minimum.accumulate(smooth)
+    rising = smooth - best > cfg.divergence_rel * np.abs(best)
+    # The run of rising rows that reaches the end of the finite log.
+    onset_idx = None
+    if rising[-1]:
+        not_rising = np.flatnonzero(~rising)
+        onset_idx = int(not_rising[-1] + 1) if len(not_rising) else 0
+    last = int(max(steps[-1], bad_steps[-1] if len(bad_steps) else steps[-1]))
+    trailing_bad = bad_steps[bad_steps > steps[-1]]
+    div: Divergence | None = None
+    if onset_idx is not None and onset_idx < len(steps) - 1:
+        seg_s, seg = steps[onset_idx:], smooth[onset_idx:]
+        lasted = int(seg_s[-1] - seg_s[0])
+        climbing = len(seg) >= 3 and np.corrcoef(seg_s, seg)[0, 1] > 0.3
+        if lasted >= cfg.divergence_min_steps and climbing:
+            div = Divergence(
+                step=int(steps[onset_idx]),
+                end_step=last,
+                trigger=(
+                    f"the loss rose from its best {best[onset_idx]:.4g} to {smooth[-1]:.4g} over "
+                    f"{lasted} steps and was still climbing at the end of the log"
+                ),
+                from_level=float(best[onset_idx]),
+                to_level=float(smooth[-1]),
+                grad_norm_before="",
+            )
+    if div is None and len(trailing_bad):
+        nan_step = int(trailing_bad[0])
+        horizon = nan_step - cfg.recovery_window
+        pre = [s for s in spikes if s.verdict != "benign" and s.peak_step >= horizon]
+        pre_alarms = [a for a in alarms if horizon <= a.step <= nan_step]
+        if pre or pre_alarms or onset_idx is not None:
+            start = min(
+                [s.onset_step for s in pre]
+                + [a.step for a in pre_alarms]
+                + ([int(steps[onset_idx])] if onset_idx is not None else [])
+            )
+            i = int(np.searchsorted(steps, start))
+            what = (
+                "an unrecovered spike"
+                if pre
+                else ("a rise" if onset_idx is not None else pre_alarms[0].kind.replace("_", " "))
+            )
+            div = Divergence(
+                step=start,
+                end_step=nan_step,
+                trigger=(
+                    f"the loss went non-finite (nan or not logged) at step {nan_step} after "
+                    f"{what} starting at step {start}"
+                ),
+                from_level=float(best[max(i - 1, 0)]),
+                to_level=float(smooth[-1]),
+                grad_norm_before="",
+            )
+    if div is not None:
+        div.grad_norm_before = grad_norm_story(cols, div.step, alarms, cfg)
+        div.likely_causes = divergence_causes(cols, div, alarms, steps, loss, cfg)
+    return div
+
+
+def grad_norm_story(cols: Columns, step: int, alarms: list[Alarm], cfg: TriageConfig) -> str:
+    """What the grad norm did in the `recovery_window` steps before `step`, in one sentence."""
+    if cols.grad_norm is None:
+        return "the log has no grad norm"
+    lo = step - cfg.recovery_window
+    m = (cols.step >= lo) & (cols.step <= step) & np.isfinite(cols.grad_norm) & (cols.grad_norm > 0)
+    if not m.any():
+        return f"no grad norm logged in the {cfg.recovery_window} steps before step {step}"
+    g, s = cols.grad_norm[m], cols.step[m]
+    k = int(np.argmax(g))
+    led = [a for a in alarms if a.kind == "grad_norm_alarm" and lo <= a.step <= step + 1]
+    lead = (
+        f"; the grad-norm alarm fired at step {led[0].step}, {step - led[0].step} steps before"
+        if led
+        else "; no grad-norm alarm before it"
+    )
+    return (
+        f"over steps {int(s[0])}-{int(s[-1])} the grad norm went from {g[0]:.4g} to {g[-1]:.4g} "
+        f"(median {np.median(g):.4g}, max {g[k]:.4g} at step {int(s[k])}){lead}"
+    )
+
+
+def divergence_causes(
+    cols: Columns,
+    div: Divergence,
+    alarms: list[Alarm],
+    steps: np.ndarray,
+    loss: np.ndarray,
+    cfg: TriageConfig,
+) -> list[dict[str, object]]:
+    """The usual causes, in the order to check them, each with the evidence the log holds."""
+    causes: list[dict[str, object]] = []
+    # 1. Learning rate too high, or no warmup.
+    if cols.lr is None:
+        causes.append(_cause("learning rate too high or no warmup", None, "needs the lr field"))
+    else:
+        lr = cols.lr[np.isfinite(cols.lr)]
+        lr_on = cols.at(cols.lr, div.step) or float("nan")
+        lr_max = float(np.max(lr)) if len(lr) else float("nan")
+        started_low = len(lr) and lr[0] < 0.5 * lr_max
+        if not started_low and cols.step[0] <= 10:
+            causes.append(
+                _cause(
+                    "learning rate too high or no warmup",
+                    True,
+                    f"no warmup: the lr starts at {lr[0]:.3g}, already {lr[0] / lr_max:.0%} of "
+                    f"its peak {lr_max:.3g}",
+                )
+            )
+        else:
+            near_peak = lr_on >= 0.9 * lr_max
+            causes.append(
+                _cause(
+                    "learning rate too high or no warmup",
+                    bool(near_peak),
+                    f"lr at the onset is {lr_on:.3g}, {lr_on / lr_max:.0%} of its peak "
+                    f"{lr_max:.3g}"
+                    + (
+                        " (divergence at peak lr, e.g. right after warmup, points at the lr)"
+                        if near_peak
+                        else " (well below peak: the lr alone is unlikely)"
+                    ),
+                )
+            )
+    # 2. Clipping misconfigured: the update was not bounded while the norm exploded.
+    surges = [
+        a
+        for a in alarms
+        if a.kind == "grad_norm_alarm" and div.step - cfg.recovery_window <= a.step <= div.end_step
+    ]
+    if cols.grad_norm is None:
+        causes.append(_cause("gradient clipping misconfigured", None, "needs the grad norm"))
+    else:
+        causes.append(
+            _cause(
+                "gradient clipping misconfigured",
+                bool(surges),
+                (
+                    f"the grad norm surged to {surges[0].ratio:.1f}x its baseline at step "
+                    f"{surges[0].step}; with clipping on, the update stays bounded, so check "
+                    "--clip-grad (Megatron logs the norm before clipping)"
+                )
+                if surges
+                else "no grad-norm surge before the rise",
+            )
+        )
+    # 3. fp16 loss scale collapsed.
+    collapses = [
+        a
+        for a in alarms
+        if a.kind == "loss_scale_collapse"
+        and div.step - cfg.recovery_window <= a.step <= div.end_step
+    ]
+    if cols.loss_scale is None:
+        causes.append(_cause("fp16 loss scale collapsed", None, "no loss scale logged (bf16 run?)"))
+    else:
+        causes.append(
+            _cause(
+                "fp16 loss scale collapsed",
+                bool(collapses),
+                collapses[0].detail if collapses else "the loss scale held",
+            )
+        )
+    # 4. A faulty device: a jump with no precursor at all.
+    i = int(np.searchsorted(steps, div.step))
+    sudden = (
+        i > 0
+        and i < len(loss)
+        and loss[i] - loss[i - 1] > 0.5 * max((div.to_level or loss[i]) - div.from_level, 0)
+    )
+    causes.append(
+        _cause(
+            "a faulty device",
+            bool(sudden and not surges and not collapses) or None,
+            (
+                "the loss jumped in one logged step with no grad-norm or loss-scale warning: "
+                "compare per-rank losses, check DCGM/ECC logs, rerun the step on other nodes"
+            )
+            if sudden and not surges and not collapses
+            else "only per-rank logs or a rerun of the step on other nodes can rule it out",
+        )
+    )
+    return causes
+
+
+def _cause(name: str, supported: bool | None, evidence: str) -> dict[str, object]:
+    return {"cause": name, "supported": supported, "evidence": evidence}
+
+
+@dataclass
+class Plateau:
+    step: int
+    end_step: int
+    level: float
+    observed_drop: float
+    predicted_drop: float
+    checks: list[dict[str, object]] = field(default_factory=list)
+    conclusion: str = ""
+
+
+def find_plateaus(
+    steps: np.ndarray, loss: np.ndarray, cols: Columns, run: RunInfo, cfg: TriageConfig
+) -> list[Plateau]:
+    """Stretches of `plateau_steps` where the loss fell far less than its power law predicted."""
+    if len(steps) < 20 or steps[-1] - steps[0] < cfg.plateau_steps:
+        return []
+    level = ema_by_step(steps, loss, cfg.ema_half_life)
+    start = warmup_end_index(steps, loss)
+    # For each row i: the window [j, i] of `plateau_steps`, and the fit window before it,
+    # [lo, j], of up to 3 x plateau_steps (a local fit: a global one over-predicts late drops).
+    j = np.searchsorted(steps, steps - cfg.plateau_steps, side="left")
+    lo = np.maximum(np.searchsorted(steps, steps[j] - 3 * cfg.plateau_steps, side="left"), start)
+    b, a, count = window_power_law(steps, loss, np.minimum(lo, j), j)
+    ok = (steps - steps[0] >= cfg.plateau_steps) & (j > lo) & (count >= 20)
+    ok &= np.isfinite(b) & (b < 0)
+    sj, si = steps[j].astype(float), steps.astype(float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        predicted = np.exp(a + b * np.log(sj)) - np.exp(a + b * np.log(si))
+    observed = level[j] - level
+    flat = ok & (predicted > 0.005 * level) & (observed < cfg.plateau_frac * predicted)
+    flat &= observed > -0.01 * level  # a rise is a spike or a divergence, not a plateau
+    plateaus: list[Plateau] = []
+    d = np.diff(np.concatenate(([0], flat.astype(np.int8), [0])))
+    for r0, r1 in zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1) - 1, strict=True):
+        if plateaus and steps[j[r0]] <= plateaus[-1].end_step + cfg.plateau_steps // 2:
+            prev = plateaus[-1]  # one plateau, interrupted by noise
+            prev.end_step, prev.level = int(steps[r1]), float(level[r1])
+            prev.observed_drop = float(level[np.searchsorted(steps, prev.step)] - level[r1])
+            prev.predicted_drop = max(prev.predicted_drop, float(predicted[r1]))
+            continue
+        plateaus.append(
+            Plateau(
+                step=int(steps[j[r0]]),
+                end_step=int(steps[r1]),
+                level=float(level[r1]),
+                observed_drop=float(observed[r1]),
+                predicted_drop=float(predicted[r1]),
+            )
+        )
+    kept = []
+    for p in plateaus:
+        # Judge the merged stretch as a whole against the fit of the curve before it.
+        i0 = int(np.searchsorted(steps, p.step))
+        i1 = int(np.searchsorted(steps, p.end_step))
+        f0 = max(int(np.searchsorted(steps, p.step - 3 * cfg.plateau_steps)), start)
+        fb, fa, fn = window_power_law(steps, loss, np.array([min(f0, i0)]), np.array([i0]))
+        if not (fn[0] >= 20 and np.isfinite(fb[0]) and fb[0] < 0):
+            continue
+        p.predicted_drop = float(
+            np.exp(fa[0] + fb[0] * np.log(steps[i0])) - np.exp(fa[0] + fb[0] * np.log(steps[i1]))
+        )
+        p.observed_drop = float(level[i0] - level[i1])
+        if p.observed_drop < cfg.plateau_frac * p.predicted_drop:
+            p.checks, p.conclusion = plateau_checks(p, cols, run, cfg)
+            kept.append(p)
+    return kept
+
+
+def tokens_at(cols: Columns, step: int, run: RunInfo) -> tuple[float | None, str]:
+    """Tokens consumed by `step`, and how we know (or what we would need)."""
+    t = cols.at(cols.tokens, step)
+    if t is not None:
+        return t, "the log's consumed tokens"
+    if run.seq_length:
+        smp = cols.at(cols.samples, step)
+        if smp is not None:
+            return smp * run.seq_length, "consumed samples x --seq-length"
+        gbs = cols.at(cols.batch, step)
+        if gbs is not None:
+            return step * gbs * run.seq_length, "step x global batch size x --seq-length"
+        return None, "needs consumed samples or the global batch size in the log"
+    return None, "needs consumed tokens in the log, or --seq-length with consumed samples"
+
+
+def plateau_checks(
+    p: Plateau, cols: Columns, run: RunInfo, cfg: TriageConfig
+) -> tuple[list[dict[str, object]], str]:
+    """LR schedule, then data repetition, then capacity; each says what it needed if missing."""
+    checks: list[dict[str, object]] = []
+    conclusion = ""
+    lr_end = cols.at(cols.lr, p.end_step)
+    if lr_end is None:
+        checks.append({"check": "learning rate", "result": None, "needed": "the lr field"})
+    else:
+        lr_max = float(np.nanmax(cols.lr)) if cols.lr is not None else lr_end
+        frac = lr_end / lr_max if lr_max > 0 else 1.0
+        at_floor = frac <= cfg.lr_floor_frac
+        checks.append(
+            {
+                "check": "learning rate",
+                "result": "at floor" if at_floor else "not at floor",
+                "evidence": f"lr {lr_end:.3g} is {frac:.0%} of its peak {lr_max:.3g}",
+            }
+        )
+        if at_floor:
+            conclusion = "by design: the lr schedule is near its floor, the curve flattens with it"
+    tokens, how = tokens_at(cols, p.end_step, run)
+    if tokens is None or not run.corpus_tokens:
+        need = [how] if tokens is None else []
+        if not run.corpus_tokens:
+            need.append("--corpus-tokens")
+        checks.append({"check": "data repetition", "result": None, "needed": "; ".join(need)})
+    else:
+        epochs = tokens / run.corpus_tokens
+        checks.append(
+            {
+                "check": "data repetition",
+                "result": "repeated data" if epochs > 1 else "no repetition",
+                "evidence": f"{tokens:.3g} tokens consumed ({how}) = {epochs:.2f} x the corpus",
+            }
+        )
+        if epochs > 1 and not conclusion:
+            conclusion = (
+                f"repeated data ({epochs:.2f} epochs): add fresh data or anneal the learning rate"
+            )
+    if tokens is None or not run.params:
+        need = [how] if tokens is None else []
+        if not run.params:
+            need.append("--params")
+        checks.append({"check": "model capacity", "result": None, "needed": "; ".join(need)})
+    else:
+        c, e = cfg.chinchilla, CHINCHILLA_EPOCH
+        expected = c["E"] + c["A"] / run.params ** c["alpha"] + c["B"] / tokens ** c["beta"]
+        epoch = e["E"] + e["A"] / run.params ** e["alpha"] + e["B"] / tokens ** e["beta"]
+        reached = p.level <= 1.05 * max(expected, epoch)
+        checks.append(
+            {
+                "check": "model capacity",
+                "result": "capacity reached" if reached else "below capacity",
+                "evidence": (
+                    f"plateau loss {p.level:.4g} vs Chinchilla L(N={run.params:.3g}, "
+                    f"D={tokens:.3g}) = {expected:.4g} (Epoch AI refit {epoch:.4g}); the constants "
+                    "depend on tokenizer and data, so treat this as a rough yardstick"
+                ),
+            }
+        )
+        if reached and not conclusion:
+            conclusion = "capacity reached: a bigger model, or anneal to harvest the last gains"
+    if not conclusion:
+        missing = [str(ch["check"]) for ch in checks if ch.get("result") is None]
+        conclusion = (
+            "unexplained by the checks we could run"
+            + (f" (could not check: {', '.join(missing)})" if missing else "")
+            + ": look at the data mixture and the optimizer state"
+        )
+    return checks, conclusion

@@ -1,0 +1,225 @@
+"""Find loss spikes and decide, honestly, whether each came back.
+
+A spike is a run of rows whose loss sits far above the robust local level (median/MAD z-score on
+the rows before it, see `trend.local_stats`). Each is then judged against its own pre-spike level:
+
+- benign: the loss came back within tolerance of that level (recovery time reported: fast means
+  the optimizer's momentum survived, hundreds of steps suggest a polluted second moment);
+- malignant: `recovery_window` steps have passed (or the loss went non-finite) and it has not
+  come back: a lasting step up, or only part of the way;
+- undecided: not back yet, but the window has not elapsed.
+
+A single elevated row that is back on the next row is a *blip* (per-step microbatch noise):
+counted, never alarmed on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from forensics.triage.config import TriageConfig
+from forensics.triage.trend import LocalStats
+
+
+@dataclass
+class Spike:
+    """One spike on one loss curve. Indices are rows of the finite-loss arrays."""
+
+    onset_idx: int
+    peak_idx: int
+    end_idx: int
+    onset_step: int
+    peak_step: int
+    pre_level: float
+    peak_loss: float
+    sigma: float
+    z: float
+    tolerance: float
+    verdict: str = "undecided"
+    blip: bool = False
+    recovered_step: int | None = None
+    recovery_steps: int | None = None
+    recovered_fraction: float | None = None
+    lasting_excess: float | None = None
+    reason: str = ""
+
+    @property
+    def height(self) -> float:
+        return self.peak_loss - self.pre_level
+
+
+def flag_rows(loss: np.ndarray, stats: LocalStats, cfg: TriageConfig) -> np.ndarray:
+    """Row indices far above the local level: robust z and a minimum relative height."""
+    excess = loss - stats.level
+    flag = (stats.z > cfg.z_threshold) & (excess > cfg.min_rel_height * np.abs(stats.level))
+    flag[0] = False
+    return np.flatnonzero(flag)
+
+
+def _groups(idx: np.ndarray, gap: int) -> list[tuple[int, int]]:
+    if len(idx) == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(idx) > gap + 1)
+    starts = np.concatenate(([0], cuts + 1))
+    ends = np.concatenate((cuts, [len(idx) - 1]))
+    return [(int(idx[a]), int(idx[b])) for a, b in zip(starts, ends, strict=True)]
+
+
+def find_spikes(
+    steps: np.ndarray,
+    loss: np.ndarray,
+    stats: LocalStats,
+    cfg: TriageConfig,
+    bad_steps: np.ndarray,
+    last_step: int,
+) -> list[Spike]:
+    """Detect and classify spikes. `bad_steps`: steps where the loss was logged non-finite;
+    `last_step`: the last step of the log (how much of the recovery window has elapsed)."""
+    spikes: list[Spike] = []
+    groups = _groups(flag_rows(loss, stats, cfg), cfg.merge_gap_rows)
+    g = 0
+    while g < len(groups):
+        i0, i1 = groups[g]
+        spike = _new_spike(steps, loss, stats, cfg, i0, i1)
+        _judge(spike, steps, loss, cfg, bad_steps, last_step)
+        g += 1
+        # A flagged run that starts before this spike came back is part of it.
+        while g < len(groups) and (
+            spike.recovered_step is None or steps[groups[g][0]] <= spike.recovered_step
+        ):
+            j0, j1 = groups[g]
+            if spike.recovered_step is None and spike.verdict == "malignant":
+                # Long after the window: a fresh spike on the new, elevated level.
+                if steps[j0] - spike.peak_step > 2 * cfg.recovery_window:
+                    break
+            spike.end_idx = max(spike.end_idx, j1)
+            seg = loss[j0 : j1 + 1]
+            k = j0 + int(np.argmax(seg))
+            if loss[k] > spike.peak_loss:
+                spike.peak_idx, spike.peak_step, spike.peak_loss = k, int(steps[k]), float(loss[k])
+                spike.z = max(spike.z, float(stats.z[k]))
+            _judge(spike, steps, loss, cfg, bad_steps, last_step)
+            g += 1
+        spikes.append(spike)
+    return spikes
+
+
+def _new_spike(
+    steps: np.ndarray, loss: np.ndarray, stats: LocalStats, cfg: TriageConfig, i0: int, i1: int
+) -> Spike:
+    k = i0 + int(np.argmax(loss[i0 : i1 + 1]))
+    pre, sigma = float(stats.level[i0]), float(stats.sigma[i0])
+    return Spike(
+        onset_idx=i0,
+        peak_idx=k,
+        end_idx=i1,
+        onset_step=int(steps[i0]),
+        peak_step=int(steps[k]),
+        pre_level=pre,
+        peak_loss=float(loss[k]),
+        sigma=sigma,
+        z=float(np.max(stats.z[i0 : i1 + 1])),
+        tolerance=max(cfg.tol_sigma * sigma, cfg.tol_rel * abs(pre)),
+    )
+
+
+def _forward_median(values: np.ndarray, k: int) -> np.ndarray:
+    """m[j] = median(values[j:j+k]) (fewer at the end): the level the loss settles at from j."""
+    n = len(values)
+    if n == 0:
+        return values
+    padded = np.concatenate((values, np.full(k - 1, np.nan)))
+    win = np.lib.stride_tricks.sliding_window_view(padded, k)[:n]
+    return np.nanmedian(win, axis=1)
+
+
+def _judge(
+    spike: Spike,
+    steps: np.ndarray,
+    loss: np.ndarray,
+    cfg: TriageConfig,
+    bad_steps: np.ndarray,
+    last_step: int,
+) -> None:
+    """Set verdict, recovery and explanation of a spike from the rows after its peak."""
+    spike.verdict, spike.blip, spike.recovered_step, spike.recovery_steps = (
+        "undecided",
+        False,
+        None,
+        None,
+    )
+    spike.recovered_fraction = spike.lasting_excess = None
+    horizon = spike.peak_step + 4 * cfg.recovery_window
+    # ... and at least a few rows past it: a sparse log may next speak after a long gap.
+    j_end = max(int(np.searchsorted(steps, horizon, side="right")), spike.peak_idx + 6)
+    after = loss[spike.peak_idx + 1 : j_end]
+    target = spike.pre_level + spike.tolerance
+    back = np.flatnonzero(_forward_median(after, 5) <= target) if len(after) else after
+    bad_after = bad_steps[bad_steps > spike.peak_step]
+    if len(back):
+        j = spike.peak_idx + 1 + int(back[0])
+        first_bad = bad_after[0] if len(bad_after) else None
+        if first_bad is None or first_bad > steps[j]:
+            spike.verdict = "benign"
+            spike.recovered_step = int(steps[j])
+            spike.recovery_steps = int(steps[j] - spike.peak_step)
+            spike.recovered_fraction = 1.0
+            spike.blip = spike.onset_idx == spike.end_idx and j == spike.peak_idx + 1
+            gap = int(steps[j] - steps[j - 1])
+            spike.reason = (
+                f"back within {spike.tolerance:.3g} of the pre-spike level {spike.pre_level:.4g} "
+                f"by step {spike.recovered_step}, {spike.recovery_steps} steps after the peak"
+                + (f" (first logged point after a {gap}-step gap)" if gap > 1 else "")
+            )
+            return
+    elapsed = last_step - spike.peak_step
+    tail = _settled_level(steps, loss, spike, cfg)
+    if tail is not None:
+        spike.lasting_excess = tail - spike.pre_level
+        spike.recovered_fraction = (
+            float(np.clip(1.0 - spike.lasting_excess / spike.height, 0.0, 1.0))
+            if spike.height > 0
+            else None
+        )
+    frac = spike.recovered_fraction
+    so_far = f"{100 * frac:.0f}% of the way back" if frac is not None else "no point after the peak"
+    if len(bad_after):
+        spike.verdict = "malignant"
+        spike.reason = (
+            f"the loss went non-finite (nan or not logged) at step {int(bad_after[0])}, "
+            f"{int(bad_after[0] - spike.peak_step)} steps after the peak, without coming back "
+            f"({so_far})"
+        )
+    elif elapsed >= cfg.recovery_window:
+        spike.verdict = "malignant"
+        shape = (
+            "returned less than half-way"
+            if frac is not None and frac < 0.5
+            else "a lasting step up"
+        )
+        spike.reason = (
+            f"{shape}: {elapsed} steps after the peak the loss settles "
+            f"{spike.lasting_excess:+.3g} above the pre-spike level {spike.pre_level:.4g} "
+            f"({so_far}; tolerance {spike.tolerance:.3g}, window {cfg.recovery_window} steps)"
+        )
+    else:
+        spike.reason = (
+            f"not back yet ({so_far}); only {elapsed} of the {cfg.recovery_window}-step recovery "
+            f"window has elapsed: look again after step {spike.peak_step + cfg.recovery_window}"
+        )
+
+
+def _settled_level(
+    steps: np.ndarray, loss: np.ndarray, spike: Spike, cfg: TriageConfig
+) -> float | None:
+    """Median loss over the second half of the recovery window (or the last rows we have)."""
+    a = int(np.searchsorted(steps, spike.peak_step + cfg.recovery_window // 2, side="left"))
+    b = int(np.searchsorted(steps, spike.peak_step + cfg.recovery_window, side="right"))
+    a = max(a, spike.peak_idx + 1)
+    if b <= a:  # the window is not covered yet: the last few rows we have after the peak
+        a, b = max(spike.peak_idx + 1, b - 5), b
+        if b <= a:
+            return None
+    return float(np.median(loss[a:b]))
