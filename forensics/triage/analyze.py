@@ -99,7 +99,7 @@ def analyse_curve(
         fit=fit_power_law(steps, loss, cfg.window_rows),
         spikes=spikes,
         divergence=div,
-        plateaus=find_plateaus(steps, loss, cols, run, cfg) if div is None else [],
+        plateaus=find_plateaus(steps, loss, cols, run, cfg, spikes) if div is None else [],
     )
 
 

@@ -100,7 +100,8 @@ def find_divergence(
     if onset_idx is not None and onset_idx < len(steps) - 1:
         seg_s, seg = steps[onset_idx:], smooth[onset_idx:]
         lasted = int(seg_s[-1] - seg_s[0])
-        climbing = len(seg) >= 3 and np.corrcoef(seg_s, seg)[0, 1] > 0.3
+        with np.errstate(invalid="ignore", divide="ignore"):
+            climbing = len(seg) >= 3 and np.corrcoef(seg_s, seg)[0, 1] > 0.3
         if lasted >= cfg.divergence_min_steps and climbing:
             div = Divergence(
                 step=int(steps[onset_idx]),
@@ -288,9 +289,16 @@ class Plateau:
 
 
 def find_plateaus(
-    steps: np.ndarray, loss: np.ndarray, cols: Columns, run: RunInfo, cfg: TriageConfig
+    steps: np.ndarray,
+    loss: np.ndarray,
+    cols: Columns,
+    run: RunInfo,
+    cfg: TriageConfig,
+    spikes: list[Spike] = (),  # type: ignore[assignment]
 ) -> list[Plateau]:
-    """Stretches of `plateau_steps` where the loss fell far less than its power law predicted."""
+    """Stretches of `plateau_steps` where the loss fell far less than its power law predicted.
+
+    Windows that hold a spike (until it recovered) are left out: a step up is not a plateau."""
     if len(steps) < 20 or steps[-1] - steps[0] < cfg.plateau_steps:
         return []
     level = ema_by_step(steps, loss, cfg.ema_half_life)
@@ -308,6 +316,10 @@ def find_plateaus(
     observed = level[j] - level
     flat = ok & (predicted > 0.005 * level) & (observed < cfg.plateau_frac * predicted)
     flat &= observed > -0.01 * level  # a rise is a spike or a divergence, not a plateau
+    for sp in spikes:
+        if not sp.blip:
+            until = sp.recovered_step if sp.recovered_step is not None else steps[-1]
+            flat &= ~((steps[j] <= until) & (steps >= sp.onset_step))
     plateaus: list[Plateau] = []
     d = np.diff(np.concatenate(([0], flat.astype(np.int8), [0])))
     for r0, r1 in zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1) - 1, strict=True):
@@ -339,7 +351,8 @@ def find_plateaus(
             np.exp(fa[0] + fb[0] * np.log(steps[i0])) - np.exp(fa[0] + fb[0] * np.log(steps[i1]))
         )
         p.observed_drop = float(level[i0] - level[i1])
-        if p.observed_drop < cfg.plateau_frac * p.predicted_drop:
+        rose = p.observed_drop < -0.01 * p.level
+        if p.observed_drop < cfg.plateau_frac * p.predicted_drop and not rose:
             p.checks, p.conclusion = plateau_checks(p, cols, run, cfg)
             kept.append(p)
     return kept
@@ -411,7 +424,7 @@ def plateau_checks(
         c, e = cfg.chinchilla, CHINCHILLA_EPOCH
         expected = c["E"] + c["A"] / run.params ** c["alpha"] + c["B"] / tokens ** c["beta"]
         epoch = e["E"] + e["A"] / run.params ** e["alpha"] + e["B"] / tokens ** e["beta"]
-        reached = p.level <= 1.05 * max(expected, epoch)
+        reached = p.level <= 1.02 * max(expected, epoch)
         checks.append(
             {
                 "check": "model capacity",
