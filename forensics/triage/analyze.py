@@ -90,13 +90,14 @@ def analyse_curve(
     stats = local_stats(loss, cfg.window_rows, cfg.noise_floor_rel, segments(steps))
     spikes = find_spikes(steps, loss, stats, cfg, bad, last_step)
     div = find_divergence(steps, loss, bad, spikes, alarms, cols, cfg)
+    healthy_part = steps < div.step if div is not None else slice(None)
     return CurveResult(
         name=curve,
         steps=steps,
         loss=loss,
         ema=ema_by_step(steps, loss, cfg.ema_half_life),
         bad_steps=bad,
-        fit=fit_power_law(steps, loss, cfg.window_rows),
+        fit=fit_power_law(steps[healthy_part], loss[healthy_part], cfg.window_rows),
         spikes=spikes,
         divergence=div,
         plateaus=find_plateaus(steps, loss, cols, run, cfg, spikes) if div is None else [],

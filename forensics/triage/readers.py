@@ -156,29 +156,44 @@ def read_megatron(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
         pl.col("text").str.extract(_ITER_RE, 1).alias("iteration"),
         pl.col("text").str.replace(r"^.*?" + _ITER_RE + r"\s*\|?", "").alias("rest"),
     )
-    # Lines share a handful of layouts (the sequence of keys); values are read by position
-    # within each layout, which is ~10x faster than exploding every field of every line.
-    train = train.with_columns(pl.col("rest").str.replace_all(r":[^|]*", ":").alias("layout"))
-    parts = []
-    for (layout,), group in train.group_by(["layout"], maintain_order=True):
-        segs = [k.strip() for k in layout.split("|")]
-        keys = [k[:-1].strip() if k.endswith(":") else "" for k in segs]
-        if segs and segs[-1] and not segs[-1].endswith(":"):
-            first = group["__line"].head(3).to_list()
-            notes.append(
-                f"{path}: {group.height} lines cut off mid-field (e.g. line "
-                f"{', '.join(map(str, first))}: ends in {segs[-1][:30]!r}); read what they hold"
+    # Lines share a handful of layouts (the sequence of keys). For each layout, one regex with a
+    # capture group per key reads every matching line in a single pass; the lines it does not
+    # match (another layout: a restart with other flags, a truncated line) go round again.
+    parts, remaining = [], train
+    while remaining.height:
+        keys, cut = _layout(remaining["rest"][0])
+        body = r"\|".join(rf"\s*{_rx(k)}\s*:\s*([^|]*?)\s*" for k in keys)
+        pattern = "^" + body + (r"\|[^|:]*$" if cut else r"\|?\s*$")
+        if not keys:
+            got = remaining.select("__line", "iteration")
+            parts.append(got)
+            break
+        groups = remaining.select(pl.col("rest").str.extract_groups(pattern)).unnest("rest")
+        hit = groups[groups.columns[0]].is_not_null()
+        if not bool(hit[0]):  # duplicate keys or odd spacing: take this line's layout by hand
+            hit = pl.Series([True] + [False] * (remaining.height - 1))
+            groups = pl.DataFrame({k: [_value(remaining["rest"][0], k)] for k in keys})
+            groups = pl.concat(
+                [
+                    groups,
+                    pl.DataFrame(
+                        {k: [None] * (remaining.height - 1) for k in keys},
+                        schema={k: pl.Utf8 for k in keys},
+                    ),
+                ]
             )
-        cells = group.select(pl.col("rest").str.split("|").alias("cells"))["cells"]
-        cols = [group["__line"], group["iteration"]]
-        seen = set()
-        for i, key in enumerate(keys):
-            if not key or key in seen or key in {"__line", "iteration"}:
-                continue
-            seen.add(key)
-            cell = cells.list.get(i, null_on_oob=True)
-            cols.append(cell.str.splitn(":", 2).struct.field("field_1").alias(key))
-        parts.append(pl.DataFrame(cols))
+        named = groups.rename(dict(zip(groups.columns, keys, strict=True))).filter(hit)
+        got = pl.concat(
+            [remaining.filter(hit).select("__line", "iteration"), named], how="horizontal"
+        )
+        if cut:
+            first = got["__line"].head(3).to_list()
+            notes.append(
+                f"{path}: {got.height} lines cut off mid-field (e.g. line "
+                f"{', '.join(map(str, first))}: ends in {cut[:30]!r}); read what they hold"
+            )
+        parts.append(got)
+        remaining = remaining.filter(~hit)
     raw = pl.concat(parts, how="diagonal").sort("__line")
     valid = lines.filter(pl.col("text").str.contains(_VALID_RE)).select(
         pl.col("text").str.extract(_VALID_RE, 1).cast(pl.Int64).alias("__vstep"),
@@ -452,6 +467,30 @@ def _resolve_restarts(table: pl.DataFrame, path: Path, notes: list[str]) -> pl.D
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _layout(rest: str) -> tuple[list[str], str]:
+    """Keys of one Megatron line in order (first occurrence), and a trailing cut-off fragment."""
+    segs = [seg.strip() for seg in rest.split("|")]
+    keys: list[str] = []
+    for seg in segs:
+        key = seg.split(":", 1)[0].strip() if ":" in seg else ""
+        if key and key not in keys and key not in {"__line", "iteration"}:
+            keys.append(key)
+    cut = segs[-1] if segs and segs[-1] and ":" not in segs[-1] else ""
+    return keys, cut
+
+
+def _rx(text: str) -> str:
+    """Escape a field name for the (Rust) regex engine: only punctuation is escaped."""
+    return "".join("\\" + c if not (c.isalnum() or c in " _") else c for c in text)
+
+
+def _value(rest: str, key: str) -> str | None:
+    for seg in rest.split("|"):
+        if ":" in seg and seg.split(":", 1)[0].strip() == key:
+            return seg.split(":", 1)[1].strip()
+    return None
 
 
 def _event_files(path: Path) -> list[Path]:
