@@ -10,10 +10,10 @@ a capped, stratified sample: every flagged document (while they fit in half of t
 budget, else a random half-budget of them) plus a random sample of the unflagged rest, from the
 window (2/3 of the cap) and the baseline (1/3). Each sampled document carries a weight (its
 stratum's size / its stratum's sample size), so cluster shares are unbiased estimates of the
-full window's. The exact tests run on counts scaled to the embedded sample size (as if it were
-a simple random sample of that size): smaller evidence than the full window would give, never
-more. Embeddings are cached by content hash (blake2b of model id + text), so a rerun embeds
-nothing it has seen.
+full window's. Over-representation is tested on those estimates with their stratified sampling
+variance (a normal approximation, `stats.stratified_share_p`), not with the exact test, which
+would take estimates for counts. Embeddings are cached by content hash (blake2b of model id +
+text), so a rerun embeds nothing it has seen.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from forensics.cluster.source import (
     prepare_docs,
     top_reasons,
 )
-from forensics.cluster.stats import group_statistics
+from forensics.cluster.stats import group_statistics, stratified_share_p
 from forensics.errors import ForensicsError
 
 # Documents embedded per run (window + baseline). At ~66 docs/s (2 cores, 128 tokens) this is
@@ -144,7 +144,9 @@ class EmbeddingCache:
         try:
             found = (
                 pl.scan_parquet(shards)
-                .filter(pl.col("hash").is_in(pl.Series(hashes, dtype=pl.Utf8)))
+                .join(
+                    pl.LazyFrame({"hash": hashes}, schema={"hash": pl.Utf8}), on="hash", how="semi"
+                )
                 .unique("hash")
                 .collect()
             )
@@ -340,8 +342,6 @@ def _cluster_table(
     facets: list[str] | None,
 ) -> pl.DataFrame:
     """Weighted per-cluster counts -> the same statistics as source clusters."""
-    n_w_embedded = int((assignments["side"] == "window").sum())
-    n_b_embedded = assignments.height - n_w_embedded
     win_rows = window.gather(w_pos).with_columns(
         pl.Series("cluster", [f"e{c}" for c in w_labels]),
         pl.Series("_w", assignments["weight"].head(w_pos.size)),
@@ -381,29 +381,28 @@ def _cluster_table(
         .sort("_n")
     )
     n_w, n_b = window.height, max(baseline.height, 1)
-    # Counts rescaled to the embedded sample size: the exact tests see n_w_embedded documents.
-    scale_w = n_w_embedded / n_w
-    scale_b = n_b_embedded / n_b if baseline.height else 0.0
-    eff = {name: np.rint(groups[col].to_numpy() * scale_w).astype(np.int64)
-           for name, col in (("docs", "w_docs"), ("flagged", "w_flagged"),
-                             ("garbage", "w_garbage"), ("spam", "w_spam"))}  # fmt: skip
-    eff_base = np.rint(groups["b_docs"].to_numpy() * scale_b).astype(np.int64)
-    n_flagged_eff = int(np.rint(float(window["_flag"].sum()) * scale_w))
+    ids = groups["cluster"].to_list()
+    share_w, var_w = _share_and_variance(assignments, "window", window, ids)
+    share_b, var_b = _share_and_variance(assignments, "baseline", baseline, ids)
+    rounded = {name: np.rint(groups[col].to_numpy()).astype(np.int64)
+               for name, col in (("docs", "w_docs"), ("flagged", "w_flagged"),
+                                 ("garbage", "w_garbage"), ("spam", "w_spam"))}  # fmt: skip
     stats = group_statistics(
-        docs=eff["docs"],
-        flagged=np.minimum(eff["flagged"], eff["docs"]),
-        garbage=np.minimum(eff["garbage"], eff["docs"]),
-        spam=np.minimum(eff["spam"], eff["docs"]),
-        baseline_docs=eff_base,
-        n_window=max(n_w_embedded, 1),
-        n_baseline=max(n_b_embedded, 1),
-        n_flagged_window=n_flagged_eff,
+        docs=rounded["docs"],
+        flagged=np.minimum(rounded["flagged"], rounded["docs"]),
+        garbage=np.minimum(rounded["garbage"], rounded["docs"]),
+        spam=np.minimum(rounded["spam"], rounded["docs"]),
+        baseline_docs=np.rint(groups["b_docs"].to_numpy()).astype(np.int64),
+        n_window=n_w,
+        n_baseline=n_b,
+        n_flagged_window=int(window["_flag"].sum()),
+        enrichment_raw_p=stratified_share_p(share_w, var_w, share_b, var_b, n_w, n_b),
     )
     # Shares and rates from the weighted estimates (unbiased), not from the rounded counts.
     w_docs = groups["w_docs"].to_numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
-        stats["window_share"] = w_docs / n_w
-        stats["baseline_share"] = groups["b_docs"].to_numpy() / n_b
+        stats["window_share"] = share_w
+        stats["baseline_share"] = share_b
         for rate, col in (("flagged_rate", "w_flagged"), ("garbage_rate", "w_garbage"),
                           ("spam_rate", "w_spam")):  # fmt: skip
             stats[rate] = np.where(
@@ -422,6 +421,39 @@ def _cluster_table(
         *[pl.Series(name, values) for name, values in stats.items()],
     )
     return out.select(*CLUSTER_COLUMNS, "embedded", "dominant_sources")
+
+
+def _share_and_variance(
+    assignments: pl.DataFrame, side: str, docs: pl.DataFrame, ids: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per cluster (in `ids` order): estimated share of the side's documents, and its variance.
+
+    Strata are flagged / unflagged documents. share = sum over strata of (N_s / N) x (sampled
+    in cluster / sampled); variance = sum of (N_s / N)^2 (1 - n_s / N_s) p (1 - p) / (n_s - 1),
+    zero for a stratum embedded in full (the usual case for flagged documents).
+    """
+    n_total = docs.height
+    share = np.zeros(len(ids))
+    var = np.zeros(len(ids))
+    if n_total == 0:
+        return share, var
+    index = {c: i for i, c in enumerate(ids)}
+    sampled = assignments.filter(pl.col("side") == side)
+    for flag in (True, False):
+        stratum_size = int((docs["_flag"] == flag).sum())
+        part = sampled.filter(pl.col("flagged") == flag)
+        n_s = part.height
+        if n_s == 0 or stratum_size == 0:
+            continue
+        counts = np.zeros(len(ids))
+        for cluster, count in part.group_by("cluster").len().iter_rows():
+            counts[index[cluster]] = count
+        p = counts / n_s
+        weight = stratum_size / n_total
+        share += weight * p
+        fpc = max(0.0, 1.0 - n_s / stratum_size)
+        var += weight**2 * fpc * p * (1 - p) / max(n_s - 1, 1)
+    return share, var
 
 
 def _dominant_sources(win_rows: pl.DataFrame, facets: list[str] | None) -> pl.DataFrame:

