@@ -1,10 +1,74 @@
-"""`forensics score` (placeholder until its issue lands; replace this whole module)."""
+"""`forensics score`: add garbage and spam scores to a Parquet or JSONL table of documents."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from forensics.errors import ForensicsError
 
 
-def score_command() -> None:
-    """Not built yet."""
-    raise ForensicsError("forensics score is not built yet")
+def _read_table(path: Path):
+    """Read Parquet or JSONL (by suffix, else by sniffing the first byte) as a polars DataFrame."""
+    import polars as pl
+
+    if not path.exists():
+        raise ForensicsError(f"{path}: no such file")
+    if path.is_dir():
+        raise ForensicsError(f"{path}: is a directory, expected a .parquet or .jsonl file")
+    suffix = "".join(path.suffixes[-1:]).lower()
+    with path.open("rb") as fh:
+        head = fh.read(4)
+    try:
+        if suffix == ".parquet" or head == b"PAR1":
+            return pl.read_parquet(path)
+        if suffix in (".jsonl", ".ndjson", ".json") or head[:1] in (b"{", b"\n", b" "):
+            if path.stat().st_size == 0:
+                return pl.DataFrame()
+            return pl.read_ndjson(path, infer_schema_length=None)
+    except (pl.exceptions.PolarsError, OSError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ForensicsError(f"{path}: cannot read as {suffix or 'table'}: {first}") from err
+    raise ForensicsError(f"{path}: unknown format; expected .parquet or .jsonl")
+
+
+def score_command(
+    input: Annotated[
+        Path, typer.Argument(help="Documents as Parquet or JSONL (one JSON per line).")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output Parquet path.")],
+    text_column: Annotated[str, typer.Option(help="Column holding the document text.")] = "text",
+    force: Annotated[bool, typer.Option(help="Overwrite OUT if it exists.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress bar or summary.")] = False,
+) -> None:
+    """Score documents for encoding garbage and template spam.
+
+    OUT keeps every input column and adds garbage_score and spam_score (0-1; 0.5 and above is
+    flagged) with a short garbage_reason / spam_reason for flagged rows. Template spam is found
+    across all rows of INPUT, so score a whole batch at once.
+    """
+    from forensics.atomic import write_parquet_atomic
+    from forensics.score import FLAG_THRESHOLD, score_table
+
+    if out.exists() and not force:
+        raise ForensicsError(f"{out}: already exists; pass --force to overwrite it")
+    df = _read_table(input)
+    if df.width == 0:
+        raise ForensicsError(f"{input}: no rows or columns to score")
+    try:
+        scored = score_table(df, text_column, progress=not quiet)
+    except ForensicsError as err:
+        raise ForensicsError(f"{input}: {err}") from err
+    write_parquet_atomic(scored, out, overwrite=True)
+    if quiet:
+        return
+    from rich.console import Console
+
+    n = scored.height
+    g = int((scored["garbage_score"] >= FLAG_THRESHOLD).sum())
+    s = int((scored["spam_score"] >= FLAG_THRESHOLD).sum())
+    Console(highlight=False).print(
+        f"scored {n:,} documents: {g:,} encoding garbage, {s:,} template spam -> {out}"
+    )

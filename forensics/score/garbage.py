@@ -34,7 +34,8 @@ CHUNK_CHARS = 512
 # Corrupted fraction at which a flagged signal's score saturates at 1.0.
 FULL_FRACTION = 0.3
 # Legacy-codec rule: recovered bytes must be at least this share of the codec's candidate bytes,
-# or reach LEGACY_ABSOLUTE_BYTES on their own (one mojibake paragraph inside genuine CJK text).
+# or reach LEGACY_ABSOLUTE_BYTES in several long runs (one mojibake paragraph inside genuine CJK
+# text; short runs recover by chance in space-separated Korean, long ones do not).
 LEGACY_MIN_SHARE = 0.25
 LEGACY_MIN_BYTES = 8
 LEGACY_ABSOLUTE_BYTES = 96
@@ -197,7 +198,7 @@ def score_garbage(texts: pl.Series) -> pl.DataFrame:
         share = ev.recovered_bytes / max(ev.candidate_bytes, 1)
         flagged = ev.recovered_bytes >= LEGACY_MIN_BYTES and (
             (share >= LEGACY_MIN_SHARE and ev.runs >= 2)
-            or ev.recovered_bytes >= LEGACY_ABSOLUTE_BYTES
+            or (ev.recovered_bytes >= LEGACY_ABSOLUTE_BYTES and ev.long_runs >= 3)
         )
         frac = ev.recovered_chars / max(int(n_chars[i]), 1)
         if flagged:

@@ -35,7 +35,9 @@ class LegacyEvidence:
     `recovered_bytes`: high (>= 0x80) bytes in runs that became valid UTF-8 under `codec`.
     `candidate_bytes`: high bytes of all runs that `codec` could encode at all.
     `recovered_chars`: characters (in the mojibake) of the recovered runs.
-    `runs`: number of recovered runs. `example`: the first recovered run and what it decodes to.
+    `runs`: number of recovered runs; `long_runs`: those with >= LONG_RUN_BYTES high bytes, which
+    genuine CJK text essentially never produces by chance.
+    `example`: the first recovered run and what it decodes to.
     """
 
     codec: str
@@ -43,10 +45,12 @@ class LegacyEvidence:
     candidate_bytes: int
     recovered_chars: int
     runs: int
+    long_runs: int
     example: tuple[str, str] | None
 
 
-_NONE = LegacyEvidence("", 0, 0, 0, 0, None)
+_NONE = LegacyEvidence("", 0, 0, 0, 0, 0, None)
+LONG_RUN_BYTES = 8
 
 
 def _high(b: bytes) -> int:
@@ -70,6 +74,31 @@ def _run_recovery(run: str, codec: str) -> tuple[int, int, str] | None:
     return high, valid_high, decoded
 
 
+def _one_script(decoded: str) -> bool:
+    """Recovered text should be one writing system (plus punctuation), as real text is.
+
+    Some genuine Hangul and Han sequences happen to re-encode to valid 2-byte UTF-8, but the
+    result mixes Latin Extended, IPA, Greek and Cyrillic in one word; real mojibake recovers
+    accented Latin, or Cyrillic, or CJK, not a salad of blocks.
+    """
+    blocks = set()
+    for ch in decoded:
+        o = ord(ch)
+        if o < 0xC0 or 0x2000 <= o <= 0x206F or 0x3000 <= o <= 0x303F or o == 0xFFFD:
+            continue  # ASCII, Latin-1 symbols, general and CJK punctuation go with any script
+        if 0x4E00 <= o <= 0x9FFF or 0x3040 <= o <= 0x30FF or 0xFF00 <= o <= 0xFFEF:
+            blocks.add("cjk")
+        elif 0xAC00 <= o <= 0xD7AF or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F:
+            blocks.add("hangul")
+        elif o < 0x250 or 0x1E00 <= o <= 0x1EFF:
+            blocks.add("latin")
+        else:
+            blocks.add(o >> 7)
+        if len(blocks) > 1:
+            return False
+    return True
+
+
 def legacy_evidence(text: str) -> LegacyEvidence:
     """Re-encode the non-ASCII runs of `text` with each legacy codec; keep the best explanation."""
     runs = _RUN.findall(text)
@@ -77,7 +106,7 @@ def legacy_evidence(text: str) -> LegacyEvidence:
         return _NONE
     best = _NONE
     for codec in CODECS:
-        recovered = candidate = chars = n_runs = 0
+        recovered = candidate = chars = n_runs = n_long = 0
         example = None
         for run in runs:
             res = _run_recovery(run, codec)
@@ -85,12 +114,13 @@ def legacy_evidence(text: str) -> LegacyEvidence:
                 continue
             high, valid, decoded = res
             candidate += high
-            if valid >= RECOVERED_SHARE * high and valid > 0:
+            if valid >= RECOVERED_SHARE * high and valid > 0 and _one_script(decoded):
                 recovered += high
                 chars += len(run)
                 n_runs += 1
+                n_long += high >= LONG_RUN_BYTES
                 if example is None or (len(run) > len(example[0]) and len(example[0]) < 4):
                     example = (run[:12], decoded.replace("\ufffd", "")[:12])
         if recovered > best.recovered_bytes:
-            best = LegacyEvidence(codec, recovered, candidate, chars, n_runs, example)
+            best = LegacyEvidence(codec, recovered, candidate, chars, n_runs, n_long, example)
     return best

@@ -35,6 +35,8 @@ BINS = 128  # one-permutation MinHash bins
 ROWS = 4  # bins per LSH band (32 bands): P(candidate | J=0.5) ~ 0.87, J=0.3 ~ 0.23
 MIN_SHINGLES = 30  # shorter documents have no meaningful skeleton
 MIN_JACCARD = 0.5
+# Skeleton Jaccard minus raw-word Jaccard of a pair: how much the slots vary between the pages.
+MIN_VARIATION = 0.15
 MIN_CLUSTER = 10  # distinct documents sharing one skeleton before it is called a template
 FULL_CLUSTER = 50  # cluster size at which the score saturates
 _EMPTY = np.iinfo(np.uint64).max
@@ -48,23 +50,25 @@ class SkeletonClusters:
     size: np.ndarray
 
 
-def signatures(tok: Tokens) -> tuple[np.ndarray, np.ndarray]:
-    """One-permutation MinHash of each document's skeleton shingles.
+def signatures(tok: Tokens, words: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One-permutation MinHash of each document's skeleton shingles (or of `words` shingles).
 
     Returns (sig, eligible): `sig` uint64 [n_docs, BINS], the minimum shingle hash per bin
     (`_EMPTY` where a bin got none); `eligible` bool [n_docs], documents with >= MIN_SHINGLES
     distinct informative shingles.
     """
-    starts, h = ngram_hashes(tok.doc, tok.skel, SHINGLE)
+    sig = np.full((tok.n_docs, BINS), _EMPTY, dtype=np.uint64)
+    eligible = np.zeros(tok.n_docs, dtype=bool)
+    if len(tok.doc) < SHINGLE:
+        return sig, eligible
+    starts, h = ngram_hashes(tok.doc, tok.skel if words is None else words, SHINGLE)
     # A shingle of masks only ("X X 0 X X") is a list of names or numbers, not template text.
     masked_run = np.convolve(tok.masked.astype(np.int64), np.ones(SHINGLE, np.int64), "valid")
     keep = masked_run[starts] < SHINGLE
     frame = pl.DataFrame({"doc": tok.doc[starts[keep]], "h": h[keep]}).unique()
     counts = frame.group_by("doc").len()
-    eligible = np.zeros(tok.n_docs, dtype=bool)
     ok = counts.filter(pl.col("len") >= MIN_SHINGLES)["doc"].to_numpy()
     eligible[ok] = True
-    sig = np.full((tok.n_docs, BINS), _EMPTY, dtype=np.uint64)
     mins = (
         frame.filter(pl.col("doc").is_in(ok))
         .with_columns(bin=(pl.col("h") % BINS).cast(pl.Int64), v=pl.col("h") // BINS)
@@ -118,7 +122,13 @@ def find_clusters(tok: Tokens, text_hash: np.ndarray) -> SkeletonClusters:
     b = np.concatenate(dst)
     pairs = np.unique(np.stack([a, b], axis=1), axis=0)
     sim = _jaccard(sub, pairs[:, 0], pairs[:, 1])
-    pairs = pairs[sim >= MIN_JACCARD]
+    pairs, sim = pairs[sim >= MIN_JACCARD], sim[sim >= MIN_JACCARD]
+    if len(pairs) and tok.hash.size:
+        # Slot-filled variation: the raw words must differ clearly more than the skeletons do.
+        # Copies of one licence or README share raw text as much as skeleton: not a template.
+        raw, _ = signatures(tok, tok.hash)
+        raw_sim = _jaccard(raw[docs], pairs[:, 0], pairs[:, 1])
+        pairs = pairs[sim - raw_sim >= MIN_VARIATION]
     graph = coo_matrix(
         (np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(docs), len(docs))
     )

@@ -19,8 +19,12 @@ from forensics.score.tokens import Tokens, ngram_hashes
 # Documents with fewer words are scored with proportionally damped per-document signals:
 # repetition statistics on a handful of words are noise.
 MIN_WORDS = 50
+TOP_KEYWORDS = 5
 
 URL = r"(?i)\b(?:https?://|www\.)[^\s<>\"'()\[\]]+"
+HOST = r"(?:https?://(?:www\.)?|www\.)[^/\s:?#)\]\"'<>]+"
+# A link farm points to many different sites; a README's badge block points to a handful.
+MIN_HOSTS = 10
 # Phrases that, on a line of their own, are site chrome rather than content.
 BOILERPLATE = (
     r"(?i)\b(?:home|about(?: us)?|contact(?: us)?|privacy(?: policy)?|terms(?: of (?:use|service))?"
@@ -59,9 +63,14 @@ RULES: tuple[Rule, ...] = (
     Rule("top_3gram", 0.18, 0.35, "top 3-gram covers {v} of word characters"),
     Rule("top_4gram", 0.16, 0.30, "top 4-gram covers {v} of word characters"),
     Rule("dup_6gram", 0.50, 0.85, "{v} of words inside repeated 6-grams"),
-    Rule("keyword", 0.15, 0.30, "keyword stuffing: '{kw}' is {v} of words"),
+    Rule("keyword", 0.40, 0.70, "keyword stuffing: '{kw}' and 4 more words are {v} of words"),
     Rule("link_lines", 0.50, 0.85, "link farm: {v} of lines are bare links ({links} URLs)"),
     Rule("boilerplate", 0.45, 0.80, "navigation/footer boilerplate: {v} of lines"),
+)
+
+
+REPETITION = frozenset(
+    {"dup_line_chars", "dup_para_chars", "top_2gram", "top_3gram", "top_4gram", "dup_6gram"}
 )
 
 
@@ -87,6 +96,7 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
             words=pl.col("line").str.count_matches(r"\w+"),
             boiler=pl.col("line").str.count_matches(BOILERPLATE),
             seps=pl.col("line").str.count_matches(SEPARATORS),
+            host=pl.col("line").str.to_lowercase().str.extract_all(HOST),
         )
         .with_columns(
             # A "bare link" line is mostly URL: at most 8 words outside its URLs.
@@ -104,6 +114,7 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
         link_lines=pl.col("link_line").sum(),
         urls=pl.col("urls").sum(),
         boiler_lines=pl.col("boiler_line").sum(),
+        hosts=pl.col("host").list.explode(keep_nulls=False, empty_as_null=False).n_unique(),
     )
     paras = (
         base.select(
@@ -170,7 +181,8 @@ def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
         inside = np.cumsum(marks)[: len(tok.doc)] > 0
         covered = np.bincount(tok.doc[inside], minlength=n_docs).astype(float)
     out["dup_6gram"] = np.divide(covered, np.maximum(n_words, 1))
-    # Keyword stuffing: the most frequent content word (not a stopword, >= 3 letters).
+    # Keyword stuffing: the share of words taken by the TOP_KEYWORDS most frequent content words
+    # (not stopwords, >= 3 letters): a doorway page is its keyword plus a few modifiers.
     stop = pl.Series(sorted(STOPWORDS)).hash(17).to_numpy()
     content = (tok.length >= 3) & ~np.isin(tok.hash, stop) & ~tok.masked
     kw = (
@@ -181,7 +193,7 @@ def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
         .agg(cnt=pl.len(), i=pl.col("i").first())
         .sort("cnt", descending=True)
         .group_by("doc")
-        .agg(cnt=pl.col("cnt").first(), i=pl.col("i").first())
+        .agg(cnt=pl.col("cnt").head(TOP_KEYWORDS).sum(), i=pl.col("i").first())
     )
     top_kw = np.zeros(n_docs)
     kw_index = np.full(n_docs, -1, dtype=np.int64)
@@ -218,11 +230,19 @@ def spam_signals(texts: pl.Series, tok: Tokens) -> tuple[np.ndarray, list[str], 
     }
     # Line-shaped signals need enough lines to mean anything.
     few_lines = n_lines < 8
-    values["link_lines"] = np.where(few_lines, 0.0, values["link_lines"])
+    few_hosts = lines["hosts"].to_numpy() < MIN_HOSTS
+    values["link_lines"] = np.where(few_lines | few_hosts, 0.0, values["link_lines"])
     values["boilerplate"] = np.where(few_lines, 0.0, values["boilerplate"])
     damp = np.minimum(1.0, words["n_words"] / MIN_WORDS)
     matrix = np.column_stack([_rule_score(values[r.name], r) for r in RULES])
     matrix = matrix * damp[:, None]
+    # Corroboration: one repetition statistic alone is a quirk of the text (an author list, a
+    # changelog, a table); spam trips at least two. The family scores its second-best rule.
+    fam = np.array([r.name in REPETITION for r in RULES])
+    if fam.sum() >= 2:
+        sub = np.sort(matrix[:, fam], axis=1)
+        second = sub[:, -2]
+        matrix[:, fam] = np.minimum(matrix[:, fam], second[:, None])
     best = matrix.argmax(axis=1)
     score = matrix.max(axis=1)
     reasons = [""] * len(score)

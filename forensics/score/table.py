@@ -77,7 +77,7 @@ def score_texts(texts: pl.Series, *, on_batch: Callable[[int], None] | None = No
     garbage_parts: list[pl.DataFrame] = []
     spam_scores: list[np.ndarray] = []
     spam_reasons: list[str] = []
-    doc_parts, skel_parts, masked_parts = [], [], []
+    doc_parts, skel_parts, masked_parts, hash_parts = [], [], [], []
     for start in range(0, max(n, 1), BATCH_ROWS):
         batch = texts.slice(start, BATCH_ROWS)
         garbage_parts.append(score_garbage(batch))
@@ -88,6 +88,7 @@ def score_texts(texts: pl.Series, *, on_batch: Callable[[int], None] | None = No
         doc_parts.append(tok.doc + start)
         skel_parts.append(tok.skel)
         masked_parts.append(tok.masked)
+        hash_parts.append(tok.hash)
         if on_batch is not None:
             on_batch(len(batch))
     garbage = pl.concat(garbage_parts) if garbage_parts else None
@@ -96,7 +97,7 @@ def score_texts(texts: pl.Series, *, on_batch: Callable[[int], None] | None = No
 
     all_tok = Tokens(
         doc=np.concatenate(doc_parts),
-        hash=np.empty(0, np.uint64),
+        hash=np.concatenate(hash_parts),
         skel=np.concatenate(skel_parts),
         length=np.empty(0, np.int64),
         masked=np.concatenate(masked_parts),
