@@ -190,7 +190,7 @@ class HFReplayer:
                 n_seq = int(segs["seq"].max()) + 1 if len(segs) else 0
                 seg_frames.append(
                     segs.with_columns(
-                        ((pl.lit(epoch, pl.Int64) << 32) | pl.col("seq")).alias("sample"),
+                        (pl.col("seq") + (epoch << 32)).alias("sample"),
                         pl.col("seq").alias("dataset_sample"),
                     ).drop("seq")
                 )
@@ -204,7 +204,7 @@ class HFReplayer:
             steps = steps.with_columns(pl.col("sample").alias("dataset_sample"))
             return steps.with_columns(pl.lit(True).alias("exact")), None
         segments = pl.concat(seg_frames) if seg_frames else None
-        ds_sample = pl.col("sample") & ((1 << 32) - 1)
+        ds_sample = pl.col("sample") % (1 << 32)
         steps = steps.with_columns(ds_sample.alias("dataset_sample"), pl.lit(True).alias("exact"))
         return steps, segments
 
