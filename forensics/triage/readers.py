@@ -138,13 +138,31 @@ def _read_text(path: Path) -> list[str]:
     return path.read_bytes().decode("utf-8", errors="replace").split("\n")
 
 
+def _read_lines(path: Path) -> pl.DataFrame:
+    """Every line of a text file as a `text` column, blank lines kept (line numbers stay right);
+    polars' multi-threaded reader, ~3x faster than str.split on a 300 MB log."""
+    try:
+        return pl.read_csv(
+            path,
+            has_header=False,
+            separator="\x1f",
+            quote_char=None,
+            new_columns=["text"],
+            infer_schema=False,
+            truncate_ragged_lines=True,
+            encoding="utf8-lossy",
+        ).select(pl.col("text").fill_null(""))
+    except pl.exceptions.PolarsError:
+        return pl.DataFrame({"text": _read_text(path)})
+
+
 def read_megatron(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
     """Megatron-LM / Megatron-DeepSpeed stdout: `key: value` fields between `|` separators.
 
     Fields are split generically (not one regex per known field), so fields we have never seen
     survive; `[default7]:` launcher prefixes and timestamps before `iteration` are ignored.
     """
-    lines = pl.DataFrame({"text": _read_text(path)}).with_row_index("__line", offset=1)
+    lines = _read_lines(path).with_row_index("__line", offset=1)
     lines = lines.with_columns(pl.col("__line").cast(pl.Int64))
     train = lines.filter(
         pl.col("text").str.contains(_ITER_RE) & ~pl.col("text").str.contains(_VALID_RE)
@@ -156,44 +174,30 @@ def read_megatron(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
         pl.col("text").str.extract(_ITER_RE, 1).alias("iteration"),
         pl.col("text").str.replace(r"^.*?" + _ITER_RE + r"\s*\|?", "").alias("rest"),
     )
-    # Lines share a handful of layouts (the sequence of keys). For each layout, one regex with a
-    # capture group per key reads every matching line in a single pass; the lines it does not
-    # match (another layout: a restart with other flags, a truncated line) go round again.
-    parts, remaining = [], train
-    while remaining.height:
-        keys, cut = _layout(remaining["rest"][0])
-        body = r"\|".join(rf"\s*{_rx(k)}\s*:\s*([^|]*?)\s*" for k in keys)
-        pattern = "^" + body + (r"\|[^|:]*$" if cut else r"\|?\s*$")
-        if not keys:
-            got = remaining.select("__line", "iteration")
-            parts.append(got)
-            break
-        groups = remaining.select(pl.col("rest").str.extract_groups(pattern)).unnest("rest")
-        hit = groups[groups.columns[0]].is_not_null()
-        if not bool(hit[0]):  # duplicate keys or odd spacing: take this line's layout by hand
-            hit = pl.Series([True] + [False] * (remaining.height - 1))
-            groups = pl.DataFrame({k: [_value(remaining["rest"][0], k)] for k in keys})
-            groups = pl.concat(
-                [
-                    groups,
-                    pl.DataFrame(
-                        {k: [None] * (remaining.height - 1) for k in keys},
-                        schema={k: pl.Utf8 for k in keys},
-                    ),
-                ]
-            )
-        named = groups.rename(dict(zip(groups.columns, keys, strict=True))).filter(hit)
-        got = pl.concat(
-            [remaining.filter(hit).select("__line", "iteration"), named], how="horizontal"
-        )
-        if cut:
-            first = got["__line"].head(3).to_list()
+    # Lines share a handful of layouts (the sequence of keys, values blanked out). Within a
+    # layout every value sits at a known position between `|`s: one split, then a slice per
+    # field, ~5x faster than a capture-group regex or exploding every field of every line.
+    train = train.with_columns(pl.col("rest").str.replace_all(r":[^|]*", ":").alias("layout"))
+    parts = []
+    for (layout,), group in train.group_by(["layout"], maintain_order=True):
+        segs = [seg.strip() for seg in layout.split("|")]
+        cells = group.select(pl.col("rest").str.split("|").alias("c"))
+        exprs, seen = [], set()
+        for i, seg in enumerate(segs):
+            key = seg[:-1].strip() if seg.endswith(":") else ""
+            if not key or key in seen or key in {"__line", "iteration"}:
+                continue
+            seen.add(key)
+            cell = pl.col("c").list.get(i, null_on_oob=True)
+            exprs.append(cell.str.slice(cell.str.find(":", literal=True) + 1).alias(key))
+        values = cells.select(exprs) if exprs else pl.DataFrame()
+        parts.append(pl.concat([group.select("__line", "iteration"), values], how="horizontal"))
+        if segs and segs[-1] and not segs[-1].endswith(":"):
+            first = group["__line"].head(3).to_list()
             notes.append(
-                f"{path}: {got.height} lines cut off mid-field (e.g. line "
-                f"{', '.join(map(str, first))}: ends in {cut[:30]!r}); read what they hold"
+                f"{path}: {group.height} lines cut off mid-field (e.g. line "
+                f"{', '.join(map(str, first))}: ends in {segs[-1][:30]!r}); read what they hold"
             )
-        parts.append(got)
-        remaining = remaining.filter(~hit)
     raw = pl.concat(parts, how="diagonal").sort("__line")
     valid = lines.filter(pl.col("text").str.contains(_VALID_RE)).select(
         pl.col("text").str.extract(_VALID_RE, 1).cast(pl.Int64).alias("__vstep"),
@@ -467,30 +471,6 @@ def _resolve_restarts(table: pl.DataFrame, path: Path, notes: list[str]) -> pl.D
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _layout(rest: str) -> tuple[list[str], str]:
-    """Keys of one Megatron line in order (first occurrence), and a trailing cut-off fragment."""
-    segs = [seg.strip() for seg in rest.split("|")]
-    keys: list[str] = []
-    for seg in segs:
-        key = seg.split(":", 1)[0].strip() if ":" in seg else ""
-        if key and key not in keys and key not in {"__line", "iteration"}:
-            keys.append(key)
-    cut = segs[-1] if segs and segs[-1] and ":" not in segs[-1] else ""
-    return keys, cut
-
-
-def _rx(text: str) -> str:
-    """Escape a field name for the (Rust) regex engine: only punctuation is escaped."""
-    return "".join("\\" + c if not (c.isalnum() or c in " _") else c for c in text)
-
-
-def _value(rest: str, key: str) -> str | None:
-    for seg in rest.split("|"):
-        if ":" in seg and seg.split(":", 1)[0].strip() == key:
-            return seg.split(":", 1)[1].strip()
-    return None
 
 
 def _event_files(path: Path) -> list[Path]:
