@@ -35,6 +35,12 @@ def write_report(
     from forensics.report.render_md import render_markdown
 
     out = Path(out_dir)
+    if not overwrite:
+        for name in ("report.json", "report.md", "report.html"):
+            if (out / name).exists():
+                from forensics.errors import ForensicsError
+
+                raise ForensicsError(f"{out / name}: already exists; pass --force to overwrite it")
     plots = render_plots(report)
     plot_files = {name: PLOT_FILE.format(name=name) for name in plots}
     texts = {

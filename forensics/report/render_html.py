@@ -176,8 +176,8 @@ def render_html(report: SpikeReport, plots: dict[str, bytes]) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>Spike report: iteration {report.step}</title><style>{CSS}</style></head><body>"
         f"<h1>Spike report: iteration {report.step}</h1>{_summary(report)}"
+        f"<h2>Plots</h2>{figures or '<p>No plots (no data for them).</p>'}"
         f"<h2>Clusters</h2>{_table(report)}{note}"
         f"<h2>Examples</h2>{_examples(report)}"
-        f"<h2>Plots</h2>{figures or '<p>No plots (no data for them).</p>'}"
         f"{_skip(report)}<h2>How the verdicts are made</h2>{rules}</body></html>\n"
     )

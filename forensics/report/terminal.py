@@ -16,6 +16,7 @@ from forensics.report.render_md import cluster_rows
 from forensics.safe_text import terminal_safe
 
 TERMINAL_ROWS = 10
+EXAMPLE_CHARS = 120
 STYLE = {"culprit": "bold red", "suspect": "yellow", "clean": "green"}
 
 
@@ -26,6 +27,18 @@ def print_summary(report: SpikeReport, console: Console | None = None) -> None:
         style = "bold red" if label in ("CULPRIT", "NO CULPRIT") else "bold"
         head = f"[{style}]{label:<10}[/] " if label else " " * 11
         console.print(head + terminal_safe(text, 600), highlight=False)
+    top = report.culprit
+    if top is not None and report.examples is not None:
+        for ex in (
+            report.examples.filter(report.examples["cluster"] == top["id"])
+            .head(2)
+            .iter_rows(named=True)
+        ):
+            console.print(
+                f"{'e.g.':<10} {terminal_safe(ex['dataset'], 40)} doc {int(ex['doc_id'])}: "
+                f"{terminal_safe(ex['excerpt'], EXAMPLE_CHARS)}",
+                highlight=False,
+            )
     table = Table(title="Top clusters (by suspicion)", show_lines=False)
     for col in ("id", "verdict", "cluster", "docs", "window", "baseline", "p", "flagged",
                 "suspicion"):  # fmt: skip

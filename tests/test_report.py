@@ -1,0 +1,180 @@
+"""The spike report on a generated window: contents, escaping of hostile text, and rendering."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import polars as pl
+import pytest
+from rich.console import Console
+
+from forensics.cluster import assign_verdicts, cluster_embeddings, cluster_sources, describe_sample
+from forensics.cluster.synthetic import generate_run
+from forensics.errors import ForensicsError
+from forensics.report import build_report, print_summary, write_report
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+class HashEmbedder:
+    """A cheap stand-in for MiniLM: bag of hashed words (the report tests test the report)."""
+
+    model_id = "hash-bow-test"
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), 64), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                out[i, hash(word) % 64] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def make_report(dirty_share: float = 0.1, skip: bool = True, seed: int = 21):
+    run = generate_run(1500, 1500, dirty_share=dirty_share, hostile=True, seed=seed)
+    clusters = cluster_sources(run.window, run.baseline)
+    emb, assignments = cluster_embeddings(
+        run.window, run.baseline, cap=400, embedder=HashEmbedder(), progress=False
+    )
+    ranked = assign_verdicts(pl.concat([clusters, emb], how="diagonal"))
+    steps = np.arange(80800, 81300)
+    loss = pl.DataFrame({"step": steps, "loss": 2.0 + 0.4 * (steps > 81200)})
+    report = build_report(
+        81234, (80935, 81234), (77935, 78234), 81150, ranked, run.window, run.baseline,
+        replay=run.replay, assignments=assignments,
+        embedding_note=describe_sample(assignments, 400), loss=loss,
+        rollback_note="the last checkpoint before the culprit's first iteration",
+    )  # fmt: skip
+    if skip:
+        report.skip = {
+            "iterations": [[81001, 81234]],
+            "megatron_lm": "--iterations-to-skip " + " ".join(map(str, range(81001, 81235))),
+            "megatron_deepspeed": {
+                "flag": "--skip-train-iteration-range 81001-81234",
+                "caveat": "ranges after the first are written shifted",
+            },
+            "collateral": {"clean_samples_skipped": 1150, "culprit_samples_unskipped": 0},
+            "ahead": {"share_of_remaining_run": 0.096, "densest_iterations": [81100, 81101]},
+            "documents": 151,
+        }
+    return run, report
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    run, report = make_report()
+    out = tmp_path_factory.mktemp("report")
+    files = write_report(report, out)
+    return run, report, out, files
+
+
+def test_report_json_has_the_contract_fields(written):
+    run, report, out, _ = written
+    data = json.loads((out / "report.json").read_text())
+    assert data["step"] == 81234 and data["window"] == [80935, 81234]
+    assert data["baseline"] == [77935, 78234] and data["rollback_iteration"] == 81150
+    clusters = data["clusters"]
+    suspicion = [c["suspicion"] for c in clusters]
+    assert suspicion == sorted(suspicion, reverse=True)
+    need = {"id", "kind", "facet", "key", "docs", "window_share", "baseline_share", "enrichment",
+            "p_value", "garbage_rate", "spam_rate", "suspicion", "verdict", "examples"}  # fmt: skip
+    assert all(need <= set(c) for c in clusters)
+    assert not any("members" in c for c in clusters)
+    top = next(c for c in clusters if c["id"] == data["culprit"])
+    assert (top["kind"], top["facet"], top["key"]) == ("source", "crawl_batch", run.dirty_batch)
+    assert top["verdict"] == "culprit" and top["new_in_window"] is True
+    assert 1 <= len(top["examples"]) <= 3
+    assert {"doc_id", "dataset", "excerpt", "reasons"} <= set(top["examples"][0])
+    assert all(c["verdict"] == "clean" for c in clusters
+               if c["facet"] == "crawl_batch" and c["key"] in run.clean_batches)  # fmt: skip
+    assert data["culprit_first_iteration"] == 81001
+    assert data["rules"]["verdict_rule"].startswith("over-represented")
+    assert "\x1b" not in (out / "report.json").read_text()
+    # The share plot's data: before the switch no culprit samples, after it some.
+    share = dict(data["culprit_share"])
+    assert max(v for k, v in share.items() if k < 81001) == 0
+    assert max(v for k, v in share.items() if k >= 81001) > 0
+
+
+def test_hostile_document_is_escaped_in_html_markdown_and_terminal(written):
+    _, report, out, _ = written
+    page = (out / "report.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script" not in page.lower()
+    assert "\x1b" not in page and "pwned\x07" not in page
+    md = (out / "report.md").read_text()
+    assert SCRIPT not in md and "\x1b" not in md
+    buf = io.StringIO()
+    print_summary(report, Console(file=buf, width=160, force_terminal=True, color_system=None))
+    text = buf.getvalue()
+    assert SCRIPT in text  # shown, as text
+    assert "\x1b[2J" not in text and "\x1b]0;" not in text and "\x07" not in text
+    assert "CULPRIT" in text and "crawl_batch=crawl-2026-10-17" in text
+
+
+def test_html_is_self_contained_with_its_plots(written):
+    _, _, out, files = written
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 3
+    assert "http://" not in page and "https://" not in page
+    assert {"report_culprit_share.png", "report_embedding.png", "report_scores.png"} <= set(files)
+    md = (out / "report.md").read_text()
+    assert "(report_embedding.png)" in md
+    # The first screen, in the sketch's order.
+    labels = ["CULPRIT", "why", "ROLL BACK", "SKIP", "AHEAD", "PASTE"]
+    positions = [md.index(label) for label in labels]
+    assert positions == sorted(positions)
+    assert "--skip-train-iteration-range 81001-81234" in md
+
+
+def test_clean_window_says_so_plainly(tmp_path):
+    _, report = make_report(dirty_share=0.0, skip=False, seed=22)
+    write_report(report, tmp_path)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["culprit"] is None
+    assert all(c["verdict"] != "culprit" for c in data["clusters"])
+    md = (tmp_path / "report.md").read_text()
+    assert "NO CULPRIT" in md and "no cluster stands out" in md and "numerical" in md
+    assert "SKIP" not in md
+
+
+def test_write_report_refuses_to_clobber_without_overwrite(tmp_path):
+    _, report = make_report(seed=23)
+    write_report(report, tmp_path)
+    before = (tmp_path / "report.json").read_text()
+    with pytest.raises(ForensicsError, match="already exists"):
+        write_report(report, tmp_path, overwrite=False)
+    assert (tmp_path / "report.json").read_text() == before
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_html_renders_in_headless_chromium(written, tmp_path):
+    """Open report.html in headless Chromium, screenshot it, and check the plots drew pixels."""
+    from matplotlib.image import imread
+
+    _, _, out, _ = written
+    shot = tmp_path / "report.png"
+    cmd = [
+        "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+        "--window-size=1280,2400", (out / "report.html").resolve().as_uri(),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    image = imread(shot)
+    assert image.shape[:2] == (2400, 1280)
+    rgb = image[..., :3]
+    ink = (rgb.sum(axis=2) < 2.9).mean()
+    red = ((rgb[..., 0] > 0.75) & (rgb[..., 1] < 0.35) & (rgb[..., 2] < 0.35)).sum()
+    assert ink > 0.05  # text, tables and plots, not a blank page
+    assert red > 2000  # the culprit's red: summary border, share plot, scatter
+    # The plots sit right under the first screen: a tall band of plot pixels in the top half.
+    rows_with_plot_red = (
+        (rgb[:1200, :, 0] > 0.75) & (rgb[:1200, :, 1] < 0.35) & (rgb[:1200, :, 2] < 0.35)
+    ).sum(axis=1)
+    assert (rows_with_plot_red > 0).sum() > 150
+    shutil.copy(shot, out / "screenshot.png")
