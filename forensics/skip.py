@@ -177,14 +177,19 @@ def parse_megatron_deepspeed(flag: str, resume_from: int) -> set[int]:
 # -- choosing and costing -----------------------------------------------------------------------
 
 
+def check_threshold(threshold: float) -> None:
+    """A culprit share threshold is in [0, 1): at 1 no iteration could ever be skipped."""
+    if not 0.0 <= threshold < 1.0:
+        raise ForensicsError(f"--threshold must be in [0, 1), got {threshold}")
+
+
 def select_iterations(exposure: pl.DataFrame, threshold: float = 0.0) -> list[int]:
     """Iterations whose culprit share (flagged_samples / samples) exceeds `threshold`.
 
     `exposure` has iteration, samples, flagged_samples (Replayer.exposure); threshold 0 means any
     culprit sample at all.
     """
-    if not 0.0 <= threshold < 1.0:
-        raise ForensicsError(f"--threshold must be in [0, 1), got {threshold}")
+    check_threshold(threshold)
     chosen = exposure.filter(
         (pl.col("flagged_samples") > 0)
         & (pl.col("flagged_samples") > threshold * pl.col("samples"))

@@ -1,10 +1,113 @@
-"""`forensics spike` (placeholder until its issue lands; replace this whole module)."""
+"""`forensics spike`: from a spike's iteration to the culprit, the rollback and the skip list.
+
+Light at import time (typer and pathlib only): the pipeline, polars, torch and friends load when
+the command runs.
+"""
 
 from __future__ import annotations
 
-from forensics.errors import ForensicsError
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 
-def spike_command() -> None:
-    """Not built yet."""
-    raise ForensicsError("forensics spike is not built yet")
+def spike_command(
+    step: Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Run config (YAML). Default: $FORENSICS_CONFIG, else ./forensics.yaml.",
+        ),
+    ] = None,
+    window: Annotated[
+        int, typer.Option("--window", help="Iterations replayed before the spike, inclusive.")
+    ] = 300,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Output directory. Default: ./spike-<step>/."),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            help="Baseline iterations FIRST-LAST, or 'stage' (start of the spike's data stage). "
+            "Default: as long as the window, ending 10 windows earlier (clamped at 1).",
+        ),
+    ] = None,
+    baseline_offset: Annotated[
+        int | None,
+        typer.Option(
+            "--baseline-offset", help="Baseline ends this many iterations before the window."
+        ),
+    ] = None,
+    after: Annotated[
+        int, typer.Option("--after", help="Also skip up to this many iterations past the spike.")
+    ] = 0,
+    threshold: Annotated[
+        float,
+        typer.Option(
+            "--threshold",
+            help="Skip an iteration when its share of samples holding culprit documents exceeds "
+            "this (default 0: any).",
+        ),
+    ] = 0.0,
+    skip_ahead: Annotated[
+        bool,
+        typer.Option(
+            "--skip-ahead", help="Add the densest iterations ahead (see --ahead-share) to the skip."
+        ),
+    ] = False,
+    ahead_share: Annotated[
+        float,
+        typer.Option("--ahead-share", help="An iteration ahead is dense from this culprit share."),
+    ] = 0.25,
+    culprit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--culprit",
+            help="Blame these cluster ids (from report.json) instead of the verdicts; repeatable.",
+        ),
+    ] = None,
+    embed_cap: Annotated[
+        int | None,
+        typer.Option("--embed-cap", help="Documents to embed (0: no embedding clusters)."),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Overwrite skip.json / write into a directory holding another run."
+        ),
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress and no summary.")] = False,
+) -> None:
+    """Replay the iterations before a loss spike, find the data to blame, and write the report,
+    the rollback point and the skip list (skip.json, megatron_args.txt)."""
+    from forensics.config import find_config
+    from forensics.spike import SpikeOptions, run_spike
+
+    config_path = find_config(config)
+    options = SpikeOptions(
+        step=step,
+        window=window,
+        baseline=baseline,
+        baseline_offset=baseline_offset,
+        after=after,
+        threshold=threshold,
+        skip_ahead=skip_ahead,
+        ahead_share=ahead_share,
+        culprits=tuple(culprit) if culprit else None,
+        embed_cap=embed_cap,
+        force=force,
+        progress=not quiet,
+    )
+    result = run_spike(config_path, out or Path.cwd() / f"spike-{step}", options)
+    if not quiet:
+        from rich.console import Console
+        from rich.markup import escape
+
+        console = Console(highlight=False)
+        for note in result.notes:
+            console.print(f"[dim]note:[/] {escape(note)}")
+        console.print(f"report, skip.json and megatron_args.txt in {escape(str(result.out))}/")
