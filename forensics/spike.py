@@ -38,6 +38,7 @@ from forensics.errors import ForensicsError
 from forensics.rollback import Rollback, recommend_rollback
 from forensics.skip import (
     DEEPSPEED_CAVEAT,
+    check_threshold,
     collateral,
     deepspeed_representable,
     expand,
@@ -314,9 +315,7 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
         raise ForensicsError(f"--after {opts.after}: must be >= 0")
     if not 0.0 <= opts.ahead_share <= 1.0:
         raise ForensicsError(f"--ahead-share {opts.ahead_share}: must be in [0, 1]")
-    select_iterations(
-        pl.DataFrame({"iteration": [], "samples": [], "flagged_samples": []}), opts.threshold
-    )  # validates the threshold up front
+    check_threshold(opts.threshold)
     config = load_config(config_path)
     config_hash = config.config_hash()
     out = Path(out)
