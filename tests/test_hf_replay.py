@@ -471,3 +471,30 @@ def test_bad_input_is_one_clear_error(shard_sets, tmp_path):
         open_hf_replayer(make_config(folder, files, **case))
     with pytest.raises(ForensicsError, match="no file matches"):
         open_hf_replayer(make_config(folder, ["nothing-*.jsonl"], **case))
+
+
+def test_replay_never_imports_torch(shard_sets):
+    """`forensics replay` must start fast: datasets would import torch for every IterableDataset;
+    a fresh interpreter replaying a streaming run (with_format torch, workers) must not load it."""
+    import subprocess
+    import sys
+
+    folder, files = shard_sets["parquet"]
+    script = f"""
+import sys
+from pathlib import Path
+from dataloaders.hf import open_hf_replayer
+from forensics.config import config_from_dict
+data = {{"format": "hf", "files": {files!r}, "streaming": True, "per_device_batch_size": 4,
+        "datasets_version": {datasets.__version__!r}, "num_workers": 2, "with_format": "torch"}}
+cfg = config_from_dict({{"data": data, "training": {{"global_batch_size": 4, "train_iters": 5}}}},
+                       base_dir=Path({str(folder)!r}), source=None)
+table = open_hf_replayer(cfg).replay(1, 5, text=True)
+assert len(table) == 20, len(table)
+print("torch" in sys.modules)
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "False"

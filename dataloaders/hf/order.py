@@ -22,7 +22,9 @@ by w, then the loader returns the workers' batches round robin. `datasets` does 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,23 @@ def _datasets():  # noqa: ANN202 - the module
     import datasets
 
     return datasets
+
+
+@contextmanager
+def without_torch() -> Iterator[None]:
+    """`datasets` imports torch (seconds) for every IterableDataset it builds when torch is
+    installed, only to share the epoch counter with DataLoader workers and subclass torch's
+    IterableDataset. Replay uses neither, and `forensics replay` must not import torch, so while
+    torch is not loaded yet we tell datasets it is absent. The order does not depend on it."""
+    config = _datasets().config
+    if "torch" in sys.modules or not config.TORCH_AVAILABLE:
+        yield
+        return
+    config.TORCH_AVAILABLE = False
+    try:
+        yield
+    finally:
+        config.TORCH_AVAILABLE = True
 
 
 @dataclass

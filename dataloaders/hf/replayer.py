@@ -82,7 +82,8 @@ class HFReplayer:
         self.shards = open_shards(files)
         if data.shards is not None:
             verify_shards(self.shards, data.shards, config=self.source)
-        self._real, features = order.streaming_source(self.shards, self.builder)
+        with order.without_torch():
+            self._real, features = order.streaming_source(self.shards, self.builder)
         columns = list(features) if features is not None else None
         for name, field in [("text_field", data.text_field)] + [
             ("provenance_fields", f) for f in data.provenance_fields
@@ -129,9 +130,10 @@ class HFReplayer:
 
     @cached_property
     def _plan(self) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-        if self.data.streaming:
-            return self._streaming_plan(), None
-        return self._map_style_plan()
+        with order.without_torch():
+            if self.data.streaming:
+                return self._streaming_plan(), None
+            return self._map_style_plan()
 
     def _limit(self) -> int:
         training = self.config.training

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.hf.order import _datasets
+from dataloaders.hf.order import _datasets, without_torch
 from dataloaders.hf.shards import Shard
 from forensics.errors import ForensicsError
 
@@ -21,9 +21,9 @@ def _tables(shard: Shard, builder: str) -> Any:
     """The (key, Arrow table) stream the run's reader yields for one file."""
     datasets = _datasets()
     try:
-        ds = datasets.load_dataset(
-            builder, data_files=[str(shard.path)], split="train", streaming=True
-        )
+        with without_torch():
+            files = [str(shard.path)]
+            ds = datasets.load_dataset(builder, data_files=files, split="train", streaming=True)
     except Exception as err:  # unreadable file: any of datasets' many error types
         raise ForensicsError(f"{shard.path}: cannot read it as {builder}: {err}") from None
     return ds._ex_iterable.iter_arrow()
