@@ -214,3 +214,14 @@ def test_per_domain_curve_spike_is_attributed() -> None:
 )
 def test_rollback_rule(ckpts: tuple[int, ...], expected: int) -> None:
     assert rollback_point(1000, ckpts)[0] == expected
+
+
+@needs_shared
+def test_short_megatron_run_climbing_to_the_end_is_a_divergence() -> None:
+    # A perf-test run whose loss climbs from ~11.6 back to ~20 over its last 30 iterations.
+    log = CURVES / "megatron_logs" / "experiments_gpt2-meg-ds-3d_meg_ds_3d_gpt2_perf_n16-ds-off.log"
+    r = triage(read_log(log))
+    (div,) = _kinds(r, "divergence")
+    assert 30 <= div["step"] <= 45 and div["end_step"] == 62
+    assert div["likely_causes"][0]["supported"] is True  # diverging at peak lr, after warmup
+    assert "grad norm went from" in div["evidence"]["grad_norm_before"]

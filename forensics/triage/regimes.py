@@ -87,7 +87,10 @@ def find_divergence(
     if len(loss) == 0:
         return None
     smooth = pl.Series(loss).rolling_median(5, min_samples=1).to_numpy()
-    best = np.minimum.accumulate(smooth)
+    # The best level so far, from a wider median: on a noisy per-step curve the minimum of a
+    # 5-point median is a lucky low, not a level the run ever held.
+    wide = min(cfg.window_rows, max(5, len(loss) // 10))
+    best = np.minimum.accumulate(pl.Series(loss).rolling_median(wide, min_samples=1).to_numpy())
     rising = smooth - best > cfg.divergence_rel * np.abs(best)
     # The run of rising rows that reaches the end of the finite log.
     onset_idx = None
@@ -102,7 +105,9 @@ def find_divergence(
         lasted = int(seg_s[-1] - seg_s[0])
         with np.errstate(invalid="ignore", divide="ignore"):
             climbing = len(seg) >= 3 and np.corrcoef(seg_s, seg)[0, 1] > 0.3
-        if lasted >= cfg.divergence_min_steps and climbing:
+        # Long enough in steps, or in logged points (a short run logged every step).
+        sustained = lasted >= cfg.divergence_min_steps or len(seg) >= 20
+        if sustained and climbing:
             div = Divergence(
                 step=int(steps[onset_idx]),
                 end_step=last,

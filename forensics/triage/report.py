@@ -252,10 +252,10 @@ def _md_event(e: dict[str, Any]) -> list[str]:
 
 def _lead(steps: int) -> str:
     if steps > 0:
-        return f"the alarm came {steps} steps before it"
+        return f"the alarm came {steps} step(s) before it"
     if steps == 0:
         return "the alarm came at the same step"
-    return f"the alarm came {-steps} steps after it"
+    return f"the alarm came {-steps} step(s) after it"
 
 
 def render_markdown(result: TriageResult, source: str, fmt: str) -> str:

@@ -156,7 +156,13 @@ def _judge(
     j_end = max(int(np.searchsorted(steps, horizon, side="right")), spike.peak_idx + 6)
     after = loss[spike.peak_idx + 1 : j_end]
     target = spike.pre_level + spike.tolerance
-    back = np.flatnonzero(_forward_median(after, 5) <= target) if len(after) else after
+    # Back = this point is within tolerance and so is the level it settles at from here on
+    # (a median over the next rows, so one low point in a noisy climb does not count).
+    back = (
+        np.flatnonzero((after <= target) & (_forward_median(after, 5) <= target))
+        if len(after)
+        else after
+    )
     bad_after = bad_steps[bad_steps > spike.peak_step]
     if len(back):
         j = spike.peak_idx + 1 + int(back[0])
