@@ -498,3 +498,42 @@ print("torch" in sys.modules)
         [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "False"
+
+
+def test_example_config_validates():
+    from forensics.config import load_config
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "example-hf.yaml")
+    assert config.data.format == "hf"
+    assert config.training.global_batch_size == config.data.global_batch_size
+
+
+def test_record_command_writes_shards_the_replay_accepts(shard_sets, tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    src, files = shard_sets["parquet"]
+    for f in files[:3]:
+        (tmp_path / f).write_bytes((src / f).read_bytes())
+    raw = {
+        "data": {"format": "hf", "files": ["part-*.parquet"], "per_device_batch_size": 4},
+        "training": {"global_batch_size": 4, "train_iters": 5},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "dataloaders.hf", "record", str(path)],
+        cwd=root, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    shards = yaml.safe_load(done.stdout)["shards"]
+    assert [s["file"] for s in shards] == files[:3]
+    raw["data"]["shards"] = shards
+    config = config_from_dict(raw, base_dir=tmp_path, source=path)
+    assert open_hf_replayer(config).last_iteration == 5
+    shards[1]["size"] += 1
+    config = config_from_dict(raw, base_dir=tmp_path, source=path)
+    with pytest.raises(ForensicsError, match="part-01.parquet changed"):
+        open_hf_replayer(config)
