@@ -26,6 +26,8 @@ def make_run(n: int) -> pl.DataFrame:
     step = np.arange(1, n + 1, dtype=np.int64)
     base = 2.0 + 9.0 * step.astype(float) ** -0.35
     loss = base + rng.normal(0, 1, n) * (0.01 + 0.08 * (base - 2.0) / 9.0)
+    blips = rng.choice(np.arange(1000, n - 1000), n // 200, replace=False)
+    loss[blips] += 1.0  # per-step microbatch blips (0.5% of steps), counted not alarmed
     t = step - n // 2
     loss += np.where(t >= 0, 1.5 * np.exp(-np.maximum(t, 0) / 5.0), 0.0)  # benign spike
     t = step - int(0.8 * n)
@@ -47,8 +49,9 @@ def write_megatron(df: pl.DataFrame, path: Path) -> None:
     lines = df.select(
         pl.format(
             "[default0]: iteration {}/{} | consumed samples: {} | elapsed time per iteration (ms): "
-            "1234.5 | learning rate: {} | global batch size:   512 | lm loss: {} | loss scale: 1.0"
-            " | grad norm: {} | number of skipped iterations:   0 | number of nan iterations:   0 |",
+            "1234.5 | learning rate: {} | global batch size:   512 | lm loss: {} | loss scale: "
+            "1.0 | grad norm: {} | number of skipped iterations:   0 | number of nan iterations: "
+            "  0 |",
             pl.col("step"),
             pl.lit(n),
             pl.col("consumed_samples"),
@@ -77,6 +80,7 @@ def bench(path: Path, fmt: str, out: Path) -> dict[str, float]:
         "write": t3 - t2,
         "total": t3 - t0,
         "found": ",".join(v or "" for v in verdicts),
+        "blips": result.summary["curves"]["loss"]["blips"],
     }
 
 
@@ -92,13 +96,13 @@ def main() -> None:
     df.write_csv(csv)
     write_megatron(df, log)
     rows = [("csv", csv), ("megatron", log)]
-    print(f"| format | rows | MB | read s | triage s | write s | total s | spikes found |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| format | rows | MB | read s | triage s | write s | total s | spikes | blips |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for fmt, path in rows:
         r = bench(path, fmt, work / f"out-{fmt}")
         print(
             f"| {fmt} | {r['rows']:,} | {r['MB']:.0f} | {r['read']:.2f} | {r['triage']:.2f} | "
-            f"{r['write']:.2f} | {r['total']:.2f} | {r['found']} |"
+            f"{r['write']:.2f} | {r['total']:.2f} | {r['found']} | {r['blips']} |"
         )
     if args.keep is None:
         for p in sorted(work.rglob("*"), reverse=True):

@@ -307,13 +307,17 @@ def find_plateaus(
     if len(steps) < 20 or steps[-1] - steps[0] < cfg.plateau_steps:
         return []
     level = ema_by_step(steps, loss, cfg.ema_half_life)
+    # Fits run on a rolling median: a few one-step blips must not tilt a least-squares slope.
+    robust = pl.Series(loss).rolling_median(cfg.window_rows, min_samples=1).to_numpy()
     start = warmup_end_index(steps, loss)
     # For each row i: the window [j, i] of `plateau_steps`, and the fit window before it,
     # [lo, j], of up to 3 x plateau_steps (a local fit: a global one over-predicts late drops).
     j = np.searchsorted(steps, steps - cfg.plateau_steps, side="left")
     lo = np.maximum(np.searchsorted(steps, steps[j] - 3 * cfg.plateau_steps, side="left"), start)
-    b, a, count = window_power_law(steps, loss, np.minimum(lo, j), j)
-    ok = (steps - steps[0] >= cfg.plateau_steps) & (j > lo) & (count >= 20)
+    b, a, count = window_power_law(steps, robust, np.minimum(lo, j), j)
+    # The fit needs 20 points spanning at least one plateau length, or its slope is noise.
+    span = steps[j] - steps[np.minimum(lo, j)]
+    ok = (steps - steps[0] >= cfg.plateau_steps) & (count >= 20) & (span >= cfg.plateau_steps)
     ok &= np.isfinite(b) & (b < 0)
     sj, si = steps[j].astype(float), steps.astype(float)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -349,8 +353,9 @@ def find_plateaus(
         i0 = int(np.searchsorted(steps, p.step))
         i1 = int(np.searchsorted(steps, p.end_step))
         f0 = max(int(np.searchsorted(steps, p.step - 3 * cfg.plateau_steps)), start)
-        fb, fa, fn = window_power_law(steps, loss, np.array([min(f0, i0)]), np.array([i0]))
-        if not (fn[0] >= 20 and np.isfinite(fb[0]) and fb[0] < 0):
+        fb, fa, fn = window_power_law(steps, robust, np.array([min(f0, i0)]), np.array([i0]))
+        fit_span = steps[i0] - steps[min(f0, i0)]
+        if not (fn[0] >= 20 and fit_span >= cfg.plateau_steps and np.isfinite(fb[0]) and fb[0] < 0):
             continue
         p.predicted_drop = float(
             np.exp(fa[0] + fb[0] * np.log(steps[i0])) - np.exp(fa[0] + fb[0] * np.log(steps[i1]))

@@ -125,14 +125,37 @@ def _new_spike(
     )
 
 
-def _forward_median(values: np.ndarray, k: int) -> np.ndarray:
-    """m[j] = median(values[j:j+k]) (fewer at the end): the level the loss settles at from j."""
+def _forward_median(values: np.ndarray, k: int, count: int) -> np.ndarray:
+    """m[j] = median(values[j:j+k]) for j < count (fewer values at the very end): the level the
+    loss settles at from row j."""
     n = len(values)
-    if n == 0:
-        return values
-    padded = np.concatenate((values, np.full(k - 1, np.nan)))
-    win = np.lib.stride_tricks.sliding_window_view(padded, k)[:n]
-    return np.nanmedian(win, axis=1)
+    count = min(count, n)
+    out = np.empty(count)
+    full = min(count, max(0, n - k + 1))
+    if full:
+        win = np.lib.stride_tricks.sliding_window_view(values[: full + k - 1], k)
+        out[:full] = np.median(win, axis=1)
+    for j in range(full, count):
+        out[j] = np.median(values[j:])
+    return out
+
+
+def _first_back(after: np.ndarray, target: float) -> int | None:
+    """First row where the loss is back within tolerance and so is the level it settles at from
+    there (a median over the next rows, so one low point in a noisy climb does not count).
+
+    Searched in growing chunks: most spikes (blips above all) are back within a few rows, and a
+    million-step log can hold thousands of them.
+    """
+    lo, chunk, n = 0, 16, len(after)
+    while lo < n:
+        hi = min(n, lo + chunk)
+        settled = _forward_median(after[lo : min(n, hi + 4)], 5, hi - lo)
+        ok = np.flatnonzero((after[lo:hi] <= target) & (settled <= target))
+        if len(ok):
+            return lo + int(ok[0])
+        lo, chunk = hi, chunk * 4
+    return None
 
 
 def _judge(
@@ -156,16 +179,10 @@ def _judge(
     j_end = max(int(np.searchsorted(steps, horizon, side="right")), spike.peak_idx + 6)
     after = loss[spike.peak_idx + 1 : j_end]
     target = spike.pre_level + spike.tolerance
-    # Back = this point is within tolerance and so is the level it settles at from here on
-    # (a median over the next rows, so one low point in a noisy climb does not count).
-    back = (
-        np.flatnonzero((after <= target) & (_forward_median(after, 5) <= target))
-        if len(after)
-        else after
-    )
+    first_back = _first_back(after, target)
     bad_after = bad_steps[bad_steps > spike.peak_step]
-    if len(back):
-        j = spike.peak_idx + 1 + int(back[0])
+    if first_back is not None:
+        j = spike.peak_idx + 1 + first_back
         first_bad = bad_after[0] if len(bad_after) else None
         if first_bad is None or first_bad > steps[j]:
             spike.verdict = "benign"
