@@ -130,7 +130,17 @@ class HFReplayer:
 
     @cached_property
     def _plan(self) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-        with order.without_torch():
+        from rich.console import Console
+        from rich.progress import Progress
+
+        console = Console(stderr=True)
+        total = self.data.epochs * (self.data.world_size if self.data.streaming else 1)
+        with (
+            order.without_torch(),
+            Progress(console=console, transient=True, disable=not console.is_terminal) as bar,
+        ):
+            task = bar.add_task(f"order of {self.data.name} (rank x epoch)", total=total)
+            self._tick = lambda: bar.advance(task)
             if self.data.streaming:
                 return self._streaming_plan(), None
             return self._map_style_plan()
@@ -166,6 +176,7 @@ class HFReplayer:
             for epoch in range(data.epochs):
                 local = [k - 1 - len(batches) for k in replayed if k - 1 - len(batches) > 0]
                 batches.extend(order.epoch_batches(ds, data, epoch, resume_after=local))
+                self._tick()
             per_rank.append(batches)
         known = {i: counter.rows[i] for i in counter.complete}
         self.__dict__["_stream_counts"] = self._row_counts(known)
@@ -200,6 +211,7 @@ class HFReplayer:
             for rank in range(data.world_size):
                 batches = order.map_style_rank_batches(len(samples), data, rank)
                 per_rank[rank].extend(samples[b] for b in batches)
+            self._tick()
         n_iters = min(self._limit(), min(len(b) for b in per_rank))
         steps = self._steps_frame(per_rank, n_iters, lambda b: b)
         if lengths is None:
