@@ -79,7 +79,7 @@ def bench(path: Path, fmt: str, out: Path) -> dict[str, float]:
         "triage": t2 - t1,
         "write": t3 - t2,
         "total": t3 - t0,
-        "found": ",".join(v or "" for v in verdicts),
+        "found": ", ".join(f"{verdicts.count(v)} {v}" for v in sorted(set(verdicts))),
         "blips": result.summary["curves"]["loss"]["blips"],
     }
 

@@ -172,7 +172,11 @@ def read_megatron(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
     train = train.select(
         "__line",
         pl.col("text").str.extract(_ITER_RE, 1).alias("iteration"),
-        pl.col("text").str.replace(r"^.*?" + _ITER_RE + r"\s*\|?", "").alias("rest"),
+        # everything after the first `|` (the `iteration N/M` field and any prefix before it)
+        pl.col("text")
+        .str.slice(pl.col("text").str.find("|", literal=True) + 1)
+        .fill_null("")
+        .alias("rest"),
     )
     # Lines share a handful of layouts (the sequence of keys, values blanked out). Within a
     # layout every value sits at a known position between `|`s: one split, then a slice per
