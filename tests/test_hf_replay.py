@@ -537,3 +537,22 @@ def test_record_command_writes_shards_the_replay_accepts(shard_sets, tmp_path):
     config = config_from_dict(raw, base_dir=tmp_path, source=path)
     with pytest.raises(ForensicsError, match="part-01.parquet changed"):
         open_hf_replayer(config)
+
+
+def test_order_is_cached_and_a_touched_shard_misses(shard_sets, tmp_path, monkeypatch):
+    from dataloaders.hf import order
+
+    src, files = shard_sets["parquet"]
+    for f in files:
+        (tmp_path / f).write_bytes((src / f).read_bytes())
+    case = dict(streaming=True, seed=6, buffer_size=20, per_device_batch_size=4, world_size=2)
+    first = replayed_rows(open_hf_replayer(make_config(tmp_path, files, **case)))
+
+    def no_streaming(*args, **kwargs):
+        raise AssertionError("the order was rebuilt")
+
+    monkeypatch.setattr(order, "epoch_batches", no_streaming)
+    assert replayed_rows(open_hf_replayer(make_config(tmp_path, files, **case))) == first
+    os.utime(tmp_path / files[3])
+    with pytest.raises(AssertionError, match="rebuilt"):
+        _ = open_hf_replayer(make_config(tmp_path, files, **case)).last_iteration

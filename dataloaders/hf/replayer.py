@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.hf import order, packing, rows
+from dataloaders.hf import cache, order, packing, rows
 from dataloaders.hf.shards import (
     infer_format,
     open_shards,
@@ -130,6 +130,17 @@ class HFReplayer:
 
     @cached_property
     def _plan(self) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+        key = cache.plan_key(self.config, self.shards, order._datasets().__version__)
+        hit = cache.load_plan(key)
+        if hit is not None:
+            steps, segments, offsets = hit
+            self.__dict__["_offsets"] = offsets
+            return steps, segments
+        steps, segments = self._build_plan()
+        cache.save_plan(key, steps, segments, self._offsets)
+        return steps, segments
+
+    def _build_plan(self) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         from rich.console import Console
         from rich.progress import Progress
 
