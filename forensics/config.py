@@ -147,8 +147,9 @@ class HFResume(StrictModel):
     mode `skip_batches`: the loader was rebuilt and the consumed batches skipped (HF Trainer /
     accelerate's default): the order is the uninterrupted one, exact. `state_dict`: the dataset's
     state_dict was restored (StatefulDataLoader): a streaming shuffle buffer restarts empty, which
-    the replay reproduces for num_workers 0. `unknown`: replayed as if uninterrupted, labelled
-    best-effort (exact = False) from this iteration on.
+    the replay reproduces for num_workers 0 (with workers it is labelled best-effort). `unknown`:
+    replayed as if uninterrupted, labelled best-effort (exact = False) from this iteration on.
+    Map-style order does not depend on how the run resumed, so its rows stay exact.
     """
 
     iteration: int = Field(ge=2)
@@ -165,6 +166,7 @@ class HFData(StrictModel):
     max_buffer_input_shards) -> split_dataset_by_node(rank, world_size) -> set_epoch(e) ->
     DataLoader(batch_size=per_device_batch_size, num_workers). Iteration i takes the i-th batch of
     every rank; rank r's example j sits at global position r * per_device_batch_size + j.
+    (Map-style DataLoader workers do not change the order; streaming ones do.)
     """
 
     format: Literal["hf"]

@@ -59,6 +59,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        os.environ["FORENSICS_CACHE"] = str(folder / "cache")
         t = time.perf_counter()
         files = write(folder, args.docs, args.shards)
         size_mb = sum((folder / f).stat().st_size for f in files) / 1e6
@@ -108,6 +109,11 @@ def main() -> None:
                 time.perf_counter() - t,
             )
         )
+
+        t = time.perf_counter()
+        again = open_hf_replayer(config)
+        assert again.last_iteration == last
+        rows.append(("open + order again (from the cache)", "", time.perf_counter() - t))
 
         from datasets.distributed import split_dataset_by_node
 
