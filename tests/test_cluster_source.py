@@ -38,6 +38,22 @@ def test_dirty_new_batch_is_the_top_culprit_and_clean_batches_are_clean(seed):
     assert "culprit" not in set(explained["verdict"])
 
 
+def test_nested_culprits_name_the_batch_not_its_dataset_nor_its_domains():
+    """A big window: the batch's spam domains and its (mixed) dataset are culprits on their own
+    numbers too; the report must name the batch, with the others explained by it."""
+    run = generate_run(20_000, 20_000, dirty_share=0.1, dirty_dataset="web_v1", words=8, seed=9)
+    ranked = ranked_sources(run)
+    top = headline_culprit(ranked)
+    assert (top["facet"], top["key"]) == ("crawl_batch", run.dirty_batch)
+    assert ranked.filter(pl.col("verdict") == "culprit").height == 1
+    dataset = ranked.filter(pl.col("aliases").list.contains("dataset=web_v1")).row(0, named=True)
+    assert dataset["explained_by"] == top["id"] and dataset["verdict"] == "suspect"
+    spam_domains = ranked.filter(pl.col("key").str.starts_with("spam"))
+    assert spam_domains["p_value"].min() < 1e-3  # significant on their own ...
+    assert set(spam_domains["explained_by"]) == {top["id"]}  # ... yet inside the batch
+    assert "culprit" not in set(spam_domains["verdict"])
+
+
 def test_over_represented_dirty_batch_already_in_baseline_is_culprit_not_new():
     run = generate_run(4000, 4000, dirty_share=0.12, dirty_in_baseline_share=0.02, seed=3)
     top = headline_culprit(ranked_sources(run))

@@ -160,12 +160,14 @@ def generate_run(
     switch_iteration: int | None = 81001,
     hostile: bool = False,
     words: int = 60,
+    dirty_dataset: str = "web_v2",
     seed: int = 0,
 ) -> GeneratedRun:
     """A window where one crawl batch (`dirty_share` of it) is dirty, and its baseline.
 
     dirty_share=0 gives a clean window (no dirty batch at all). dirty_in_baseline_share > 0 puts
     the dirty batch in the baseline too, at that share (then it is over-represented, not new).
+    `dirty_dataset` names the dataset holding the dirty batch (a clean one's name mixes it in).
     The replay table spreads each window document over one sample; documents of the dirty batch
     only appear from `switch_iteration` on (the mixture switch).
     """
@@ -182,7 +184,7 @@ def generate_run(
         if dirty is None or share <= 0:
             return clean
         total = sum(w for _, _, w in clean)
-        return [*clean, ("web_v2", dirty, total * share / (1 - share))]
+        return [*clean, (dirty_dataset, dirty, total * share / (1 - share))]
 
     win = _docs(
         rng, n_window, batches(dirty_share), dirty, dirty_flag_rate, false_positive_rate,

@@ -21,7 +21,8 @@ P_MAX = 1e-3  # corrected p-value below which a test counts
 MIN_ENRICHMENT = 1.5  # over-representation must also be large, not merely significant
 FLAG_FLOOR = 0.2  # a dirty cluster has at least this flagged rate ...
 FLAG_RATIO = 5.0  # ... and at least this multiple of the rest of the window's rate
-EXPLAINED_SHARE = 0.5  # flagged members inside an earlier culprit that make a cluster "explained"
+EXPLAINED_SHARE = 0.5  # flagged members inside a culprit that make a cluster "explained" by it
+SPECIFIC_SHARE = 0.8  # share of a culprit's flagged documents a more specific culprit must hold
 
 
 RULE = (
@@ -83,33 +84,70 @@ def assign_verdicts(clusters: pl.DataFrame) -> pl.DataFrame:
         .sort(["suspicion", "id"], descending=[True, False])
     )
     verdicts = flagged["verdict"].to_list()
-    explained: list[str | None] = [None] * flagged.height
     ids = flagged["id"].to_list()
     kinds = flagged["kind"].to_list()
+    flagged_sets = [set(m or []) for m in flagged["flagged_members"].to_list()]
+    explained = _nest_source_culprits(verdicts, ids, kinds, flagged_sets)
     members = flagged["members"].to_list()
-    flagged_members = flagged["flagged_members"].to_list()
-    rest_rate = flagged["rest_flagged_rate"].to_numpy()
-    claimed: list[tuple[str, set[int]]] = []  # (culprit id, its window rows), source kind only
+    culprit_rows = [
+        (ids[j], set(members[j] or []))
+        for j in range(flagged.height)
+        if verdicts[j] == "culprit" and kinds[j] == "source"
+    ]
     for i in range(flagged.height):
-        mine = set(flagged_members[i] or [])
-        for culprit_id, rows in claimed:
-            inside = len(mine & rows)
-            if mine and inside / len(mine) >= EXPLAINED_SHARE:
-                residual = set(members[i] or []) - rows
-                left_flagged = len(mine - rows)
-                rate = left_flagged / len(residual) if residual else 0.0
-                still_dirty = bool(residual) and rate >= max(FLAG_FLOOR, FLAG_RATIO * rest_rate[i])
-                if not (still_dirty and kinds[i] == "source"):
-                    explained[i] = culprit_id
-                    if verdicts[i] == "culprit":
-                        verdicts[i] = "suspect"
+        if explained[i] is not None or (verdicts[i] == "culprit" and kinds[i] == "source"):
+            continue
+        mine = flagged_sets[i]
+        for culprit_id, rows in culprit_rows:
+            if mine and len(mine & rows) / len(mine) >= EXPLAINED_SHARE:
+                explained[i] = culprit_id
+                if verdicts[i] == "culprit":
+                    verdicts[i] = "suspect"
                 break
-        if verdicts[i] == "culprit" and kinds[i] == "source":
-            claimed.append((ids[i], set(members[i] or [])))
     return flagged.with_columns(
         pl.Series("verdict", verdicts, dtype=pl.Utf8),
         pl.Series("explained_by", explained, dtype=pl.Utf8),
     )
+
+
+def _nest_source_culprits(
+    verdicts: list[str], ids: list[str], kinds: list[str], flagged_sets: list[set[int]]
+) -> list[str | None]:
+    """Resolve source culprits that nest (a dataset holding a crawl batch holding domains).
+
+    B is inside A when half or more of B's flagged documents are A's. The most specific group
+    that still holds most of the dirt is named: A gives way to a B inside it that holds at least
+    SPECIFIC_SHARE of A's flagged documents (the crawl batch, not its whole dataset); otherwise
+    every B inside A gives way to A (the batch, not each of its 40 spam domains). Demoted
+    culprits become suspects with `explained_by` set; `verdicts` is updated in place.
+    """
+    explained: list[str | None] = [None] * len(ids)
+    culprits = [i for i, v in enumerate(verdicts) if v == "culprit" and kinds[i] == "source"]
+    inside = {
+        (a, b): len(flagged_sets[b] & flagged_sets[a]) >= EXPLAINED_SHARE * len(flagged_sets[b])
+        for a in culprits
+        for b in culprits
+        if a != b and flagged_sets[b]
+    }
+    for a in culprits:  # step 1: a coarse group gives way to a specific one holding its dirt
+        specific = [
+            b for b in culprits
+            if inside.get((a, b))
+            and len(flagged_sets[b]) < len(flagged_sets[a])
+            and len(flagged_sets[b]) >= SPECIFIC_SHARE * len(flagged_sets[a])
+        ]  # fmt: skip
+        if specific:
+            explained[a] = ids[min(specific, key=lambda b: len(flagged_sets[b]))]
+    standing = [a for a in culprits if explained[a] is None]
+    for b in standing:  # step 2: small pieces inside a standing culprit give way to it
+        parents = [a for a in standing if a != b and inside.get((a, b))
+                   and len(flagged_sets[a]) > len(flagged_sets[b])]  # fmt: skip
+        if parents:
+            explained[b] = ids[max(parents, key=lambda a: len(flagged_sets[a]))]
+    for i in culprits:
+        if explained[i] is not None:
+            verdicts[i] = "suspect"
+    return explained
 
 
 def headline_culprit(ranked: pl.DataFrame) -> dict | None:
