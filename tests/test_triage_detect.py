@@ -225,3 +225,16 @@ def test_short_megatron_run_climbing_to_the_end_is_a_divergence() -> None:
     assert 30 <= div["step"] <= 45 and div["end_step"] == 62
     assert div["likely_causes"][0]["supported"] is True  # diverging at peak lr, after warmup
     assert "grad norm went from" in div["evidence"]["grad_norm_before"]
+
+
+def test_sparse_domain_loss_gaps_are_not_nan() -> None:
+    # A per-domain loss logged every 50th step: its gaps are not a loss going nan.
+    df = synthetic.healthy(4000)
+    web = df["loss"].to_numpy() + 0.3
+    web[3000:] += 0.7
+    keep = df["step"].to_numpy() % 50 == 0
+    col = pl.Series("loss:web", np.where(keep, web, np.nan)).fill_nan(None)
+    r = triage(df.with_columns(col))
+    (spike,) = _kinds(r, "spike")
+    assert spike["curve"] == "loss:web" and "non-finite" not in spike["evidence"]["summary"]
+    assert r.summary["curves"]["loss:web"]["non_finite_steps"] == 0

@@ -61,15 +61,26 @@ class TriageResult:
 
 def bad_loss_steps(table: pl.DataFrame, curve: str) -> np.ndarray:
     """Steps where the loss was logged as nan/inf, or left out of a row that logged training
-    fields (Megatron omits the loss when every iteration of the interval was skipped or nan)."""
-    other = [c for c in _TRAINING_FIELDS if c in table.columns]
-    missing = pl.col(curve).is_null()
-    if other:
-        missing = missing & pl.any_horizontal(pl.col(other).is_not_null())
-    else:
-        missing = pl.lit(False)
+    fields in a log that otherwise prints the loss with them (Megatron omits the loss when every
+    iteration of the interval was skipped or nan). Where the loss is logged on its own rows
+    (W&B histories, per-domain losses logged now and then) a missing value means nothing."""
     nonfinite = pl.col(curve).is_not_null() & ~pl.col(curve).is_finite()
-    return table.filter(nonfinite | missing)["step"].to_numpy()
+    other = [c for c in _TRAINING_FIELDS if c in table.columns]
+    if other:
+        with_fields = table.filter(pl.any_horizontal(pl.col(other).is_not_null()))
+        dense = with_fields.height > 0 and with_fields[curve].null_count() <= max(
+            1, 0.1 * with_fields.height
+        )
+        if dense:
+            missing = pl.col(curve).is_null() & pl.any_horizontal(pl.col(other).is_not_null())
+            return table.filter(nonfinite | missing)["step"].to_numpy()
+    return table.filter(nonfinite)["step"].to_numpy()
+
+
+def local_rows(steps: np.ndarray, cfg: TriageConfig) -> int:
+    """Rows in the robust local window: ~`local_steps` steps, clipped to [8, window_rows]."""
+    interval = float(np.median(np.diff(steps))) if len(steps) > 1 else 1.0
+    return int(np.clip(round(cfg.local_steps / max(interval, 1.0)), 8, cfg.window_rows))
 
 
 def analyse_curve(
@@ -87,7 +98,7 @@ def analyse_curve(
     last_step = int(table["step"][-1])
     if len(loss) == 0:
         return CurveResult(curve, steps, loss, loss, bad, None, [], None, [])
-    stats = local_stats(loss, cfg.window_rows, cfg.noise_floor_rel, segments(steps))
+    stats = local_stats(loss, local_rows(steps, cfg), cfg.noise_floor_rel, segments(steps))
     spikes = find_spikes(steps, loss, stats, cfg, bad, last_step)
     div = find_divergence(steps, loss, bad, spikes, alarms, cols, cfg)
     healthy_part = steps < div.step if div is not None else slice(None)

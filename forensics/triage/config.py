@@ -21,6 +21,9 @@ class TriageConfig:
 
     # Normal: EMA half-life of the loss (steps), and the rows of the robust local window.
     ema_half_life: float = 200.0
+    # The robust local window covers about `local_steps` steps, between 8 and `window_rows`
+    # logged points (a log every 100 steps cannot afford 64 points of history per decision).
+    local_steps: int = 500
     window_rows: int = 64
     # Spikes: robust z above `z_threshold` and at least `min_rel_height` above the local level
     # (a tiny bump on an ultra-smooth averaged curve is not worth a restart).
