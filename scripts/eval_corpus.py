@@ -194,6 +194,16 @@ def _non_ascii(s: str) -> int:
     return len(s) - len(s.encode("ascii", "ignore"))
 
 
+def _target_paragraph(kind: str, pool: list[str], rnd: random.Random) -> str:
+    """A 150-700 character paragraph that the corruption actually changes."""
+    while True:
+        cands = [p for p in _paragraphs(rnd.choice(pool)) if 150 <= len(p) <= 700]
+        if kind in NEEDS_NON_ASCII:
+            cands = [p for p in cands if _non_ascii(p) >= 3]
+        if cands:
+            return rnd.choice(cands)
+
+
 def garbage_docs(sources: list[str], per_kind: int, rnd: random.Random) -> list[dict]:
     """Whole and partial corruptions of each kind (half each)."""
     rich = [s for s in sources if _non_ascii(s) >= 8]
@@ -212,11 +222,7 @@ def garbage_docs(sources: list[str], per_kind: int, rnd: random.Random) -> list[
                 body = []
                 while paras and sum(map(len, body)) < 2700:
                     body.append(paras.pop(0)[:700])
-                para = _paragraphs(src)
-                cands = [p for p in para if 150 <= len(p) <= 700]
-                if kind in NEEDS_NON_ASCII:
-                    cands = [p for p in cands if _non_ascii(p) >= 3]
-                target = rnd.choice(cands) if cands else src[:400]
+                target = _target_paragraph(kind, pool, rnd)
                 body.insert(rnd.randrange(len(body) + 1), fn(target, rnd))
                 bad = "\n\n".join(body)
             out.append({"text": bad, "label": "garbage", "kind": kind, "partial": partial})

@@ -28,17 +28,11 @@ import polars as pl
 
 from forensics.safe_text import excerpt
 from forensics.score import patterns as P
-from forensics.score.legacy_codecs import CODEC_NAMES, legacy_evidence
+from forensics.score.legacy_codecs import CODEC_NAMES, SEGMENT_SHARE, legacy_evidence
 
 CHUNK_CHARS = 512
 # Corrupted fraction at which a flagged signal's score saturates at 1.0.
 FULL_FRACTION = 0.3
-# Legacy-codec rule: recovered bytes must be at least this share of the codec's candidate bytes,
-# or reach LEGACY_ABSOLUTE_BYTES in several long runs (one mojibake paragraph inside genuine CJK
-# text; short runs recover by chance in space-separated Korean, long ones do not).
-LEGACY_MIN_SHARE = 0.25
-LEGACY_MIN_BYTES = 8
-LEGACY_ABSOLUTE_BYTES = 96
 
 
 @dataclass(frozen=True)
@@ -195,17 +189,13 @@ def score_garbage(texts: pl.Series) -> pl.DataFrame:
         ev = legacy_evidence(text)
         if ev.recovered_bytes == 0:
             continue
-        share = ev.recovered_bytes / max(ev.candidate_bytes, 1)
-        flagged = ev.recovered_bytes >= LEGACY_MIN_BYTES and (
-            (share >= LEGACY_MIN_SHARE and ev.runs >= 2)
-            or (ev.recovered_bytes >= LEGACY_ABSOLUTE_BYTES and ev.long_runs >= 3)
-        )
-        frac = ev.recovered_chars / max(int(n_chars[i]), 1)
-        if flagged:
+        frac = ev.segment_chars / max(int(n_chars[i]), 1)
+        if ev.segments:
             legacy_score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
             legacy_info[int(i)] = (ev, frac)
         else:
-            legacy_score[i] = 0.45 * min(1.0, ev.recovered_bytes / LEGACY_ABSOLUTE_BYTES) * share
+            share = ev.recovered_bytes / max(ev.candidate_bytes, 1)
+            legacy_score[i] = 0.45 * min(1.0, share / SEGMENT_SHARE)
     scores["legacy"] = legacy_score
 
     names = list(scores)
@@ -235,8 +225,8 @@ def _reason(text: str, signal: str, c: pl.DataFrame, i: int, fracs: dict, legacy
         ev, frac = legacy[i]
         bad, good = ev.example or ("", "")
         return (
-            f"UTF-8 decoded as {CODEC_NAMES[ev.codec]}: {ev.runs} runs like '{_show(bad)}' "
-            f"(re-encoded: '{_show(good)}'), {_pct(frac)} of text"
+            f"UTF-8 decoded as {CODEC_NAMES[ev.codec]}: {ev.segments} blocks, runs like "
+            f"'{_show(bad)}' (re-encoded: '{_show(good)}'), {_pct(frac)} of text"
         )
     n = int(c[f"{signal}_n"][i])
     frac = float(fracs[signal][i])

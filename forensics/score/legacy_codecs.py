@@ -23,55 +23,51 @@ CODEC_NAMES = {"gbk": "GBK", "shift_jis": "Shift-JIS", "big5": "Big5", "euc_kr":
 # Runs of non-ASCII characters; U+FFFD splits runs because it has no bytes in any legacy codec.
 _RUN = re.compile(r"[^\x00-\x7f\ufffd]+")
 _HIGH_BYTES = bytes(range(0x80, 0x100))
-
-# A run counts as recovered when at least this share of its high bytes decode as UTF-8.
-RECOVERED_SHARE = 0.75
+_EAST_ASIAN = re.compile(
+    "[\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff61-\uff9f]"
+)
 
 
 @dataclass(frozen=True)
 class LegacyEvidence:
     """Per document: the best codec and how much of the text re-encodes to valid UTF-8.
 
-    `recovered_bytes`: high (>= 0x80) bytes in runs that became valid UTF-8 under `codec`.
-    `candidate_bytes`: high bytes of all runs that `codec` could encode at all.
-    `recovered_chars`: characters (in the mojibake) of the recovered runs.
-    `runs`: number of recovered runs; `long_runs`: those with >= LONG_RUN_BYTES high bytes, which
-    genuine CJK text essentially never produces by chance.
-    `example`: the first recovered run and what it decodes to.
+    `recovered_bytes`: high (>= 0x80) bytes that became valid UTF-8 multi-byte characters when
+        the text was re-encoded with `codec`; `candidate_bytes`: all high bytes of that encoding.
+    `segments`, `segment_chars`: blocks of lines (see `_segments`) that mostly recover, and their
+        characters. `runs`: recovered runs of non-ASCII characters in the first such block, and
+        `example`: one of them with what it decodes to (for the reason string).
     """
 
     codec: str
     recovered_bytes: int
     candidate_bytes: int
-    recovered_chars: int
+    segments: int
+    segment_chars: int
     runs: int
-    long_runs: int
     example: tuple[str, str] | None
 
 
 _NONE = LegacyEvidence("", 0, 0, 0, 0, 0, None)
-LONG_RUN_BYTES = 8
+SEGMENT_CHARS = 400
+# A block is mojibake when its recovered bytes reach this share of its high bytes...
+SEGMENT_SHARE = 0.6
+# ...and at least this many bytes (one accented letter is 2 bytes; a CJK character 3).
+SEGMENT_MIN_BYTES = 6
+# A document needs two such blocks, or one block with this many recovered bytes.
+DOC_MIN_BYTES = 8
 
 
 def _high(b: bytes) -> int:
     return len(b) - len(b.translate(None, _HIGH_BYTES))
 
 
-def _run_recovery(run: str, codec: str) -> tuple[int, int, str] | None:
-    """(high bytes, recovered high bytes, decoded) for one run; None if `codec` cannot encode it."""
-    try:
-        raw = run.encode(codec)
-    except UnicodeEncodeError:
-        return None
+def _recovery(raw: bytes) -> tuple[int, int, str]:
+    """(high bytes, high bytes that decode as UTF-8, the decoded text without U+FFFD)."""
     high = _high(raw)
-    if high == 0:
-        return None
-    decoded = raw.decode("utf-8", errors="replace")
-    if decoded.count("\ufffd") == 0:
-        return high, high, decoded
-    kept = decoded.replace("\ufffd", "")
+    kept = raw.decode("utf-8", errors="replace").replace("\ufffd", "")
     valid_high = len(kept.encode("utf-8")) - len(kept.encode("ascii", errors="ignore"))
-    return high, valid_high, decoded
+    return high, valid_high, kept
 
 
 def _one_script(decoded: str) -> bool:
@@ -84,8 +80,8 @@ def _one_script(decoded: str) -> bool:
     blocks = set()
     for ch in decoded:
         o = ord(ch)
-        if o < 0xC0 or 0x2000 <= o <= 0x206F or 0x3000 <= o <= 0x303F or o == 0xFFFD:
-            continue  # ASCII, Latin-1 symbols, general and CJK punctuation go with any script
+        if o < 0xC0 or 0x2000 <= o <= 0x2BFF or 0x3000 <= o <= 0x303F or o == 0xFFFD:
+            continue  # ASCII, Latin-1 symbols, punctuation, currency, arrows, maths: any script
         if 0x4E00 <= o <= 0x9FFF or 0x3040 <= o <= 0x30FF or 0xFF00 <= o <= 0xFFEF:
             blocks.add("cjk")
         elif 0xAC00 <= o <= 0xD7AF or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F:
@@ -99,28 +95,80 @@ def _one_script(decoded: str) -> bool:
     return True
 
 
+def _segments(text: str) -> list[str]:
+    """Paragraphs (split at blank lines), cut into blocks of about SEGMENT_CHARS characters.
+
+    The share of recovered bytes is judged per block, so one mojibake paragraph is not diluted by
+    genuine CJK, Greek or Cyrillic text elsewhere in the document.
+    """
+    out: list[str] = []
+    cur: list[str] = []
+    size = 0
+    for line in text.split("\n"):
+        if not line.strip() or size >= SEGMENT_CHARS:
+            if cur:
+                out.append("\n".join(cur))
+            cur, size = [], 0
+        if line.strip():
+            cur.append(line)
+            size += len(line)
+    if cur:
+        out.append("\n".join(cur))
+    return out
+
+
+def _example_runs(segment: str, codec: str) -> tuple[int, tuple[str, str] | None]:
+    """Recovered runs of one flagged block, and the most telling one (for the reason)."""
+    n = 0
+    example = None
+    for run in _RUN.findall(segment):
+        try:
+            high, valid, kept = _recovery(run.encode(codec))
+        except UnicodeEncodeError:
+            continue
+        if high and valid >= 0.75 * high:
+            n += 1
+            if example is None or (len(run) > len(example[0]) and len(example[0]) < 4):
+                example = (run[:12], kept[:12])
+    return n, example
+
+
 def legacy_evidence(text: str) -> LegacyEvidence:
-    """Re-encode the non-ASCII runs of `text` with each legacy codec; keep the best explanation."""
-    runs = _RUN.findall(text)
-    if not runs:
+    """Re-encode `text` block by block with each legacy codec; keep the best explanation.
+
+    One encode and one decode per block and codec (C speed); Python looks at single runs only
+    inside a block that is already flagged, to write the reason.
+    """
+    # A legacy East Asian decoder turns UTF-8 into Han, Hangul or kana: blocks without any
+    # cannot be its output (this skips Cyrillic, Greek, Arabic and accented Latin text).
+    segments = [seg for seg in _segments(text) if _EAST_ASIAN.search(seg)]
+    if not segments:
         return _NONE
     best = _NONE
+    best_seg = ""
     for codec in CODECS:
-        recovered = candidate = chars = n_runs = n_long = 0
-        example = None
-        for run in runs:
-            res = _run_recovery(run, codec)
-            if res is None:
+        recovered = candidate = n_bad = bad_chars = bad_bytes = 0
+        first_bad = ""
+        for seg in segments:
+            high, valid, kept = _recovery(seg.encode(codec, errors="ignore"))
+            if high == 0:
                 continue
-            high, valid, decoded = res
             candidate += high
-            if valid >= RECOVERED_SHARE * high and valid > 0 and _one_script(decoded):
-                recovered += high
-                chars += len(run)
-                n_runs += 1
-                n_long += high >= LONG_RUN_BYTES
-                if example is None or (len(run) > len(example[0]) and len(example[0]) < 4):
-                    example = (run[:12], decoded.replace("\ufffd", "")[:12])
-        if recovered > best.recovered_bytes:
-            best = LegacyEvidence(codec, recovered, candidate, chars, n_runs, n_long, example)
+            recovered += valid
+            if valid >= SEGMENT_MIN_BYTES and valid >= SEGMENT_SHARE * high and _one_script(kept):
+                n_bad += 1
+                bad_chars += len(seg)
+                bad_bytes += valid
+                first_bad = first_bad or seg
+        if n_bad < 2 and bad_bytes < DOC_MIN_BYTES:
+            n_bad = bad_chars = 0  # one short line recovering by chance is not evidence
+        if (bad_chars, recovered) > (best.segment_chars, best.recovered_bytes):
+            best = LegacyEvidence(codec, recovered, candidate, n_bad, bad_chars, 0, None)
+            best_seg = first_bad
+    if best.segments:
+        runs, example = _example_runs(best_seg, best.codec)
+        best = LegacyEvidence(
+            best.codec, best.recovered_bytes, best.candidate_bytes, best.segments,
+            best.segment_chars, runs, example,
+        )  # fmt: skip
     return best

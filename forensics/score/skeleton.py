@@ -50,12 +50,15 @@ class SkeletonClusters:
     size: np.ndarray
 
 
-def signatures(tok: Tokens, words: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def signatures(
+    tok: Tokens, words: np.ndarray | None = None, only: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """One-permutation MinHash of each document's skeleton shingles (or of `words` shingles).
 
+    `only`: bool [n_docs], compute just these documents (the rest stay empty).
     Returns (sig, eligible): `sig` uint64 [n_docs, BINS], the minimum shingle hash per bin
     (`_EMPTY` where a bin got none); `eligible` bool [n_docs], documents with >= MIN_SHINGLES
-    distinct informative shingles.
+    informative shingles. Duplicate shingles need no removal: a minimum ignores repeats.
     """
     sig = np.full((tok.n_docs, BINS), _EMPTY, dtype=np.uint64)
     eligible = np.zeros(tok.n_docs, dtype=bool)
@@ -65,18 +68,38 @@ def signatures(tok: Tokens, words: np.ndarray | None = None) -> tuple[np.ndarray
     # A shingle of masks only ("X X 0 X X") is a list of names or numbers, not template text.
     masked_run = np.convolve(tok.masked.astype(np.int64), np.ones(SHINGLE, np.int64), "valid")
     keep = masked_run[starts] < SHINGLE
-    frame = pl.DataFrame({"doc": tok.doc[starts[keep]], "h": h[keep]}).unique()
-    counts = frame.group_by("doc").len()
-    ok = counts.filter(pl.col("len") >= MIN_SHINGLES)["doc"].to_numpy()
-    eligible[ok] = True
-    mins = (
-        frame.filter(pl.col("doc").is_in(ok))
-        .with_columns(bin=(pl.col("h") % BINS).cast(pl.Int64), v=pl.col("h") // BINS)
-        .group_by("doc", "bin")
-        .agg(pl.col("v").min())
-    )
-    sig[mins["doc"].to_numpy(), mins["bin"].to_numpy()] = mins["v"].to_numpy()
+    doc = tok.doc[starts[keep]]
+    h = h[keep]
+    if only is not None:
+        sel = only[doc]
+        doc, h = doc[sel], h[sel]
+    counts = np.bincount(doc, minlength=tok.n_docs)
+    eligible = counts >= MIN_SHINGLES
+    sel = eligible[doc]
+    doc, h = doc[sel], h[sel]
+    key = doc * BINS + (h % np.uint64(BINS)).astype(np.int64)
+    mins = pl.DataFrame({"k": key, "v": h // np.uint64(BINS)}).group_by("k").agg(pl.col("v").min())
+    k = mins["k"].to_numpy()
+    sig[k // BINS, k % BINS] = mins["v"].to_numpy()
     return sig, eligible
+
+
+def _band_edges(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(head, member) pairs: rows of `block` [n, ROWS] that agree on every bin, linked to the
+    first row with the same values. Rows whose bins are all empty carry no evidence."""
+    mix = np.uint64(0x9E3779B97F4A7C15)
+    key = np.zeros(len(block), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(block.shape[1]):
+            key = (key ^ block[:, j]) * mix + np.uint64(j + 1)
+    rows = np.flatnonzero((block != _EMPTY).any(axis=1))
+    order = rows[np.argsort(key[rows], kind="stable")]
+    sk = key[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = sk[1:] != sk[:-1]
+    head = order[np.maximum.accumulate(np.where(new, np.arange(len(order)), 0))]
+    member = ~new
+    return head[member], order[member]
 
 
 def _jaccard(sig: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -102,20 +125,11 @@ def find_clusters(tok: Tokens, text_hash: np.ndarray) -> SkeletonClusters:
     sub = sig[docs]
     src: list[np.ndarray] = []
     dst: list[np.ndarray] = []
-    mix = np.uint64(0x9E3779B97F4A7C15)
     for band in range(BINS // ROWS):
-        block = sub[:, band * ROWS : (band + 1) * ROWS]
-        key = np.zeros(len(docs), dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            for j in range(ROWS):
-                key = (key ^ block[:, j]) * mix + np.uint64(j + 1)
-        # Bands that are entirely empty bins carry no evidence.
-        informative = (block != _EMPTY).any(axis=1)
-        f = pl.DataFrame({"i": np.arange(len(docs)), "k": key}).filter(pl.Series(informative))
-        f = f.with_columns(head=pl.col("i").first().over("k")).filter(pl.col("i") != pl.col("head"))
-        if f.height:
-            src.append(f["head"].to_numpy())
-            dst.append(f["i"].to_numpy())
+        a, b = _band_edges(sub[:, band * ROWS : (band + 1) * ROWS])
+        if len(a):
+            src.append(a)
+            dst.append(b)
     if not src:
         return SkeletonClusters(cluster, size)
     a = np.concatenate(src)
@@ -126,7 +140,9 @@ def find_clusters(tok: Tokens, text_hash: np.ndarray) -> SkeletonClusters:
     if len(pairs) and tok.hash.size:
         # Slot-filled variation: the raw words must differ clearly more than the skeletons do.
         # Copies of one licence or README share raw text as much as skeleton: not a template.
-        raw, _ = signatures(tok, tok.hash)
+        involved = np.zeros(n, dtype=bool)
+        involved[docs[np.unique(pairs)]] = True
+        raw, _ = signatures(tok, tok.hash, only=involved)
         raw_sim = _jaccard(raw[docs], pairs[:, 0], pairs[:, 1])
         pairs = pairs[sim - raw_sim >= MIN_VARIATION]
     graph = coo_matrix(

@@ -35,15 +35,6 @@ BOILERPLATE = (
 )
 # Menu separators between short items: "Home | About | Contact", "Home » Blog".
 SEPARATORS = r"\s[|»›·•/>]\s"
-STOPWORDS = frozenset(
-    "the a an and or of to in on for with by at from as is are was were be been it its this that "
-    "these those you your we our they their he she his her not no but if then than so can will "
-    "do does did has have had i me my all any more most other some such only own same too very "
-    "just also into over under about after before between out up down off again further once "
-    "here there when where why how what which who whom each few both nor s t don should now "
-    # URL pieces are not keywords.
-    "http https www com org net io html htm php github".split()
-)
 
 
 @dataclass(frozen=True)
@@ -74,11 +65,17 @@ REPETITION = frozenset(
 )
 
 
+def _first_seen(col: str) -> pl.Expr:
+    """True for the first occurrence of a value within its document (one hashed key column)."""
+    salt = pl.col("doc").cast(pl.UInt64) * pl.lit(0x9E3779B97F4A7C15, dtype=pl.UInt64)
+    return (pl.col(col).hash(11) ^ salt).is_first_distinct()
+
+
 def _line_stats(texts: pl.Series) -> pl.DataFrame:
-    """Per document: line and paragraph duplication, link lines, boilerplate lines.
+    """Per document: line and paragraph duplication, link lines, boilerplate lines, link hosts.
 
     Columns: `line_chars`, `dup_line_chars`, `n_lines`, `link_lines`, `urls`, `boiler_lines`,
-    `para_chars`, `dup_para_chars`.
+    `hosts`, `para_chars`, `dup_para_chars`.
     """
     base = pl.DataFrame({"text": texts.cast(pl.Utf8)}).lazy().with_row_index("doc")
     lines = (
@@ -89,22 +86,16 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
         .with_columns(
             n=pl.col("line").str.len_chars(),
             urls=pl.col("line").str.count_matches(URL),
-            url_chars=pl.col("line")
-            .str.extract_all(URL)
-            .list.eval(pl.element().str.len_chars())
-            .list.sum(),
-            words=pl.col("line").str.count_matches(r"\w+"),
             boiler=pl.col("line").str.count_matches(BOILERPLATE),
             seps=pl.col("line").str.count_matches(SEPARATORS),
-            host=pl.col("line").str.to_lowercase().str.extract_all(HOST),
+            first=_first_seen("line"),
         )
         .with_columns(
-            # A "bare link" line is mostly URL: at most 8 words outside its URLs.
+            # A "bare link" line is mostly URL: under 60 characters outside its URLs.
             link_line=(pl.col("urls") > 0)
-            & ((pl.col("n") - pl.col("url_chars").fill_null(0)) < 60),
+            & (pl.col("line").str.replace_all(URL, "").str.len_chars() < 60),
             # Boilerplate: a short line made of chrome phrases, or a separator-delimited menu.
-            boiler_line=((pl.col("boiler") >= 1) & (pl.col("words") <= 8)) | (pl.col("seps") >= 2),
-            first=pl.int_range(pl.len()).over(["doc", "line"]) == 0,
+            boiler_line=((pl.col("boiler") >= 1) & (pl.col("n") <= 60)) | (pl.col("seps") >= 2),
         )
     )
     line_agg = lines.group_by("doc").agg(
@@ -114,7 +105,15 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
         link_lines=pl.col("link_line").sum(),
         urls=pl.col("urls").sum(),
         boiler_lines=pl.col("boiler_line").sum(),
-        hosts=pl.col("host").list.explode(keep_nulls=False, empty_as_null=False).n_unique(),
+    )
+    hosts = (
+        lines.filter(pl.col("urls") > 0)
+        .select("doc", host=pl.col("line").str.to_lowercase().str.extract_all(HOST))
+        .explode("host")
+        .drop_nulls("host")
+        .unique()
+        .group_by("doc")
+        .agg(hosts=pl.len())
     )
     paras = (
         base.select(
@@ -127,9 +126,7 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
         .explode("p")
         .with_columns(pl.col("p").str.strip_chars())
         .filter(pl.col("p").str.len_chars() > 0)
-        .with_columns(
-            n=pl.col("p").str.len_chars(), first=pl.int_range(pl.len()).over(["doc", "p"]) == 0
-        )
+        .with_columns(n=pl.col("p").str.len_chars(), first=_first_seen("p"))
         .group_by("doc")
         .agg(
             para_chars=pl.col("n").sum(), dup_para_chars=pl.col("n").filter(~pl.col("first")).sum()
@@ -138,6 +135,7 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
     out = (
         base.select("doc")
         .join(line_agg, on="doc", how="left")
+        .join(hosts, on="doc", how="left")
         .join(paras, on="doc", how="left")
         .sort("doc")
         .collect()
@@ -145,52 +143,57 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
     return out.fill_null(0)
 
 
+def _per_doc_max(doc: np.ndarray, value: np.ndarray, n_docs: int) -> np.ndarray:
+    out = np.zeros(n_docs)
+    np.maximum.at(out, doc, value)
+    return out
+
+
 def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
-    """Per document: n-gram coverage, repeated 6-gram coverage, top keyword share."""
+    """Per document: n-gram coverage, repeated 6-gram coverage, top keyword share.
+
+    Word hashes are salted with the document id first, so every "same n-gram in the same
+    document" question is a group-by on one uint64 column.
+    """
     n_docs = tok.n_docs
     n_words = np.bincount(tok.doc, minlength=n_docs)
     word_chars = np.bincount(tok.doc, weights=tok.length, minlength=n_docs)
     out: dict[str, np.ndarray] = {"n_words": n_words}
+    with np.errstate(over="ignore"):
+        salted = tok.hash ^ (tok.doc.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93))
     cum_len = np.concatenate([[0], np.cumsum(tok.length)])
     for n in (2, 3, 4):
-        starts, h = ngram_hashes(tok.doc, tok.hash, n)
+        starts, h = ngram_hashes(tok.doc, salted, n)
         if len(starts) == 0:
             out[f"top_{n}gram"] = np.zeros(n_docs)
             continue
-        chars = cum_len[starts + n] - cum_len[starts]
         top = (
-            pl.DataFrame({"doc": tok.doc[starts], "h": h, "c": chars})
-            .group_by("doc", "h")
-            .agg(cnt=pl.len(), c=pl.col("c").first())
+            pl.DataFrame({"h": h, "s": starts})
+            .group_by("h")
+            .agg(cnt=pl.len(), s=pl.col("s").first())
             .filter(pl.col("cnt") > 1)
-            .group_by("doc")
-            .agg(cov=(pl.col("cnt") * pl.col("c")).max())
         )
-        cov = np.zeros(n_docs)
-        cov[top["doc"].to_numpy()] = top["cov"].to_numpy()
+        s0 = top["s"].to_numpy()
+        chars = cum_len[s0 + n] - cum_len[s0]
+        cov = _per_doc_max(tok.doc[s0], top["cnt"].to_numpy() * chars, n_docs)
         out[f"top_{n}gram"] = np.divide(cov, np.maximum(word_chars, 1))
     # Words covered by a 6-gram that occurs more than once in the same document.
-    starts, h = ngram_hashes(tok.doc, tok.hash, 6)
+    starts, h = ngram_hashes(tok.doc, salted, 6)
     covered = np.zeros(n_docs)
     if len(starts):
-        f = pl.DataFrame({"doc": tok.doc[starts], "h": h, "s": starts})
-        dup = f.filter(pl.len().over("doc", "h") > 1)["s"].to_numpy()
-        marks = np.zeros(len(tok.doc) + 7, dtype=np.int64)
-        np.add.at(marks, dup, 1)
-        np.add.at(marks, dup + 6, -1)
+        dup = starts[pl.Series(h).is_duplicated().to_numpy()]
+        size = len(tok.doc) + 7
+        marks = np.bincount(dup, minlength=size) - np.bincount(dup + 6, minlength=size)
         inside = np.cumsum(marks)[: len(tok.doc)] > 0
         covered = np.bincount(tok.doc[inside], minlength=n_docs).astype(float)
     out["dup_6gram"] = np.divide(covered, np.maximum(n_words, 1))
     # Keyword stuffing: the share of words taken by the TOP_KEYWORDS most frequent content words
     # (not stopwords, >= 3 letters): a doorway page is its keyword plus a few modifiers.
-    stop = pl.Series(sorted(STOPWORDS)).hash(17).to_numpy()
-    content = (tok.length >= 3) & ~np.isin(tok.hash, stop) & ~tok.masked
+    content = np.flatnonzero(tok.content)
     kw = (
-        pl.DataFrame(
-            {"doc": tok.doc[content], "h": tok.hash[content], "i": np.flatnonzero(content)}
-        )
-        .group_by("doc", "h")
-        .agg(cnt=pl.len(), i=pl.col("i").first())
+        pl.DataFrame({"h": salted[content], "i": content, "doc": tok.doc[content]})
+        .group_by("h")
+        .agg(cnt=pl.len(), i=pl.col("i").first(), doc=pl.col("doc").first())
         .sort("cnt", descending=True)
         .group_by("doc")
         .agg(cnt=pl.col("cnt").head(TOP_KEYWORDS).sum(), i=pl.col("i").first())

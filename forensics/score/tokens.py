@@ -13,6 +13,15 @@ import numpy as np
 import polars as pl
 
 WORD = r"\w+"
+STOPWORDS = frozenset(
+    "the a an and or of to in on for with by at from as is are was were be been it its this that "
+    "these those you your we our they their he she his her not no but if then than so can will "
+    "do does did has have had i me my all any more most other some such only own same too very "
+    "just also into over under about after before between out up down off again further once "
+    "here there when where why how what which who whom each few both nor s t don should now "
+    # URL pieces are not keywords.
+    "http https www com org net io html htm php github".split()
+)
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,7 @@ class Tokens:
         else the lowercased word.
     `length`: int64 [n_words], characters in the word.
     `masked`: bool [n_words], True where the skeleton form is a mask ("X" or "0").
+    `content`: bool [n_words], a lowercase content word: >= 3 letters, not a stopword, not masked.
     `n_docs`: number of rows in the column.
     """
 
@@ -35,6 +45,7 @@ class Tokens:
     length: np.ndarray
     masked: np.ndarray
     n_docs: int
+    content: np.ndarray | None = None
 
 
 def tokenize(texts: pl.Series) -> Tokens:
@@ -62,7 +73,12 @@ def tokenize(texts: pl.Series) -> Tokens:
             .hash(23),
             masked=pl.col("digit") | pl.col("cap"),
         )
-        .select("doc", "hash", "skel", "length", "masked")
+        .with_columns(
+            content=(pl.col("length") >= 3)
+            & ~pl.col("masked")
+            & ~pl.col("lower").is_in(list(STOPWORDS))
+        )
+        .select("doc", "hash", "skel", "length", "masked", "content")
         .collect()
     )
     return Tokens(
@@ -72,6 +88,7 @@ def tokenize(texts: pl.Series) -> Tokens:
         length=frame["length"].to_numpy(),
         masked=frame["masked"].to_numpy(),
         n_docs=len(texts),
+        content=frame["content"].to_numpy(),
     )
 
 
