@@ -56,6 +56,31 @@ def decimate(x: np.ndarray, y: np.ndarray, max_points: int = _MAX_PLOT_POINTS) -
     return x[idx], y[idx]
 
 
+def broken_at_gaps(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Insert a NaN where the log skips far more steps than usual, so the plot does not draw a
+    straight line through iterations nobody logged."""
+    if len(x) < 3:
+        return x.astype(float), y.astype(float)
+    d = np.diff(x)
+    cut = np.flatnonzero(d > 5 * max(float(np.median(d)), 1.0)) + 1
+    return np.insert(x.astype(float), cut, np.nan), np.insert(y.astype(float), cut, np.nan)
+
+
+def _line(ax: Any, x: np.ndarray, y: np.ndarray, **kw: Any) -> None:
+    """Plot a series: decimated when long, broken at gaps, with markers when sparse."""
+    xs, ys = decimate(x, y)
+    if len(xs) <= 120:
+        kw.setdefault("marker", "o")
+        kw.setdefault("markersize", 3)
+        kw["alpha"] = max(kw.get("alpha", 1.0), 0.8)
+    ax.plot(*broken_at_gaps(xs, ys), **kw)
+
+
+def _has(result: TriageResult, col: str) -> bool:
+    t = result.table
+    return col in t.columns and t[col].drop_nulls().len() > 0
+
+
 def render_png(result: TriageResult) -> bytes:
     """Loss with EMA, power law and events; grad norm with alarms; lr and loss scale."""
     import matplotlib
@@ -63,9 +88,8 @@ def render_png(result: TriageResult) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = result.table.columns
-    has_grad = "grad_norm" in cols and result.table["grad_norm"].drop_nulls().len() > 0
-    has_lr = any(c in cols for c in ("lr", "loss_scale"))
+    has_grad = _has(result, "grad_norm")
+    has_lr = _has(result, "lr") or _has(result, "loss_scale")
     panels = 1 + has_grad + has_lr
     fig, axes = plt.subplots(
         panels,
@@ -79,19 +103,18 @@ def render_png(result: TriageResult) -> bytes:
     for k, (name, c) in enumerate(result.curves.items()):
         if len(c.steps) == 0:
             continue
-        xs, ys = decimate(c.steps, c.loss)
         main = k == 0
-        ax.plot(
-            xs,
-            ys,
+        _line(
+            ax,
+            c.steps,
+            c.loss,
             lw=0.6,
             alpha=0.45 if main else 0.35,
             color="tab:blue" if main else None,
-            label=excerpt(name, 40) if main else f"{excerpt(name, 40)}",
+            label=excerpt(name, 40),
         )
         if main:
-            ex, ey = decimate(c.steps, c.ema)
-            ax.plot(ex, ey, lw=1.6, color="navy", label="EMA")
+            _line(ax, c.steps, c.ema, lw=1.6, color="navy", label="EMA", marker=None)
             if c.fit is not None:
                 fs = c.steps[c.steps >= c.fit.from_step]
                 ax.plot(
@@ -108,6 +131,18 @@ def render_png(result: TriageResult) -> bytes:
                 color = _VERDICT_COLOR[s.verdict]
                 ax.scatter([s.peak_step], [s.peak_loss], marker="v", s=50, color=color, zorder=5)
                 ax.axvline(s.onset_step, color=color, lw=0.8, alpha=0.6)
+            if len(c.bad_steps):
+                ax.scatter(
+                    c.bad_steps[:2000],
+                    np.full(min(len(c.bad_steps), 2000), 1.0),
+                    transform=ax.get_xaxis_transform(),
+                    marker="x",
+                    color="tab:red",
+                    s=30,
+                    zorder=6,
+                    label="loss nan / missing",
+                    clip_on=False,
+                )
             blips = c.blips
             if blips:
                 ax.scatter(
@@ -131,16 +166,15 @@ def render_png(result: TriageResult) -> bytes:
                 ax.axvspan(p.step, p.end_step, color="tab:gray", alpha=0.15)
     _set_loss_ylim(ax, result)
     ax.set_ylabel("loss")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="best", fontsize=8, framealpha=0.7)
     ax.set_title(f"triage: {result.summary['status']}  ({_event_counts(result)})", fontsize=10)
     row = 1
     if has_grad:
         gx = axes[row][0]
         t = result.table.select("step", "grad_norm").drop_nulls()
         t = t.filter(t["grad_norm"] > 0)
-        xs, ys = decimate(t["step"].to_numpy(), t["grad_norm"].to_numpy())
-        gx.plot(xs, ys, lw=0.7, color="tab:purple")
-        if len(ys):
+        _line(gx, t["step"].to_numpy(), t["grad_norm"].to_numpy(), lw=0.7, color="tab:purple")
+        if t.height:
             gx.set_yscale("log")
         for a in result.alarms:
             if a.kind == "grad_norm_alarm":
@@ -149,16 +183,18 @@ def render_png(result: TriageResult) -> bytes:
         row += 1
     if has_lr:
         lx = axes[row][0]
-        if "lr" in cols:
+        if _has(result, "lr"):
             t = result.table.select("step", "lr").drop_nulls()
-            lx.plot(*decimate(t["step"].to_numpy(), t["lr"].to_numpy()), color="tab:green", lw=1)
+            _line(lx, t["step"].to_numpy(), t["lr"].to_numpy(), color="tab:green", lw=1)
             lx.set_ylabel("lr")
-        if "loss_scale" in cols:
+        if _has(result, "loss_scale"):
             sx = lx.twinx()
             t = result.table.select("step", "loss_scale").drop_nulls()
             t = t.filter(t["loss_scale"] > 0)
-            sx.plot(
-                *decimate(t["step"].to_numpy(), t["loss_scale"].to_numpy()),
+            _line(
+                sx,
+                t["step"].to_numpy(),
+                t["loss_scale"].to_numpy(),
                 color="tab:brown",
                 lw=1,
                 drawstyle="steps-post",
