@@ -91,9 +91,8 @@ def detect_format(path: Path) -> str:
     if _looks_like_tfrecord(head_bytes):
         return "tensorboard"
     head = head_bytes.decode("utf-8", errors="replace")
-    if name.endswith(".json") or head.lstrip().startswith("{") and "log_history" in head[:65536]:
-        if "log_history" in head:
-            return "hf-trainer-state"
+    if head.lstrip().startswith("{") and '"log_history"' in head:
+        return "hf-trainer-state"
     if re.search(_ITER_RE, head):
         return "megatron"
     first = next((ln for ln in head.splitlines() if ln.strip() and not ln.startswith("#")), "")
@@ -129,8 +128,9 @@ def _looks_like_tfrecord(head: bytes) -> bool:
 
 # --------------------------------------------------------------------------- one reader per format
 
-# Each reader returns (raw table, line numbers): the raw table has the original field names
-# (strings or numbers) and a `__line` column naming where each row came from, for warnings.
+# Each reader returns (raw table, unit): the raw table has the original field names (strings or
+# numbers) and a `__line` column saying where each row came from; `unit` names what `__line`
+# counts ("line", "log_history entry", "step") in warnings.
 Reader = Callable[[Path, list[str]], tuple[pl.DataFrame, str]]
 
 
@@ -513,7 +513,7 @@ def _flatten(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
 
 
 def _rows_to_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
-    """Rows of mixed types -> string columns (numbers kept exact via repr); `_finish` casts."""
+    """Rows of mixed types -> string columns (str() of a float round-trips); `_finish` casts."""
     cols: dict[str, list[object]] = {}
     for i, row in enumerate(rows):
         for k in row:
@@ -522,8 +522,10 @@ def _rows_to_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
         for k, col in cols.items():
             v = row.get(k)
             col.append(v if k == "__line" or v is None else str(v))
-    frame = pl.DataFrame({k: v for k, v in cols.items() if k != "__line"}, schema_overrides=None)
-    frame = frame.select(pl.all().cast(pl.Utf8))
+    frame = pl.DataFrame(
+        {k: v for k, v in cols.items() if k != "__line"},
+        schema={k: pl.Utf8 for k in cols if k != "__line"},
+    )
     return frame.with_columns(pl.Series("__line", cols["__line"], dtype=pl.Int64))
 
 
