@@ -102,8 +102,31 @@ def find_spikes(
                 spike.z = max(spike.z, float(stats.z[k]))
             _judge(spike, steps, loss, cfg, bad_steps, last_step)
             g += 1
+        if _settle_peak(spike, steps, loss, stats, cfg):
+            _judge(spike, steps, loss, cfg, bad_steps, last_step)
         spikes.append(spike)
     return spikes
+
+
+def _settle_peak(
+    spike: Spike, steps: np.ndarray, loss: np.ndarray, stats: LocalStats, cfg: TriageConfig
+) -> bool:
+    """The flagged rows end once the trailing median catches up with an elevated loss, which can
+    be before the loss tops out: take the highest point up to the recovery (or, while the spike
+    has not come back, within a tenth of the recovery window of its onset)."""
+    if spike.recovered_step is not None:
+        stop = int(np.searchsorted(steps, spike.recovered_step))
+    else:
+        horizon = spike.onset_step + max(1, cfg.recovery_window // 10)
+        stop = int(np.searchsorted(steps, horizon, side="right"))
+    if stop <= spike.onset_idx:
+        return False
+    k = spike.onset_idx + int(np.argmax(loss[spike.onset_idx : stop]))
+    if loss[k] <= spike.peak_loss:
+        return False
+    spike.peak_idx, spike.peak_step, spike.peak_loss = k, int(steps[k]), float(loss[k])
+    spike.z = max(spike.z, float(stats.z[k]))
+    return True
 
 
 def _new_spike(
