@@ -131,7 +131,7 @@ def triage(
     }
     events: list[dict[str, Any]] = []
     for res in curves.values():
-        events += [spike_event(res.name, s, alarms, run) for s in res.spikes if not s.blip]
+        events += [spike_event(res.name, s, alarms, run, cfg) for s in res.spikes if not s.blip]
         if res.divergence is not None:
             events.append(divergence_event(res.name, res.divergence))
         events += [plateau_event(res.name, p) for p in res.plateaus]
@@ -187,8 +187,8 @@ def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | Non
 # --------------------------------------------------------------------------- events
 
 
-def recovery_speed(s: Spike, cfg: TriageConfig | None = None) -> tuple[str | None, str | None]:
-    cfg = cfg or TriageConfig()
+def recovery_speed(s: Spike, cfg: TriageConfig) -> tuple[str | None, str | None]:
+    """Fast: momentum survived; slow (hundreds of steps): Adam's second moment was polluted."""
     if s.recovery_steps is None:
         return None, None
     if s.recovery_steps <= cfg.fast_recovery_steps:
@@ -201,9 +201,12 @@ def recovery_speed(s: Spike, cfg: TriageConfig | None = None) -> tuple[str | Non
     return "moderate", "a moderate recovery"
 
 
-def spike_event(curve: str, s: Spike, alarms: list[Alarm], run: RunInfo) -> dict[str, Any]:
-    speed, meaning = recovery_speed(s)
-    before = [a for a in alarms if a.step <= s.peak_step and a.end_step >= s.onset_step - 200]
+def spike_event(
+    curve: str, s: Spike, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
+) -> dict[str, Any]:
+    speed, meaning = recovery_speed(s, cfg)
+    lookback = s.onset_step - cfg.alarm_lookahead_steps
+    before = [a for a in alarms if a.step <= s.peak_step and a.end_step >= lookback]
     ev: dict[str, Any] = {
         "kind": "spike",
         "curve": curve,
