@@ -97,6 +97,13 @@ def find_divergence(
     if rising[-1]:
         not_rising = np.flatnonzero(~rising)
         onset_idx = int(not_rising[-1] + 1) if len(not_rising) else 0
+        # Date the onset back to where the loss last sat near its best (the threshold is
+        # crossed some way into the climb).
+        near = np.flatnonzero(
+            smooth[:onset_idx] - best[:onset_idx] <= 0.02 * np.abs(best[:onset_idx])
+        )
+        if len(near):
+            onset_idx = int(near[-1] + 1)
     last = int(max(steps[-1], bad_steps[-1] if len(bad_steps) else steps[-1]))
     trailing_bad = bad_steps[bad_steps > steps[-1]]
     div: Divergence | None = None

@@ -382,6 +382,12 @@ def terminal_lines(result: TriageResult) -> list[str]:
             tcolor = {"benign": "green", "malignant": "red", "undecided": "yellow"}[e["verdict"]]
             head += f" [{tcolor}]{e['verdict']}[/]"
         lines.append(f"{head}: {summary}")
+        if e["kind"] == "plateau":
+            lines.append(f"    -> {terminal_safe(e['conclusion'], 200)}")
+        if e["kind"] == "divergence":
+            first = next((c for c in e["likely_causes"] if c["supported"]), None)
+            if first:
+                lines.append(f"    -> check first: {first['cause']} ({first['evidence']})")
         if e.get("next_command"):
             lines.append(f"    roll back to {e['rollback_iteration']}; next: {e['next_command']}")
     n_benign = sum(1 for e in result.events if e["kind"] == "spike" and e["verdict"] == "benign")
