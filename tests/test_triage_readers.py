@@ -203,3 +203,14 @@ def test_missing_file_and_unknown_format(tmp_path: Path) -> None:
     (tmp_path / "a.csv").write_text("step,loss\n1,2\n")
     with pytest.raises(ForensicsError, match="unknown"):
         read_log(tmp_path / "a.csv", format="parquet")
+
+
+def test_logger_prefix_with_pipes_and_timestamps(tmp_path: Path) -> None:
+    log = tmp_path / "nemo.log"
+    log.write_text(
+        "INFO | rank0 | [2024-05-01 12:00:01] iteration 5/ 100 | lm loss: 3.5 | grad norm: 2.0 |\n"
+        "INFO | rank0 | [2024-05-01 12:00:02] iteration 6/ 100 | lm loss: 3.4 | grad norm: 1.9 |\n"
+    )
+    df = read_log(log)
+    assert df["step"].to_list() == [5, 6] and df["loss"].to_list() == [3.5, 3.4]
+    assert df["grad_norm"].to_list() == [2.0, 1.9]

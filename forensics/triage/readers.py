@@ -169,14 +169,12 @@ def read_megatron(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
     )
     if train.height == 0:
         raise ForensicsError(f"{path}: no Megatron 'iteration N/M | ...' lines found")
+    # From `iteration N/M` on (a logger prefix may hold `|` too), then after its first `|`.
+    tail = pl.col("text").str.slice(pl.col("text").str.find(_ITER_RE))
     train = train.select(
         "__line",
         pl.col("text").str.extract(_ITER_RE, 1).alias("iteration"),
-        # everything after the first `|` (the `iteration N/M` field and any prefix before it)
-        pl.col("text")
-        .str.slice(pl.col("text").str.find("|", literal=True) + 1)
-        .fill_null("")
-        .alias("rest"),
+        tail.str.slice(tail.str.find("|", literal=True) + 1).fill_null("").alias("rest"),
     )
     # Lines share a handful of layouts (the sequence of keys, values blanked out). Within a
     # layout every value sits at a known position between `|`s: one split, then a slice per
