@@ -7,13 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from typer.testing import CliRunner
 
 from forensics.cli import app
 from forensics.triage import synthetic
-from forensics.triage.report import decimate
+from forensics.triage.report import decimate, json_safe
 
 runner = CliRunner()
 
@@ -112,3 +113,14 @@ def test_cli_rejects_nonpositive_windows(tmp_path: Path, flag: str) -> None:
     synthetic.healthy(50).select("step", "loss").write_csv(f)
     res = runner.invoke(app, ["triage", str(f), "--out", str(tmp_path / "o"), flag, "0"])
     assert res.exit_code != 0
+
+
+def test_json_outputs_are_strict_json(tmp_path: Path) -> None:
+    f = tmp_path / "c.csv"
+    f.write_text("step,loss,grad_norm\n1,3.0,nan\n2,nan,1.0\n3,2.9,inf\n4,2.8,1.0\n")
+    out = tmp_path / "o"
+    assert runner.invoke(app, ["triage", str(f), "--out", str(out)]).exit_code == 0
+    for name in ("events.json", "summary.json"):
+        json.loads((out / name).read_text(), parse_constant=lambda c: pytest.fail(c))
+    cleaned = json_safe({"a": [np.float64("nan"), np.int64(3), float("inf")], "b": 1.5})
+    assert cleaned == {"a": [None, 3, None], "b": 1.5} and type(cleaned["a"][1]) is int

@@ -24,17 +24,33 @@ _VERDICT_COLOR = {"benign": "tab:green", "malignant": "tab:red", "undecided": "t
 
 
 def write_outputs(result: TriageResult, out: Path, source: str, fmt: str) -> list[Path]:
-    """Write the four output files into `out`; return their paths."""
+    """Write the four output files into `out`; return their paths.
+
+    Everything is rendered in memory first, so a failure leaves no partial set of outputs."""
+    summary = json_safe({"source": source, "format": fmt, **result.summary})
+    events = json_safe(result.events)
+    png = render_png(result)
+    markdown = render_markdown(result, source, fmt)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [
-        write_json_atomic(out / "events.json", result.events),
-        write_json_atomic(
-            out / "summary.json", {"source": source, "format": fmt, **result.summary}
-        ),
-        write_bytes_atomic(out / PNG_NAME, render_png(result)),
+    return [
+        write_json_atomic(out / "events.json", events),
+        write_json_atomic(out / "summary.json", summary),
+        write_bytes_atomic(out / PNG_NAME, png),
+        write_text_atomic(out / "report.md", markdown),
     ]
-    paths.append(write_text_atomic(out / "report.md", render_markdown(result, source, fmt)))
-    return paths
+
+
+def json_safe(obj: Any) -> Any:
+    """NaN and infinities become null (JSON has no NaN); numpy scalars become Python numbers."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
 
 
 # --------------------------------------------------------------------------- plot
