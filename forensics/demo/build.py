@@ -47,7 +47,7 @@ class DemoSpec:
     switch_iteration: int = 2201  # mixture switch: web_v2 (with the dirty batch) joins
     spike_iteration: int = 2260
     checkpoint_interval: int = 100
-    log_tail: int = 40  # iterations logged after the spike before the job was stopped
+    log_tail: int = 520  # iterations logged after the spike (it never recovered) until stopped
     dirty_kind: str = "mixed"
     docs_prose: int = 1200
     docs_code: int = 1000
@@ -223,7 +223,7 @@ def simulated_loss(spec: DemoSpec) -> list[tuple[int, float, float]]:
             gnorm *= 6.0 if it < spec.spike_iteration + 10 else 2.5
         if it >= spec.spike_iteration:
             k = it - spec.spike_iteration
-            loss += 0.9 + 2.2 * math.exp(-k / 4)  # jump, then a plateau ~0.9 above
+            loss += 1.8 + 1.2 * math.exp(-k / 4)  # jump +3, then a plateau 1.8 above
         out.append((it, float(loss), float(gnorm)))
     return out
 

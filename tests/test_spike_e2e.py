@@ -1,0 +1,219 @@
+"""`forensics spike` end to end on a generated Megatron run (not the demo's seed, blend or dirt).
+
+The run is real data in real formats (.bin/.idx, manifests, tokenizer, config, log) built by
+forensics.demo.build with a spam crawl batch entering at a mixture switch. The truths the tests
+hold the command to are computed independently: which documents are dirty comes from the
+builder, which samples hold them from the replay table (not from Replayer.exposure, which the
+command uses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from forensics.demo.build import DemoSpec, build_run
+from forensics.errors import ForensicsError
+from forensics.skip import expand, parse_megatron_deepspeed, parse_megatron_lm
+from forensics.spike import SpikeOptions, run_spike
+
+SPEC = DemoSpec(
+    name="e2e",
+    seed=20261,
+    seq_length=128,
+    global_batch_size=16,
+    train_iters=1200,
+    switch_iteration=601,
+    spike_iteration=640,
+    checkpoint_interval=50,
+    log_tail=20,
+    dirty_kind="spam",
+    docs_prose=500,
+    docs_code=400,
+    docs_per_crawl=80,
+    crawls_v1=3,
+    crawls_v2=3,
+    blend_before={"code": 0.45, "prose": 0.35, "web": 0.2},
+    blend_after={"code": 0.3, "prose": 0.25, "web": 0.1, "web_v2": 0.35},
+    vocab_size=4000,
+)
+WINDOW = 100
+EMBED_CAP = 200
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    root = tmp_path_factory.mktemp("e2e")
+    truth = build_run(root / "run", SPEC, progress=False)
+    out = root / "run" / f"spike-{SPEC.spike_iteration}"
+    result = run_spike(
+        root / "run" / "forensics.yaml",
+        out,
+        SpikeOptions(step=SPEC.spike_iteration, window=WINDOW, embed_cap=EMBED_CAP, progress=False),
+    )
+    return {"root": root, "truth": truth, "result": result, "out": out}
+
+
+def _replayer(run: dict):
+    from forensics.config import load_config
+    from forensics.replay import open_replayer
+
+    return open_replayer(load_config(run["root"] / "run" / "forensics.yaml"))
+
+
+def test_dirty_crawl_batch_is_the_top_culprit(run: dict) -> None:
+    top = run["result"].report.culprit
+    assert top is not None
+    assert (top["facet"], top["key"]) == ("crawl_batch", run["truth"]["dirty_crawl_batch"])
+    blocked = set(run["result"].skip["documents"].get("web_v2", []))
+    dirty = set(run["truth"]["dirty_doc_ids"])
+    assert blocked and len(blocked & dirty) / len(blocked) >= 0.9  # the block list is the dirt
+
+
+def test_rollback_lands_before_the_dirty_data(run: dict) -> None:
+    rb = run["result"].rollback
+    assert rb.iteration == 550 and rb.checkpoint  # latest checkpoint in [540, 590]
+    assert rb.iteration < SPEC.switch_iteration
+
+
+def test_skip_ranges_cover_the_window_iterations_holding_the_dirty_batch(run: dict) -> None:
+    replayer = _replayer(run)
+    first, last = run["result"].window
+    table = replayer.replay(first, last, progress=False)
+    dirty = pl.DataFrame({"dataset": "web_v2", "doc_id": run["truth"]["dirty_doc_ids"]})
+    holding = set(table.join(dirty, on=["dataset", "doc_id"])["iteration"].to_list())
+    assert holding and min(holding) >= SPEC.switch_iteration
+    skipped = set(expand(run["result"].skip["iterations"]))
+    assert len(holding & skipped) / len(holding) >= 0.95
+
+
+def test_collateral_equals_the_true_counts(run: dict) -> None:
+    skip = run["result"].skip
+    replayer = _replayer(run)
+    a, b = skip["scope"]
+    table = replayer.replay(a, b, progress=False)
+    culprit = pl.DataFrame(
+        [(d, i) for d, ids in skip["documents"].items() for i in ids],
+        schema={"dataset": pl.Utf8, "doc_id": pl.Int64},
+        orient="row",
+    ).with_columns(pl.lit(True).alias("culprit"))
+    per_sample = (
+        table.join(culprit, on=["dataset", "doc_id"], how="left")
+        .group_by("iteration", "sample_index")
+        .agg(pl.col("culprit").fill_null(False).any())
+    )
+    skipped = per_sample["iteration"].is_in(expand(skip["iterations"]))
+    clean_skipped = int((skipped & ~per_sample["culprit"]).sum())
+    missed = int((~skipped & per_sample["culprit"]).sum())
+    assert skip["collateral"]["clean_samples_skipped"] == clean_skipped
+    assert skip["collateral"]["culprit_samples_missed"] == missed
+    assert skip["collateral"]["samples_skipped"] == int(skipped.sum())
+
+
+def test_flag_strings_parse_back_to_the_same_batches(run: dict) -> None:
+    skip = run["result"].skip
+    want = set(expand(skip["iterations"]))
+    assert parse_megatron_lm(skip["megatron_lm"]) == want
+    ds = skip["megatron_deepspeed"]
+    assert parse_megatron_deepspeed(ds["flag"], ds["resume_from"]) == want
+    gbs = SPEC.global_batch_size  # constant batch: iteration i is samples [(i-1)B, iB)
+    samples = {s for lo, hi in skip["samples"] for s in range(lo, hi)}
+    assert samples == {s for i in want for s in range((i - 1) * gbs, i * gbs)}
+    args = (run["out"] / "megatron_args.txt").read_text()
+    assert skip["megatron_lm"] in args and ds["flag"] in args
+
+
+def test_forward_exposure_is_reported(run: dict) -> None:
+    ahead = run["result"].skip["ahead"]
+    assert ahead["from_iteration"] == SPEC.spike_iteration + 1
+    assert ahead["to_iteration"] == SPEC.train_iters
+    assert 0 < ahead["share_of_remaining_samples"] < 1
+    assert ahead["advice"]
+
+
+def test_check_skip_accepts_its_run_and_refuses_a_changed_config(run: dict) -> None:
+    from forensics.commands.check_skip import check_skip
+
+    cfg = run["root"] / "run" / "forensics.yaml"
+    skip_file = run["out"] / "skip.json"
+    check_skip(skip_file, cfg)
+    changed = cfg.with_name("changed.yaml")
+    changed.write_text(cfg.read_text().replace("weight: 0.35", "weight: 0.4", 1))
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "forensics.cli",
+            "check-skip",
+            str(skip_file),
+            "--config",
+            str(changed),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 2
+    message = " ".join(proc.stderr.split())  # rich wraps at the terminal width
+    assert "made for another run" in message and "config_hash" in message
+
+
+def test_rerun_with_another_threshold_reuses_the_cache(run: dict) -> None:
+    before = json.loads((run["out"] / "skip.json").read_text())
+    cfg = run["root"] / "run" / "forensics.yaml"
+    opts = SpikeOptions(
+        step=SPEC.spike_iteration, window=WINDOW, embed_cap=EMBED_CAP, threshold=0.3, progress=False
+    )
+    with pytest.raises(ForensicsError, match="already exists"):
+        run_spike(cfg, run["out"], opts)
+    assert json.loads((run["out"] / "skip.json").read_text()) == before  # untouched
+    again = run_spike(cfg, run["out"], replace(opts, force=True))
+    assert all(again.cached[s] for s in ("replay", "decode", "score", "exposure-scope")), (
+        again.cached
+    )
+    assert set(expand(again.skip["iterations"])) <= set(expand(before["iterations"]))
+    assert again.skip["collateral"]["culprit_samples_missed"] >= 0
+    # put the default-threshold skip file back for the other tests (order independence)
+    run_spike(cfg, run["out"], replace(opts, threshold=0.0, force=True))
+
+
+def test_bad_input_is_refused_and_loses_nothing(run: dict, tmp_path: Path) -> None:
+    cfg = run["root"] / "run" / "forensics.yaml"
+    fresh = tmp_path / "out"
+    with pytest.raises(ForensicsError, match="beyond the end of training"):
+        run_spike(cfg, fresh, SpikeOptions(step=SPEC.train_iters + 1, progress=False))
+    with pytest.raises(ForensicsError, match="before iteration 1"):
+        run_spike(cfg, fresh, SpikeOptions(step=50, window=100, progress=False))
+    assert not fresh.exists()
+    # a config that does not match the data: web's manifest given for web_v2
+    broken = cfg.with_name("broken.yaml")
+    broken.write_text(
+        cfg.read_text().replace("data/web_v2.manifest.parquet", "data/web.manifest.parquet")
+    )
+    with pytest.raises(ForensicsError, match="manifest"):
+        run_spike(
+            broken,
+            fresh,
+            SpikeOptions(step=SPEC.spike_iteration, window=WINDOW, embed_cap=0, progress=False),
+        )
+    # an output directory holding an older run (another step): refused, its files kept
+    listing = sorted(p.name for p in run["out"].iterdir())
+    with pytest.raises(ForensicsError, match="older run"):
+        run_spike(cfg, run["out"], SpikeOptions(step=SPEC.spike_iteration - 1, progress=False))
+    assert sorted(p.name for p in run["out"].iterdir()) == listing
+    # a directory of someone else's files
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(ForensicsError, match="not a forensics spike run"):
+        run_spike(cfg, foreign, SpikeOptions(step=SPEC.spike_iteration, progress=False))
+    assert (foreign / "notes.txt").read_text() == "keep me"
