@@ -293,10 +293,15 @@ def _md_event(e: dict[str, Any]) -> list[str]:
         lines.append(f"### {title} at iteration {step}")
         lines.append(f"- {ev['summary']}")
         if e.get("loss_onset_step") is not None:
-            lines.append(
-                f"- loss event onset {e['loss_onset_step']}: {_lead(e['led_loss_onset_by'])}; "
-                f"its peak {e['loss_peak_step']}: {_lead(e['led_loss_peak_by'])}"
-            )
+            if e["loss_onset_step"] == e["loss_peak_step"]:
+                lines.append(
+                    f"- loss event at {e['loss_onset_step']}: {_lead(e['led_loss_onset_by'])}"
+                )
+            else:
+                lines.append(
+                    f"- loss event onset {e['loss_onset_step']}: {_lead(e['led_loss_onset_by'])}; "
+                    f"its peak {e['loss_peak_step']}: {_lead(e['led_loss_peak_by'])}"
+                )
         else:
             lines.append(f"- {ev.get('loss_response', '')}")
     return lines + [""]
