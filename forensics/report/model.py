@@ -268,7 +268,9 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
         ids = ", ".join(corroborating["id"].head(4).to_list())
         lines.append(f"embedding clusters {ids} ({corroborating.height} in all) sit inside it")
     others = ranked.filter(
-        (pl.col("id") != top["id"]) & pl.col("explained_by").fill_null("").ne(top["id"])
+        (pl.col("id") != top["id"])
+        & pl.col("explained_by").is_null()
+        & (pl.col("verdict") != "clean")
     )
     if others.height:
         nxt = others.row(0, named=True)
@@ -276,6 +278,8 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
             f"next most suspicious cluster: {cluster_name(nxt)}, "
             f"{_pct(nxt['flagged_rate'])} flagged ({nxt['verdict']})"
         )
+    else:
+        lines.append("no other cluster is a suspect outside it")
     return lines
 
 
