@@ -7,7 +7,7 @@ analysed on its own; alarms come from the shared grad-norm and loss-scale column
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,7 +56,6 @@ class TriageResult:
     curves: dict[str, CurveResult]
     alarms: list[Alarm]
     table: pl.DataFrame
-    notes: list[str] = field(default_factory=list)
 
 
 def bad_loss_steps(table: pl.DataFrame, curve: str) -> np.ndarray:

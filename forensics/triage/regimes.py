@@ -306,7 +306,7 @@ def find_plateaus(
     cols: Columns,
     run: RunInfo,
     cfg: TriageConfig,
-    spikes: list[Spike] = (),  # type: ignore[assignment]
+    spikes: list[Spike] | None = None,
 ) -> list[Plateau]:
     """Stretches of `plateau_steps` where the loss fell far less than its power law predicted.
 
@@ -332,7 +332,7 @@ def find_plateaus(
     observed = level[j] - level
     flat = ok & (predicted > 0.005 * level) & (observed < cfg.plateau_frac * predicted)
     flat &= observed > -0.01 * level  # a rise is a spike or a divergence, not a plateau
-    for sp in spikes:
+    for sp in spikes or []:
         if not sp.blip:
             until = sp.recovered_step if sp.recovered_step is not None else steps[-1]
             flat &= ~((steps[j] <= until) & (steps >= sp.onset_step))
