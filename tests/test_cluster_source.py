@@ -133,6 +133,8 @@ def test_bad_input_is_a_one_line_forensics_error():
         cluster_sources(run.window, run.baseline, facets=["shard"])
     with pytest.raises(ForensicsError, match="empty"):
         cluster_sources(run.window.clear(), run.baseline)
+    with pytest.raises(ForensicsError, match="baseline documents: the table is empty"):
+        cluster_sources(run.window, run.baseline.clear())
 
 
 def test_null_facet_values_and_missing_reasons_are_tolerated():

@@ -165,6 +165,10 @@ def cluster_sources(
     facets = resolve_facets(window, baseline, facets)
     if window.height == 0:
         raise ForensicsError("window documents: the table is empty; nothing to cluster")
+    if baseline.height == 0:
+        raise ForensicsError(
+            "baseline documents: the table is empty; pick a baseline window that consumed data"
+        )
     if not facets:
         return empty_clusters()
 
