@@ -146,7 +146,8 @@ def render_png(result: TriageResult) -> bytes:
                     continue
                 color = _VERDICT_COLOR[s.verdict]
                 ax.scatter([s.peak_step], [s.peak_loss], marker="v", s=50, color=color, zorder=5)
-                ax.axvline(s.onset_step, color=color, lw=0.8, alpha=0.6)
+                if s.verdict != "benign":  # benign ones need no line across the plot
+                    ax.axvline(s.onset_step, color=color, lw=0.8, alpha=0.6)
             if len(c.bad_steps):
                 ax.scatter(
                     c.bad_steps[:2000],
