@@ -59,8 +59,32 @@ def english_docs(limit: int = 1500) -> list[str]:
         if _prose(body) and body not in seen:
             seen.add(body)
             docs.append(body[:20000])
+    docs += docstring_docs(seen, max(0, limit - len(docs)))
     random.Random(0).shuffle(docs)
     return docs[:limit]
+
+
+def docstring_docs(seen: set[str], limit: int) -> list[str]:
+    """Long module and class docstrings from installed packages (real technical English)."""
+    import ast
+
+    files = sorted(glob.glob(str(SITE / "site-packages" / "**" / "*.py"), recursive=True))
+    random.Random(2).shuffle(files)
+    out: list[str] = []
+    for f in files:
+        if len(out) >= limit:
+            break
+        try:
+            tree = ast.parse(Path(f).read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+            continue
+        nodes = [tree] + [n for n in tree.body if isinstance(n, ast.ClassDef)]
+        for node in nodes:
+            doc = ast.get_docstring(node)
+            if doc and _prose(doc) and doc not in seen:
+                seen.add(doc)
+                out.append(doc)
+    return out
 
 
 def _catalogue_messages(lang: str) -> list[str]:
@@ -397,7 +421,7 @@ def repeated_lines(sents: list[str], n: int, rnd: random.Random) -> list[dict]:
     return out
 
 
-def build(seed: int = 0, per_kind: int = 80, english_limit: int = 1500) -> pl.DataFrame:
+def build(seed: int = 0, per_kind: int = 80, english_limit: int = 900) -> pl.DataFrame:
     """The labelled set: text, label, kind, partial, lang."""
     rnd = random.Random(seed)
     eng = english_docs(english_limit)

@@ -82,6 +82,8 @@ def _one_script(decoded: str) -> bool:
         o = ord(ch)
         if o < 0xC0 or 0x2000 <= o <= 0x2BFF or 0x3000 <= o <= 0x303F or o == 0xFFFD:
             continue  # ASCII, Latin-1 symbols, punctuation, currency, arrows, maths: any script
+        if 0x180 <= o <= 0x36F and not 0x1A0 <= o <= 0x1B0 or 0xE000 <= o <= 0xF8FF or o > 0xEFFFF:
+            return False  # Latin Extended-B, IPA, modifiers, private use: not what text is made of
         if 0x4E00 <= o <= 0x9FFF or 0x3040 <= o <= 0x30FF or 0xFF00 <= o <= 0xFFEF:
             blocks.add("cjk")
         elif 0xAC00 <= o <= 0xD7AF or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F:

@@ -30,13 +30,13 @@ import polars as pl
 
 from forensics.score.tokens import Tokens, ngram_hashes
 
-SHINGLE = 5  # words per skeleton shingle
+SHINGLE = 3  # words per skeleton shingle: short, so one slot breaks few shingles
 BINS = 128  # one-permutation MinHash bins
 ROWS = 4  # bins per LSH band (32 bands): P(candidate | J=0.5) ~ 0.87, J=0.3 ~ 0.23
 MIN_SHINGLES = 30  # shorter documents have no meaningful skeleton
 MIN_JACCARD = 0.5
 # Skeleton Jaccard minus raw-word Jaccard of a pair: how much the slots vary between the pages.
-MIN_VARIATION = 0.15
+MIN_VARIATION = 0.1
 MIN_CLUSTER = 10  # distinct documents sharing one skeleton before it is called a template
 FULL_CLUSTER = 50  # cluster size at which the score saturates
 _EMPTY = np.iinfo(np.uint64).max

@@ -14,12 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from forensics.safe_text import excerpt
 from forensics.score.tokens import Tokens, ngram_hashes
 
 # Documents with fewer words are scored with proportionally damped per-document signals:
 # repetition statistics on a handful of words are noise.
 MIN_WORDS = 50
-TOP_KEYWORDS = 5
+# Documents whose top content word is at least this share of words get the phrase check.
+KEYWORD_MIN_SHARE = 0.05
+# Phrases: text between punctuation marks or line breaks.
+FRAGMENT = r"[^,.;:!?\n|]+"
+SHORT_PHRASE = 4  # words: a keyword and a modifier or two
 
 URL = r"(?i)\b(?:https?://|www\.)[^\s<>\"'()\[\]]+"
 HOST = r"(?:https?://(?:www\.)?|www\.)[^/\s:?#)\]\"'<>]+"
@@ -54,14 +59,16 @@ RULES: tuple[Rule, ...] = (
     Rule("top_3gram", 0.18, 0.35, "top 3-gram covers {v} of word characters"),
     Rule("top_4gram", 0.16, 0.30, "top 4-gram covers {v} of word characters"),
     Rule("dup_6gram", 0.50, 0.85, "{v} of words inside repeated 6-grams"),
-    Rule("keyword", 0.40, 0.70, "keyword stuffing: '{kw}' and 4 more words are {v} of words"),
+    Rule("keyword", 0.30, 0.60, "keyword stuffing: '{kw}' in {v} of phrases, all short"),
     Rule("link_lines", 0.50, 0.85, "link farm: {v} of lines are bare links ({links} URLs)"),
     Rule("boilerplate", 0.45, 0.80, "navigation/footer boilerplate: {v} of lines"),
 )
 
 
-REPETITION = frozenset(
-    {"dup_line_chars", "dup_para_chars", "top_2gram", "top_3gram", "top_4gram", "dup_6gram"}
+REPETITION_SOURCES = (
+    ("top_2gram", "top_3gram", "top_4gram"),
+    ("dup_line_chars", "dup_para_chars"),
+    ("dup_6gram",),
 )
 
 
@@ -187,8 +194,8 @@ def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
         inside = np.cumsum(marks)[: len(tok.doc)] > 0
         covered = np.bincount(tok.doc[inside], minlength=n_docs).astype(float)
     out["dup_6gram"] = np.divide(covered, np.maximum(n_words, 1))
-    # Keyword stuffing: the share of words taken by the TOP_KEYWORDS most frequent content words
-    # (not stopwords, >= 3 letters): a doorway page is its keyword plus a few modifiers.
+    # The most frequent content word (not a stopword, >= 3 letters, not a name or number) and
+    # its share of all words; `keyword_index` is its first position in the flat arrays.
     content = np.flatnonzero(tok.content)
     kw = (
         pl.DataFrame({"h": salted[content], "i": content, "doc": tok.doc[content]})
@@ -196,15 +203,61 @@ def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
         .agg(cnt=pl.len(), i=pl.col("i").first(), doc=pl.col("doc").first())
         .sort("cnt", descending=True)
         .group_by("doc")
-        .agg(cnt=pl.col("cnt").head(TOP_KEYWORDS).sum(), i=pl.col("i").first())
+        .agg(cnt=pl.col("cnt").first(), i=pl.col("i").first())
     )
     top_kw = np.zeros(n_docs)
     kw_index = np.full(n_docs, -1, dtype=np.int64)
     top_kw[kw["doc"].to_numpy()] = kw["cnt"].to_numpy()
     kw_index[kw["doc"].to_numpy()] = kw["i"].to_numpy()
-    out["keyword"] = np.divide(top_kw, np.maximum(n_words, 1))
+    out["keyword_share"] = np.divide(top_kw, np.maximum(n_words, 1))
     out["keyword_index"] = kw_index
     return out
+
+
+def _keyword_fragments(
+    texts: pl.Series, tok: Tokens, words: dict[str, np.ndarray]
+) -> tuple[np.ndarray, dict[int, str]]:
+    """Keyword stuffing: the share of a page's phrases that are short and carry its top word.
+
+    A doorway page is its keyword in a list of short phrases ("cheap flights, flights online,
+    best cheap flights"); a README names its package as often, but inside sentences and code.
+    Computed only for documents whose top content word is at least KEYWORD_MIN_SHARE of words.
+    Returns (share [n_docs], keyword by row).
+    """
+    n_docs = tok.n_docs
+    share = np.zeros(n_docs)
+    idx = words["keyword_index"]
+    cand = np.flatnonzero(
+        (words["keyword_share"] >= KEYWORD_MIN_SHARE) & (words["n_words"] >= MIN_WORDS) & (idx >= 0)
+    )
+    if len(cand) == 0:
+        return share, {}
+    k = idx[cand] - np.searchsorted(tok.doc, cand)
+    frame = pl.DataFrame({"row": cand, "text": texts.gather(cand), "k": k}).with_columns(
+        kw=pl.col("text")
+        .str.extract_all(r"\w+")
+        .list.get(pl.col("k"), null_on_oob=True)
+        .str.to_lowercase()
+    )
+    frags = (
+        frame.lazy()
+        .select("row", "kw", f=pl.col("text").str.to_lowercase().str.extract_all(FRAGMENT))
+        .explode("f")
+        .with_columns(w=pl.col("f").str.extract_all(r"\w+"))
+        .filter(pl.col("w").list.len() > 0)
+        .with_columns(
+            hit=(pl.col("w").list.len() <= SHORT_PHRASE) & pl.col("w").list.contains(pl.col("kw"))
+        )
+        .group_by("row")
+        .agg(n=pl.len(), hits=pl.col("hit").sum())
+        .collect()
+    )
+    rows = frags["row"].to_numpy()
+    hits = frags["hits"].to_numpy()
+    ratio = np.where(hits >= 5, hits / np.maximum(frags["n"].to_numpy(), 1), 0.0)
+    share[rows] = ratio
+    keywords = dict(zip(frame["row"].to_list(), frame["kw"].to_list(), strict=True))
+    return share, keywords
 
 
 def _rule_score(value: np.ndarray, rule: Rule) -> np.ndarray:
@@ -217,6 +270,7 @@ def spam_signals(texts: pl.Series, tok: Tokens) -> tuple[np.ndarray, list[str], 
     """Per-document spam score (max over rules) and reason; also the raw signal values."""
     lines = _line_stats(texts)
     words = _word_stats(tok, texts)
+    kw_share, keywords = _keyword_fragments(texts, tok, words)
     line_chars = lines["line_chars"].to_numpy().astype(float)
     n_lines = lines["n_lines"].to_numpy().astype(float)
     values = {
@@ -227,7 +281,7 @@ def spam_signals(texts: pl.Series, tok: Tokens) -> tuple[np.ndarray, list[str], 
         "top_3gram": words["top_3gram"],
         "top_4gram": words["top_4gram"],
         "dup_6gram": words["dup_6gram"],
-        "keyword": words["keyword"],
+        "keyword": kw_share,
         "link_lines": lines["link_lines"].to_numpy() / np.maximum(n_lines, 1),
         "boilerplate": lines["boiler_lines"].to_numpy() / np.maximum(n_lines, 1),
     }
@@ -239,45 +293,24 @@ def spam_signals(texts: pl.Series, tok: Tokens) -> tuple[np.ndarray, list[str], 
     damp = np.minimum(1.0, words["n_words"] / MIN_WORDS)
     matrix = np.column_stack([_rule_score(values[r.name], r) for r in RULES])
     matrix = matrix * damp[:, None]
-    # Corroboration: one repetition statistic alone is a quirk of the text (an author list, a
-    # changelog, a table); spam trips at least two. The family scores its second-best rule.
-    fam = np.array([r.name in REPETITION for r in RULES])
-    if fam.sum() >= 2:
-        sub = np.sort(matrix[:, fam], axis=1)
-        second = sub[:, -2]
-        matrix[:, fam] = np.minimum(matrix[:, fam], second[:, None])
+    # Corroboration: one kind of repetition alone is a quirk of the text (an author list, a
+    # changelog, a table of near-identical rows); spam repeats in at least two independent ways.
+    # Top 2/3/4-gram coverage are one source of evidence (they move together), duplicated
+    # lines/paragraphs another, repeated 6-grams a third; the family scores its second source.
+    names = [r.name for r in RULES]
+    sources = [[names.index(n) for n in group] for group in REPETITION_SOURCES]
+    best_of = np.column_stack([matrix[:, cols].max(axis=1) for cols in sources])
+    second = np.sort(best_of, axis=1)[:, -2]
+    fam = [i for cols in sources for i in cols]
+    matrix[:, fam] = np.minimum(matrix[:, fam], second[:, None])
     best = matrix.argmax(axis=1)
     score = matrix.max(axis=1)
     reasons = [""] * len(score)
     flagged = np.flatnonzero(score >= 0.5)
     urls = lines["urls"].to_numpy()
-    kw_texts = {}
-    if len(flagged):
-        kw_rows = [i for i in flagged if RULES[best[i]].name == "keyword"]
-        kw_texts = (
-            dict(zip(kw_rows, texts.gather(kw_rows).to_list(), strict=True)) if kw_rows else {}
-        )
     for i in flagged:
         rule = RULES[best[i]]
         v = f"{100 * values[rule.name][i]:.0f}%"
-        kw = (
-            _keyword_text(kw_texts.get(i), tok, int(words["keyword_index"][i]))
-            if i in kw_texts
-            else ""
-        )
+        kw = excerpt(keywords.get(int(i)) or "", 30)
         reasons[i] = rule.describe.format(v=v, kw=kw, links=int(urls[i]))
     return score, reasons, values
-
-
-def _keyword_text(text: str | None, tok: Tokens, index: int) -> str:
-    """The stuffed keyword itself, recovered by re-tokenising only that document."""
-    import re
-
-    from forensics.safe_text import excerpt
-
-    if text is None or index < 0:
-        return ""
-    first = int(np.searchsorted(tok.doc, tok.doc[index]))
-    words = re.findall(r"\w+", text)
-    k = index - first
-    return excerpt(words[k].lower(), 30) if 0 <= k < len(words) else ""
