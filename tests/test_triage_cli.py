@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,9 +67,10 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
         [sys.executable, "-m", "forensics.cli", "triage", str(empty), "--out", str(tmp_path / "o")],
         capture_output=True,
         text=True,
+        env={**os.environ, "COLUMNS": "400"},  # rich wraps at the terminal width
     )
     assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert "empty" in proc.stderr
     assert not (tmp_path / "o").exists()
 
