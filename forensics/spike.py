@@ -373,12 +373,16 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
     from forensics.score import score_table
 
     with stages.stage("score", f"{docs.height:,} documents"):
+        score_file = cache / f"scores-{key}-{_module_version('forensics.score')}.parquet"
         scored = cached_table(
-            cache / f"scores-{key}-{_module_version('forensics.score')}.parquet",
+            score_file,
             lambda: score_table(docs, "text", progress=opts.progress),
             hits,
             "score",
         )
+        for stale in cache.glob(f"scores-{key}-*.parquet"):  # an older scorer's, never read again
+            if stale != score_file:
+                stale.unlink(missing_ok=True)
     sides = replay.select("side", "dataset", "doc_id").unique()
     window_docs = scored.join(
         sides.filter(pl.col("side") == "window").drop("side"), on=["dataset", "doc_id"]

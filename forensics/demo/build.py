@@ -85,22 +85,44 @@ def _crawl_names(spec: DemoSpec) -> list[str]:
     return [f"crawl-2026-w{start + 2 * i:02d}" for i in range(n)]
 
 
+HARVEST_CAP = 8000  # harvested texts per kind; larger specs recombine them (benchmarks)
+TOKENIZER_TEXTS = 20000  # the tokenizer is trained on at most this many clean documents
+
+
+def recombine(pool: list[Text], n: int, seed: int) -> list[Text]:
+    """`n` texts: the pool first, then new ones made of 2-4 random paragraphs of pool texts.
+
+    Lets a benchmark build a corpus of 100k+ distinct documents from the few thousand real
+    texts a machine has, without repeating a document verbatim (near-duplicates stay rare).
+    """
+    if len(pool) >= n:
+        return pool[:n]
+    rng = random.Random(seed)
+    paragraphs = [(p, t) for t in pool for p in t.text.split("\n\n") if p.strip()]
+    out = list(pool)
+    while len(out) < n:
+        picks = [rng.choice(paragraphs) for _ in range(rng.randint(2, 4))]
+        text = "\n\n".join(p for p, _ in picks)
+        first = picks[0][1]
+        out.append(Text(text, first.package, first.origin, first.file))
+    return out
+
+
 def _documents(spec: DemoSpec) -> dict[str, list[_Doc]]:
     """The four datasets' documents (text + manifest facets), deterministic for the spec."""
     n_web = (spec.crawls_v1 + spec.crawls_v2) * spec.docs_per_crawl
-    found = harvest(spec.docs_prose + n_web, spec.docs_code, seed=spec.seed)
-    prose_pool: list[Text] = found["prose"]
-    if len(prose_pool) < spec.docs_prose + n_web or len(found["code"]) < spec.docs_code:
-        raise RuntimeError(
-            f"this machine has too little text for the spec ({len(prose_pool)} prose, "
-            f"{len(found['code'])} code documents)"
-        )
+    n_prose = spec.docs_prose + n_web
+    found = harvest(min(n_prose, HARVEST_CAP), min(spec.docs_code, HARVEST_CAP), seed=spec.seed)
+    if not found["prose"] or not found["code"]:
+        raise RuntimeError("this machine has no Python package text to build a demo run from")
+    prose_pool = recombine(found["prose"], n_prose, spec.seed + 2)
+    code_pool = recombine(found["code"], spec.docs_code, spec.seed + 3)
     rng = random.Random(spec.seed + 1)
     datasets: dict[str, list[_Doc]] = {"prose": [], "code": [], "web": [], "web_v2": []}
     for t in prose_pool[: spec.docs_prose]:
         facets = {"source": f"pypi-{t.origin}", "crawl_batch": None, "domain": t.package}
         datasets["prose"].append(_Doc(t.text, facets | {"url": f"file://{t.file}"}))
-    for t in found["code"][: spec.docs_code]:
+    for t in code_pool[: spec.docs_code]:
         facets = {"source": "pypi-code", "crawl_batch": None, "domain": t.package}
         datasets["code"].append(_Doc(t.text, facets | {"url": f"file://{t.file}"}))
     web_texts = iter(prose_pool[spec.docs_prose :])
@@ -275,6 +297,7 @@ def build_run(out: Path, spec: DemoSpec | None = None, *, progress: bool = True)
     datasets = _documents(spec)
     say("training a byte-level BPE tokenizer ...")
     clean_texts = [d.text for docs in datasets.values() for d in docs if d.dirty is None]
+    clean_texts = clean_texts[:TOKENIZER_TEXTS]  # a sample is enough to learn the merges
     out.mkdir(parents=True, exist_ok=True)
     tok = _train_tokenizer(clean_texts, spec.vocab_size, out / "tokenizer.json")
     eod = tok.token_to_id(EOD)
