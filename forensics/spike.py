@@ -489,6 +489,7 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
         "collateral": coll | {"iterations_joined_for_deepspeed": joined},
         "ahead": ahead_info | {"skip_ahead": opts.skip_ahead, "advice": ahead_advice(ahead_info)},
         "fingerprint": fingerprint,
+        "notes": notes,
     }
 
     # 6. report and files
