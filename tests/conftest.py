@@ -50,3 +50,69 @@ def random_documents(
     """`count` documents of random tokens in [0, vocab), lengths in [min_len, max_len]."""
     lengths = rng.integers(min_len, max_len + 1, size=count)
     return [rng.integers(0, vocab, size=int(n)) for n in lengths]
+
+
+class OracleTokenizer:
+    """The little a megatron-core GPTDatasetConfig needs from a tokenizer."""
+
+    def __init__(self, vocab_size: int = 65000) -> None:
+        self.vocab_size = vocab_size
+        self.eod = 0
+        self.pad = vocab_size - 1
+        self.unique_identifiers = {"class": "OracleTokenizer", "vocab_size": vocab_size}
+
+
+@pytest.fixture(scope="session")
+def megatron_build(megatron, tmp_path_factory):
+    """Build train/valid/test datasets with megatron-core itself (the oracle).
+
+    Returns a function (prefixes, weights, sizes, **config) -> [train, valid, test]. A one-rank
+    gloo group is initialised once, because BlendedDataset calls torch.distributed.get_rank()
+    unguarded when it writes its cache.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        store = tmp_path_factory.mktemp("gloo") / "store"
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+
+    def build(
+        prefixes: list[str],
+        weights: list[float] | None,
+        sizes: list[int | None],
+        *,
+        seed: int = 1234,
+        seq_length: int = 64,
+        split: str = "90,8,2",
+        cache: Path | None = None,
+        extra: bool = True,
+        surplus: float = 0.005,
+    ) -> list:
+        config = megatron.gpt.GPTDatasetConfig(
+            random_seed=seed,
+            sequence_length=seq_length,
+            blend=([str(p) for p in prefixes], weights),
+            split=split,
+            path_to_cache=str(cache) if cache is not None else None,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+            tokenizer=OracleTokenizer(),
+            add_extra_token_to_sequence=extra,
+            mid_level_dataset_surplus=surplus,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return megatron.builder.BlendedMegatronDatasetBuilder(
+                megatron.gpt.GPTDataset, sizes, lambda: True, config
+            ).build()
+
+    return build
+
+
+@pytest.fixture(autouse=True)
+def _private_forensics_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets its own index cache, so no test reads another's (or the user's) cache."""
+    folder = tmp_path / "forensics-cache"
+    monkeypatch.setenv("FORENSICS_CACHE", str(folder))
+    return folder

@@ -1,0 +1,220 @@
+"""Index caches: Megatron's own (--data-cache-path) and ours.
+
+Megatron writes, per dataset, `{md5}-GPTDataset-train-{description.txt, document_index.npy,
+sample_index.npy, shuffle_index.npy}` and per blend `{md5}-BlendedDataset-train-{description.txt,
+dataset_index.npy, dataset_sample_index.npy}`, where md5 hashes the description JSON. That JSON
+includes the training tokenizer's identifiers, which a replay cannot know, so the files are found
+by reading the descriptions: a GPTDataset entry belongs to us when its dataset_path is our prefix
+and its split is train. Among those, an entry that agrees on every field we can compute is used
+(memory-mapped, never copied). If none agrees and one differs in a field that describes the run
+(random_seed, sequence_length, split), the config and the run disagree: that is an error naming
+the field, because silently rebuilding would replay a different order than the run trained on.
+Entries differing only in num_samples are other builds (another stage, another run length).
+
+Our own cache stores the same arrays under a key hashed from everything that determines them
+plus the data files' sizes and mtimes, in $FORENSICS_CACHE (default ~/.cache/forensics).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from forensics.errors import ForensicsError
+
+RUN_FIELDS = ("random_seed", "sequence_length", "split_matrix")
+GPT_FILES = ("document_index", "sample_index", "shuffle_index")
+BLEND_FILES = ("dataset_index", "dataset_sample_index")
+
+
+def _same_path(recorded: str | None, prefix: Path) -> bool:
+    """Megatron records the prefix as the job spelled it (maybe relative to the job's cwd)."""
+    if recorded is None:
+        return False
+    norm = os.path.normpath(recorded)
+    if os.path.isabs(norm):
+        return Path(norm) == prefix or os.path.realpath(norm) == os.path.realpath(prefix)
+    return str(prefix).endswith(os.sep + norm) or str(prefix) == norm
+
+
+def _field_diff(
+    cached: dict[str, Any], expected: dict[str, Any], fields: tuple[str, ...]
+) -> list[str]:
+    diffs = []
+    for name in fields:
+        have, want = cached.get(name), expected.get(name)
+        if name == "split_matrix":
+            same = _same_matrix(have, want)
+        else:
+            same = have == want
+        if not same:
+            diffs.append(f"{name}: cache has {have!r}, config gives {want!r}")
+    return diffs
+
+
+def _same_matrix(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if (x is None) != (y is None):
+            return False
+        if x is not None and not np.allclose(np.asarray(x, float), np.asarray(y, float)):
+            return False
+    return True
+
+
+def _read_description(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _load_arrays(description: Path, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+    base = description.name[: -len("description.txt")]
+    paths = {n: description.with_name(f"{base}{n}.npy") for n in names}
+    if not all(p.is_file() for p in paths.values()):
+        return None
+    out = {}
+    for name, path in paths.items():
+        try:
+            out[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise ForensicsError(f"{path}: unreadable Megatron cache file ({err})") from None
+    return out
+
+
+def find_megatron_gpt(
+    cache_dir: Path,
+    prefix: Path,
+    expected: dict[str, Any],
+    split_name: str = "train",
+    *,
+    strict: bool = True,
+) -> dict[str, np.ndarray] | None:
+    """Megatron's cached GPTDataset indices for `prefix`, checked against `expected` (our
+    computed unique_identifiers: num_samples, random_seed, sequence_length, split_matrix).
+
+    `strict`: a conflicting entry is an error (the run's --data-cache-path). Megatron's default
+    location `<prefix>/cache/GPTDataset_indices` is shared by every run over that prefix, so there
+    a conflicting entry is just another run's."""
+    if not cache_dir.is_dir():
+        return None
+    conflicts: list[tuple[Path, list[str]]] = []
+    for desc_path in sorted(cache_dir.glob(f"*-GPTDataset-{split_name}-description.txt")):
+        desc = _read_description(desc_path)
+        if desc is None or not _same_path(desc.get("dataset_path"), prefix):
+            continue
+        run_diff = _field_diff(desc, expected, RUN_FIELDS)
+        if run_diff:
+            conflicts.append((desc_path, run_diff))
+            continue
+        if desc.get("num_samples") != expected.get("num_samples"):
+            continue
+        arrays = _load_arrays(desc_path, GPT_FILES)
+        if arrays is not None:
+            return arrays
+    if conflicts and strict:
+        path, diffs = conflicts[0]
+        raise ForensicsError(
+            f"{path}: Megatron's cached indices for {prefix.name} disagree with the config: "
+            f"{diffs[0]}"
+        )
+    return None
+
+
+def find_megatron_blend(
+    cache_dir: Path, prefixes: list[Path], expected: dict[str, Any]
+) -> dict[str, np.ndarray] | None:
+    """Megatron's cached BlendedDataset train indices for these prefixes (in order), checked
+    against `expected` (weights, size, and each dataset's run fields)."""
+    if not cache_dir.is_dir():
+        return None
+    conflicts: list[tuple[Path, list[str]]] = []
+    for desc_path in sorted(cache_dir.glob("*-BlendedDataset-train-description.txt")):
+        desc = _read_description(desc_path)
+        if desc is None:
+            continue
+        datasets = desc.get("datasets") or []
+        if len(datasets) != len(prefixes) or not all(
+            isinstance(d, dict) and _same_path(d.get("dataset_path"), p)
+            for d, p in zip(datasets, prefixes, strict=True)
+        ):
+            continue
+        run_diff = []
+        for d, want in zip(datasets, expected["datasets"], strict=True):
+            run_diff += _field_diff(d, want, RUN_FIELDS)
+        if run_diff:
+            conflicts.append((desc_path, run_diff))
+            continue
+        weights = desc.get("weights")
+        if (
+            desc.get("size") != expected["size"]
+            or weights is None
+            or len(weights) != len(expected["weights"])
+            or not np.allclose(weights, expected["weights"], rtol=0, atol=1e-15)
+        ):
+            continue
+        arrays = _load_arrays(desc_path, BLEND_FILES)
+        if arrays is not None:
+            return arrays
+    if conflicts:
+        path, diffs = conflicts[0]
+        raise ForensicsError(
+            f"{path}: Megatron's cached blend indices disagree with the config: {diffs[0]}"
+        )
+    return None
+
+
+# -- our own cache -------------------------------------------------------------------------
+
+
+def cache_root() -> Path:
+    """$FORENSICS_CACHE, else ~/.cache/forensics."""
+    env = os.environ.get("FORENSICS_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "forensics"
+
+
+def cache_key(description: dict[str, Any]) -> str:
+    text = json.dumps(description, sort_keys=True, default=str)
+    return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def load_own(kind: str, key: str, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+    """Our cached arrays for `key`, memory-mapped, or None."""
+    folder = cache_root() / "megatron" / kind
+    paths = {n: folder / f"{key}-{n}.npy" for n in names}
+    if not all(p.is_file() for p in paths.values()):
+        return None
+    try:
+        return {n: np.load(p, mmap_mode="r", allow_pickle=False) for n, p in paths.items()}
+    except (OSError, ValueError):
+        return None  # a damaged cache entry is rebuilt, never trusted
+
+
+def save_own(
+    kind: str, key: str, arrays: dict[str, np.ndarray], description: dict[str, Any]
+) -> Path | None:
+    """Store arrays atomically (temp file + rename each); a read-only cache dir is not an error."""
+    folder = cache_root() / "megatron" / kind
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, arr in arrays.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{key}-{name}.", suffix=".npy", dir=folder)
+            with os.fdopen(fd, "wb") as out:
+                np.save(out, np.ascontiguousarray(arr), allow_pickle=False)
+            os.replace(tmp, folder / f"{key}-{name}.npy")
+        desc = folder / f"{key}-description.json"
+        desc.write_text(json.dumps(description, indent=2, default=str), encoding="utf-8")
+    except OSError:
+        return None
+    return folder

@@ -1,0 +1,444 @@
+"""The Megatron replayer: a run config -> which documents every iteration consumed.
+
+Global sample s of iteration i (schedule.py) is served by the data stage in force: blended sample
+s -> (dataset k, dataset sample m) -> GPTDataset row j = shuffle_index[m] -> tokens from
+sample_index[j] to sample_index[j + 1] (+ the extra token) over document_index positions. Each
+position touched is one *segment* of the replay table (see dataloaders/base.py for its columns).
+Everything is vectorised over the whole window; nothing loops per sample in Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from dataloaders.megatron.indexed import IndexedDataset
+from dataloaders.megatron.sources import GPTSource, Stage
+from dataloaders.schedule import Schedule
+from forensics.config import MegatronData, RunConfig
+from forensics.errors import ForensicsError
+
+EXPOSURE_CHUNK = 4_000_000  # samples per vectorised chunk when scanning long ranges
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
+    """A rich progress bar on stderr (a no-op callable when disabled)."""
+    if not enabled:
+        yield lambda n=1: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n=1: bar.advance(task, n)
+
+
+def load_manifest(path: Path, num_documents: int) -> pl.DataFrame:
+    """A provenance manifest: one row per document in .idx order, doc_id 0..n-1, string facets."""
+    if not path.is_file():
+        raise ForensicsError(f"{path}: manifest not found")
+    try:
+        table = pl.read_parquet(path)
+    except Exception as err:  # polars raises several types for a non-Parquet file
+        raise ForensicsError(f"{path}: not a readable Parquet manifest ({err})") from None
+    if "doc_id" not in table.columns:
+        raise ForensicsError(f"{path}: manifest has no doc_id column")
+    if table.height != num_documents:
+        raise ForensicsError(
+            f"{path}: manifest has {table.height} rows but the dataset has {num_documents} "
+            "documents (one row per document, in .idx order)"
+        )
+    table = table.sort("doc_id")
+    ids = table["doc_id"].to_numpy()
+    if not np.array_equal(ids, np.arange(num_documents)):
+        raise ForensicsError(f"{path}: manifest doc_id must be 0..{num_documents - 1}, each once")
+    facets = [c for c in table.columns if c != "doc_id"]
+    return table.select([pl.col(c).cast(pl.Utf8) for c in facets])
+
+
+class MegatronReplayer:
+    """Replayer protocol (dataloaders/base.py) for Megatron-core GPT/Blended datasets."""
+
+    def __init__(self, config: RunConfig) -> None:
+        if not isinstance(config.data, MegatronData):
+            raise ForensicsError("MegatronReplayer needs a data.format: megatron config")
+        self.config = config
+        self.data: MegatronData = config.data
+        self.stage_specs = self.data.data_stages
+        self.schedule = Schedule(config.training, [s.start_iteration for s in self.stage_specs])
+        self.extra = int(self.data.add_extra_token)
+        # name -> spec across all stages; a name must mean one prefix for the table to be read.
+        self.specs: dict[str, Any] = {}
+        for stage in self.stage_specs:
+            for spec in stage.blend:
+                known = self.specs.get(spec.display_name)
+                if known is not None and known.prefix != spec.prefix:
+                    raise ForensicsError(
+                        f"dataset name {spec.display_name!r} names two prefixes "
+                        f"({known.prefix}, {spec.prefix}); give the stages' datasets distinct names"
+                    )
+                if known is None or (spec.manifest is not None and known.manifest is None):
+                    self.specs[spec.display_name] = spec
+        self.datasets = {spec.prefix: IndexedDataset(spec.prefix) for spec in self.specs.values()}
+        self._stages: dict[int, Stage] = {}
+        self._manifests: dict[str, pl.DataFrame | None] = {}
+        self._tokenizer: Any = None
+
+    # -- protocol --------------------------------------------------------------------------
+
+    @property
+    def last_iteration(self) -> int:
+        return self.schedule.last_iteration
+
+    @property
+    def facets(self) -> list[str]:
+        out: list[str] = []
+        for name in self.specs:
+            table = self._manifest(name)
+            for col in table.columns if table is not None else []:
+                if col not in out:
+                    out.append(col)
+        return out
+
+    def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
+        return self.schedule.iteration_samples(first, last)
+
+    def stage(self, index: int) -> Stage:
+        """The data stage `index` (built, or read from a cache, on first use)."""
+        if index not in self._stages:
+            self._stages[index] = Stage(
+                index,
+                self.stage_specs[index],
+                self.data,
+                self.schedule.total_samples,
+                self.datasets,
+            )
+        return self._stages[index]
+
+    def save_cache(self) -> None:
+        """Store the indices built so far in our cache, so the next replay starts warm."""
+        for stage in self._stages.values():
+            stage.save_cache()
+
+    def _window(self, first: int, last: int) -> dict[str, np.ndarray]:
+        """One row per sample: iteration, position, sample_index, stage."""
+        sched = self.schedule
+        sched.check(first, last)
+        its = np.arange(first, last + 1, dtype=np.int64)
+        starts = sched.first_sample[first : last + 1]
+        counts = sched.batch_size[first : last + 1]
+        total = int(counts.sum())
+        offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        iteration = np.repeat(its, counts)
+        position = np.arange(total, dtype=np.int64) - np.repeat(offsets, counts)
+        sample = np.repeat(starts, counts) + position
+        return {
+            "iteration": iteration,
+            "position": position.astype(np.int32),
+            "sample_index": sample,
+            "stage": sched.stage_of(iteration),
+        }
+
+    def _segments(self, rows: dict[str, np.ndarray], progress: bool) -> dict[str, np.ndarray]:
+        """Expand samples into document segments (all arrays aligned, in replay order)."""
+        parts: list[dict[str, np.ndarray]] = []
+        n_rows = len(rows["sample_index"])
+        row_ids = np.arange(n_rows, dtype=np.int64)
+        stages = np.unique(rows["stage"])
+        work = [(int(s), k) for s in stages for k in range(len(self.stage(int(s)).sources))]
+        with _progress(progress, len(work), "replaying") as advance:
+            for s in stages:
+                stage = self.stage(int(s))
+                mask = rows["stage"] == s
+                ks, dsi = stage.lookup(rows["sample_index"][mask])
+                sel = row_ids[mask]
+                for k, src in enumerate(stage.sources):
+                    pick = ks == k
+                    if pick.any():
+                        parts.append(self._expand(src, k, sel[pick], dsi[pick]))
+                    advance()
+        if not parts:
+            return {}
+        cat = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+        order = np.lexsort((cat["seg"], cat["row"]))
+        return {key: value[order] for key, value in cat.items()}
+
+    def _expand(
+        self, src: GPTSource, k: int, row: np.ndarray, dsi: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        j = np.asarray(src.shuffle_index[dsi], dtype=np.int64)
+        pb, ob = src.rows(j)
+        pe, oe = src.rows(j + 1)
+        nseg = pe - pb + 1
+        seg_row = np.repeat(row, nseg)
+        first_seg = np.concatenate([[0], np.cumsum(nseg)[:-1]])
+        seg = np.arange(int(nseg.sum()), dtype=np.int64) - np.repeat(first_seg, nseg)
+        pos = np.repeat(pb, nseg) + seg
+        seq = np.asarray(src.document_index[pos], dtype=np.int64)
+        sizes = np.asarray(src.dataset.sequence_lengths[seq], dtype=np.int64)
+        start = np.where(pos == np.repeat(pb, nseg), np.repeat(ob, nseg), 0)
+        end = np.where(pos == np.repeat(pe, nseg), np.repeat(oe, nseg) + self.extra, sizes)
+        doc, base = self._seq_to_doc(src.dataset, seq)
+        return {
+            "row": seg_row,
+            "seg": seg,
+            "dataset_k": np.full(len(seg_row), k, dtype=np.int16),
+            "dataset_sample": np.repeat(dsi, nseg),
+            "sequence": seq,
+            "doc_id": doc,
+            "token_start": start + base,
+            "token_end": end + base,
+        }
+
+    @staticmethod
+    def _seq_to_doc(ds: IndexedDataset, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sequence ids -> (document id, tokens before the sequence within its document).
+
+        Identical unless the data was preprocessed with --split-sentences."""
+        if ds.sequence_count == ds.num_documents:
+            return seq, np.zeros(len(seq), dtype=np.int64)
+        doc = np.searchsorted(ds.document_indices, seq, side="right") - 1
+        cum = np.concatenate([[0], np.cumsum(ds.sequence_lengths, dtype=np.int64)])
+        return doc, cum[seq] - cum[np.asarray(ds.document_indices)[doc]]
+
+    def replay(
+        self, first: int, last: int, *, text: bool = False, progress: bool = True
+    ) -> pl.DataFrame:
+        rows = self._window(first, last)
+        segs = self._segments(rows, progress)
+        if not segs:
+            raise ForensicsError(f"iterations {first}..{last} consumed no samples")
+        r = segs["row"]
+        stage_col = rows["stage"][r]
+        names = np.empty(len(r), dtype=object)
+        for s in np.unique(stage_col):
+            stage = self.stage(int(s))
+            in_stage = stage_col == s
+            for k, src in enumerate(stage.sources):
+                names[in_stage & (segs["dataset_k"] == k)] = src.name
+        table = pl.DataFrame(
+            {
+                "iteration": pl.Series(rows["iteration"][r], dtype=pl.Int64),
+                "position": pl.Series(rows["position"][r], dtype=pl.Int32),
+                "sample_index": pl.Series(rows["sample_index"][r], dtype=pl.Int64),
+                "stage": pl.Series(stage_col, dtype=pl.Int32),
+                "dataset": pl.Series(names.tolist(), dtype=pl.Utf8),
+                "dataset_sample": pl.Series(segs["dataset_sample"], dtype=pl.Int64),
+                "doc_id": pl.Series(segs["doc_id"], dtype=pl.Int64),
+                "token_start": pl.Series(segs["token_start"], dtype=pl.Int64),
+                "token_end": pl.Series(segs["token_end"], dtype=pl.Int64),
+            }
+        )
+        table = self._with_facets(table)
+        if text:
+            table = table.with_columns(
+                pl.Series("text", self._decode_segments(table, progress), dtype=pl.Utf8)
+            )
+        return table.with_columns(pl.lit(True).alias("exact"))
+
+    # -- facets and text -------------------------------------------------------------------
+
+    def _manifest(self, name: str) -> pl.DataFrame | None:
+        if name not in self._manifests:
+            spec = self.specs[name]
+            path = spec.manifest
+            if path is None:
+                default = Path(f"{spec.prefix}.manifest.parquet")
+                path = default if default.is_file() else None
+            ds = self.datasets[spec.prefix]
+            self._manifests[name] = None if path is None else load_manifest(path, ds.num_documents)
+        return self._manifests[name]
+
+    def _with_facets(self, table: pl.DataFrame) -> pl.DataFrame:
+        facets = self.facets
+        if not facets:
+            return table
+        columns: dict[str, np.ndarray] = {
+            f: np.full(table.height, None, dtype=object) for f in facets
+        }
+        names = table["dataset"].to_numpy()
+        docs = table["doc_id"].to_numpy()
+        for name in np.unique(names):
+            manifest = self._manifest(str(name))
+            if manifest is None:
+                continue
+            where = np.flatnonzero(names == name)
+            for col in manifest.columns:
+                columns[col][where] = manifest[col].gather(docs[where]).to_numpy()
+        return table.with_columns(
+            [pl.Series(f, columns[f].tolist(), dtype=pl.Utf8) for f in facets]
+        )
+
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            path = self.config.tokenizer
+            if path is None:
+                raise ForensicsError(
+                    "decoding text needs `tokenizer:` (a tokenizer.json) in the config"
+                )
+            if not path.is_file():
+                raise ForensicsError(f"{path}: tokenizer file not found")
+            from tokenizers import Tokenizer
+
+            try:
+                self._tokenizer = Tokenizer.from_file(str(path))
+            except Exception as err:
+                raise ForensicsError(f"{path}: not a tokenizer.json ({err})") from None
+        return self._tokenizer
+
+    def _doc_tokens(self, name: str, doc: int, start: int = 0, end: int | None = None) -> list[int]:
+        ds = self.datasets[self.specs[name].prefix]
+        first_seq = int(ds.document_indices[doc])
+        last_seq = int(ds.document_indices[doc + 1])
+        if last_seq == first_seq:
+            return []
+        begin = int(ds.sequence_pointers[first_seq]) // ds.dtype.itemsize
+        stop_ptr = int(ds.sequence_pointers[last_seq - 1]) // ds.dtype.itemsize
+        length = stop_ptr + int(ds.sequence_lengths[last_seq - 1]) - begin
+        end = length if end is None else end
+        return ds.tokens[begin + start : begin + end].tolist()
+
+    def _decode_segments(self, table: pl.DataFrame, progress: bool) -> list[str]:
+        tok = self.tokenizer()
+        triples = table.select("dataset", "doc_id", "token_start", "token_end").rows()
+        out: list[str] = []
+        batch = 256
+        with _progress(progress, len(triples), "decoding") as advance:
+            for i in range(0, len(triples), batch):
+                chunk = triples[i : i + batch]
+                ids = [self._doc_tokens(n, d, s, e) for n, d, s, e in chunk]
+                out.extend(tok.decode_batch(ids, skip_special_tokens=False))
+                advance(len(chunk))
+        return out
+
+    def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
+        for col in ("dataset", "doc_id"):
+            if col not in docs.columns:
+                raise ForensicsError(f"documents(): the table needs a {col!r} column")
+        base = docs.select("dataset", "doc_id").unique(maintain_order=True)
+        for name in base["dataset"].unique().to_list():
+            if name not in self.specs:
+                raise ForensicsError(f"unknown dataset {name!r} (known: {sorted(self.specs)})")
+            n = self.datasets[self.specs[name].prefix].num_documents
+            ids = base.filter(pl.col("dataset") == name)["doc_id"]
+            if ids.min() < 0 or ids.max() >= n:
+                raise ForensicsError(f"dataset {name!r} has documents 0..{n - 1}")
+        tok = self.tokenizer()
+        pairs = base.rows()
+        texts: list[str] = []
+        with _progress(progress, len(pairs), "decoding documents") as advance:
+            for i in range(0, len(pairs), 128):
+                chunk = pairs[i : i + 128]
+                texts.extend(
+                    tok.decode_batch(
+                        [self._doc_tokens(n, d) for n, d in chunk], skip_special_tokens=False
+                    )
+                )
+                advance(len(chunk))
+        table = base.with_columns(pl.Series("text", texts, dtype=pl.Utf8))
+        return self._with_facets(table)
+
+    # -- exposure --------------------------------------------------------------------------
+
+    def _flagged_samples(self, src: GPTSource, flagged_docs: np.ndarray) -> np.ndarray:
+        """bool[len(src)]: GPT samples (by dataset sample number) touching a flagged document."""
+        ds = src.dataset
+        if ds.sequence_count == ds.num_documents:
+            seq_flag = flagged_docs
+        else:
+            seq_flag = np.repeat(flagged_docs, np.diff(ds.document_indices))
+        per_pos = seq_flag[np.asarray(src.document_index)].astype(np.int64)
+        prefix = np.concatenate([[0], np.cumsum(per_pos)])
+        pos, _ = src.rows(np.arange(len(src) + 1))
+        row_flag = (prefix[pos[1:] + 1] - prefix[pos[:-1]]) > 0
+        return row_flag[np.asarray(src.shuffle_index, dtype=np.int64)]
+
+    def exposure(self, docs: pl.DataFrame, first: int, last: int) -> pl.DataFrame:
+        self.schedule.check(first, last)
+        flagged: dict[str, np.ndarray] = {}
+        for name in docs["dataset"].unique().to_list():
+            if name not in self.specs:
+                continue
+            ds = self.datasets[self.specs[name].prefix]
+            mask = np.zeros(ds.num_documents, dtype=bool)
+            ids = docs.filter(pl.col("dataset") == name)["doc_id"].to_numpy()
+            mask[ids[(ids >= 0) & (ids < ds.num_documents)]] = True
+            flagged[name] = mask
+        per_stage: dict[int, list[np.ndarray | None]] = {}
+        its = np.arange(first, last + 1, dtype=np.int64)
+        flagged_count = np.zeros(len(its), dtype=np.int64)
+        counts = self.schedule.batch_size[first : last + 1]
+        starts = self.schedule.first_sample[first : last + 1]
+        stage_of_it = self.schedule.stage_of(its)
+        # Walk iterations in chunks of about EXPOSURE_CHUNK samples.
+        cum = np.cumsum(counts)
+        lo = 0
+        while lo < len(its):
+            base = cum[lo - 1] if lo else 0
+            hi = int(np.searchsorted(cum, base + EXPOSURE_CHUNK, side="right"))
+            hi = max(hi, lo + 1)
+            c = counts[lo:hi]
+            local = np.repeat(np.arange(lo, hi), c)
+            offs = np.concatenate([[0], np.cumsum(c)[:-1]])
+            sample = np.repeat(starts[lo:hi], c) + (np.arange(int(c.sum())) - np.repeat(offs, c))
+            st = stage_of_it[local]
+            hit = np.zeros(len(sample), dtype=bool)
+            for s in np.unique(st):
+                stage = self.stage(int(s))
+                if int(s) not in per_stage:
+                    per_stage[int(s)] = [
+                        self._flagged_samples(src, flagged[src.name])
+                        if src.name in flagged
+                        else None
+                        for src in stage.sources
+                    ]
+                m = st == s
+                ks, dsi = stage.lookup(sample[m])
+                h = np.zeros(len(ks), dtype=bool)
+                for k, fl in enumerate(per_stage[int(s)]):
+                    if fl is not None:
+                        pick = ks == k
+                        h[pick] = fl[dsi[pick]]
+                hit[m] = h
+            flagged_count[lo:hi] = np.bincount(local[hit] - lo, minlength=hi - lo)
+            lo = hi
+        return pl.DataFrame({"iteration": its, "samples": counts, "flagged_samples": flagged_count})
+
+    # -- identity --------------------------------------------------------------------------
+
+    def fingerprint(self) -> dict[str, Any]:
+        datasets = {}
+        for name, spec in self.specs.items():
+            ds = self.datasets[spec.prefix]
+            datasets[name] = {
+                "prefix": str(spec.prefix),
+                "idx_bytes": ds.idx_size,
+                "bin_bytes": ds.bin_size,
+                "idx_sha256": ds.idx_digest(),
+                "documents": ds.num_documents,
+            }
+        return {
+            "format": "megatron",
+            "config_hash": self.config.config_hash(),
+            "last_iteration": self.last_iteration,
+            "datasets": datasets,
+        }
+
+
+def open_megatron_replayer(config: RunConfig) -> MegatronReplayer:
+    """The Replayer for a `data.format: megatron` config."""
+    return MegatronReplayer(config)

@@ -1,0 +1,335 @@
+"""One data stage's datasets, sized and indexed as megatron-core's builder does it.
+
+`BlendedMegatronDatasetBuilder` owns "which datasets, how many samples each"; so does `Stage`
+here. For a stage's blend and the run's N training samples (train_samples, or train_iters *
+global_batch_size):
+
+- one prefix without a weight: a plain GPTDataset of N samples; global sample s is its sample s.
+- weights given (for all prefixes, as Megatron requires): GPTDataset k is built for
+  ceil(ceil(N * w_k) * (1 + surplus)) samples, the BlendedDataset for sum_k ceil(N * w_k).
+- several prefixes without weights: GPTDatasets of one epoch each (num_samples None), blended with
+  their lengths as weights, size min(N, sum of lengths).
+
+Arrays come from Megatron's cache when it holds them (checked field by field), else from ours,
+else they are built (see gpt_indices.py and blending.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dataloaders.megatron import cache
+from dataloaders.megatron.blending import (
+    build_blending_indices,
+    normalize,
+    sizes_per_dataset,
+)
+from dataloaders.megatron.gpt_indices import (
+    build_document_index,
+    build_shuffle_index,
+    document_ends,
+    plan_epochs,
+    sample_index_dtype,
+    sample_starts,
+    split_matrix,
+    split_range,
+)
+from dataloaders.megatron.indexed import IndexedDataset
+from forensics.config import DataStage, MegatronData
+from forensics.errors import ForensicsError
+
+SPLIT_NAMES = ("train", "valid", "test")
+
+
+class GPTSource:
+    """The train-split (or another split's) GPTDataset of one prefix in one stage.
+
+    document_index  int32[E * D]  (see gpt_indices.py)
+    shuffle_index   uint32[n]     dataset sample -> sample_index row
+    sample_index    [n + 1, 2]    loaded from a cache, or None: rows are then computed on demand
+                                  from `ends` (int64[E * D + 1], tokens before each position)
+    """
+
+    def __init__(
+        self,
+        name: str,
+        prefix: Path,
+        dataset: IndexedDataset,
+        num_samples: int | None,
+        data: MegatronData,
+        split_index: int = 0,
+    ) -> None:
+        self.name = name
+        self.split_name = SPLIT_NAMES[split_index]
+        self.prefix = prefix
+        self.dataset = dataset
+        self.num_samples = num_samples
+        self.seq_length = data.seq_length
+        self.extra = int(data.add_extra_token)
+        self.seed = data.seed
+        span = split_range(data.split, len(dataset), split_index)
+        beg, end = span if span is not None else (0, 0)
+        # Megatron asks for num_samples * L + extra tokens: even 0 samples of an empty split hang.
+        if end <= beg and (num_samples is None or num_samples * data.seq_length + self.extra > 0):
+            raise ForensicsError(
+                f"{dataset.idx_file}: the {self.split_name} split {data.split!r} leaves no "
+                f"documents of "
+                f"{len(dataset)}, but the run draws samples from it (Megatron would hang)"
+            )
+        self.documents = np.arange(beg, end, dtype=np.int32)
+        self.description: dict[str, Any] = {
+            "class": "GPTDataset",
+            "dataset_path": str(prefix),
+            "num_samples": num_samples,
+            "index_split": self.split_name,
+            "random_seed": data.seed,
+            "sequence_length": data.seq_length,
+            "split": data.split,
+            "split_matrix": [list(b) if b is not None else None for b in split_matrix(data.split)],
+        }
+        self.own_key = cache.cache_key(
+            {
+                **self.description,
+                "add_extra_token": self.extra,
+                "idx": [dataset.idx_size, dataset.idx_file.stat().st_mtime_ns],
+                "bin": dataset.bin_size,
+            }
+        )
+        self.origin = "built"
+        self._ends: np.ndarray | None = None
+        self.sample_index: np.ndarray | None = None
+        arrays = None
+        for folder in self._megatron_cache_dirs(data):
+            arrays = cache.find_megatron_gpt(
+                folder,
+                prefix,
+                self.description,
+                self.split_name,
+                strict=data.cache_path is not None,
+            )
+            if arrays is not None:
+                self.origin = f"megatron cache {folder}"
+                break
+        if arrays is None:
+            arrays = cache.load_own("gpt", self.own_key, cache.GPT_FILES)
+            if arrays is not None:
+                self.origin = "forensics cache"
+        if arrays is not None:
+            self.document_index = arrays["document_index"]
+            self.sample_index = arrays["sample_index"]
+            self.shuffle_index = arrays["shuffle_index"]
+            if self.sample_index.ndim != 2 or self.sample_index.shape[1] != 2:
+                raise ForensicsError(
+                    f"{prefix}: cached sample_index has shape "
+                    f"{self.sample_index.shape}, expected (n + 1, 2)"
+                )
+        else:
+            self._build()
+
+    def _megatron_cache_dirs(self, data: MegatronData) -> list[Path]:
+        """--data-cache-path, else Megatron's default `<prefix>/cache/GPTDataset_indices`."""
+        if data.cache_path is not None:
+            return [data.cache_path]
+        return [Path(f"{self.prefix}") / "cache" / "GPTDataset_indices"]
+
+    def _build(self) -> None:
+        sizes = self.dataset.sequence_lengths
+        tokens = int(np.sum(sizes[self.documents], dtype=np.int64))
+        plan = plan_epochs(tokens, self.num_samples, self.seq_length, self.extra)
+        rng = np.random.RandomState(self.seed)
+        self.document_index = build_document_index(
+            self.documents, plan.num_epochs, rng, plan.separate_final_epoch
+        )
+        n = plan.num_samples_total
+        first = plan.num_samples_sans_final_epoch if plan.separate_final_epoch else n
+        self.shuffle_index = build_shuffle_index(first, n, rng)
+        self._n = n
+
+    @property
+    def ends(self) -> np.ndarray:
+        if self._ends is None:
+            self._ends = document_ends(self.dataset.sequence_lengths, self.document_index)
+        return self._ends
+
+    def __len__(self) -> int:
+        """Samples in this GPTDataset (Megatron's len)."""
+        if self.sample_index is not None:
+            return int(self.sample_index.shape[0]) - 1
+        return self._n
+
+    def rows(self, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """sample_index rows j: (position in document_index, token offset), int64."""
+        if self.sample_index is not None:
+            got = np.asarray(self.sample_index[j], dtype=np.int64)
+            return got[:, 0], got[:, 1]
+        return sample_starts(
+            self.ends,
+            j,
+            self.seq_length,
+            self.extra,
+            self.dataset.sequence_lengths,
+            self.document_index,
+        )
+
+    def full_sample_index(self) -> np.ndarray:
+        """The whole sample_index, as Megatron would hold it."""
+        if self.sample_index is not None:
+            return self.sample_index
+        pos, off = self.rows(np.arange(len(self) + 1))
+        sizes = self.dataset.sequence_lengths
+        dtype = sample_index_dtype(len(self.document_index), int(sizes.max()) if len(sizes) else 0)
+        out = np.empty((len(self) + 1, 2), dtype=dtype)
+        out[:, 0], out[:, 1] = pos, off
+        return out
+
+    def save_cache(self) -> None:
+        if self.origin != "built":
+            return
+        arrays = {
+            "document_index": self.document_index,
+            "sample_index": self.full_sample_index(),
+            "shuffle_index": self.shuffle_index,
+        }
+        cache.save_own("gpt", self.own_key, arrays, self.description)
+
+
+class Stage:
+    """A data stage: its GPTSources and the blend over them."""
+
+    def __init__(
+        self,
+        index: int,
+        stage: DataStage,
+        data: MegatronData,
+        total_samples: int,
+        datasets: dict[Path, IndexedDataset],
+    ) -> None:
+        self.index = index
+        self.start_iteration = stage.start_iteration
+        self.total_samples = total_samples
+        specs = stage.blend
+        weighted = ["weight" in s.model_fields_set for s in specs]
+        if any(weighted) and not all(weighted):
+            raise ForensicsError(
+                f"data stage {index}: give a weight for every dataset of the blend or for none "
+                "(Megatron's --data-path takes weights for all prefixes or none)"
+            )
+        names = [s.display_name for s in specs]
+        self.blended = not (len(specs) == 1 and not weighted[0])
+        self.origin = "built"
+        if not self.blended:
+            self.sources = [
+                GPTSource(names[0], specs[0].prefix, datasets[specs[0].prefix], total_samples, data)
+            ]
+            self.size = total_samples
+            self.weights: list[float] = [1.0]
+            self.dataset_index: np.ndarray | None = None
+            self.dataset_sample_index: np.ndarray | None = None
+            return
+        if all(weighted):
+            w = normalize([s.weight for s in specs])
+            target = sizes_per_dataset(w, total_samples)
+            buffer = sizes_per_dataset(w, total_samples, data.mid_level_dataset_surplus)
+            self.sources = [
+                GPTSource(n, s.prefix, datasets[s.prefix], b, data)
+                for n, s, b in zip(names, specs, buffer, strict=True)
+            ]
+            self.size = sum(target)
+            self.weights = normalize(w)
+        else:
+            self.sources = [
+                GPTSource(n, s.prefix, datasets[s.prefix], None, data)
+                for n, s in zip(names, specs, strict=True)
+            ]
+            lengths = [len(src) for src in self.sources]
+            self.size = min(total_samples, sum(lengths))
+            self.weights = normalize(lengths)
+        self.description = {
+            "class": "BlendedDataset",
+            "datasets": [src.description for src in self.sources],
+            "split": "train",
+            "weights": self.weights,
+            "size": self.size,
+        }
+        self.own_key = cache.cache_key(
+            {**self.description, "sources": [src.own_key for src in self.sources]}
+        )
+        arrays = None
+        if data.cache_path is not None:
+            arrays = cache.find_megatron_blend(
+                data.cache_path, [s.prefix for s in specs], self.description
+            )
+            if arrays is not None:
+                self.origin = f"megatron cache {data.cache_path}"
+        if arrays is None:
+            arrays = cache.load_own("blend", self.own_key, cache.BLEND_FILES)
+            if arrays is not None:
+                self.origin = "forensics cache"
+        self.dataset_index = arrays["dataset_index"] if arrays else None
+        self.dataset_sample_index = arrays["dataset_sample_index"] if arrays else None
+        if arrays is not None and len(self.dataset_index) != self.size:
+            raise ForensicsError(
+                f"{self.sources[0].prefix}: cached blend has {len(self.dataset_index)} samples, "
+                f"expected {self.size}"
+            )
+
+    def _ensure_blend(self, stop: int) -> None:
+        """Blend arrays at least up to sample `stop` (a prefix is exact: see blending.py)."""
+        have = 0 if self.dataset_index is None else len(self.dataset_index)
+        if have >= stop:
+            return
+        self.dataset_index, self.dataset_sample_index = build_blending_indices(
+            self.weights, self.size, stop
+        )
+        self._check_oversampling()
+
+    def _check_oversampling(self) -> None:
+        """Megatron raises when the blend draws more samples from a dataset than it has."""
+        assert self.dataset_index is not None and self.dataset_sample_index is not None
+        for k, src in enumerate(self.sources):
+            picked = self.dataset_sample_index[self.dataset_index == k]
+            if len(picked) and int(picked.max()) >= len(src):
+                raise ForensicsError(
+                    f"{src.prefix}: the blend draws sample {int(picked.max())} from {src.name}, "
+                    f"which has {len(src)} (Megatron raises here; raise "
+                    "mid_level_dataset_surplus)"
+                )
+
+    def lookup(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Global samples -> (dataset k int16, sample within dataset int64)."""
+        if len(samples) == 0:
+            return np.zeros(0, np.int16), np.zeros(0, np.int64)
+        top = int(samples.max())
+        if top >= self.size:
+            raise ForensicsError(
+                f"global sample {top} is beyond the {self.size} samples the run's train dataset "
+                f"holds (data stage {self.index})"
+            )
+        if not self.blended:
+            if top >= len(self.sources[0]):
+                raise ForensicsError(f"{self.sources[0].prefix}: sample {top} beyond the dataset")
+            return np.zeros(len(samples), np.int16), samples.astype(np.int64)
+        self._ensure_blend(top + 1)
+        assert self.dataset_index is not None and self.dataset_sample_index is not None
+        return (
+            np.asarray(self.dataset_index[samples]),
+            np.asarray(self.dataset_sample_index[samples]),
+        )
+
+    def save_cache(self) -> None:
+        for src in self.sources:
+            src.save_cache()
+        if self.blended and self.origin == "built":
+            if self.dataset_index is None or len(self.dataset_index) < self.size:
+                self.dataset_index, self.dataset_sample_index = build_blending_indices(
+                    self.weights, self.size
+                )
+                self._check_oversampling()
+            arrays = {
+                "dataset_index": self.dataset_index,
+                "dataset_sample_index": self.dataset_sample_index,
+            }
+            cache.save_own("blend", self.own_key, arrays, self.description)

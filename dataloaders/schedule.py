@@ -1,0 +1,166 @@
+"""Training iterations -> global sample ranges, as Megatron's training loop consumes them.
+
+Iterations are 1-indexed. Iteration i consumes global samples [first_sample[i], first_sample[i] +
+gbs[i]) where the global batch size is constant, or follows Megatron's `--rampup-batch-size START
+INCR SAMPLES`, evaluated before every step from the consumed-samples count (megatron/training
+num_microbatches_calculator.py, RampupBatchsizeNumMicroBatchesCalculator.update):
+
+    per_increment = SAMPLES / ((GBS - START) // INCR)
+    gbs = GBS                                              if consumed > SAMPLES
+    gbs = START + int(consumed / per_increment) * INCR     otherwise
+
+A ramp batch that is not a multiple of micro_batch_size * data_parallel_size is rounded down to one
+(Megatron's --decrease-batch-size-if-needed; without that flag Megatron asserts divisibility, so a
+run that trained had divisible sizes and the rounding is a no-op). A resume (`training.resumes`)
+restarts the count: from that iteration on, samples continue at the checkpoint's consumed samples.
+The data stage in force at iteration i is the last one whose start_iteration <= i; the global
+sample index runs on across stages (the new blend is indexed at the same consumed-samples count).
+
+The rampup phase is replayed step by step (it is short: SAMPLES / START steps at most); the
+constant phase is vectorised, so a million-iteration run costs milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from forensics.config import TrainingSpec
+from forensics.errors import ForensicsError
+
+
+class Schedule:
+    """The whole run's iteration -> [first_sample, end_sample) map, with the stage per iteration.
+
+    first_sample  int64[last_iteration + 1]  consumed samples before iteration i (index 0 unused)
+    batch_size    int64[last_iteration + 1]  samples consumed by iteration i (the running gbs)
+    """
+
+    def __init__(self, training: TrainingSpec, stage_starts: Sequence[int] = (1,)) -> None:
+        self.training = training
+        self.stage_starts = np.asarray(list(stage_starts), dtype=np.int64)
+        self.unit = training.micro_batch_size * training.data_parallel_size
+        if training.global_batch_size % self.unit:
+            raise ForensicsError(
+                f"training.global_batch_size {training.global_batch_size} is not a multiple of "
+                f"micro_batch_size * data_parallel_size = {self.unit} (Megatron asserts this)"
+            )
+        self.last_iteration = self._train_iters()
+        for resume in training.resumes:
+            if resume.iteration > self.last_iteration:
+                raise ForensicsError(
+                    f"training.resumes: iteration {resume.iteration} is after the end of "
+                    f"training ({self.last_iteration})"
+                )
+        self.first_sample, self.batch_size = self._build()
+
+    # -- Megatron's formulas ---------------------------------------------------------------
+
+    def _ramp_gbs(self, consumed: int) -> int:
+        """The global batch size Megatron sets before a step, given consumed samples."""
+        ramp = self.training.rampup_batch_size
+        gbs = self.training.global_batch_size
+        if ramp is None:
+            return gbs
+        start, incr, samples = ramp
+        if consumed > samples:
+            return gbs
+        per_increment = samples / ((gbs - start) // incr)
+        return start + int(consumed / per_increment) * incr
+
+    def _running_gbs(self, consumed: int) -> int:
+        gbs = self._ramp_gbs(consumed)
+        if gbs % self.unit:
+            gbs = (gbs // self.unit) * self.unit
+        if gbs <= 0:
+            raise ForensicsError(
+                f"rampup batch size below micro_batch_size * data_parallel_size ({self.unit})"
+            )
+        return gbs
+
+    def _train_iters(self) -> int:
+        """train_iters, or Megatron's `update_train_iters` for sample-based training."""
+        t = self.training
+        if t.train_iters is not None:
+            return t.train_iters
+        assert t.train_samples is not None
+        if t.rampup_batch_size is None:
+            iters = t.train_samples // t.global_batch_size
+        else:
+            iters, consumed = 0, 0
+            ramp_samples = t.rampup_batch_size[2]
+            while consumed <= ramp_samples and consumed <= t.train_samples:
+                consumed += self._ramp_gbs(consumed)
+                iters += 1
+            if t.train_samples > consumed:
+                iters += (t.train_samples - consumed) // t.global_batch_size
+        if iters < 1:
+            raise ForensicsError(
+                f"training.train_samples {t.train_samples} is less than one global batch"
+            )
+        return iters
+
+    def _build(self) -> tuple[np.ndarray, np.ndarray]:
+        last = self.last_iteration
+        first = np.zeros(last + 1, dtype=np.int64)
+        gbs = np.zeros(last + 1, dtype=np.int64)
+        ramp = self.training.rampup_batch_size
+        ramp_samples = ramp[2] if ramp is not None else -1
+        constant = self.training.global_batch_size
+        bounds = [(1, 0)] + [(r.iteration, r.consumed_samples) for r in self.training.resumes]
+        for n, (begin, consumed) in enumerate(bounds):
+            end = bounds[n + 1][0] if n + 1 < len(bounds) else last + 1
+            i = begin
+            while ramp is not None and consumed <= ramp_samples and i < end:
+                g = self._running_gbs(consumed)
+                first[i], gbs[i] = consumed, g
+                consumed += g
+                i += 1
+            count = end - i
+            first[i:end] = consumed + np.arange(count, dtype=np.int64) * constant
+            gbs[i:end] = constant
+        return first, gbs
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def total_samples(self) -> int:
+        """Samples the train dataset is built for: train_samples, or train_iters * gbs."""
+        t = self.training
+        if t.train_samples is not None:
+            return t.train_samples
+        assert t.train_iters is not None
+        return t.train_iters * t.global_batch_size
+
+    def stage_of(self, iterations: np.ndarray) -> np.ndarray:
+        """int32 index of the data stage in force at each iteration."""
+        return (np.searchsorted(self.stage_starts, iterations, side="right") - 1).astype(np.int32)
+
+    def check(self, first: int, last: int) -> None:
+        if first < 1:
+            raise ForensicsError(
+                f"iteration {first} is before iteration 1 (iterations are 1-indexed)"
+            )
+        if last > self.last_iteration:
+            raise ForensicsError(
+                f"iteration {last} is beyond the end of training (last iteration "
+                f"{self.last_iteration})"
+            )
+        if last < first:
+            raise ForensicsError(f"empty iteration range {first}..{last}")
+
+    def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
+        """Columns iteration, first_sample, end_sample (half-open), stage for first..last."""
+        self.check(first, last)
+        its = np.arange(first, last + 1, dtype=np.int64)
+        start = self.first_sample[first : last + 1]
+        return pl.DataFrame(
+            {
+                "iteration": its,
+                "first_sample": start,
+                "end_sample": start + self.batch_size[first : last + 1],
+                "stage": self.stage_of(its),
+            }
+        )

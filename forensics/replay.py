@@ -1,0 +1,53 @@
+"""Open the right replayer for a run config, and check a replay window against it.
+
+`open_replayer` dispatches on `config.data.format`; each dataloader package is imported only when
+used, so a Megatron replay never imports `datasets` and vice versa.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from forensics.config import RunConfig
+from forensics.errors import ForensicsError
+
+if TYPE_CHECKING:
+    from dataloaders.base import Replayer
+
+
+def open_replayer(config: RunConfig) -> Replayer:
+    """The Replayer for this run (Megatron .bin/.idx, or a Hugging Face datasets pipeline)."""
+    fmt = config.data.format
+    if fmt == "megatron":
+        from dataloaders.megatron import open_megatron_replayer
+
+        return open_megatron_replayer(config)
+    if fmt == "hf":
+        from dataloaders.hf import open_hf_replayer
+
+        return open_hf_replayer(config)
+    raise ForensicsError(f"unknown data.format {fmt!r}")
+
+
+def window_bounds(step: int, window: int) -> tuple[int, int]:
+    """Window W ending at step S: iterations S-W+1 .. S."""
+    if window < 1:
+        raise ForensicsError(f"--window must be at least 1, got {window}")
+    return step - window + 1, step
+
+
+def check_window(replayer: Replayer, step: int, window: int) -> tuple[int, int]:
+    """(first, last) iterations of the window; a ForensicsError when it leaves the run."""
+    first, last = window_bounds(step, window)
+    if step < 1:
+        raise ForensicsError(f"--step {step}: iterations are 1-indexed")
+    if step > replayer.last_iteration:
+        raise ForensicsError(
+            f"--step {step} is beyond the end of training (last iteration "
+            f"{replayer.last_iteration})"
+        )
+    if first < 1:
+        raise ForensicsError(
+            f"--window {window} at --step {step} reaches iteration {first}, before iteration 1"
+        )
+    return first, last

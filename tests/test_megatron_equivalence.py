@@ -1,0 +1,233 @@
+"""Our index arrays and replayed tokens against megatron-core 0.16.1 itself.
+
+Each configuration builds the datasets with megatron-core's BlendedMegatronDatasetBuilder and with
+our replayer, then requires every index array (values and dtype) and the tokens of every sample to
+be identical.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import random_documents
+
+from dataloaders.megatron.indexed import IndexedDataset, write_indexed_dataset
+from dataloaders.megatron.replayer import MegatronReplayer
+from dataloaders.megatron.sources import GPTSource
+from forensics.config import config_from_dict
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _write(tmp: Path, name: str, docs: list[np.ndarray], dtype, megatron=None) -> Path:
+    """Write with ours, or with megatron-core's IndexedDatasetBuilder when `megatron` is given."""
+    prefix = tmp / name
+    if megatron is None:
+        write_indexed_dataset(prefix, docs, dtype)
+    else:
+        builder = megatron.indexed.IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+        for doc in docs:
+            builder.add_document(torch.from_numpy(np.asarray(doc, dtype=dtype)), [len(doc)])
+        builder.finalize(f"{prefix}.idx")
+    return prefix
+
+
+def _config(
+    prefixes: list[Path],
+    weights: list[float] | None,
+    *,
+    gbs: int,
+    iters: int,
+    seed: int = 1234,
+    seq_length: int = 64,
+    split: str = "90,8,2",
+    cache: Path | None = None,
+    extra: bool = True,
+):
+    blend = []
+    for i, prefix in enumerate(prefixes):
+        entry = {"prefix": str(prefix), "name": f"d{i}"}
+        if weights is not None:
+            entry["weight"] = weights[i]
+        blend.append(entry)
+    data = {
+        "format": "megatron",
+        "seed": seed,
+        "seq_length": seq_length,
+        "split": split,
+        "add_extra_token": extra,
+        "blend": blend,
+    }
+    if cache is not None:
+        data["cache_path"] = str(cache)
+    raw = {"data": data, "training": {"global_batch_size": gbs, "train_iters": iters}}
+    return config_from_dict(raw, base_dir=Path("/"), source=None)
+
+
+def _assert_gpt_equal(ours: GPTSource, theirs) -> None:
+    sample_index = ours.full_sample_index()
+    for name, mine, ref in (
+        ("document_index", ours.document_index, theirs.document_index),
+        ("sample_index", sample_index, theirs.sample_index),
+        ("shuffle_index", ours.shuffle_index, theirs.shuffle_index),
+    ):
+        assert mine.dtype == ref.dtype, name
+        np.testing.assert_array_equal(mine, ref, err_msg=name)
+
+
+def _assert_tokens_equal(replayer: MegatronReplayer, theirs, extra: bool) -> None:
+    """Every sample of the run: our segments' tokens == megatron-core's sample tokens."""
+    table = replayer.replay(1, replayer.last_iteration, progress=False)
+    datasets = {name: replayer.datasets[spec.prefix] for name, spec in replayer.specs.items()}
+    names = [src.name for src in replayer.stage(0).sources]
+    seq_length = replayer.data.seq_length
+    for sample, group in table.group_by("sample_index", maintain_order=True):
+        (s,) = sample
+        parts = [
+            np.asarray(datasets[n].tokens, dtype=np.int64)[
+                int(datasets[n].sequence_pointers[d]) // datasets[n].dtype.itemsize + a : int(
+                    datasets[n].sequence_pointers[d]
+                )
+                // datasets[n].dtype.itemsize
+                + b
+            ]
+            for n, d, a, b in group.select("dataset", "doc_id", "token_start", "token_end").rows()
+        ]
+        mine = np.concatenate(parts)
+        if hasattr(theirs, "dataset_index"):
+            k, m = int(theirs.dataset_index[s]), int(theirs.dataset_sample_index[s])
+            assert names[k] == group["dataset"][0]
+            ref, ids = theirs.datasets[k]._query_document_sample_shuffle_indices(m)
+        else:
+            ref, ids = theirs._query_document_sample_shuffle_indices(s)
+        assert len(mine) == seq_length + int(extra)
+        np.testing.assert_array_equal(mine, ref, err_msg=f"sample {s}")
+        np.testing.assert_array_equal(group["doc_id"].to_numpy(), ids, err_msg=f"docs {s}")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, megatron) -> dict[str, Path]:
+    """Three datasets: uint16 (ours), int32 (megatron's builder), uint16 (megatron's builder)."""
+    tmp = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(42)
+    return {
+        "web": _write(tmp, "web", random_documents(rng, 300, 50_000, 1, 120), np.uint16),
+        "code": _write(
+            tmp, "code", random_documents(rng, 150, 100_000, 5, 300), np.int32, megatron
+        ),
+        "books": _write(
+            tmp, "books", random_documents(rng, 40, 60_000, 50, 900), np.uint16, megatron
+        ),
+    }
+
+
+def test_single_dataset_several_epochs_separate_final(corpus, megatron_build) -> None:
+    """One prefix, no weight: a plain GPTDataset over ~3.2 epochs, final epoch separate."""
+    web = IndexedDataset(corpus["web"])
+    tokens = int(web.sequence_lengths[: round(0.9 * len(web))].sum())
+    n = (tokens * 3 + tokens // 5) // 64
+    gbs = 8
+    iters = n // gbs
+    (train, _, _) = megatron_build([corpus["web"]], None, [iters * gbs, 0, 0], seq_length=64)
+    replayer = MegatronReplayer(_config([corpus["web"]], None, gbs=gbs, iters=iters))
+    source = replayer.stage(0).sources[0]
+    assert len(source.document_index) == 4 * round(0.9 * len(web))
+    first_epochs = (3 * tokens - 1) // 64
+    assert iters * gbs - first_epochs < int(0.8 * ((tokens - 1) // 64))  # separate
+    _assert_gpt_equal(source, train)
+    _assert_tokens_equal(replayer, train, True)
+
+
+def test_three_way_blend_int32_and_uint16(corpus, megatron_build) -> None:
+    prefixes = [corpus["web"], corpus["code"], corpus["books"]]
+    weights = [0.5, 0.3, 0.2]
+    (train, _, _) = megatron_build(prefixes, weights, [4000, 0, 0], seed=7, seq_length=48)
+    replayer = MegatronReplayer(
+        _config(prefixes, weights, gbs=40, iters=100, seed=7, seq_length=48)
+    )
+    stage = replayer.stage(0)
+    assert stage.size == len(train)
+    for ours, theirs in zip(stage.sources, train.datasets, strict=True):
+        assert ours.num_samples == theirs.num_samples
+        _assert_gpt_equal(ours, theirs)
+    stage.lookup(np.arange(stage.size))
+    np.testing.assert_array_equal(stage.dataset_index, train.dataset_index)
+    np.testing.assert_array_equal(stage.dataset_sample_index, train.dataset_sample_index)
+    assert stage.dataset_index.dtype == train.dataset_index.dtype
+    _assert_tokens_equal(replayer, train, True)
+
+
+def test_megatron_cache_is_read_and_matches(corpus, megatron_build, tmp_path) -> None:
+    """megatron-core writes --data-cache-path; our replayer reads those .npy files."""
+    prefixes = [corpus["web"], corpus["code"]]
+    weights = [2.0, 1.0]
+    cache = tmp_path / "data-cache"
+    (train, _, _) = megatron_build(prefixes, weights, [3000, 0, 0], seed=99, cache=cache)
+    assert len(list(cache.glob("*-BlendedDataset-train-dataset_index.npy"))) == 1
+    replayer = MegatronReplayer(_config(prefixes, weights, gbs=30, iters=100, seed=99, cache=cache))
+    stage = replayer.stage(0)
+    assert stage.origin.startswith("megatron cache")
+    assert all(src.origin.startswith("megatron cache") for src in stage.sources)
+    assert isinstance(stage.dataset_index, np.memmap)
+    np.testing.assert_array_equal(stage.dataset_index, train.dataset_index)
+    for ours, theirs in zip(stage.sources, train.datasets, strict=True):
+        assert isinstance(ours.shuffle_index, np.memmap)
+        _assert_gpt_equal(ours, theirs)
+    # The same config built from nothing gives the same table as the cached one.
+    fresh = MegatronReplayer(_config(prefixes, weights, gbs=30, iters=100, seed=99))
+    assert fresh.stage(0).origin == "built"
+    assert fresh.replay(90, 100, progress=False).equals(replayer.replay(90, 100, progress=False))
+
+
+def test_valid_split_with_nonzero_start(corpus, megatron_build, megatron) -> None:
+    """The split's documents start past 0: beg = round(0.8 * N)."""
+    (_, valid, _) = megatron_build([corpus["books"]], None, [10, 500, 0], split="80,20,0")
+    config = _config([corpus["books"]], None, gbs=1, iters=10, split="80,20,0")
+    ds = IndexedDataset(corpus["books"])
+    ours = GPTSource("books", corpus["books"], ds, 500, config.data, split_index=1)
+    assert ours.documents[0] == round(0.8 * len(ds)) > 0
+    _assert_gpt_equal(ours, valid)
+
+
+def test_no_extra_token_several_epochs_not_separate(corpus, megatron_build) -> None:
+    code = IndexedDataset(corpus["code"])
+    tokens = int(code.sequence_lengths[: round(0.9 * len(code))].sum())
+    n = (tokens * 2 + (tokens * 9) // 10) // 32  # 2.9 epochs: final epoch kept in the shuffle
+    (train, _, _) = megatron_build(
+        [corpus["code"]], None, [n, 0, 0], seq_length=32, split="90,10,0", extra=False
+    )
+    replayer = MegatronReplayer(
+        _config([corpus["code"]], None, gbs=n, iters=1, seq_length=32, split="90,10", extra=False)
+    )
+    source = replayer.stage(0).sources[0]
+    assert len(source.document_index) == 3 * round(0.9 * len(code))
+    _assert_gpt_equal(source, train)
+    _assert_tokens_equal(replayer, train, False)
+
+
+def test_unweighted_blend_sized_by_dataset_lengths(corpus, megatron_build) -> None:
+    prefixes = [corpus["web"], corpus["books"]]
+    (train, _, _) = megatron_build(prefixes, None, [200, 0, 0], seed=5)
+    replayer = MegatronReplayer(_config(prefixes, None, gbs=20, iters=10, seed=5))
+    stage = replayer.stage(0)
+    assert stage.size == len(train) == 200
+    np.testing.assert_allclose(stage.weights, train.weights, rtol=0, atol=0)
+    for ours, theirs in zip(stage.sources, train.datasets, strict=True):
+        _assert_gpt_equal(ours, theirs)
+    _assert_tokens_equal(replayer, train, True)
+
+
+def test_own_cache_round_trip(corpus, _private_forensics_cache) -> None:
+    prefixes = [corpus["web"], corpus["code"]]
+    config = _config(prefixes, [0.6, 0.4], gbs=16, iters=50)
+    first = MegatronReplayer(config)
+    table = first.replay(41, 50, progress=False)
+    first.save_cache()
+    assert list(_private_forensics_cache.rglob("*.npy"))
+    warm = MegatronReplayer(config)
+    assert warm.stage(0).origin == "forensics cache"
+    assert all(src.origin == "forensics cache" for src in warm.stage(0).sources)
+    assert warm.replay(41, 50, progress=False).equals(table)
