@@ -54,8 +54,11 @@ SEGMENT_CHARS = 400
 SEGMENT_SHARE = 0.6
 # ...and at least this many bytes (one accented letter is 2 bytes; a CJK character 3).
 SEGMENT_MIN_BYTES = 6
+# ...and at least this many recovered non-ASCII characters (two CJK characters can re-encode to
+# one valid Greek letter by chance; three accented letters of mojibake recover as three).
+SEGMENT_MIN_CHARS = 3
 # A document needs two such blocks, or one block with this many recovered bytes.
-DOC_MIN_BYTES = 8
+DOC_MIN_BYTES = 6
 
 
 def _high(b: bytes) -> int:
@@ -91,7 +94,7 @@ def _one_script(decoded: str) -> bool:
         elif o < 0x250 or 0x1E00 <= o <= 0x1EFF:
             blocks.add("latin")
         else:
-            blocks.add(o >> 7)
+            blocks.add(o >> 8)  # 256-code-point blocks: Greek, Cyrillic, Hebrew, Arabic...
         if len(blocks) > 1:
             return False
     return True
@@ -157,7 +160,12 @@ def legacy_evidence(text: str) -> LegacyEvidence:
                 continue
             candidate += high
             recovered += valid
-            if valid >= SEGMENT_MIN_BYTES and valid >= SEGMENT_SHARE * high and _one_script(kept):
+            if (
+                valid >= SEGMENT_MIN_BYTES
+                and valid >= SEGMENT_SHARE * high
+                and len(kept) - len(kept.encode("ascii", errors="ignore")) >= SEGMENT_MIN_CHARS
+                and _one_script(kept)
+            ):
                 n_bad += 1
                 bad_chars += len(seg)
                 bad_bytes += valid
