@@ -1,10 +1,46 @@
-"""`forensics manifest` (placeholder until its issue lands; replace this whole module)."""
+"""`forensics manifest`: the provenance table of a Megatron dataset, from its source JSONL."""
 
 from __future__ import annotations
 
-from forensics.errors import ForensicsError
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 
-def manifest_command() -> None:
-    """Not built yet."""
-    raise ForensicsError("forensics manifest is not built yet")
+def manifest_command(
+    jsonl: Annotated[
+        Path, typer.Argument(help="The JSONL preprocess_data.py consumed (line i = document i).")
+    ],
+    fields: Annotated[
+        str,
+        typer.Option(
+            "--fields", help="Comma-separated fields to keep, e.g. source,url (dots reach nested)."
+        ),
+    ],
+    prefix: Annotated[
+        Path | None,
+        typer.Option("--prefix", help="The dataset's .bin/.idx prefix: checks the document count."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Output Parquet. Default: PREFIX.manifest.parquet."),
+    ] = None,
+) -> None:
+    """Build a provenance manifest: doc_id plus the named string columns, one row per document."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from forensics.errors import ForensicsError
+    from forensics.manifest import build_manifest
+
+    names = [f.strip() for f in fields.split(",") if f.strip()]
+    if out is None:
+        if prefix is None:
+            raise ForensicsError("give --out, or --prefix to write PREFIX.manifest.parquet")
+        out = Path(f"{prefix}.manifest.parquet")
+    table = build_manifest(jsonl, names, out, prefix=prefix)
+    Console(stderr=True, highlight=False).print(
+        f"{table.height} documents, columns {escape(', '.join(table.columns))} "
+        f"-> {escape(str(out))}"
+    )

@@ -1,10 +1,66 @@
-"""`forensics replay` (placeholder until its issue lands; replace this whole module)."""
+"""`forensics replay`: which documents did iterations S-W+1 .. S consume, as a Parquet table.
+
+Light at import time: the replayer (numpy, polars, numba) loads when the command runs.
+"""
 
 from __future__ import annotations
 
-from forensics.errors import ForensicsError
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 
-def replay_command() -> None:
-    """Not built yet."""
-    raise ForensicsError("forensics replay is not built yet")
+def replay_command(
+    step: Annotated[int, typer.Option("--step", help="Last iteration of the window (1-indexed).")],
+    out: Annotated[Path, typer.Option("--out", help="Output Parquet file (replay table).")],
+    window: Annotated[
+        int, typer.Option("--window", help="Iterations to replay: STEP-WINDOW+1 .. STEP.")
+    ] = 1,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Run config (YAML). Default: $FORENSICS_CONFIG, else ./forensics.yaml."
+        ),
+    ] = None,
+    megatron_args: Annotated[
+        str | None,
+        typer.Option(
+            "--megatron-args",
+            help="The training job's Megatron arguments instead of a config "
+            "('--data-path 0.7 web 0.3 code --seq-length 4096 ...', or @FILE).",
+        ),
+    ] = None,
+    text: Annotated[
+        bool,
+        typer.Option("--text", help="Add the decoded text of every segment (needs tokenizer)."),
+    ] = False,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Progress bars.")
+    ] = True,
+) -> None:
+    """Replay the run's data order: one row per (iteration, batch position, document segment)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from forensics.atomic import write_parquet_atomic
+    from forensics.errors import ForensicsError
+    from forensics.megatron_args import resolve_run_config
+    from forensics.replay import check_window, open_replayer
+
+    if out.suffix != ".parquet":
+        raise ForensicsError(f"{out}: --out must be a .parquet file")
+    run = resolve_run_config(config, megatron_args)
+    replayer = open_replayer(run)
+    first, last = check_window(replayer, step, window)
+    table = replayer.replay(first, last, text=text, progress=progress)
+    write_parquet_atomic(table, out)
+    save = getattr(replayer, "save_cache", None)
+    if save is not None:
+        save()  # warm our index cache for the next replay (after the output is safe)
+    console = Console(stderr=True, highlight=False)
+    samples = table.select("sample_index").n_unique()
+    console.print(
+        f"iterations {first}-{last}: {samples} samples, {table.height} document segments "
+        f"-> {escape(str(out))}"
+    )

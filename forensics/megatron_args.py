@@ -1,0 +1,160 @@
+"""A run config from the training job's own Megatron arguments.
+
+What a user has at hand after a spike is the launch command. This reads the data and schedule
+flags of Megatron-LM's `pretrain_gpt.py` and ignores the hundreds of others:
+
+    --data-path [W1] P1 [W2] P2 ...   (or --data-args-path FILE holding that list)
+    --split --seed --seq-length --global-batch-size --micro-batch-size
+    --rampup-batch-size START INCR SAMPLES --train-iters --train-samples
+    --data-cache-path --tokenizer-model (a tokenizer.json) --save/--load (checkpoint directory)
+    --mid-level-dataset-surplus
+
+Megatron's defaults apply when a flag is absent (seed 1234, split "969, 30, 1"). The manifest of
+prefix P defaults to `P.manifest.parquet` when that file exists. `--megatron-args` takes the
+string, or `@FILE` to read it from a file (newlines and backslash-continuations are fine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from forensics.config import RunConfig, config_from_dict
+from forensics.errors import ForensicsError
+
+UNSUPPORTED = {
+    "--train-data-path": "per-split data paths",
+    "--per-split-data-args-path": "per-split data paths",
+    "--mock-data": "mock data",
+    "--step-batch-size-schedule": "a step batch-size schedule",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would exit(2) with usage text
+        raise ForensicsError(f"--megatron-args: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(add_help=False, allow_abbrev=False)
+    p.add_argument("--data-path", nargs="+")
+    p.add_argument("--data-args-path")
+    p.add_argument("--split", default="969, 30, 1")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--seq-length", type=int)
+    p.add_argument("--global-batch-size", type=int)
+    p.add_argument("--micro-batch-size", type=int, default=1)
+    p.add_argument("--rampup-batch-size", nargs=3, type=int)
+    p.add_argument("--train-iters", type=int)
+    p.add_argument("--train-samples", type=int)
+    p.add_argument("--data-cache-path")
+    p.add_argument("--tokenizer-model")
+    p.add_argument("--save")
+    p.add_argument("--load")
+    p.add_argument("--mid-level-dataset-surplus", type=float, default=0.005)
+    return p
+
+
+def split_megatron_args(text: str) -> list[str]:
+    """The argument string (or `@file`) as argv; shell quoting and line continuations allowed."""
+    text = text.strip()
+    if text.startswith("@"):
+        path = Path(text[1:]).expanduser()
+        if not path.is_file():
+            raise ForensicsError(f"{path}: Megatron arguments file not found")
+        text = path.read_text(encoding="utf-8")
+    try:
+        return shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as err:
+        raise ForensicsError(f"--megatron-args: cannot split the arguments ({err})") from None
+
+
+def _blend(values: list[str], cwd: Path) -> list[dict[str, Any]]:
+    """Megatron's get_blend_from_list: weights and prefixes interleaved, or prefixes alone."""
+    weights: list[float] | None = None
+    prefixes = values
+    if len(values) % 2 == 0:
+        try:
+            weights = [float(v) for v in values[0::2]]
+            prefixes = values[1::2]
+        except ValueError:
+            weights, prefixes = None, values
+    blend = []
+    names: dict[str, int] = {}
+    for i, raw in enumerate(prefixes):
+        prefix = (cwd / Path(raw.strip()).expanduser()).resolve()
+        name = prefix.name
+        if name in names:  # same file name in two folders: keep the names unique
+            name = f"{prefix.parent.name}/{prefix.name}"
+        names[name] = i
+        entry: dict[str, Any] = {"prefix": str(prefix), "name": name}
+        if weights is not None:
+            entry["weight"] = weights[i]
+        manifest = Path(f"{prefix}.manifest.parquet")
+        if manifest.is_file():
+            entry["manifest"] = str(manifest)
+        blend.append(entry)
+    return blend
+
+
+def config_from_megatron_args(argv: list[str], *, cwd: Path | None = None) -> RunConfig:
+    """A RunConfig from Megatron-LM training arguments (relative paths resolve against `cwd`)."""
+    cwd = (cwd or Path.cwd()).resolve()
+    for flag, what in UNSUPPORTED.items():
+        if flag in argv:
+            raise ForensicsError(f"--megatron-args: {flag} ({what}) is not supported; use a config")
+    args, _unknown = _parser().parse_known_args(argv)
+    data_path = args.data_path
+    if args.data_args_path:
+        path = (cwd / args.data_args_path).resolve()
+        if not path.is_file():
+            raise ForensicsError(f"{path}: --data-args-path file not found")
+        data_path = path.read_text(encoding="utf-8").split()
+    if not data_path:
+        raise ForensicsError("--megatron-args: no --data-path (or --data-args-path) given")
+    for flag, value in (
+        ("--seq-length", args.seq_length),
+        ("--global-batch-size", args.global_batch_size),
+    ):
+        if value is None:
+            raise ForensicsError(f"--megatron-args: {flag} is required")
+    data: dict[str, Any] = {
+        "format": "megatron",
+        "seed": args.seed,
+        "seq_length": args.seq_length,
+        "split": args.split,
+        "mid_level_dataset_surplus": args.mid_level_dataset_surplus,
+        "blend": _blend(data_path, cwd),
+    }
+    if args.data_cache_path:
+        data["cache_path"] = args.data_cache_path
+    training: dict[str, Any] = {
+        "global_batch_size": args.global_batch_size,
+        "micro_batch_size": args.micro_batch_size,
+    }
+    for key in ("train_iters", "train_samples"):
+        if getattr(args, key) is not None:
+            training[key] = getattr(args, key)
+    if args.rampup_batch_size:
+        training["rampup_batch_size"] = list(args.rampup_batch_size)
+    raw: dict[str, Any] = {"data": data, "training": training}
+    if args.tokenizer_model:
+        raw["tokenizer"] = args.tokenizer_model
+    checkpoint_dir = args.save or args.load
+    if checkpoint_dir:
+        raw["checkpoint_dir"] = checkpoint_dir
+    return config_from_dict(raw, base_dir=cwd, source=None)
+
+
+def resolve_run_config(config: Path | None, megatron_args: str | None) -> RunConfig:
+    """The config a command runs on: --megatron-args when given, else --config / the runbook
+    rule (shared by `forensics replay` and `forensics spike`)."""
+    from forensics.config import find_config, load_config
+
+    if megatron_args is not None:
+        if config is not None:
+            raise ForensicsError("give --config or --megatron-args, not both")
+        return config_from_megatron_args(split_megatron_args(megatron_args))
+    return load_config(find_config(config))
