@@ -67,28 +67,51 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
 
     Columns: `n_chars`; `<sig>_n` (matches in the document); `<sig>_chars` (characters in chunks
     at or above the chunk floor); `nul_n`, `utf16_n`, `east_asian_n`.
+    Whole documents are counted first; only those with some evidence (a few percent of a real
+    crawl) are cut into chunks to locate it.
     """
     frame = pl.DataFrame({"text": texts}).with_row_index("doc")
-    chunks = frame.lazy().select(
-        "doc", pl.col("text").str.extract_all(rf"(?s).{{1,{CHUNK_CHARS}}}").alias("chunk")
+    whole = frame.select(
+        "doc",
+        pl.col("text").str.len_chars().fill_null(0).alias("n_chars"),
+        *[
+            pl.col("text").str.count_matches(s.pattern).fill_null(0).alias(f"{s.name}_n")
+            for s in SIGNALS
+        ],
+        *[
+            pl.col("text").str.count_matches(p).fill_null(0).alias(f"{n}_n")
+            for n, p in _AUX.items()
+        ],
     )
-    chunks = chunks.explode("chunk")
-    counts = [pl.col("chunk").str.len_chars().fill_null(0).alias("len")]
-    counts += [
-        pl.col("chunk").str.count_matches(s.pattern).fill_null(0).alias(s.name) for s in SIGNALS
-    ]
-    counts += [pl.col("chunk").str.count_matches(p).fill_null(0).alias(n) for n, p in _AUX.items()]
-    per_chunk = chunks.with_columns(counts)
-    aggs = [pl.col("len").sum().alias("n_chars")]
-    for s in SIGNALS:
-        aggs.append(pl.col(s.name).sum().alias(f"{s.name}_n"))
-        aggs.append(
-            pl.col("len").filter(pl.col(s.name) >= s.chunk_floor).sum().alias(f"{s.name}_chars")
+    evidence = pl.any_horizontal([pl.col(f"{s.name}_n") > 0 for s in SIGNALS])
+    suspects = whole.filter(evidence)["doc"]
+    chars_cols = [f"{s.name}_chars" for s in SIGNALS]
+    if len(suspects):
+        chunks = (
+            frame.lazy()
+            .filter(pl.col("doc").is_in(suspects.implode()))
+            .select(
+                "doc", pl.col("text").str.extract_all(rf"(?s).{{1,{CHUNK_CHARS}}}").alias("chunk")
+            )
+            .explode("chunk")
+            .with_columns(
+                pl.col("chunk").str.len_chars().fill_null(0).alias("len"),
+                *[
+                    pl.col("chunk").str.count_matches(s.pattern).fill_null(0).alias(s.name)
+                    for s in SIGNALS
+                ],
+            )
+            .group_by("doc")
+            .agg(
+                pl.col("len").filter(pl.col(s.name) >= s.chunk_floor).sum().alias(f"{s.name}_chars")
+                for s in SIGNALS
+            )
+            .collect()
         )
-    aggs += [pl.col(n).sum().alias(f"{n}_n") for n in _AUX]
-    agg = per_chunk.group_by("doc").agg(aggs)
-    out = frame.lazy().select("doc").join(agg, on="doc", how="left").sort("doc").collect()
-    return out.with_columns(pl.exclude("doc").fill_null(0).cast(pl.Int64))
+        whole = whole.join(chunks, on="doc", how="left")
+    else:
+        whole = whole.with_columns(pl.lit(0).alias(c) for c in chars_cols)
+    return whole.sort("doc").with_columns(pl.exclude("doc").fill_null(0).cast(pl.Int64))
 
 
 def _signal_scores(total: np.ndarray, chars: np.ndarray, n_chars: np.ndarray, floor: int):

@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from forensics.safe_text import excerpt
-from forensics.score.tokens import Tokens, ngram_hashes
+from forensics.score.tokens import Tokens, ngram_series
 
 # Documents with fewer words are scored with proportionally damped per-document signals:
 # repetition statistics on a handful of words are noise.
@@ -31,12 +31,15 @@ HOST = r"(?:https?://(?:www\.)?|www\.)[^/\s:?#)\]\"'<>]+"
 # A link farm points to many different sites; a README's badge block points to a handful.
 MIN_HOSTS = 10
 # Phrases that, on a line of their own, are site chrome rather than content.
+# Matched against the lowercased line with ASCII word boundaries: Unicode-aware `\b` and `(?i)`
+# made this one pattern cost as much as all the others together.
 BOILERPLATE = (
-    r"(?i)\b(?:home|about(?: us)?|contact(?: us)?|privacy(?: policy)?|terms(?: of (?:use|service))?"
-    r"|cookie(?:s| policy| settings)?|sign (?:in|up)|log ?in|log ?out|register|my account|cart"
+    r"(?-u:\b)(?:home|about(?: us)?|contact(?: us)?|privacy(?: policy)?"
+    r"|terms(?: of (?:use|service))?|cookie(?:s| policy| settings)?|sign (?:in|up)|log ?in|log ?out|register|my account|cart"
     r"|checkout|subscribe|newsletter|follow us|share(?: this| on)?|facebook|twitter|instagram"
     r"|linkedin|youtube|pinterest|skip to (?:main )?content|menu|search|sitemap|faq|careers|blog"
-    r"|all rights reserved|copyright|back to top|read more|next|previous|categories|tags)\b|©"
+    r"|all rights reserved|copyright|back to top|read more|next|previous|categories|tags)"
+    r"(?-u:\b)|©"
 )
 # Menu separators between short items: "Home | About | Contact", "Home » Blog".
 SEPARATORS = r"\s[|»›·•/>]\s"
@@ -93,7 +96,7 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
         .with_columns(
             n=pl.col("line").str.len_chars(),
             urls=pl.col("line").str.count_matches(URL),
-            boiler=pl.col("line").str.count_matches(BOILERPLATE),
+            boiler=pl.col("line").str.to_lowercase().str.count_matches(BOILERPLATE),
             seps=pl.col("line").str.count_matches(SEPARATORS),
             first=_first_seen("line"),
         )
@@ -170,33 +173,40 @@ def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
         salted = tok.hash ^ (tok.doc.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93))
     cum_len = np.concatenate([[0], np.cumsum(tok.length)])
     for n in (2, 3, 4):
-        starts, h = ngram_hashes(tok.doc, salted, n)
-        if len(starts) == 0:
-            out[f"top_{n}gram"] = np.zeros(n_docs)
-            continue
-        top = (
-            pl.DataFrame({"h": h, "s": starts})
-            .group_by("h")
-            .agg(cnt=pl.len(), s=pl.col("s").first())
-            .filter(pl.col("cnt") > 1)
-        )
-        s0 = top["s"].to_numpy()
-        chars = cum_len[s0 + n] - cum_len[s0]
-        cov = _per_doc_max(tok.doc[s0], top["cnt"].to_numpy() * chars, n_docs)
-        out[f"top_{n}gram"] = np.divide(cov, np.maximum(word_chars, 1))
-    # Words covered by a 6-gram that occurs more than once in the same document.
-    starts, h = ngram_hashes(tok.doc, salted, 6)
+        out[f"top_{n}gram"] = np.zeros(n_docs)
     covered = np.zeros(n_docs)
-    if len(starts):
-        dup = starts[pl.Series(h).is_duplicated().to_numpy()]
-        size = len(tok.doc) + 7
-        marks = np.bincount(dup, minlength=size) - np.bincount(dup + 6, minlength=size)
-        inside = np.cumsum(marks)[: len(tok.doc)] > 0
-        covered = np.bincount(tok.doc[inside], minlength=n_docs).astype(float)
+    # prev_rep[i]: the (n-1)-gram starting at word i occurs more than once in its document. An
+    # n-gram can only repeat if its (n-1)-gram prefix does, so each n checks only those starts.
+    prev_rep: np.ndarray | None = None
+    for n, starts, h in ngram_series(tok.doc, salted, 6):
+        if prev_rep is not None:
+            keep = prev_rep[starts]
+            starts, h = starts[keep], h[keep]
+        rep = pl.Series(h).is_duplicated().to_numpy() if len(h) else np.zeros(0, bool)
+        prev_rep = np.zeros(len(tok.doc), dtype=bool)
+        prev_rep[starts[rep]] = True
+        if n in (2, 3, 4) and rep.any():
+            top = (
+                pl.DataFrame({"h": h[rep], "s": starts[rep]})
+                .group_by("h")
+                .agg(cnt=pl.len(), s=pl.col("s").first())
+            )
+            s0 = top["s"].to_numpy()
+            chars = cum_len[s0 + n] - cum_len[s0]
+            cov = _per_doc_max(tok.doc[s0], top["cnt"].to_numpy() * chars, n_docs)
+            out[f"top_{n}gram"] = np.divide(cov, np.maximum(word_chars, 1))
+        elif n == 6:
+            # Words covered by a 6-gram that occurs more than once in the same document.
+            dup = starts[rep]
+            size = len(tok.doc) + 7
+            marks = np.bincount(dup, minlength=size) - np.bincount(dup + 6, minlength=size)
+            inside = np.cumsum(marks)[: len(tok.doc)] > 0
+            covered = np.bincount(tok.doc[inside], minlength=n_docs).astype(float)
     out["dup_6gram"] = np.divide(covered, np.maximum(n_words, 1))
     # The most frequent content word (not a stopword, >= 3 letters, not a name or number) and
     # its share of all words; `keyword_index` is its first position in the flat arrays.
     content = np.flatnonzero(tok.content)
+    content = content[pl.Series(salted[content]).is_duplicated().to_numpy()]  # repeats only
     kw = (
         pl.DataFrame({"h": salted[content], "i": content, "doc": tok.doc[content]})
         .group_by("h")

@@ -117,3 +117,21 @@ def ngram_hashes(doc: np.ndarray, h: np.ndarray, n: int) -> tuple[np.ndarray, np
             part = h[j : j + m] * _MIX[j % len(_MIX)]
             out = (out ^ part) * np.uint64(0x100000001B3) + np.uint64(j + 1)
     return starts[valid], out[valid]
+
+
+def ngram_series(doc: np.ndarray, h: np.ndarray, max_n: int):
+    """Yield (n, start, hash) for n = 2..max_n, each n-gram hash built from the (n-1)-gram's.
+
+    Same values as `ngram_hashes(doc, h, n)`, at one pass per n instead of n passes.
+    """
+    with np.errstate(over="ignore"):
+        cur = (h * _MIX[0]) * np.uint64(0x100000001B3) + np.uint64(1)
+        for n in range(2, max_n + 1):
+            m = len(h) - n + 1
+            if m <= 0:
+                return
+            cur = (cur[:m] ^ (h[n - 1 : n - 1 + m] * _MIX[(n - 1) % len(_MIX)])) * np.uint64(
+                0x100000001B3
+            ) + np.uint64(n)
+            valid = doc[:m] == doc[n - 1 :]
+            yield n, np.flatnonzero(valid), cur[valid]
