@@ -35,7 +35,8 @@ MIN_HOSTS = 10
 # made this one pattern cost as much as all the others together.
 BOILERPLATE = (
     r"(?-u:\b)(?:home|about(?: us)?|contact(?: us)?|privacy(?: policy)?"
-    r"|terms(?: of (?:use|service))?|cookie(?:s| policy| settings)?|sign (?:in|up)|log ?in|log ?out|register|my account|cart"
+    r"|terms(?: of (?:use|service))?|cookie(?:s| policy| settings)?|sign (?:in|up)"
+    r"|log ?in|log ?out|register|my account|cart"
     r"|checkout|subscribe|newsletter|follow us|share(?: this| on)?|facebook|twitter|instagram"
     r"|linkedin|youtube|pinterest|skip to (?:main )?content|menu|search|sitemap|faq|careers|blog"
     r"|all rights reserved|copyright|back to top|read more|next|previous|categories|tags)"
