@@ -138,7 +138,6 @@ class ShardRecord(StrictModel):
     file: str  # path as given in data.files (or the file name inside data.path)
     size: int = Field(ge=0)
     sha256: str | None = None
-    rows: int | None = Field(default=None, ge=0)
 
 
 class HFResume(StrictModel):
