@@ -26,7 +26,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -271,7 +270,3 @@ def map_style_rank_batches(n_samples: int, cfg: Any, rank: int) -> list[np.ndarr
         ds = split_dataset_by_node(ds, rank=rank, world_size=cfg.world_size)
     mine = np.asarray(ds.with_format("numpy")[ID_COLUMN], dtype=np.int64)
     return _batches(iter(mine.tolist()), cfg.per_device_batch_size, cfg.drop_last)
-
-
-def files_of(shards: list[Shard]) -> list[Path]:
-    return [s.path for s in shards]
