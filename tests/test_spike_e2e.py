@@ -194,10 +194,10 @@ def test_bad_input_is_refused_and_loses_nothing(run: dict, tmp_path: Path) -> No
     with pytest.raises(ForensicsError, match="before iteration 1"):
         run_spike(cfg, fresh, SpikeOptions(step=50, window=100, progress=False))
     assert not fresh.exists()
-    # a config that does not match the data: web's manifest given for web_v2
+    # a config that does not match the data: code's manifest (400 rows) given for web_v2
     broken = cfg.with_name("broken.yaml")
     broken.write_text(
-        cfg.read_text().replace("data/web_v2.manifest.parquet", "data/web.manifest.parquet")
+        cfg.read_text().replace("data/web_v2.manifest.parquet", "data/code.manifest.parquet")
     )
     with pytest.raises(ForensicsError, match="manifest"):
         run_spike(
@@ -217,3 +217,47 @@ def test_bad_input_is_refused_and_loses_nothing(run: dict, tmp_path: Path) -> No
     with pytest.raises(ForensicsError, match="not a forensics spike run"):
         run_spike(cfg, foreign, SpikeOptions(step=SPEC.spike_iteration, progress=False))
     assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+def test_after_and_skip_ahead_extend_the_ranges(run: dict) -> None:
+    cfg = run["root"] / "run" / "forensics.yaml"
+    out = run["root"] / "after"
+    res = run_spike(
+        cfg,
+        out,
+        SpikeOptions(
+            step=SPEC.spike_iteration,
+            window=WINDOW,
+            embed_cap=EMBED_CAP,
+            after=20,
+            skip_ahead=True,
+            ahead_share=0.4,
+            progress=False,
+        ),
+    )
+    skip = res.skip
+    assert skip["scope"] == [551, SPEC.spike_iteration + 20]
+    skipped = set(expand(skip["iterations"]))
+    replayer = _replayer(run)
+    culprit = pl.DataFrame(
+        [(d, i) for d, ids in skip["documents"].items() for i in ids],
+        schema={"dataset": pl.Utf8, "doc_id": pl.Int64},
+        orient="row",
+    )
+    exposure = replayer.exposure(culprit, SPEC.spike_iteration + 21, SPEC.train_iters)
+    dense = set(
+        exposure.filter(
+            (pl.col("flagged_samples") > 0) & (pl.col("flagged_samples") >= 0.4 * pl.col("samples"))
+        )["iteration"].to_list()
+    )
+    beyond = {i for i in skipped if i > SPEC.spike_iteration + 20}
+    assert dense <= skipped  # every dense iteration ahead is skipped ...
+    assert beyond <= dense | _gaps(skip["iterations"])  # ... and nothing else but joined gaps
+    ds = skip["megatron_deepspeed"]
+    assert parse_megatron_deepspeed(ds["flag"], ds["resume_from"]) == skipped
+    assert skip["ahead"]["dense_iterations"] == len(dense)
+
+
+def _gaps(ranges: list[list[int]]) -> set[int]:
+    """Iterations inside multi-iteration ranges (those joined for DeepSpeed included)."""
+    return {i for a, b in ranges if b > a for i in range(a, b + 1)}
