@@ -63,6 +63,8 @@ def _chunks(text: str, max_chars: int = MAX_CHARS) -> Iterator[str]:
 def readmes(root: Path) -> Iterator[Text]:
     """Long descriptions of installed distributions, in paragraph-aligned chunks."""
     for meta in sorted(root.glob("*.dist-info/METADATA")):
+        if meta.parent.name.startswith("forensics-"):
+            continue  # our own README: it changes with every commit, the demo must not
         try:
             msg = Parser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
         except Exception:  # a malformed METADATA is simply not harvested
