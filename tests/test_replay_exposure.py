@@ -101,3 +101,15 @@ def test_documents_and_fingerprint(data, tmp_path: Path) -> None:
     assert fp["datasets"]["a"]["documents"] == 200
     assert fp["config_hash"] == replayer.config.config_hash()
     assert len(fp["datasets"]["a"]["idx_sha256"]) == 64
+
+
+@pytest.mark.parametrize("split", ["0,100,0", "1,999,0"])
+def test_empty_train_split_is_refused(data, split: str) -> None:
+    """Megatron would loop forever in _get_num_epochs; we refuse when opening."""
+    from forensics.errors import ForensicsError
+
+    config = _config([[("c", data["c"], 1.0)]], [1])
+    raw = config.model_dump(mode="json", exclude={"source"})
+    raw["data"]["split"] = split
+    with pytest.raises(ForensicsError, match="would hang"):
+        open_replayer(config_from_dict(raw, base_dir=Path("/"), source=None))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.megatron.gpt_indices import split_range
 from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.megatron.sources import GPTSource, Stage
 from dataloaders.schedule import Schedule
@@ -94,9 +95,20 @@ class MegatronReplayer:
                 if known is None or (spec.manifest is not None and known.manifest is None):
                     self.specs[spec.display_name] = spec
         self.datasets = {spec.prefix: IndexedDataset(spec.prefix) for spec in self.specs.values()}
+        self._refuse_empty_splits()
         self._stages: dict[int, Stage] = {}
         self._manifests: dict[str, pl.DataFrame | None] = {}
         self._tokenizer: Any = None
+
+    def _refuse_empty_splits(self) -> None:
+        """Up front, for every stage: Megatron hangs on an empty train split (see sources.py)."""
+        for ds in self.datasets.values():
+            span = split_range(self.data.split, len(ds), 0)
+            if span is None or span[1] <= span[0]:
+                raise ForensicsError(
+                    f"{ds.idx_file}: the train split {self.data.split!r} leaves no documents of "
+                    f"{len(ds)}, but the run draws samples from it (Megatron would hang)"
+                )
 
     # -- protocol --------------------------------------------------------------------------
 
