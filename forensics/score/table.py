@@ -7,6 +7,7 @@ documents that already carry evidence reach Python-level code (legacy-codec chec
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -65,8 +66,20 @@ def _clean_surrogates(text: str) -> str:
         return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
-def score_texts(texts: pl.Series, *, on_batch: Callable[[int], None] | None = None) -> pl.DataFrame:
-    """Score a Utf8 series; returns the four output columns, one row per text, order kept."""
+def score_texts(
+    texts: pl.Series,
+    *,
+    on_batch: Callable[[int], None] | None = None,
+    workers: int | None = None,
+) -> pl.DataFrame:
+    """Score a Utf8 series; returns the four output columns, one row per text, order kept.
+
+    With more than one worker, the garbage scorer runs in a second thread while this one does the
+    spam signals: both spend most of their time in polars and numpy, which release the GIL, and
+    the Python-level legacy-codec checks then overlap with native work instead of idling a core.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from forensics.score.garbage import score_garbage
     from forensics.score.skeleton import find_clusters, skeleton_scores
     from forensics.score.spam import spam_signals
@@ -78,11 +91,14 @@ def score_texts(texts: pl.Series, *, on_batch: Callable[[int], None] | None = No
     spam_scores: list[np.ndarray] = []
     spam_reasons: list[str] = []
     doc_parts, skel_parts, masked_parts, hash_parts = [], [], [], []
+    threads = workers if workers is not None else (os.cpu_count() or 1)
+    pool = ThreadPoolExecutor(max_workers=1) if threads > 1 else None
     for start in range(0, max(n, 1), BATCH_ROWS):
         batch = texts.slice(start, BATCH_ROWS)
-        garbage_parts.append(score_garbage(batch))
+        pending = pool.submit(score_garbage, batch) if pool is not None else None
         tok = tokenize(batch)
         score, reasons, _ = spam_signals(batch, tok)
+        garbage_parts.append(pending.result() if pending is not None else score_garbage(batch))
         spam_scores.append(score)
         spam_reasons.extend(reasons)
         doc_parts.append(tok.doc + start)
@@ -91,6 +107,8 @@ def score_texts(texts: pl.Series, *, on_batch: Callable[[int], None] | None = No
         hash_parts.append(tok.hash)
         if on_batch is not None:
             on_batch(len(batch))
+    if pool is not None:
+        pool.shutdown()
     garbage = pl.concat(garbage_parts) if garbage_parts else None
 
     from forensics.score.tokens import Tokens
@@ -140,7 +158,8 @@ def score_table(
     """Return `df` with garbage_score, spam_score, garbage_reason and spam_reason appended.
 
     Null texts score 0.0 with reason ""; values that are not text score 0.0 with a reason saying
-    so. `workers` caps the threads polars uses for this call's native work (default: all cores).
+    so. `workers`: threads for scoring (default: one per core; 1 runs the scorers one after the
+    other). Native work inside polars uses its own thread pool either way.
     Raises ForensicsError if the column is missing or the output columns already exist.
     """
     if text_column not in df.columns:
@@ -159,9 +178,9 @@ def score_table(
 
         with Progress(transient=True) as bar:
             task = bar.add_task("scoring", total=len(df))
-            scores = score_texts(texts, on_batch=lambda k: bar.advance(task, k))
+            scores = score_texts(texts, on_batch=lambda k: bar.advance(task, k), workers=workers)
     else:
-        scores = score_texts(texts)
+        scores = score_texts(texts, workers=workers)
     if (notes != "").any():
         scores = scores.with_columns(
             garbage_reason=pl.when(notes != "").then(notes).otherwise(pl.col("garbage_reason"))

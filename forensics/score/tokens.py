@@ -30,9 +30,9 @@ class Tokens:
 
     `doc`: int64 [n_words], the row each word belongs to (non-decreasing).
     `hash`: uint64 [n_words], hash of the lowercased word.
-    `skel`: uint64 [n_words], hash of the word's skeleton form: "X" for a capitalised word
-        (names, brands, places: the usual template slots), "0" for a word with a digit,
-        else the lowercased word.
+    `skel`: uint64 [n_words], hash of the word's skeleton form: one mask value for a
+        capitalised word (names, brands, places: the usual template slots), another for a word
+        with a digit, else the lowercased word's hash.
     `length`: int64 [n_words], characters in the word.
     `masked`: bool [n_words], True where the skeleton form is a mask ("X" or "0").
     `content`: bool [n_words], a lowercase content word: >= 3 letters, not a stopword, not masked.
@@ -48,8 +48,17 @@ class Tokens:
     content: np.ndarray | None = None
 
 
+# Skeleton hashes of the two masks (any fixed values distinct from real word hashes will do).
+_MASK_DIGIT = np.uint64(0x30D1A0C6E1F2A3B5)
+_MASK_CAP = np.uint64(0x58C4F1E2D3B4A596)
+
+
 def tokenize(texts: pl.Series) -> Tokens:
-    """Split every text into `\\w+` words (Unicode-aware, in polars) and hash them."""
+    """Split every text into `\\w+` words (Unicode-aware, in polars) and hash them.
+
+    A word is "capitalised" when it differs from its lowercase form (Austin, NASA, iPhone) and
+    a "number" when it holds an ASCII digit; both are skeleton masks.
+    """
     frame = (
         pl.DataFrame({"text": texts.cast(pl.Utf8)})
         .lazy()
@@ -61,32 +70,28 @@ def tokenize(texts: pl.Series) -> Tokens:
         .with_columns(
             hash=pl.col("lower").hash(17),
             length=pl.col("w").str.len_chars().cast(pl.Int64),
-            cap=pl.col("w").str.contains(r"^\p{Lu}"),
-            digit=pl.col("w").str.contains(r"\d"),
+            cap=pl.col("w") != pl.col("lower"),
+            digit=pl.col("w").str.contains("[0-9]"),
         )
-        .with_columns(
-            skel=pl.when(pl.col("digit"))
-            .then(pl.lit("0"))
-            .when(pl.col("cap"))
-            .then(pl.lit("X"))
-            .otherwise(pl.col("lower"))
-            .hash(23),
-            masked=pl.col("digit") | pl.col("cap"),
-        )
+        .with_columns(masked=pl.col("digit") | pl.col("cap"))
         .with_columns(
             content=(pl.col("length") >= 3)
             & ~pl.col("masked")
             & ~pl.col("lower").is_in(list(STOPWORDS))
         )
-        .select("doc", "hash", "skel", "length", "masked", "content")
+        .select("doc", "hash", "length", "masked", "digit", "content")
         .collect()
     )
+    h = frame["hash"].to_numpy()
+    digit = frame["digit"].to_numpy()
+    masked = frame["masked"].to_numpy()
+    skel = np.where(digit, _MASK_DIGIT, np.where(masked, _MASK_CAP, h))
     return Tokens(
         doc=frame["doc"].cast(pl.Int64).to_numpy(),
-        hash=frame["hash"].to_numpy(),
-        skel=frame["skel"].to_numpy(),
+        hash=h,
+        skel=skel,
         length=frame["length"].to_numpy(),
-        masked=frame["masked"].to_numpy(),
+        masked=masked,
         n_docs=len(texts),
         content=frame["content"].to_numpy(),
     )
