@@ -261,3 +261,23 @@ def test_after_and_skip_ahead_extend_the_ranges(run: dict) -> None:
 def _gaps(ranges: list[list[int]]) -> set[int]:
     """Iterations inside multi-iteration ranges (those joined for DeepSpeed included)."""
     return {i for a, b in ranges if b > a for i in range(a, b + 1)}
+
+
+def test_runbook_form_finds_the_config_and_writes_spike_dir(run: dict, tmp_path: Path) -> None:
+    """`forensics spike --step S --window W` in a job directory: config from
+    $FORENSICS_CONFIG, output in ./spike-S/."""
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        FORENSICS_CONFIG=str(run["root"] / "run" / "forensics.yaml"),
+    )
+    cmd = [sys.executable, "-m", "forensics.cli", "spike", "--step", str(SPEC.spike_iteration)]
+    cmd += ["--window", str(WINDOW), "--embed-cap", "0", "--quiet"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    skip = json.loads((tmp_path / f"spike-{SPEC.spike_iteration}" / "skip.json").read_text())
+    assert skip["iterations"] and skip["megatron_lm"].startswith("--iterations-to-skip")
+    bad = subprocess.run(
+        cmd[:5] + ["0"] + cmd[6:], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
+    assert bad.returncode == 2 and "1-indexed" in bad.stderr
