@@ -14,7 +14,11 @@ import pytest
 import torch
 from conftest import random_documents
 
-from dataloaders.megatron.indexed import IndexedDataset, write_indexed_dataset
+from dataloaders.megatron.indexed import (
+    IndexedDataset,
+    IndexedDatasetWriter,
+    write_indexed_dataset,
+)
 from dataloaders.megatron.replayer import MegatronReplayer
 from dataloaders.megatron.sources import GPTSource
 from forensics.config import config_from_dict
@@ -81,19 +85,12 @@ def _assert_gpt_equal(ours: GPTSource, theirs) -> None:
 def _assert_tokens_equal(replayer: MegatronReplayer, theirs, extra: bool) -> None:
     """Every sample of the run: our segments' tokens == megatron-core's sample tokens."""
     table = replayer.replay(1, replayer.last_iteration, progress=False)
-    datasets = {name: replayer.datasets[spec.prefix] for name, spec in replayer.specs.items()}
     names = [src.name for src in replayer.stage(0).sources]
     seq_length = replayer.data.seq_length
     for sample, group in table.group_by("sample_index", maintain_order=True):
         (s,) = sample
         parts = [
-            np.asarray(datasets[n].tokens, dtype=np.int64)[
-                int(datasets[n].sequence_pointers[d]) // datasets[n].dtype.itemsize + a : int(
-                    datasets[n].sequence_pointers[d]
-                )
-                // datasets[n].dtype.itemsize
-                + b
-            ]
+            np.asarray(replayer._doc_tokens(n, d, a, b), dtype=np.int64)
             for n, d, a, b in group.select("dataset", "doc_id", "token_start", "token_end").rows()
         ]
         mine = np.concatenate(parts)
@@ -105,7 +102,10 @@ def _assert_tokens_equal(replayer: MegatronReplayer, theirs, extra: bool) -> Non
             ref, ids = theirs._query_document_sample_shuffle_indices(s)
         assert len(mine) == seq_length + int(extra)
         np.testing.assert_array_equal(mine, ref, err_msg=f"sample {s}")
-        np.testing.assert_array_equal(group["doc_id"].to_numpy(), ids, err_msg=f"docs {s}")
+        # Megatron's ids are sequence ids; ours are documents (they differ with split sentences).
+        ds = replayer.datasets[replayer.specs[group["dataset"][0]].prefix]
+        docs = np.searchsorted(ds.document_indices, ids, side="right") - 1
+        np.testing.assert_array_equal(group["doc_id"].to_numpy(), docs, err_msg=f"docs {s}")
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +231,20 @@ def test_own_cache_round_trip(corpus, _private_forensics_cache) -> None:
     assert warm.stage(0).origin == "forensics cache"
     assert all(src.origin == "forensics cache" for src in warm.stage(0).sources)
     assert warm.replay(41, 50, progress=False).equals(table)
+
+
+def test_split_sentences_dataset(tmp_path, megatron_build) -> None:
+    """Documents of several sequences: Megatron samples sequences; we report documents, with
+    token offsets inside the document."""
+    rng = np.random.default_rng(8)
+    with IndexedDatasetWriter(tmp_path / "sent", np.uint16) as out:
+        for _ in range(120):
+            lengths = [int(x) for x in rng.integers(1, 40, int(rng.integers(1, 4)))]
+            out.add_document(rng.integers(0, 60_000, sum(lengths)), lengths)
+    prefix = tmp_path / "sent"
+    (train, _, _) = megatron_build([prefix], None, [300, 0, 0], seq_length=32)
+    replayer = MegatronReplayer(_config([prefix], None, gbs=10, iters=30, seq_length=32))
+    ds = replayer.datasets[prefix]
+    assert len(ds) > ds.num_documents
+    _assert_gpt_equal(replayer.stage(0).sources[0], train)
+    _assert_tokens_equal(replayer, train, True)
