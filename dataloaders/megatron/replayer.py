@@ -171,6 +171,10 @@ class MegatronReplayer:
         n_rows = len(rows["sample_index"])
         row_ids = np.arange(n_rows, dtype=np.int64)
         stages = np.unique(rows["stage"])
+        with _progress(progress, len(stages), "building indices") as advance:
+            for s in stages:
+                self.stage(int(s))  # shuffles and index arrays: the slow part from nothing
+                advance()
         work = [(int(s), k) for s in stages for k in range(len(self.stage(int(s)).sources))]
         with _progress(progress, len(work), "replaying") as advance:
             for s in stages:

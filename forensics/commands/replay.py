@@ -55,10 +55,14 @@ def replay_command(
     first, last = check_window(replayer, step, window)
     table = replayer.replay(first, last, text=text, progress=progress)
     write_parquet_atomic(table, out)
-    save = getattr(replayer, "save_cache", None)
-    if save is not None:
-        save()  # warm our index cache for the next replay (after the output is safe)
     console = Console(stderr=True, highlight=False)
+    save = getattr(replayer, "save_cache", None)
+    if save is not None:  # warm our index cache for the next replay (after the output is safe)
+        if progress:
+            with console.status("saving the index cache"):
+                save()
+        else:
+            save()
     samples = table.select("sample_index").n_unique()
     console.print(
         f"iterations {first}-{last}: {samples} samples, {table.height} document segments "
