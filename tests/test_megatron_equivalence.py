@@ -248,3 +248,14 @@ def test_split_sentences_dataset(tmp_path, megatron_build) -> None:
     assert len(ds) > ds.num_documents
     _assert_gpt_equal(replayer.stage(0).sources[0], train)
     _assert_tokens_equal(replayer, train, True)
+
+
+def test_single_prefix_with_a_weight_is_a_blend(corpus, megatron_build) -> None:
+    """`--data-path 1.0 web` makes megatron-core build a one-dataset BlendedDataset (surplus
+    included), unlike `--data-path web`."""
+    (train, _, _) = megatron_build([corpus["books"]], [1.0], [500, 0, 0], seed=3)
+    replayer = MegatronReplayer(_config([corpus["books"]], [1.0], gbs=50, iters=10, seed=3))
+    stage = replayer.stage(0)
+    assert stage.blended and stage.sources[0].num_samples == train.datasets[0].num_samples == 503
+    _assert_gpt_equal(stage.sources[0], train.datasets[0])
+    _assert_tokens_equal(replayer, train, True)
