@@ -303,6 +303,47 @@ def documents_by_dataset(culprit: pl.DataFrame) -> dict[str, list[int]]:
     return dict(sorted(out.items()))
 
 
+def source_documents(config: RunConfig, ranked: pl.DataFrame, ids: list[str]) -> pl.DataFrame:
+    """Every document of the blamed *sources*, not only those the window happened to hold.
+
+    A culprit crawl batch has documents the window never drew; they come later in the run (the
+    forward exposure must count them) and belong in the block list. For each source cluster among
+    `ids` (facet=key), the Megatron manifests give all its documents: (dataset, doc_id, cluster).
+    Embedding clusters have no such definition and add nothing here.
+    """
+    from forensics.cluster.source import MISSING_KEY
+
+    frames = []
+    stages = getattr(config.data, "data_stages", None) or []
+    specs = {spec.display_name: spec for stage in stages for spec in stage.blend}
+    chosen = ranked.filter(pl.col("id").is_in(ids) & (pl.col("kind") == "source"))
+    for row in chosen.select("id", "facet", "key").iter_rows(named=True):
+        for name, spec in specs.items():
+            if row["facet"] == "dataset":
+                if row["key"] != name:
+                    continue
+                from dataloaders.megatron.indexed import IndexedDataset
+
+                n = IndexedDataset(spec.prefix).num_documents
+                doc_ids = pl.Series("doc_id", range(n), dtype=pl.Int64)
+            else:
+                if spec.manifest is None or not spec.manifest.is_file():
+                    continue
+                manifest = pl.read_parquet(spec.manifest)
+                if row["facet"] not in manifest.columns:
+                    continue
+                key = pl.col(row["facet"]).cast(pl.Utf8).fill_null(MISSING_KEY)
+                doc_ids = manifest.filter(key == row["key"])["doc_id"].cast(pl.Int64)
+            frames.append(
+                pl.DataFrame({"doc_id": doc_ids}).with_columns(
+                    pl.lit(name).alias("dataset"), pl.lit(row["id"]).alias("cluster")
+                )
+            )
+    if not frames:
+        return pl.DataFrame(schema={"dataset": pl.Utf8, "doc_id": pl.Int64, "cluster": pl.Utf8})
+    return pl.concat(frames).select("dataset", "doc_id", "cluster")
+
+
 # -- the pipeline -------------------------------------------------------------------------------
 
 
@@ -423,7 +464,13 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
         unknown = sorted(set(opts.culprits) - set(ranked["id"].to_list()))
         if unknown:
             raise ForensicsError(f"--culprit {', '.join(unknown)}: no such cluster in this window")
-    culprit = culprit_docs(ranked, window_docs, only=list(opts.culprits) if opts.culprits else None)
+    seen = culprit_docs(ranked, window_docs, only=list(opts.culprits) if opts.culprits else None)
+    blamed = sorted(seen["cluster"].unique().to_list()) if seen.height else []
+    culprit = (
+        pl.concat([seen, source_documents(config, ranked, blamed)])
+        .unique(["dataset", "doc_id"], keep="first", maintain_order=True)
+        .sort("dataset", "doc_id")
+    )
 
     # 5. rollback, skip ranges, forward exposure
     onset = onset_iteration(win_replay, culprit) if culprit.height else None
@@ -479,7 +526,8 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
         "iterations": [list(r) for r in ranges],
         "samples": sample_ranges(iteration_samples, ranges),
         "documents": documents_by_dataset(culprit),
-        "culprit_clusters": sorted(culprit["cluster"].unique().to_list()) if culprit.height else [],
+        "culprit_clusters": blamed,
+        "documents_seen_in_window": seen.height,
         "megatron_lm": megatron_lm_flag(ranges),
         "megatron_deepspeed": {
             "flag": megatron_deepspeed_flag(ranges),

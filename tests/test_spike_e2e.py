@@ -75,7 +75,8 @@ def test_dirty_crawl_batch_is_the_top_culprit(run: dict) -> None:
     assert (top["facet"], top["key"]) == ("crawl_batch", run["truth"]["dirty_crawl_batch"])
     blocked = set(run["result"].skip["documents"].get("web_v2", []))
     dirty = set(run["truth"]["dirty_doc_ids"])
-    assert blocked and len(blocked & dirty) / len(blocked) >= 0.9  # the block list is the dirt
+    assert blocked == dirty  # the whole crawl batch, also the documents the window never drew
+    assert run["result"].skip["documents_seen_in_window"] <= len(dirty)
 
 
 def test_rollback_lands_before_the_dirty_data(run: dict) -> None:
