@@ -71,9 +71,14 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
     crawl) are cut into chunks to locate it.
     """
     frame = pl.DataFrame({"text": texts}).with_row_index("doc")
-    whole = frame.select(
+    # Every pattern needs a character outside printable ASCII (tab, LF and CR excepted), so
+    # plain-ASCII documents skip the regex passes; their counts are zero.
+    plain = frame.select(
+        pl.col("text").str.contains(r"[^\x09\x0A\x0D\x20-\x7E]").not_().fill_null(True)
+    ).to_series()
+    names = [f"{s.name}_n" for s in SIGNALS] + [f"{n}_n" for n in _AUX]
+    counted = frame.filter(~plain).select(
         "doc",
-        pl.col("text").str.len_chars().fill_null(0).alias("n_chars"),
         *[
             pl.col("text").str.count_matches(s.pattern).fill_null(0).alias(f"{s.name}_n")
             for s in SIGNALS
@@ -82,6 +87,11 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
             pl.col("text").str.count_matches(p).fill_null(0).alias(f"{n}_n")
             for n, p in _AUX.items()
         ],
+    )
+    whole = (
+        frame.select("doc", pl.col("text").str.len_chars().fill_null(0).alias("n_chars"))
+        .join(counted, on="doc", how="left")
+        .with_columns(pl.col(c).fill_null(0) for c in names)
     )
     evidence = pl.any_horizontal([pl.col(f"{s.name}_n") > 0 for s in SIGNALS])
     suspects = whole.filter(evidence)["doc"]
@@ -229,6 +239,15 @@ def score_garbage(texts: pl.Series) -> pl.DataFrame:
     priority = np.array([_PRIORITY.index(k) for k in names])
     ranked = np.where(matrix >= 0.5, priority[None, :], len(_PRIORITY))
     best = ranked.argmin(axis=1)
+    # ftfy's heuristic also matches pairs of U+FFFD: when those are most of what it saw, the
+    # replacement characters are the better explanation.
+    i_ftfy, i_fffd = names.index("ftfy"), names.index("fffd")
+    fffd_wins = (
+        (best == i_ftfy)
+        & (matrix[:, i_fffd] >= 0.5)
+        & (c["fffd_n"].to_numpy() >= c["ftfy_n"].to_numpy())
+    )
+    best[fffd_wins] = i_fffd
     reasons = [""] * n
     flagged_rows = np.flatnonzero(final >= 0.5)
     flagged_texts = texts.gather(flagged_rows).to_list() if len(flagged_rows) else []
