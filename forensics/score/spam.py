@@ -22,6 +22,8 @@ from forensics.score.tokens import Tokens, ngram_series
 MIN_WORDS = 50
 # Documents whose top content word is at least this share of words get the phrase check.
 KEYWORD_MIN_SHARE = 0.05
+KEYWORD_MAX_GAP = 4  # words between consecutive occurrences (median)
+KEYWORD_MIN_COUNT = 10
 # Phrases: text between punctuation marks or line breaks.
 FRAGMENT = r"[^,.;:!?\n|]+"
 SHORT_PHRASE = 4  # words: a keyword and a modifier or two
@@ -64,6 +66,9 @@ RULES: tuple[Rule, ...] = (
     Rule("top_4gram", 0.16, 0.30, "top 4-gram covers {v} of word characters"),
     Rule("dup_6gram", 0.50, 0.85, "{v} of words inside repeated 6-grams"),
     Rule("keyword", 0.30, 0.60, "keyword stuffing: '{kw}' in {v} of phrases, all short"),
+    Rule(
+        "keyword_density", 0.08, 0.20, "keyword stuffing: '{kw}' is {v} of words, every few words"
+    ),
     Rule("link_lines", 0.50, 0.85, "link farm: {v} of lines are bare links ({links} URLs)"),
     Rule("boilerplate", 0.45, 0.80, "navigation/footer boilerplate: {v} of lines"),
 )
@@ -222,6 +227,23 @@ def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
     kw_index[kw["doc"].to_numpy()] = kw["i"].to_numpy()
     out["keyword_share"] = np.divide(top_kw, np.maximum(n_words, 1))
     out["keyword_index"] = kw_index
+    # Median distance, in words, between consecutive occurrences of that top word: a stuffed
+    # page repeats its keyword every few words throughout, a README names its package in bursts.
+    gap = np.full(n_docs, np.inf)
+    has = kw_index >= 0
+    if has.any():
+        top_hash = np.zeros(n_docs, dtype=np.uint64)
+        top_hash[has] = salted[kw_index[has]]
+        pos = np.flatnonzero((salted == top_hash[tok.doc]) & has[tok.doc])
+        same = tok.doc[pos[1:]] == tok.doc[pos[:-1]]
+        if same.any():
+            gaps = (
+                pl.DataFrame({"doc": tok.doc[pos[1:]][same], "g": np.diff(pos)[same]})
+                .group_by("doc")
+                .agg(pl.col("g").median())
+            )
+            gap[gaps["doc"].to_numpy()] = gaps["g"].to_numpy()
+    out["keyword_gap"] = gap
     return out
 
 
@@ -293,6 +315,14 @@ def spam_signals(texts: pl.Series, tok: Tokens) -> tuple[np.ndarray, list[str], 
         "top_4gram": words["top_4gram"],
         "dup_6gram": words["dup_6gram"],
         "keyword": kw_share,
+        # Keyword density counts only when the keyword recurs every few words (median gap) and
+        # often enough to be a pattern.
+        "keyword_density": np.where(
+            (words["keyword_gap"] <= KEYWORD_MAX_GAP)
+            & (words["keyword_share"] * words["n_words"] >= KEYWORD_MIN_COUNT),
+            words["keyword_share"],
+            0.0,
+        ),
         "link_lines": lines["link_lines"].to_numpy() / np.maximum(n_lines, 1),
         "boilerplate": lines["boiler_lines"].to_numpy() / np.maximum(n_lines, 1),
     }
