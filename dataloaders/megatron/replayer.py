@@ -68,7 +68,12 @@ def load_manifest(path: Path, num_documents: int) -> pl.DataFrame:
     if not np.array_equal(ids, np.arange(num_documents)):
         raise ForensicsError(f"{path}: manifest doc_id must be 0..{num_documents - 1}, each once")
     facets = [c for c in table.columns if c != "doc_id"]
-    return table.select([pl.col(c).cast(pl.Utf8) for c in facets])
+    try:
+        return table.select([pl.col(c).cast(pl.Utf8) for c in facets])
+    except pl.exceptions.PolarsError as err:
+        raise ForensicsError(
+            f"{path}: manifest columns must be strings ({str(err).splitlines()[0]})"
+        ) from None
 
 
 class MegatronReplayer:
@@ -190,7 +195,9 @@ class MegatronReplayer:
         if not parts:
             return {}
         cat = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-        order = np.lexsort((cat["seg"], cat["row"]))
+        # Each part lists its rows in order with their segments in order, and a row lives in
+        # one part: a stable sort by row alone restores replay order.
+        order = np.argsort(cat["row"], kind="stable")
         return {key: value[order] for key, value in cat.items()}
 
     def _expand(

@@ -288,12 +288,13 @@ class Stage:
 
     def _check_oversampling(self) -> None:
         """Megatron raises when the blend draws more samples from a dataset than it has."""
-        assert self.dataset_index is not None and self.dataset_sample_index is not None
+        assert self.dataset_index is not None
+        # dataset_sample_index is a running count per dataset: its max for k is count_k - 1.
+        counts = np.bincount(np.asarray(self.dataset_index), minlength=len(self.sources))
         for k, src in enumerate(self.sources):
-            picked = self.dataset_sample_index[self.dataset_index == k]
-            if len(picked) and int(picked.max()) >= len(src):
+            if counts[k] > len(src):
                 raise ForensicsError(
-                    f"{src.prefix}: the blend draws sample {int(picked.max())} from {src.name}, "
+                    f"{src.prefix}: the blend draws {int(counts[k])} samples from {src.name}, "
                     f"which has {len(src)} (Megatron raises here; raise "
                     "mid_level_dataset_surplus)"
                 )
