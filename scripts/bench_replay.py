@@ -7,6 +7,8 @@ Rows, all in one process on the same data:
   ours, save cache       storing our indices for the next replay (done after the output)
   ours, warm own cache   a new replayer + the same window from our cache
   ours, megatron cache   a new replayer reading megatron-core's .npy cache (checked, mmap)
+  ours, exposure         samples touching 1000 flagged documents, every iteration of the run
+                         (warm indices; the forward-exposure scan of `forensics spike`)
 
 The three tables are checked identical, and our index arrays are checked against megatron-core's.
 The .bin files are sparse (index building reads only the .idx); sizes are realistic: 2M web
@@ -169,7 +171,9 @@ def main() -> None:
     # Forward exposure: flag 1000 documents, scan the whole run (warm cache).
     import polars as pl
 
+    fresh_own_cache(0)  # warm: the indices are loaded, not rebuilt, before the clock starts
     expo_replayer = open_replayer(config(None))
+    expo_replayer.stage(0)
     flagged = cold.select("dataset", "doc_id").unique().head(1000)
     t0 = time.perf_counter()
     expo = expo_replayer.exposure(flagged, 1, expo_replayer.last_iteration)

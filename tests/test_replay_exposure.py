@@ -43,8 +43,16 @@ def _config(stages: list[list[tuple[str, Path, float]]], starts: list[int], iter
     return config_from_dict(raw, base_dir=Path("/"), source=None)
 
 
-def test_exposure_matches_the_replay_table(data) -> None:
-    config = _config([[("a", data["a"], 0.7), ("b", data["b"], 0.3)]], [1])
+@pytest.mark.parametrize("switch", [False, True])
+def test_exposure_matches_the_replay_table(data, switch: bool) -> None:
+    first = [("a", data["a"], 0.7), ("b", data["b"], 0.3)]
+    if switch:  # a mixture switch at 25 and a resume at 40 that rewinds the sample count
+        config = _config([first, [("a", data["a"], 0.2), ("c", data["c"], 0.8)]], [1, 25])
+        raw = config.model_dump(mode="json", exclude={"source"})
+        raw["training"]["resumes"] = [{"iteration": 40, "consumed_samples": 300}]
+        config = config_from_dict(raw, base_dir=Path("/"), source=None)
+    else:
+        config = _config([first], [1])
     replayer = open_replayer(config)
     table = replayer.replay(1, 60, progress=False)
     flagged = pl.DataFrame({"dataset": ["a", "a", "b", "zz"], "doc_id": [3, 17, 5, 1]})

@@ -320,6 +320,26 @@ class Stage:
             np.asarray(self.dataset_sample_index[samples]),
         )
 
+    def slice(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Global samples [lo, hi) -> (dataset k, sample within dataset), by slicing."""
+        if hi > self.size:
+            raise ForensicsError(
+                f"global sample {hi - 1} is beyond the {self.size} samples the run's train "
+                f"dataset holds (data stage {self.index})"
+            )
+        if not self.blended:
+            if hi > len(self.sources[0]):
+                raise ForensicsError(
+                    f"{self.sources[0].prefix}: sample {hi - 1} beyond the dataset"
+                )
+            return np.zeros(hi - lo, np.int16), np.arange(lo, hi, dtype=np.int64)
+        self._ensure_blend(hi)
+        assert self.dataset_index is not None and self.dataset_sample_index is not None
+        return (
+            np.asarray(self.dataset_index[lo:hi]),
+            np.asarray(self.dataset_sample_index[lo:hi]),
+        )
+
     def save_cache(self) -> None:
         for src in self.sources:
             src.save_cache()
