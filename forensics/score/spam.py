@@ -9,6 +9,7 @@ at once (polars group-bys and numpy on flat word arrays), never per document in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -299,11 +300,22 @@ def _rule_score(value: np.ndarray, rule: Rule) -> np.ndarray:
     return np.where(value >= rule.threshold, above, below)
 
 
-def spam_signals(texts: pl.Series, tok: Tokens) -> tuple[np.ndarray, list[str], dict]:
-    """Per-document spam score (max over rules) and reason; also the raw signal values."""
-    lines = _line_stats(texts)
+def line_stats(texts: pl.Series) -> pl.DataFrame:
+    """The line-level statistics `spam_signals` needs (independent of tokens: may run first)."""
+    return _line_stats(texts)
+
+
+def spam_signals(
+    texts: pl.Series, tok: Tokens, lines: Callable[[], pl.DataFrame] | None = None
+) -> tuple[np.ndarray, list[str], dict]:
+    """Per-document spam score (max over rules) and reason; also the raw signal values.
+
+    `lines`: returns `line_stats(texts)`, e.g. a future's result computed in another thread;
+    it is called only after the word statistics, so the two overlap.
+    """
     words = _word_stats(tok, texts)
     kw_share, keywords = _keyword_fragments(texts, tok, words)
+    lines = lines() if lines is not None else _line_stats(texts)
     line_chars = lines["line_chars"].to_numpy().astype(float)
     n_lines = lines["n_lines"].to_numpy().astype(float)
     values = {

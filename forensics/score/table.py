@@ -74,55 +74,67 @@ def score_texts(
 ) -> pl.DataFrame:
     """Score a Utf8 series; returns the four output columns, one row per text, order kept.
 
-    With more than one worker, the garbage scorer runs in a second thread while this one does the
-    spam signals: both spend most of their time in polars and numpy, which release the GIL, and
-    the Python-level legacy-codec checks then overlap with native work instead of idling a core.
+    With more than one worker, the garbage scorer, the line statistics and (for a table of one
+    batch) the skeleton index run in two more threads while this one does tokens and n-grams:
+    all spend most of their time in polars and numpy, which release the GIL, so the Python-level
+    legacy-codec checks overlap with native work.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from forensics.score.garbage import score_garbage
     from forensics.score.skeleton import find_clusters, skeleton_scores
-    from forensics.score.spam import spam_signals
-    from forensics.score.tokens import tokenize
+    from forensics.score.spam import line_stats, spam_signals
+    from forensics.score.tokens import Tokens, tokenize
 
     texts = texts.cast(pl.Utf8).rename("text")
     n = len(texts)
+    text_hash = texts.hash(5).to_numpy()
     garbage_parts: list[pl.DataFrame] = []
     spam_scores: list[np.ndarray] = []
     spam_reasons: list[str] = []
-    doc_parts, skel_parts, masked_parts, hash_parts = [], [], [], []
+    token_parts: list[Tokens] = []
     threads = workers if workers is not None else (os.cpu_count() or 1)
-    pool = ThreadPoolExecutor(max_workers=1) if threads > 1 else None
+    pool = ThreadPoolExecutor(max_workers=2) if threads > 1 else None
+    single = n <= BATCH_ROWS
+    pending_clusters = None
     for start in range(0, max(n, 1), BATCH_ROWS):
         batch = texts.slice(start, BATCH_ROWS)
-        pending = pool.submit(score_garbage, batch) if pool is not None else None
-        tok = tokenize(batch)
-        score, reasons, _ = spam_signals(batch, tok)
-        garbage_parts.append(pending.result() if pending is not None else score_garbage(batch))
+        if pool is not None:
+            # Balanced halves: garbage | line statistics, then (one batch) the skeleton index |
+            # here: tokens, n-grams and keywords.
+            pending_garbage = pool.submit(score_garbage, batch)
+            pending_lines = pool.submit(line_stats, batch)
+            tok = tokenize(batch)
+            if single:
+                pending_clusters = pool.submit(find_clusters, tok, text_hash)
+            score, reasons, _ = spam_signals(batch, tok, pending_lines.result)
+            garbage_parts.append(pending_garbage.result())
+        else:
+            tok = tokenize(batch)
+            score, reasons, _ = spam_signals(batch, tok)
+            garbage_parts.append(score_garbage(batch))
         spam_scores.append(score)
         spam_reasons.extend(reasons)
-        doc_parts.append(tok.doc + start)
-        skel_parts.append(tok.skel)
-        masked_parts.append(tok.masked)
-        hash_parts.append(tok.hash)
+        token_parts.append(tok)
         if on_batch is not None:
             on_batch(len(batch))
+    if pending_clusters is not None:
+        clusters = pending_clusters.result()
+    else:
+        # The skeleton index always sees the whole table, whatever the batching.
+        all_tok = Tokens(
+            doc=np.concatenate([t.doc + k * BATCH_ROWS for k, t in enumerate(token_parts)]),
+            hash=np.concatenate([t.hash for t in token_parts]),
+            skel=np.concatenate([t.skel for t in token_parts]),
+            length=np.empty(0, np.int64),
+            masked=np.concatenate([t.masked for t in token_parts]),
+            n_docs=n,
+        )
+        clusters = find_clusters(all_tok, text_hash)
     if pool is not None:
         pool.shutdown()
     garbage = pl.concat(garbage_parts) if garbage_parts else None
-
-    from forensics.score.tokens import Tokens
-
-    all_tok = Tokens(
-        doc=np.concatenate(doc_parts),
-        hash=np.concatenate(hash_parts),
-        skel=np.concatenate(skel_parts),
-        length=np.empty(0, np.int64),
-        masked=np.concatenate(masked_parts),
-        n_docs=n,
-    )
-    text_hash = texts.hash(5).to_numpy()
-    skel_score, skel_reason = skeleton_scores(find_clusters(all_tok, text_hash))
+    skel_score, skel_reason = skeleton_scores(clusters)
     per_doc = np.concatenate(spam_scores) if spam_scores else np.zeros(0)
     spam = np.maximum(per_doc, skel_score)
     # Both reasons when both fire: an engineer wants to see every way a page is spam.
