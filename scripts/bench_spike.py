@@ -93,7 +93,8 @@ def main() -> None:
     print(
         f"\nforensics spike: window {cold.window[0]}-{cold.window[1]} ({samples:,} samples, "
         f"{tokens / 1e6:.0f}M tokens) + baseline {cold.baseline[0]}-{cold.baseline[1]}; "
-        f"{docs:,} window+baseline document rows; {os.cpu_count()} CPUs"
+        f"{docs:,} window+baseline document rows; {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f}"
     )
     print(f"{'stage':<10} {'cold s':>8} {'warm s':>8}  warm from cache")
     for stage in cold.timings:

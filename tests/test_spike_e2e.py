@@ -282,3 +282,32 @@ def test_runbook_form_finds_the_config_and_writes_spike_dir(run: dict, tmp_path:
         cmd[:5] + ["0"] + cmd[6:], cwd=tmp_path, capture_output=True, text=True, env=env
     )
     assert bad.returncode == 2 and "1-indexed" in bad.stderr
+
+
+def test_clean_window_blames_nothing_and_skips_nothing(run: dict) -> None:
+    """Before the switch no dirty data is in the blend: no culprit, empty ranges, the report
+    says so, and the flag strings are empty (nothing to paste)."""
+    cfg = run["root"] / "run" / "forensics.yaml"
+    res = run_spike(
+        cfg,
+        run["root"] / "clean",
+        SpikeOptions(step=500, window=WINDOW, embed_cap=EMBED_CAP, progress=False),
+    )
+    assert res.report.culprit is None
+    assert res.skip["iterations"] == [] and res.skip["documents"] == {}
+    assert res.skip["megatron_lm"] == "" and res.skip["megatron_deepspeed"]["flag"] == ""
+    assert res.skip["collateral"]["samples_skipped"] == 0
+    assert "nothing to skip" in (run["root"] / "clean" / "megatron_args.txt").read_text()
+    with pytest.raises(ForensicsError, match="no such cluster"):
+        run_spike(
+            cfg,
+            run["root"] / "clean",
+            SpikeOptions(
+                step=500,
+                window=WINDOW,
+                embed_cap=EMBED_CAP,
+                culprits=("s999",),
+                force=True,
+                progress=False,
+            ),
+        )
