@@ -39,7 +39,9 @@ def main() -> None:
         from rich.console import Console
         from rich.markup import escape
 
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}")
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[bold red]error:[/] {escape(str(err))}"
+        )
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
