@@ -474,8 +474,9 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
 
     # 5. rollback, skip ranges, forward exposure
     onset = onset_iteration(win_replay, culprit) if culprit.height else None
-    top = ranked.filter(pl.col("verdict") == "culprit").head(1)
-    new = bool(top.height and top["new_in_window"][0])
+    # The onset matters for the rollback only when the blamed data is new in the window (a
+    # mixture switch); data that was always there has no onset to roll back before.
+    new = bool(ranked.filter(pl.col("id").is_in(blamed))["new_in_window"].any())
     rollback = recommend_rollback(
         opts.step, config.available_checkpoints(), onset=onset if new else None
     )
