@@ -37,6 +37,9 @@ MIN_SHINGLES = 30  # shorter documents have no meaningful skeleton
 MIN_JACCARD = 0.5
 # Skeleton Jaccard minus raw-word Jaccard of a pair: how much the slots vary between the pages.
 MIN_VARIATION = 0.1
+# Pages whose raw words are this similar are copies (mirrors, a counter or date changed), which
+# is a deduplication matter; a template's slots change a larger share of its words.
+MAX_RAW_JACCARD = 0.8
 MIN_CLUSTER = 10  # distinct documents sharing one skeleton before it is called a template
 FULL_CLUSTER = 50  # cluster size at which the score saturates
 _EMPTY = np.iinfo(np.uint64).max
@@ -138,13 +141,14 @@ def find_clusters(tok: Tokens, text_hash: np.ndarray) -> SkeletonClusters:
     sim = _jaccard(sub, pairs[:, 0], pairs[:, 1])
     pairs, sim = pairs[sim >= MIN_JACCARD], sim[sim >= MIN_JACCARD]
     if len(pairs) and tok.hash.size:
-        # Slot-filled variation: the raw words must differ clearly more than the skeletons do.
-        # Copies of one licence or README share raw text as much as skeleton: not a template.
+        # Slot-filled variation: the raw words must differ clearly more than the skeletons do,
+        # and differ at all. Copies of one licence or README share raw text as much as
+        # skeleton: not a template.
         involved = np.zeros(n, dtype=bool)
         involved[docs[np.unique(pairs)]] = True
         raw, _ = signatures(tok, tok.hash, only=involved)
         raw_sim = _jaccard(raw[docs], pairs[:, 0], pairs[:, 1])
-        pairs = pairs[sim - raw_sim >= MIN_VARIATION]
+        pairs = pairs[(sim - raw_sim >= MIN_VARIATION) & (raw_sim <= MAX_RAW_JACCARD)]
     graph = coo_matrix(
         (np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(docs), len(docs))
     )
