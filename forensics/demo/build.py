@@ -130,8 +130,10 @@ def _documents(spec: DemoSpec) -> dict[str, list[_Doc]]:
     for i, crawl in enumerate(crawls):
         target = "web" if i < spec.crawls_v1 else "web_v2"
         dirty = i == len(crawls) - 1
+        # a crawl batch visits a few sites, several pages each (as crawls do)
+        hosts = [site_name(rng) for _ in range(max(3, spec.docs_per_crawl // 6))]
         for j in range(spec.docs_per_crawl):
-            host = site_name(rng)
+            host = rng.choice(hosts)
             body = next(web_texts).text
             if dirty:
                 text, what = dirty_page(spec.dirty_kind, j, body, rng)
