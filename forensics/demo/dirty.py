@@ -99,8 +99,27 @@ _SKELETON = [
 ]
 
 
+_SPIN = {  # spintax: each farm page picks one phrasing per slot, as article spinners do
+    "best": ["best", "top", "leading", "number one", "most trusted", "finest"],
+    "cheap": ["cheap", "affordable", "discount", "low cost", "budget", "bargain"],
+    "buy": ["buy", "order", "shop for", "get", "purchase"],
+    "today": ["today", "now", "this week", "online", "right away"],
+}
+_FILLER = [
+    "Our {best} {p} team in {c} is ready to help you find {cheap} {p}.",
+    "Thousands of people in {c} {buy} {p} from us every month.",
+    "Compare {cheap} {p} prices from {n} stores near {c} and save.",
+    "We ship {p} to every zip code in {c} {today}, free of charge.",
+    "Read {n} verified {p} reviews from customers in {c}.",
+    "{best} {p} brands in {c}: compare, {buy} and save up to {d}%.",
+    "Looking for {cheap} {p} near {c}? {buy} {today} and get {d}% off.",
+]
+
+
 def spam_page(rng: random.Random) -> str:
-    """One page of a template farm: the skeleton with this page's slot values."""
+    """One page of a template farm: the skeleton with this page's slot values, spun phrasing,
+    filler sentences and a slot-filled list of related searches (pages share the skeleton, not
+    most of their words)."""
     slots = {
         "p": rng.choice(_PRODUCTS),
         "c": rng.choice(_CITIES),
@@ -111,7 +130,15 @@ def spam_page(rng: random.Random) -> str:
         "m": f"{rng.randint(0, 9999):04d}",
         "k": rng.choice([5, 7, 10, 15, 20]),
     }
+    spun = {key: rng.choice(options) for key, options in _SPIN.items()}
     paras = [line.format(**slots) for line in _SKELETON]
+    filler = " ".join(rng.choice(_FILLER).format(**slots, **spun) for _ in range(rng.randint(3, 6)))
+    related = ", ".join(
+        f"{rng.choice(_SPIN['cheap'])} {rng.choice(_PRODUCTS)} {rng.choice(_CITIES)}"
+        for _ in range(rng.randint(4, 8))
+    )
+    paras.insert(2, filler)
+    paras.insert(-1, f"People also search for: {related}.")
     repeat = rng.randint(0, 2)  # farms pad pages with the same block
     return "\n\n".join(paras + paras[1:3] * repeat)
 
