@@ -414,7 +414,7 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
     from forensics.score import score_table
 
     with stages.stage("score", f"{docs.height:,} documents"):
-        score_file = cache / f"scores-{key}-{_module_version('forensics.score')}.parquet"
+        score_file = cache / f"scores-{key}-{module_version('forensics.score')}.parquet"
         scored = cached_table(
             score_file,
             lambda: score_table(docs, "text", progress=opts.progress),
@@ -600,8 +600,9 @@ def _exposure(
     )
 
 
-def _module_version(package: str) -> str:
-    """A hash of a package's source files: cached scores are redone when the scorer changes."""
+def module_version(package: str) -> str:
+    """A hash of a package's source files: cached scores are redone when the scorer changes,
+    a benchmark run is rebuilt when its builder changes."""
     import importlib.util
 
     spec = importlib.util.find_spec(package)

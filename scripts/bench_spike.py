@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from forensics.demo.build import DemoSpec, build_run  # noqa: E402
-from forensics.spike import SpikeOptions, run_spike  # noqa: E402
+from forensics.spike import SpikeOptions, module_version, run_spike  # noqa: E402
 
 SPEC = DemoSpec(
     name="bench",
@@ -50,13 +50,14 @@ WINDOW = 300
 
 
 def ensure_run(work: Path) -> Path:
-    """Build the benchmark run once (rebuilt when the spec changes)."""
+    """Build the benchmark run once (rebuilt when the spec or the builder's code changes)."""
     run = work / "run"
     truth = run / "truth.json"
-    if truth.is_file() and json.loads(truth.read_text())["spec"] == json.loads(
-        json.dumps(asdict(SPEC))
-    ):
-        return run
+    if truth.is_file():
+        built = json.loads(truth.read_text())
+        same_spec = built["spec"] == json.loads(json.dumps(asdict(SPEC)))
+        if same_spec and built.get("builder") == module_version("forensics.demo"):
+            return run
     if run.exists():
         shutil.rmtree(run)
     t0 = time.perf_counter()

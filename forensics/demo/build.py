@@ -288,6 +288,7 @@ def build_run(out: Path, spec: DemoSpec | None = None, *, progress: bool = True)
 
     from forensics.atomic import write_json_atomic, write_text_atomic
     from forensics.errors import ForensicsError
+    from forensics.spike import module_version
 
     spec = spec or DemoSpec()
     out = Path(out)
@@ -340,6 +341,7 @@ def build_run(out: Path, spec: DemoSpec | None = None, *, progress: bool = True)
         "switch_iteration": spec.switch_iteration,
         "spike_iteration": spec.spike_iteration,
         "note": "the loss curve in logs/train.log is simulated; data, tokens and order are real",
+        "builder": module_version("forensics.demo"),
     }
     write_json_atomic(out / "truth.json", truth)
     return truth
