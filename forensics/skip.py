@@ -9,13 +9,15 @@ Two trainers, two semantics (../shared/notes/megatron.md, "Skipping on restart")
   drops it and still advances the iteration counter and consumed samples, so the numbers stay
   absolute. No range syntax: the list is expanded.
 - Megatron-DeepSpeed `--skip-train-iteration-range a-b ...`: the argument parser sorts the ranges
-  and merges overlapping or adjacent ones; in training, when the *next* iteration number equals
-  the front range's start, it drains that many batches from the data iterator WITHOUT advancing
-  the iteration counter (or consumed samples), then pops the range. After the first range the
-  counter therefore lags the data by the number of batches drained so far, and every later range
-  must be written shifted down by that count. Shifted ranges that touch their predecessor would be
-  merged by the parser, so the canonical ranges are first made representable
-  (`deepspeed_representable`): a gap not longer than the previous range is skipped too.
+  and merges them (the shared notes: "merged and sorted"; we assume overlapping *and adjacent*
+  ranges merge, the stricter reading); in training, when the *next* iteration number falls in
+  the front range, it drains batches up to the range's end from the data iterator WITHOUT
+  advancing the iteration counter (or consumed samples), then pops the range. After the first
+  range the counter therefore lags the data by the number of batches drained so far, and every
+  later range must be written shifted down by that count. Shifted ranges that touch their
+  predecessor would be merged by the parser, so the canonical ranges are first made
+  representable (`deepspeed_representable`): a gap not longer than the previous range is
+  skipped too.
 
 Both flag strings are parsed back (`parse_megatron_lm`, `parse_megatron_deepspeed`, the latter by
 simulating the loop above) to the set of absolute batches they drop; the tests hold them equal.
