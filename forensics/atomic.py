@@ -46,7 +46,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, *, overwrite: boo
     return Path(path)
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *, overwrite: bool = True) -> Path:
+def write_bytes_atomic(
+    path: str | os.PathLike[str], data: bytes, *, overwrite: bool = True
+) -> Path:
     with atomic_path(path, overwrite=overwrite) as tmp:
         tmp.write_bytes(data)
     return Path(path)
@@ -58,7 +60,9 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, overwrite: bool
     )
 
 
-def write_parquet_atomic(table: Any, path: str | os.PathLike[str], *, overwrite: bool = True) -> Path:
+def write_parquet_atomic(
+    table: Any, path: str | os.PathLike[str], *, overwrite: bool = True
+) -> Path:
     """Write a polars DataFrame or a pyarrow Table to Parquet atomically."""
     import pyarrow as pa
     import pyarrow.parquet as pq
