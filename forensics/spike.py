@@ -533,7 +533,7 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
         "megatron_deepspeed": {
             "flag": megatron_deepspeed_flag(ranges),
             "resume_from": rollback.iteration,
-            "caveat": DEEPSPEED_CAVEAT,
+            "caveat": deepspeed_caveat(config, ranges),
         },
         "collateral": coll | {"iterations_joined_for_deepspeed": joined},
         "ahead": ahead_info | {"skip_ahead": opts.skip_ahead, "advice": ahead_advice(ahead_info)},
@@ -629,6 +629,21 @@ def _loss_curve(config: RunConfig, notes: list[str]) -> pl.DataFrame | None:
     except ImportError:
         notes.append("training log not overlaid: the log reader is not installed")
     return None
+
+
+def deepspeed_caveat(config: RunConfig, ranges: list[tuple[int, int]]) -> str:
+    """The Megatron-DeepSpeed caveat, plus the batch-size ramp warning when it applies: during
+    a ramp DeepSpeed sizes each drained batch by the consumed-samples count it did not advance,
+    so the drained batches are not the original run's."""
+    ramp = config.training.rampup_batch_size
+    if ramp is None or not ranges:
+        return DEEPSPEED_CAVEAT
+    return (
+        DEEPSPEED_CAVEAT
+        + f" This run ramps its batch size (--rampup-batch-size {ramp[0]} {ramp[1]} {ramp[2]}):"
+        " inside the ramp the batches DeepSpeed drains are sized by the un-advanced consumed"
+        " samples and differ from the original run's; prefer the Megatron-LM list there."
+    )
 
 
 def report_skip(skip: dict[str, Any]) -> dict[str, Any]:
