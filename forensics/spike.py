@@ -560,6 +560,7 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
             loss=loss,
             skip=report_skip(skip),
             rollback_note=rollback.note,
+            notes=notes,
         )
         write_report(report, out)
         write_json_atomic(out / SKIP_FILE, skip, overwrite=opts.force)

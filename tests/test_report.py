@@ -18,6 +18,11 @@ from forensics.errors import ForensicsError
 from forensics.report import build_report, print_summary, write_report
 
 SCRIPT = "<script>alert(1)</script>"
+NOTES = [
+    "the window crosses the start of a data stage at iteration 81001",
+    "baseline 77935-78234: ending 2700 iterations before the window",
+    f"training log not overlaid: /runs/{SCRIPT}\x1b[2J.log: unreadable",
+]
 
 
 class HashEmbedder:
@@ -47,6 +52,7 @@ def make_report(dirty_share: float = 0.1, skip: bool = True, seed: int = 21):
         replay=run.replay, assignments=assignments,
         embedding_note=describe_sample(assignments, 400), loss=loss,
         rollback_note="the last checkpoint before the culprit's first iteration",
+        notes=NOTES,
     )  # fmt: skip
     if skip:
         report.skip = {
@@ -128,6 +134,30 @@ def test_html_is_self_contained_with_its_plots(written):
     positions = [md.index(label) for label in labels]
     assert positions == sorted(positions)
     assert "--skip-train-iteration-range 81001-81234" in md
+
+
+def test_pipeline_notes_are_on_the_first_screen_of_every_format(written):
+    """The notes (stage crossing, how the baseline was chosen) sit under the summary, escaped."""
+    _, report, out, _ = written
+    data = json.loads((out / "report.json").read_text())
+    assert data["notes"][:2] == NOTES[:2]
+    assert SCRIPT in data["notes"][2]  # JSON keeps the text; it is not markup there
+    md = (out / "report.md").read_text()
+    fence_end = md.index("~~~\n", md.index("~~~text") + 1)
+    crossing = md.index("data stage at iteration 81001")
+    assert fence_end < crossing < md.index("## Clusters")
+    assert "baseline 77935-78234: ending 2700 iterations" in md
+    assert SCRIPT not in md and "\x1b" not in md
+    page = (out / "report.html").read_text()
+    summary_end = page.index("</pre>")
+    assert summary_end < page.index("data stage at iteration 81001") < page.index("<h2>Plots")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "\x1b" not in page
+    buf = io.StringIO()
+    print_summary(report, Console(file=buf, width=160, force_terminal=True, color_system=None))
+    text = buf.getvalue()
+    assert "note" in text and "data stage at iteration 81001" in text
+    assert "\x1b[2J" not in text
+    assert text.index("PASTE") < text.index("data stage at iteration") < text.index("Top clusters")
 
 
 def test_clean_window_says_so_plainly(tmp_path):

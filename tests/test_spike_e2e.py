@@ -140,6 +140,22 @@ def test_forward_exposure_is_reported(run: dict) -> None:
     assert ahead["advice"]
 
 
+def test_pipeline_notes_reach_the_report(run: dict) -> None:
+    """The stage crossing and the baseline choice are in report.json/.md/.html, not only in the
+    terminal and skip.json."""
+    notes = run["result"].skip["notes"]
+    crossing = f"the window crosses the start of a data stage at iteration {SPEC.switch_iteration}"
+    assert crossing in notes
+    assert any(n.startswith(f"baseline {run['result'].baseline[0]}-") for n in notes)
+    assert json.loads((run["out"] / "report.json").read_text())["notes"] == notes
+    for name in ("report.md", "report.html"):
+        assert crossing in (run["out"] / name).read_text()
+        assert (
+            f"baseline {run['result'].baseline[0]}-{run['result'].baseline[1]}"
+            in (run["out"] / name).read_text()
+        )
+
+
 def test_check_skip_accepts_its_run_and_refuses_a_changed_config(run: dict) -> None:
     from forensics.commands.check_skip import check_skip
 

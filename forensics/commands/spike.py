@@ -107,7 +107,5 @@ def spike_command(
         from rich.console import Console
         from rich.markup import escape
 
-        console = Console(highlight=False)
-        for note in result.notes:
-            console.print(f"[dim]note:[/] {escape(note)}")
+        console = Console(highlight=False)  # the notes were printed under the summary
         console.print(f"report, skip.json and megatron_args.txt in {escape(str(result.out))}/")

@@ -47,6 +47,9 @@ class SpikeReport:
     embedding_note: dict[str, Any] | None = None  # cluster.describe_sample(...)
     skip: dict[str, Any] | None = None  # filled by the spike pipeline (iterations, flags, ...)
     culprit_first_iteration: int | None = None  # first window iteration holding its documents
+    # what the pipeline noticed on the way (stage crossings, how the baseline was chosen, a log
+    # it could not read): shown under the summary, since it changes how the verdict reads
+    notes: list[str] = field(default_factory=list)
     rules: dict[str, str] = field(default_factory=rule_text)
 
     @property
@@ -155,6 +158,7 @@ def build_report(
     loss: pl.DataFrame | None = None,
     skip: dict[str, Any] | None = None,
     rollback_note: str = "",
+    notes: list[str] | None = None,
 ) -> SpikeReport:
     """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call)."""
     examples = pick_examples(ranked, window_docs)
@@ -196,6 +200,7 @@ def build_report(
         embedding_note=embedding_note,
         skip=skip,
         culprit_first_iteration=first_seen,
+        notes=list(notes or []),
     )
 
 

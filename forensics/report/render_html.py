@@ -39,6 +39,7 @@ tr.culprit td{background:#fde8e8} tr.suspect td{background:#fff4e0}
 padding:6px;border:1px solid #eee;margin:4px 0 10px;white-space:pre-wrap;word-break:break-all}
 img{max-width:100%;border:1px solid #eee;margin:6px 0}
 .muted{color:#666;font-size:12px}
+ul.notes{font-size:13px;color:#444;margin:6px 0 0;padding-left:20px}
 """
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 PLOT_TITLES = {
@@ -62,6 +63,14 @@ def _summary(report: SpikeReport) -> str:
             lines.append(" " * 11 + safe if lines else safe)
     cls = "summary" if report.culprit is not None else "summary none"
     return f'<pre class="{cls}">' + "\n".join(lines) + "</pre>"
+
+
+def _notes(report: SpikeReport) -> str:
+    """The pipeline's notes, right under the summary (they change how the verdict reads)."""
+    if not report.notes:
+        return ""
+    items = "".join(f"<li>{html_safe(note, 600)}</li>" for note in report.notes)
+    return f'<ul class="notes">{items}</ul>'
 
 
 def _table(report: SpikeReport) -> str:
@@ -175,7 +184,7 @@ def render_html(report: SpikeReport, plots: dict[str, bytes]) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>Spike report: iteration {report.step}</title><style>{CSS}</style></head><body>"
-        f"<h1>Spike report: iteration {report.step}</h1>{_summary(report)}"
+        f"<h1>Spike report: iteration {report.step}</h1>{_summary(report)}{_notes(report)}"
         f"<h2>Plots</h2>{figures or '<p>No plots (no data for them).</p>'}"
         f"<h2>Clusters</h2>{_table(report)}{note}"
         f"<h2>Examples</h2>{_examples(report)}"

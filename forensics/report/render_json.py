@@ -2,6 +2,7 @@
 
 Keys: step, window [first, last], baseline [first, last], rollback_iteration, rollback_note,
 culprit (id of the headline culprit or null), summary (the first screen as [label, text]),
+notes (the pipeline's remarks: stage crossings, how the baseline was chosen, ...),
 rules (verdict rule, suspicion formula), embedding_sample, skip, culprit_share (per iteration),
 and clusters sorted by suspicion, each with id, kind, facet, key, docs, baseline_docs,
 window_share, baseline_share, enrichment, p_value, new_in_window, flagged_rate, garbage_rate,
@@ -61,6 +62,7 @@ def report_dict(report: SpikeReport) -> dict[str, Any]:
             "culprit": None if top is None else top["id"],
             "culprit_first_iteration": report.culprit_first_iteration,
             "summary": [list(line) for line in summary_lines(report)],
+            "notes": list(report.notes),
             "rules": report.rules,
             "embedding_sample": report.embedding_note,
             "skip": report.skip,

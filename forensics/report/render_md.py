@@ -37,6 +37,13 @@ def summary_block(report: SpikeReport) -> str:
     return "~~~text\n" + "\n".join(lines) + "\n~~~\n"
 
 
+def notes_block(report: SpikeReport) -> str:
+    """The pipeline's notes as a list under the summary (empty string when there are none)."""
+    if not report.notes:
+        return ""
+    return "\n".join(f"- note: {md_safe(note, 600)}" for note in report.notes) + "\n"
+
+
 def cluster_rows(
     report: SpikeReport, limit: int = TABLE_ROWS, explained: bool = True
 ) -> list[dict]:
@@ -104,6 +111,8 @@ def _examples(report: SpikeReport) -> str:
 def render_markdown(report: SpikeReport, plot_files: dict[str, str] | None = None) -> str:
     """The whole report.md; `plot_files` maps plot name -> file name beside report.md."""
     parts = [f"# Spike report: iteration {report.step}\n", summary_block(report)]
+    if report.notes:
+        parts.append(notes_block(report))
     parts += ["## Clusters\n", _table(report)]
     if report.embedding_note:
         parts.append(f"Embedding sample: {md_safe(report.embedding_note.get('text', ''), 600)}.\n")

@@ -39,6 +39,8 @@ def print_summary(report: SpikeReport, console: Console | None = None) -> None:
                 f"{terminal_safe(ex['excerpt'], EXAMPLE_CHARS)}",
                 highlight=False,
             )
+    for note in report.notes:
+        console.print(f"[dim]{'note':<10}[/] " + terminal_safe(note, 600), highlight=False)
     table = Table(title="Top clusters (by suspicion)", show_lines=False)
     for col in ("id", "verdict", "cluster", "docs", "window", "baseline", "p", "flagged",
                 "suspicion"):  # fmt: skip
