@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.base import REPLAY_KEY_COLUMNS
 from dataloaders.hf import cache, order, packing, rows
 from dataloaders.hf.shards import (
     infer_format,
@@ -320,15 +321,7 @@ class HFReplayer:
         if text and segments is not None:
             table = table.with_columns(pl.Series("text", self._segment_texts(table)))
         columns = [
-            "iteration",
-            "position",
-            "sample_index",
-            "stage",
-            "dataset",
-            "dataset_sample",
-            "doc_id",
-            "token_start",
-            "token_end",
+            *REPLAY_KEY_COLUMNS,
             *self.facets,
             *(["text"] if text else []),
             "exact",
