@@ -347,8 +347,20 @@ def source_documents(config: RunConfig, ranked: pl.DataFrame, ids: list[str]) ->
 # -- the pipeline -------------------------------------------------------------------------------
 
 
-def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResult:
-    """The whole command. Raises ForensicsError for bad input before writing anything."""
+def _config_and_origin(config: Path | str | RunConfig) -> tuple[RunConfig, str]:
+    """The run config and a few words saying where it came from (for the marker and messages):
+    a YAML path is loaded; a RunConfig (e.g. from --megatron-args) is taken as is."""
+    if isinstance(config, RunConfig):
+        origin = str(config.source) if config.source is not None else "--megatron-args"
+        return config, origin
+    return load_config(config), str(Path(config).resolve())
+
+
+def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -> SpikeResult:
+    """The whole command. Raises ForensicsError for bad input before writing anything.
+
+    `config`: a YAML config path, or a RunConfig built elsewhere (the training job's Megatron
+    arguments, `forensics.megatron_args.resolve_run_config`)."""
     from forensics.replay import check_window, open_replayer
 
     opts = options
@@ -357,7 +369,7 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
     if not 0.0 <= opts.ahead_share <= 1.0:
         raise ForensicsError(f"--ahead-share {opts.ahead_share}: must be in [0, 1]")
     check_threshold(opts.threshold)
-    config = load_config(config_path)
+    config, origin = _config_and_origin(config)
     config_hash = config.config_hash()
     out = Path(out)
     check_output_dir(out, config_hash, opts.step, opts.force)
@@ -365,7 +377,7 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
     hits: dict[str, bool] = {}
     notes: list[str] = []
 
-    with stages.stage("open", f"config {config_path}", spinner=True):
+    with stages.stage("open", f"config {origin}", spinner=True):
         replayer = open_replayer(config)
         window = check_window(replayer, opts.step, opts.window)
         starts = stage_starts(config)
@@ -378,7 +390,7 @@ def run_spike(config_path: Path, out: Path, options: SpikeOptions) -> SpikeResul
     cache.mkdir(parents=True, exist_ok=True)
     write_json_atomic(
         cache / MARKER,
-        {"config_hash": config_hash, "step": opts.step, "config": str(Path(config_path).resolve())},
+        {"config_hash": config_hash, "step": opts.step, "config": origin},
     )
     key = cache_key(config=config_hash, data=fingerprint, window=window, baseline=baseline)
 

@@ -327,3 +327,87 @@ def test_clean_window_blames_nothing_and_skips_nothing(run: dict) -> None:
                 progress=False,
             ),
         )
+
+
+def _one_blend_run(run: dict, tmp_path: Path) -> tuple[Path, Path]:
+    """The generated data as a one-blend Megatron job, described twice: as the training job's
+    arguments (in a file, as a launch script would hold them) and as a YAML config."""
+    import yaml
+
+    data = run["root"] / "run" / "data"
+    weights = SPEC.blend_after
+    for name in weights:  # Megatron-style manifest names, found beside each prefix
+        (data / f"{name}_text_document.manifest.parquet").write_bytes(
+            (data / f"{name}.manifest.parquet").read_bytes()
+        )
+    paths = " ".join(f"{w} {data / name}_text_document" for name, w in weights.items())
+    args = tmp_path / "train_args.txt"
+    args.write_text(
+        f"--num-layers 2 --lr 3e-4 --bf16 \\\n--data-path {paths} \\\n"
+        f"--split {SPEC.split} --seed {SPEC.seed} --seq-length {SPEC.seq_length} "
+        f"--global-batch-size {SPEC.global_batch_size} --train-iters {SPEC.train_iters} "
+        f"--tokenizer-model {run['root'] / 'run' / 'tokenizer.json'} "
+        f"--save {run['root'] / 'run' / 'checkpoints'}\n"
+    )
+    blend = [
+        {
+            "name": f"{name}_text_document",
+            "prefix": str(data / f"{name}_text_document"),
+            "weight": w,
+            "manifest": str(data / f"{name}_text_document.manifest.parquet"),
+        }
+        for name, w in weights.items()
+    ]
+    config = tmp_path / "one-blend.yaml"
+    raw = {
+        "data": {"format": "megatron", "seed": SPEC.seed, "seq_length": SPEC.seq_length,
+                 "split": SPEC.split, "blend": blend},
+        "training": {"global_batch_size": SPEC.global_batch_size, "train_iters": SPEC.train_iters},
+        "tokenizer": str(run["root"] / "run" / "tokenizer.json"),
+        "checkpoint_dir": str(run["root"] / "run" / "checkpoints"),
+    }  # fmt: skip
+    config.write_text(yaml.safe_dump(raw))
+    return args, config
+
+
+def test_megatron_args_give_the_same_spike_as_the_config(run: dict, tmp_path: Path) -> None:
+    """`forensics spike --megatron-args @FILE` runs on the job's own arguments: the same skip
+    list as the equivalent YAML config, accepted by check-skip either way; --config and
+    --megatron-args together are refused."""
+    args, config = _one_blend_run(run, tmp_path)
+    options = SpikeOptions(step=SPEC.spike_iteration, window=60, embed_cap=0, progress=False)
+    first = run_spike(config, tmp_path / "by-config", options)
+    # One blend from iteration 1: the dirty batch is in the baseline too, so name it as the
+    # culprit (as an engineer would from report.json) to make both routes skip something.
+    clusters = first.report.clusters.filter(pl.col("key") == run["truth"]["dirty_crawl_batch"])
+    dirty_id = clusters["id"][0]
+    by_config = run_spike(
+        config, tmp_path / "by-config", replace(options, culprits=(dirty_id,), force=True)
+    ).skip
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env.pop("FORENSICS_CONFIG", None)
+    cli = [sys.executable, "-m", "forensics.cli"]
+    common = ["--step", str(SPEC.spike_iteration), "--window", "60", "--embed-cap", "0"]
+    proc = subprocess.run(
+        [*cli, "spike", "--megatron-args", f"@{args}", *common, "--culprit", dirty_id, "--quiet",
+         "--out", "by-args"],
+        cwd=tmp_path, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    by_args = json.loads((tmp_path / "by-args" / "skip.json").read_text())
+    assert by_args["culprit_clusters"] == [dirty_id] and by_args["iterations"]
+    assert set(by_args["documents"]["web_v2_text_document"]) == set(run["truth"]["dirty_doc_ids"])
+    for key in ("iterations", "samples", "documents", "rollback", "fingerprint"):
+        assert by_args[key] == by_config[key], key
+    for how in (["--megatron-args", f"@{args}"], ["--config", str(config)]):
+        ok = subprocess.run(
+            [*cli, "check-skip", str(tmp_path / "by-args" / "skip.json"), *how],
+            cwd=tmp_path, capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        assert ok.returncode == 0, ok.stderr
+    both = subprocess.run(
+        [*cli, "spike", "--megatron-args", f"@{args}", "--config", str(config), *common],
+        cwd=tmp_path, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert both.returncode == 2 and "not both" in both.stderr
+    assert not (tmp_path / f"spike-{SPEC.spike_iteration}").exists()

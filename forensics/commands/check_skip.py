@@ -10,11 +10,14 @@ listed sample ranges.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from forensics.errors import ForensicsError
+
+if TYPE_CHECKING:
+    from forensics.config import RunConfig
 
 REQUIRED = ("iterations", "samples", "megatron_lm", "megatron_deepspeed", "fingerprint")
 
@@ -39,11 +42,12 @@ def read_skip_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def check_skip(path: Path, config_path: Path) -> dict[str, Any]:
-    """Raise ForensicsError unless `path` fits the run of `config_path`; returns the skip dict."""
+def check_skip(path: Path, config: Path | RunConfig) -> dict[str, Any]:
+    """Raise ForensicsError unless `path` fits the run of `config` (a YAML path, or a RunConfig
+    such as one from --megatron-args); returns the skip dict."""
     import json
 
-    from forensics.config import load_config
+    from forensics.config import RunConfig, load_config
     from forensics.replay import open_replayer
     from forensics.skip import (
         expand,
@@ -54,14 +58,17 @@ def check_skip(path: Path, config_path: Path) -> dict[str, Any]:
     )
 
     skip = read_skip_file(path)
-    config = load_config(config_path)
-    replayer = open_replayer(config)
+    if isinstance(config, RunConfig):
+        run, label = config, describe_config(config)
+    else:
+        run, label = load_config(config), str(config)
+    replayer = open_replayer(run)
     now = json.loads(json.dumps(replayer.fingerprint(), default=str))
     diffs = fingerprint_differences(skip["fingerprint"], now)
     if diffs:
         more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
         raise ForensicsError(
-            f"{path}: made for another run than {config_path}: {'; '.join(diffs[:3])}{more}"
+            f"{path}: made for another run than {label}: {'; '.join(diffs[:3])}{more}"
         )
     ranges = [tuple(r) for r in skip["iterations"]]
     want = set(expand(ranges))
@@ -88,11 +95,24 @@ def check_skip(path: Path, config_path: Path) -> dict[str, Any]:
     return skip
 
 
+def describe_config(config: RunConfig) -> str:
+    """Where a config came from, for messages: its file, or the Megatron arguments."""
+    return str(config.source) if config.source is not None else "the given --megatron-args"
+
+
 def check_skip_command(
     skip_file: Annotated[Path, typer.Argument(help="skip.json written by forensics spike.")],
     config: Annotated[
         Path | None,
         typer.Option("--config", help="Run config. Default: $FORENSICS_CONFIG, ./forensics.yaml."),
+    ] = None,
+    megatron_args: Annotated[
+        str | None,
+        typer.Option(
+            "--megatron-args",
+            help="The training job's Megatron arguments instead of a config (the string, or "
+            "@FILE); use what forensics spike was given.",
+        ),
     ] = None,
 ) -> None:
     """Refuse a skip file made for another run (config, blend or data files changed); check
@@ -100,15 +120,16 @@ def check_skip_command(
     from rich.console import Console
     from rich.markup import escape
 
-    from forensics.config import find_config
+    from forensics.megatron_args import resolve_run_config
     from forensics.skip import expand
 
-    config_path = find_config(config)
-    skip = check_skip(skip_file, config_path)
+    run = resolve_run_config(config, megatron_args)
+    skip = check_skip(skip_file, run)
     n = len(expand([tuple(r) for r in skip["iterations"]]))
     rb = skip.get("rollback", {}).get("iteration")
+    where = escape(describe_config(run))
     Console(highlight=False).print(
-        f"[green]ok[/]: {escape(str(skip_file))} fits {escape(str(config_path))}: {n} iterations "
+        f"[green]ok[/]: {escape(str(skip_file))} fits {where}: {n} iterations "
         f"in {len(skip['iterations'])} range(s)"
         + (f", for a restart from checkpoint iteration {rb}" if rb is not None else "")
     )

@@ -21,6 +21,14 @@ def spike_command(
             help="Run config (YAML). Default: $FORENSICS_CONFIG, else ./forensics.yaml.",
         ),
     ] = None,
+    megatron_args: Annotated[
+        str | None,
+        typer.Option(
+            "--megatron-args",
+            help="The training job's Megatron arguments instead of a config "
+            "('--data-path 0.7 web 0.3 code --seq-length 4096 ...', or @FILE).",
+        ),
+    ] = None,
     window: Annotated[
         int, typer.Option("--window", help="Iterations replayed before the spike, inclusive.")
     ] = 300,
@@ -84,10 +92,10 @@ def spike_command(
 ) -> None:
     """Replay the iterations before a loss spike, find the data to blame, and write the report,
     the rollback point and the skip list (skip.json, megatron_args.txt)."""
-    from forensics.config import find_config
+    from forensics.megatron_args import resolve_run_config
     from forensics.spike import SpikeOptions, run_spike
 
-    config_path = find_config(config)
+    run = resolve_run_config(config, megatron_args)
     options = SpikeOptions(
         step=step,
         window=window,
@@ -102,7 +110,7 @@ def spike_command(
         force=force,
         progress=not quiet,
     )
-    result = run_spike(config_path, out or Path.cwd() / f"spike-{step}", options)
+    result = run_spike(run, out or Path.cwd() / f"spike-{step}", options)
     if not quiet:
         from rich.console import Console
         from rich.markup import escape
