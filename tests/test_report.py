@@ -160,6 +160,36 @@ def test_pipeline_notes_are_on_the_first_screen_of_every_format(written):
     assert text.index("PASTE") < text.index("data stage at iteration") < text.index("Top clusters")
 
 
+def test_embedding_plot_shows_the_culprits_documents_as_such(written):
+    """Points are the culprit's when their document is in a culprit cluster (here the dirty
+    crawl batch, a source), even where their embedding cluster is clean or explained by it; the
+    legend names the culprit plainly."""
+    from forensics.report.plots import embedding_figure
+
+    run, report, _, _ = written
+    top = report.culprit
+    xy = report.embedding_xy.join(
+        run.window.select("dataset", "doc_id", "crawl_batch"), on=["dataset", "doc_id"], how="left"
+    )
+    window = xy.filter(pl.col("side") == "window")
+    dirty = window["crawl_batch"] == run.dirty_batch
+    assert dirty.sum() > 0 and (window["culprit"] == top["id"]).fill_null(False).equals(dirty)
+    assert (
+        xy.filter(pl.col("side") == "baseline")["culprit"].null_count()
+        == xy.filter(pl.col("side") == "baseline").height
+    )
+    # The embedding clusters those documents fall in are not culprits themselves: the verdict
+    # colouring would have painted them clean.
+    emb = report.clusters.filter(pl.col("kind") == "embedding")
+    holding = set(window.filter(dirty)["cluster"].to_list())
+    assert not emb.filter(pl.col("id").is_in(holding) & (pl.col("verdict") == "culprit")).height
+    fig = embedding_figure(report)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert f"culprit: crawl_batch={run.dirty_batch} ({int(dirty.sum())})" in labels
+    assert any(label.startswith("flagged: garbage or spam") for label in labels)
+    assert any(label.startswith("window, not in a culprit") for label in labels)
+
+
 def test_clean_window_says_so_plainly(tmp_path):
     _, report = make_report(dirty_share=0.0, skip=False, seed=22)
     write_report(report, tmp_path)

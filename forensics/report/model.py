@@ -42,7 +42,9 @@ class SpikeReport:
     examples: pl.DataFrame | None = None
     culprit_share: pl.DataFrame | None = None  # iteration, share (of samples holding culprit docs)
     loss: pl.DataFrame | None = None  # step, loss (forensics.triage.readers.read_log)
-    embedding_xy: pl.DataFrame | None = None  # x, y, cluster, side, flagged (one per embedded doc)
+    # x, y, cluster, side, flagged, culprit (id of the culprit cluster, source or embedding, the
+    # document belongs to; null if none), dataset, doc_id: one row per embedded document
+    embedding_xy: pl.DataFrame | None = None
     scores: pl.DataFrame | None = None  # side ("window"/"baseline"), garbage_score, spam_score
     embedding_note: dict[str, Any] | None = None  # cluster.describe_sample(...)
     skip: dict[str, Any] | None = None  # filled by the spike pipeline (iterations, flags, ...)
@@ -143,6 +145,33 @@ def culprit_share_per_iteration(replay: pl.DataFrame, blocked: pl.DataFrame) -> 
     )
 
 
+def embedding_points(assignments: pl.DataFrame, culprit: pl.DataFrame) -> pl.DataFrame:
+    """The 2-D plot's points, each marked with the culprit cluster its document belongs to.
+
+    Why not the embedding cluster's own verdict: embedding clusters inside a culprit source are
+    `explained_by` it and clean, so colouring by them hides the culprit's documents. Membership
+    is by document: a window document is the culprit's when it is in any culprit cluster
+    (culprit_docs: source members, embedded members of embedding culprits).
+    """
+    marks = culprit.select("dataset", "doc_id", pl.col("cluster").alias("culprit")).unique(
+        ["dataset", "doc_id"], keep="first", maintain_order=True
+    )
+    points = assignments.select(
+        "x", "y", "cluster", "side", "flagged", "dataset", "doc_id"
+    ).with_row_index("_i")
+    window = points.filter(pl.col("side") == "window").join(
+        marks, on=["dataset", "doc_id"], how="left"
+    )
+    baseline = points.filter(pl.col("side") != "window").with_columns(
+        pl.lit(None, dtype=pl.Utf8).alias("culprit")
+    )
+    return (
+        pl.concat([window, baseline], how="diagonal_relaxed")
+        .sort("_i")
+        .select("x", "y", "cluster", "side", "flagged", "culprit", "dataset", "doc_id")
+    )
+
+
 def build_report(
     step: int,
     window: tuple[int, int],
@@ -184,7 +213,7 @@ def build_report(
     )
     xy = None
     if assignments is not None and assignments.height:
-        xy = assignments.select("x", "y", "cluster", "side", "flagged")
+        xy = embedding_points(assignments, culprit_docs(ranked, window_docs))
     return SpikeReport(
         step=int(step),
         window=(int(window[0]), int(window[1])),

@@ -12,9 +12,12 @@ import io
 import numpy as np
 import polars as pl
 
-from forensics.report.model import SpikeReport
+from forensics.report.model import SpikeReport, cluster_name
 
-VERDICT_COLOURS = {"culprit": "#d62728", "suspect": "#ff7f0e", "clean": "#1f77b4"}
+CULPRIT_COLOURS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b")  # one per culprit cluster
+MORE_COLOUR = "#e377c2"  # culprit clusters past the fourth
+WINDOW_COLOUR = "#1f77b4"
+BASELINE_COLOUR = "#bbbbbb"
 DPI = 100
 
 
@@ -59,39 +62,63 @@ def plot_culprit_share(report: SpikeReport) -> bytes | None:
 
 
 def plot_embedding(report: SpikeReport) -> bytes | None:
-    """The embedded sample on its first two principal components, coloured by verdict."""
+    """The embedding scatter as PNG bytes (see embedding_figure)."""
+    fig = embedding_figure(report)
+    return None if fig is None else _png(fig)
+
+
+def embedding_figure(report: SpikeReport):
+    """The embedded sample on its first two principal components: the culprit's documents in
+    red (one colour per culprit cluster, named in the legend), the rest of the window in blue,
+    the baseline in grey, flagged documents ringed in black.
+
+    Colours follow the document's culprit membership (source or embedding cluster), not the
+    embedding cluster's verdict: an embedding cluster inside a culprit source is "explained"
+    and clean, and colouring by it would paint the culprit's documents blue.
+    """
     xy = report.embedding_xy
     if xy is None or xy.height == 0:
         return None
-
-    verdicts = report.clusters.filter(pl.col("kind") == "embedding").select(
-        pl.col("id").alias("cluster"), "verdict"
-    )
-    data = xy.join(verdicts, on="cluster", how="left").with_columns(
-        pl.col("verdict").fill_null("clean")
-    )
-    fig = _figure(10.0, 5.0)
+    if "culprit" not in xy.columns:
+        xy = xy.with_columns(pl.lit(None, dtype=pl.Utf8).alias("culprit"))
+    names = {r["id"]: cluster_name(r) for r in report.clusters.iter_rows(named=True)}
+    order = [c for c in report.clusters["id"].to_list() if c in set(xy["culprit"].drop_nulls())]
+    fig = _figure(10.0, 5.4)
     ax = fig.add_subplot()
-    base = data.filter(pl.col("side") == "baseline")
-    ax.scatter(base["x"], base["y"], s=6, c="#bbbbbb", label="baseline", alpha=0.6, lw=0)
-    for verdict, colour in VERDICT_COLOURS.items():
-        part = data.filter((pl.col("side") == "window") & (pl.col("verdict") == verdict))
-        if part.height == 0:
-            continue
-        flagged = part.filter(pl.col("flagged"))
-        plain = part.filter(~pl.col("flagged"))
-        ax.scatter(plain["x"], plain["y"], s=8, c=colour, alpha=0.7, lw=0,
-                   label=f"window, {verdict} cluster")  # fmt: skip
-        ax.scatter(flagged["x"], flagged["y"], s=18, c=colour, marker="x", lw=1,
-                   label=f"window, {verdict}, flagged")  # fmt: skip
-    centres = data.group_by("cluster").agg(pl.col("x").mean(), pl.col("y").mean())
+    window = xy.filter(pl.col("side") == "window")
+    base = xy.filter(pl.col("side") != "window")
+    ax.scatter(base["x"], base["y"], s=6, c=BASELINE_COLOUR, alpha=0.6, lw=0,
+               label=_label(f"baseline ({base.height:,})"))  # fmt: skip
+    rest = window.filter(pl.col("culprit").is_null())
+    ax.scatter(rest["x"], rest["y"], s=8, c=WINDOW_COLOUR, alpha=0.6, lw=0,
+               label=_label(f"window, not in a culprit ({rest.height:,})"))  # fmt: skip
+    shown = order[: len(CULPRIT_COLOURS)]
+    for cid, colour in zip(shown, CULPRIT_COLOURS, strict=False):
+        part = window.filter(pl.col("culprit") == cid)
+        ax.scatter(part["x"], part["y"], s=14, c=colour, alpha=0.85, lw=0,
+                   label=_label(f"culprit: {names.get(cid, cid)} ({part.height:,})"))  # fmt: skip
+    other = window.filter(pl.col("culprit").is_not_null() & ~pl.col("culprit").is_in(shown))
+    if other.height:
+        more = f"culprit: {len(order) - len(shown)} more clusters ({other.height:,})"
+        ax.scatter(other["x"], other["y"], s=14, c=MORE_COLOUR, alpha=0.85, lw=0, label=more)
+    flagged = xy.filter(pl.col("flagged"))
+    if flagged.height:
+        label = f"flagged: garbage or spam ({flagged.height:,})"
+        ax.scatter(flagged["x"], flagged["y"], s=34, facecolors="none", edgecolors="black",
+                   lw=0.6, alpha=0.8, label=label)  # fmt: skip
+    centres = xy.group_by("cluster").agg(pl.col("x").mean(), pl.col("y").mean()).sort("cluster")
     for name, x, y in centres.iter_rows():
-        ax.annotate(str(name).replace("$", r"\$"), (x, y), fontsize=7, ha="center", alpha=0.8)
+        ax.annotate(_label(str(name)), (x, y), fontsize=7, ha="center", alpha=0.6)
     ax.set_xlabel("PC 1")
     ax.set_ylabel("PC 2")
-    ax.legend(fontsize=7, loc="best", markerscale=1.5)
-    ax.set_title("Embedding clusters (sampled documents; x = flagged)")
-    return _png(fig)
+    ax.legend(fontsize=8, loc="best", markerscale=1.5, framealpha=0.85)
+    ax.set_title("Sampled documents by embedding (labels: embedding clusters; ringed = flagged)")
+    return fig
+
+
+def _label(text: str) -> str:
+    """Legend and annotation text from data, with `$` escaped so mathtext never parses it."""
+    return text.replace("$", r"\$")
 
 
 def plot_score_histograms(report: SpikeReport) -> bytes | None:
