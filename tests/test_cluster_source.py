@@ -145,3 +145,37 @@ def test_null_facet_values_and_missing_reasons_are_tolerated():
     clusters = cluster_sources(window, run.baseline, facets=["domain"])
     assert "(none)" in clusters["key"].to_list()
     assert clusters["docs"].sum() == 300
+
+
+def test_top_reasons_are_grouped_by_kind_not_exact_string():
+    """Reasons that differ only in numbers or quoted samples are one reason with the summed
+    count; different kinds (a 2-gram vs a 3-gram, mojibake vs control characters) stay apart."""
+    from forensics.cluster.source import reason_kind, top_reasons
+
+    spam = (
+        ["top 2-gram covers 25% of word characters"] * 5
+        + ["top 2-gram covers 26% of word characters"] * 5
+        + ["top 2-gram covers 31% of word characters"] * 2
+        + ["top 3-gram covers 40% of word characters"] * 3
+        + [""] * 3
+    )
+    garbage = (
+        ["mojibake (ftfy badness): 4 suspicious sequences like 'Ã©'"] * 4
+        + ["mojibake (ftfy badness): 12 suspicious sequences like 'it's, ok'"] * 3
+        + ["3 C1 control characters like '\\x85', <1% of text"] * 4
+        + [""] * 7
+    )
+    window = pl.DataFrame({"k": ["a"] * 18, "spam_reason": spam, "garbage_reason": garbage})
+    got = top_reasons(window, pl.col("k").alias("key"), limit=4).row(0, named=True)
+    assert got["top_reasons"] == [
+        "top 2-gram covers 25% of word characters (12)",
+        "mojibake (ftfy badness): 4 suspicious sequences like 'Ã©' (7)",
+        "3 C1 control characters like '\\x85', <1% of text (4)",
+        "top 3-gram covers 40% of word characters (3)",
+    ]
+    assert reason_kind("UTF-16 text read as 8-bit: 40 interleaved NULs, 2% of text") == (
+        "UTF-16 text read as 8-bit: N interleaved NULs, N% of text"
+    )
+    assert reason_kind("skeleton shared with 12 other documents") == reason_kind(
+        "skeleton shared with 7 other documents"
+    )

@@ -12,6 +12,8 @@ flagged), `garbage_reason`, `spam_reason` (Utf8, "" when clean).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import polars as pl
 
@@ -119,8 +121,24 @@ def _signature_columns(n_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+# Reason strings carry numbers and quoted samples ("top 2-gram covers 25% of word characters",
+# "12 C1 control characters like '\\x85'"); the *kind* of a reason is what is left without them.
+# An n-gram's n and a codec name's digits (UTF-16, C1, cp1252) are part of the kind.
+_QUOTED = re.compile(r"(?<!\w)(['\"]).*?\1(?=[\s,;:)]|$)")
+_NUMBER = re.compile(r"(?<![\w+-])[<>~]?\d+(?:[.,]\d+)*(?![\w-])")
+
+
+def reason_kind(reason: str) -> str:
+    """The group key of a reason: quoted samples and free-standing numbers stripped."""
+    return _NUMBER.sub("N", _QUOTED.sub("'…'", reason)).strip()
+
+
 def top_reasons(window: pl.DataFrame, key: pl.Expr, limit: int = TOP_REASONS) -> pl.DataFrame:
-    """Per group key, its most common flag reasons as "reason (count)", most common first."""
+    """Per group key, its most common kinds of flag reason as "reason (count)", most common first.
+
+    Reasons are counted by kind (`reason_kind`), so "top 2-gram covers 25% ..." and "top 2-gram
+    covers 26% ..." are one reason; the kind's most common exact string stands for it.
+    """
     long = pl.concat(
         [
             window.select(key, pl.col(c).alias("reason")).filter(pl.col("reason") != "")
@@ -131,10 +149,16 @@ def top_reasons(window: pl.DataFrame, key: pl.Expr, limit: int = TOP_REASONS) ->
         return pl.DataFrame(
             schema={"key": pl.Utf8, "top_reasons": pl.List(pl.Utf8)},
         )
+    distinct = long["reason"].unique()
+    kinds = pl.DataFrame(
+        {"reason": distinct, "kind": [reason_kind(r) for r in distinct.to_list()]},
+        schema={"reason": pl.Utf8, "kind": pl.Utf8},
+    )
+    exact = long.join(kinds, on="reason").group_by("key", "kind", "reason").len()
     return (
-        long.with_columns(pl.col("reason").str.slice(0, 80))
-        .group_by("key", "reason")
-        .len()
+        exact.sort(["key", "kind", "len", "reason"], descending=[False, False, True, False])
+        .group_by("key", "kind", maintain_order=True)
+        .agg(pl.col("reason").first().str.slice(0, 80), pl.col("len").sum())
         .sort(["key", "len", "reason"], descending=[False, True, False])
         .group_by("key", maintain_order=True)
         .agg(
