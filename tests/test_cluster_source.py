@@ -154,7 +154,7 @@ def test_top_reasons_are_grouped_by_kind_not_exact_string():
 
     spam = (
         ["top 2-gram covers 25% of word characters"] * 5
-        + ["top 2-gram covers 26% of word characters"] * 5
+        + ["top 2-gram covers 26% of word characters; skeleton shared with 66 other documents"] * 5
         + ["top 2-gram covers 31% of word characters"] * 2
         + ["top 3-gram covers 40% of word characters"] * 3
         + [""] * 3
@@ -166,10 +166,11 @@ def test_top_reasons_are_grouped_by_kind_not_exact_string():
         + [""] * 7
     )
     window = pl.DataFrame({"k": ["a"] * 18, "spam_reason": spam, "garbage_reason": garbage})
-    got = top_reasons(window, pl.col("k").alias("key"), limit=4).row(0, named=True)
+    got = top_reasons(window, pl.col("k").alias("key"), limit=5).row(0, named=True)
     assert got["top_reasons"] == [
         "top 2-gram covers 25% of word characters (12)",
         "mojibake (ftfy badness): 4 suspicious sequences like 'Ã©' (7)",
+        "skeleton shared with 66 other documents (5)",
         "3 C1 control characters like '\\x85', <1% of text (4)",
         "top 3-gram covers 40% of word characters (3)",
     ]

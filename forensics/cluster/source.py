@@ -124,6 +124,7 @@ def _signature_columns(n_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 # Reason strings carry numbers and quoted samples ("top 2-gram covers 25% of word characters",
 # "12 C1 control characters like '\\x85'"); the *kind* of a reason is what is left without them.
 # An n-gram's n and a codec name's digits (UTF-16, C1, cp1252) are part of the kind.
+REASON_SEPARATOR = "; "  # how the scorers join several reasons of one document
 _QUOTED = re.compile(r"(?<!\w)(['\"]).*?\1(?=[\s,;:)]|$)")
 _NUMBER = re.compile(r"(?<![\w+-])[<>~]?\d+(?:[.,]\d+)*(?![\w-])")
 
@@ -136,14 +137,21 @@ def reason_kind(reason: str) -> str:
 def top_reasons(window: pl.DataFrame, key: pl.Expr, limit: int = TOP_REASONS) -> pl.DataFrame:
     """Per group key, its most common kinds of flag reason as "reason (count)", most common first.
 
+    A document's reason field may hold several reasons joined by "; "; each counts on its own.
     Reasons are counted by kind (`reason_kind`), so "top 2-gram covers 25% ..." and "top 2-gram
     covers 26% ..." are one reason; the kind's most common exact string stands for it.
     """
-    long = pl.concat(
-        [
-            window.select(key, pl.col(c).alias("reason")).filter(pl.col("reason") != "")
-            for c in ("garbage_reason", "spam_reason")
-        ]
+    long = (
+        pl.concat(
+            [
+                window.select(key, pl.col(c).alias("reason")).filter(pl.col("reason") != "")
+                for c in ("garbage_reason", "spam_reason")
+            ]
+        )
+        .with_columns(pl.col("reason").str.split(REASON_SEPARATOR))
+        .explode("reason")
+        .with_columns(pl.col("reason").str.strip_chars())
+        .filter(pl.col("reason") != "")
     )
     if long.height == 0:
         return pl.DataFrame(
