@@ -79,11 +79,14 @@ def main() -> None:
     ap.add_argument("--per-kind", type=int, default=80)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--english", type=int, default=900)
+    ap.add_argument("--code", type=int, default=400)
     args = ap.parse_args()
     console = Console(highlight=False, width=220)
 
     t0 = time.perf_counter()
-    df = eval_corpus.build(seed=args.seed, per_kind=args.per_kind, english_limit=args.english)
+    df = eval_corpus.build(
+        seed=args.seed, per_kind=args.per_kind, english_limit=args.english, code_limit=args.code
+    )
     console.print(f"eval set: {df.height} documents built in {time.perf_counter() - t0:.1f}s")
     texts = df["text"].to_list()
     n = len(texts)
@@ -151,6 +154,7 @@ def main() -> None:
     t.add_column("gopher q+r", justify="right")
     groups = {
         "english (package docs, docstrings)": ["english"],
+        "code (python modules, functions)": ["code"],
         "chinese": ["clean_zh_CN", "clean_zh_TW", "clean_gb2312", "clean_gbk", "clean_gb18030",
                     "clean_big5", "clean_big5hkscs", "clean_hz"],
         "japanese": ["clean_ja", "clean_euc_jp", "clean_shift_jis", "clean_iso2022_jp",

@@ -1,7 +1,9 @@
 """Build the labelled evaluation set for `forensics score` from real text found on this machine.
 
 Clean text: long descriptions from installed packages' metadata, *.md/*.rst/*.txt files in the
-virtualenv's site-packages (prose only), and real non-English text: gettext catalogues under
+virtualenv's site-packages (prose only), real Python source from site-packages (whole modules and
+single top-level functions or classes, as code corpora such as The Stack hold them), and real
+non-English text: gettext catalogues under
 /usr/share/locale (Chinese, Japanese, Korean, Russian, Arabic, Hebrew, Greek, French, German,
 Spanish, Polish, Czech, Vietnamese...) and CPython's cjkencodings test files. No downloads.
 
@@ -85,6 +87,53 @@ def docstring_docs(seen: set[str], limit: int) -> list[str]:
                 seen.add(doc)
                 out.append(doc)
     return out
+
+
+def code_docs(limit: int = 400, seed: int = 3) -> list[str]:
+    """Real Python source: half whole modules (cut at a line boundary near 20,000 characters),
+    half single top-level functions or classes of at least 15 lines, from different packages."""
+    import ast
+
+    files = sorted(glob.glob(str(SITE / "site-packages" / "**" / "*.py"), recursive=True))
+    rnd = random.Random(seed)
+    rnd.shuffle(files)
+    modules: list[str] = []
+    segments: list[str] = []
+    per_package: dict[str, int] = {}
+    for f in files:
+        if len(modules) >= limit // 2 and len(segments) >= limit - limit // 2:
+            break
+        package = Path(f).relative_to(SITE / "site-packages").parts[0]
+        if per_package.get(package, 0) >= 12:
+            continue  # many packages, not a thousand files of one
+        try:
+            source = Path(f).read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+            continue
+        lines = source.splitlines(keepends=True)
+        if len(lines) >= 40 and len(modules) < limit // 2:
+            cut, size = [], 0
+            for line in lines:
+                if size + len(line) > 20000:
+                    break
+                cut.append(line)
+                size += len(line)
+            modules.append("".join(cut))
+            per_package[package] = per_package.get(package, 0) + 1
+        defs = [
+            n
+            for n in tree.body
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and n.end_lineno is not None
+            and n.end_lineno - n.lineno >= 15
+        ]
+        if defs and len(segments) < limit - limit // 2:
+            node = rnd.choice(defs)
+            start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            segments.append("".join(lines[start - 1 : node.end_lineno])[:20000])
+            per_package[package] = per_package.get(package, 0) + 1
+    return modules + segments
 
 
 def _catalogue_messages(lang: str) -> list[str]:
@@ -421,12 +470,20 @@ def repeated_lines(sents: list[str], n: int, rnd: random.Random) -> list[dict]:
     return out
 
 
-def build(seed: int = 0, per_kind: int = 80, english_limit: int = 900) -> pl.DataFrame:
+def build(
+    seed: int = 0, per_kind: int = 80, english_limit: int = 900, code_limit: int = 400
+) -> pl.DataFrame:
     """The labelled set: text, label, kind, partial, lang."""
     rnd = random.Random(seed)
     eng = english_docs(english_limit)
     multi = multilingual_docs()
     rows = [{"text": d, "label": "clean", "kind": "english", "partial": False} for d in eng]
+    # Source code is clean pretraining text too (its own random stream: the other kinds stay
+    # the documents they were before code joined the set).
+    rows += [
+        {"text": d, "label": "clean", "kind": "code", "partial": False}
+        for d in code_docs(code_limit, seed + 3)
+    ]
     rows += [
         {"text": d, "label": "clean", "kind": f"clean_{lang}", "partial": False}
         for lang, d in multi

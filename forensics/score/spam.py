@@ -16,7 +16,8 @@ import numpy as np
 import polars as pl
 
 from forensics.safe_text import excerpt
-from forensics.score.tokens import Tokens, ngram_series
+from forensics.score.code import SYMBOLS, code_likeness, code_line_exprs, prose_likeness
+from forensics.score.tokens import WORD, Tokens, ngram_series
 
 # Documents with fewer words are scored with proportionally damped per-document signals:
 # repetition statistics on a handful of words are noise.
@@ -47,6 +48,11 @@ BOILERPLATE = (
 )
 # Menu separators between short items: "Home | About | Contact", "Home » Blog".
 SEPARATORS = r"\s[|»›·•/>]\s"
+# A Markdown table row ("| `path` | str | The file path. |") is content, not a menu.
+TABLE_ROW = r"^\|.*\|$"
+# Rules that measure natural-language repetition: weighed by prose-likeness (see `code.py`),
+# since identifiers in source code repeat like a stuffed keyword.
+PROSE_RULES = ("top_2gram", "top_3gram", "top_4gram", "dup_6gram", "keyword", "keyword_density")
 
 
 @dataclass(frozen=True)
@@ -89,15 +95,18 @@ def _first_seen(col: str) -> pl.Expr:
 
 
 def _line_stats(texts: pl.Series) -> pl.DataFrame:
-    """Per document: line and paragraph duplication, link lines, boilerplate lines, link hosts.
+    """Per document: line and paragraph duplication, link lines, boilerplate lines, link hosts,
+    and the layout counts of `code.code_likeness`.
 
     Columns: `line_chars`, `dup_line_chars`, `n_lines`, `link_lines`, `urls`, `boiler_lines`,
-    `hosts`, `para_chars`, `dup_para_chars`.
+    `hosts`, `para_chars`, `dup_para_chars`, `code_end_lines`, `indented_lines`, `symbols`,
+    `visible`.
     """
     base = pl.DataFrame({"text": texts.cast(pl.Utf8)}).lazy().with_row_index("doc")
     lines = (
         base.select("doc", pl.col("text").str.split("\n").alias("line"))
         .explode("line")
+        .with_columns(**code_line_exprs(pl.col("line")))
         .with_columns(pl.col("line").str.strip_chars())
         .filter(pl.col("line").str.len_chars() > 0)
         .with_columns(
@@ -112,7 +121,8 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
             link_line=(pl.col("urls") > 0)
             & (pl.col("line").str.replace_all(URL, "").str.len_chars() < 60),
             # Boilerplate: a short line made of chrome phrases, or a separator-delimited menu.
-            boiler_line=((pl.col("boiler") >= 1) & (pl.col("n") <= 60)) | (pl.col("seps") >= 2),
+            boiler_line=((pl.col("boiler") >= 1) & (pl.col("n") <= 60))
+            | ((pl.col("seps") >= 2) & ~pl.col("line").str.contains(TABLE_ROW)),
         )
     )
     line_agg = lines.group_by("doc").agg(
@@ -122,6 +132,8 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
         link_lines=pl.col("link_line").sum(),
         urls=pl.col("urls").sum(),
         boiler_lines=pl.col("boiler_line").sum(),
+        code_end_lines=pl.col("code_end").sum(),
+        indented_lines=pl.col("indented").sum(),
     )
     hosts = (
         lines.filter(pl.col("urls") > 0)
@@ -149,9 +161,13 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
             para_chars=pl.col("n").sum(), dup_para_chars=pl.col("n").filter(~pl.col("first")).sum()
         )
     )
+    symbols = base.select(
+        "doc",
+        symbols=pl.col("text").str.count_matches(SYMBOLS),
+        visible=pl.col("text").str.len_chars() - pl.col("text").str.count_matches(r"\s"),
+    )
     out = (
-        base.select("doc")
-        .join(line_agg, on="doc", how="left")
+        symbols.join(line_agg, on="doc", how="left")
         .join(hosts, on="doc", how="left")
         .join(paras, on="doc", how="left")
         .sort("doc")
@@ -248,6 +264,24 @@ def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
     return out
 
 
+def _keyword_frame(
+    texts: pl.Series, tok: Tokens, kw_index: np.ndarray, rows: np.ndarray
+) -> pl.DataFrame:
+    """Columns `row`, `text`, `kw`: each row's top content word as text (lowercased).
+
+    `kw_index` points into the flat token arrays; the word is re-extracted from the text with
+    the tokeniser's own pattern, at its position within the document.
+    """
+    rows = rows[kw_index[rows] >= 0]
+    k = kw_index[rows] - np.searchsorted(tok.doc, rows)
+    return pl.DataFrame({"row": rows, "text": texts.gather(rows), "k": k}).with_columns(
+        kw=pl.col("text")
+        .str.extract_all(WORD)
+        .list.get(pl.col("k"), null_on_oob=True)
+        .str.to_lowercase()
+    )
+
+
 def _keyword_fragments(
     texts: pl.Series, tok: Tokens, words: dict[str, np.ndarray]
 ) -> tuple[np.ndarray, dict[int, str]]:
@@ -266,13 +300,7 @@ def _keyword_fragments(
     )
     if len(cand) == 0:
         return share, {}
-    k = idx[cand] - np.searchsorted(tok.doc, cand)
-    frame = pl.DataFrame({"row": cand, "text": texts.gather(cand), "k": k}).with_columns(
-        kw=pl.col("text")
-        .str.extract_all(r"\w+")
-        .list.get(pl.col("k"), null_on_oob=True)
-        .str.to_lowercase()
-    )
+    frame = _keyword_frame(texts, tok, idx, cand)
     frags = (
         frame.lazy()
         .select("row", "kw", f=pl.col("text").str.to_lowercase().str.extract_all(FRAGMENT))
@@ -343,6 +371,17 @@ def spam_signals(
     few_hosts = lines["hosts"].to_numpy() < MIN_HOSTS
     values["link_lines"] = np.where(few_lines | few_hosts, 0.0, values["link_lines"])
     values["boilerplate"] = np.where(few_lines, 0.0, values["boilerplate"])
+    code = code_likeness(
+        lines["symbols"].to_numpy(),
+        lines["visible"].to_numpy(),
+        lines["code_end_lines"].to_numpy(),
+        lines["indented_lines"].to_numpy(),
+        n_lines,
+    )
+    prose = prose_likeness(code)
+    for name in PROSE_RULES:
+        values[name] = values[name] * prose
+    values["code_likeness"] = code
     damp = np.minimum(1.0, words["n_words"] / MIN_WORDS)
     matrix = np.column_stack([_rule_score(values[r.name], r) for r in RULES])
     matrix = matrix * damp[:, None]
@@ -361,6 +400,12 @@ def spam_signals(
     reasons = [""] * len(score)
     flagged = np.flatnonzero(score >= 0.5)
     urls = lines["urls"].to_numpy()
+    # The keyword of every flagged page, also of short pages the phrase check skipped (their
+    # density rule still fires, damped): a reason never names an empty keyword.
+    missing = np.array([i for i in flagged if int(i) not in keywords], dtype=np.int64)
+    if len(missing):
+        extra = _keyword_frame(texts, tok, words["keyword_index"], missing)
+        keywords.update(zip(extra["row"].to_list(), extra["kw"].to_list(), strict=True))
     for i in flagged:
         rule = RULES[best[i]]
         v = f"{100 * values[rule.name][i]:.0f}%"

@@ -32,9 +32,9 @@ class Tokens:
     `hash`: uint64 [n_words], hash of the lowercased word.
     `skel`: uint64 [n_words], hash of the word's skeleton form: one mask value for a
         capitalised word (names, brands, places: the usual template slots), another for a word
-        with a digit, else the lowercased word's hash.
+        with a digit, a third for a slot word (below), else the lowercased word's hash.
     `length`: int64 [n_words], characters in the word.
-    `masked`: bool [n_words], True where the skeleton form is a mask ("X" or "0").
+    `masked`: bool [n_words], True where the skeleton form is a mask ("X", "0" or a slot).
     `content`: bool [n_words], a lowercase content word: >= 3 letters, not a stopword, not masked.
     `n_docs`: number of rows in the column.
     """
@@ -51,6 +51,15 @@ class Tokens:
 # Skeleton hashes of the two masks (any fixed values distinct from real word hashes will do).
 _MASK_DIGIT = np.uint64(0x30D1A0C6E1F2A3B5)
 _MASK_CAP = np.uint64(0x58C4F1E2D3B4A596)
+_MASK_SLOT = np.uint64(0x7A3C5E1F2B4D6F81)
+# A lowercase content word that makes up at least this share of its page's words (and occurs
+# at least SLOT_MIN_COUNT times) is that page's slot filler: farms paste the product or service
+# ("running shoes", "plumber") into every sentence, so it is the page's most repeated word,
+# where prose names its topic at a few percent at most. Masking it lets pages of one farm that
+# differ in their lowercase slot share a skeleton; pages of one text (mirrors, licence copies)
+# mask the same words, so their raw-word similarity still tells them apart.
+SLOT_SHARE = 0.03
+SLOT_MIN_COUNT = 4
 
 
 def tokenize(texts: pl.Series) -> Tokens:
@@ -79,13 +88,19 @@ def tokenize(texts: pl.Series) -> Tokens:
             & ~pl.col("masked")
             & ~pl.col("lower").is_in(list(STOPWORDS))
         )
-        .select("doc", "hash", "length", "masked", "digit", "content")
+        .with_columns(
+            slot=pl.col("content")
+            & (pl.len().over("doc", "hash") >= SLOT_MIN_COUNT)
+            & (pl.len().over("doc", "hash") >= SLOT_SHARE * pl.len().over("doc"))
+        )
+        .select("doc", "hash", "length", "masked", "digit", "content", "slot")
         .collect()
     )
     h = frame["hash"].to_numpy()
     digit = frame["digit"].to_numpy()
-    masked = frame["masked"].to_numpy()
-    skel = np.where(digit, _MASK_DIGIT, np.where(masked, _MASK_CAP, h))
+    slot = frame["slot"].to_numpy()
+    masked = frame["masked"].to_numpy() | slot
+    skel = np.where(digit, _MASK_DIGIT, np.where(slot, _MASK_SLOT, np.where(masked, _MASK_CAP, h)))
     return Tokens(
         doc=frame["doc"].cast(pl.Int64).to_numpy(),
         hash=h,
