@@ -190,6 +190,24 @@ def test_embedding_plot_shows_the_culprits_documents_as_such(written):
     assert any(label.startswith("window, not in a culprit") for label in labels)
 
 
+def test_share_plot_shows_the_loss_a_little_past_the_spike(written):
+    """The loss overlay runs window/10 past the spike when the log has those steps (so the jump
+    is not hidden under the spike line), and stops at the log's end or the spike otherwise."""
+    from dataclasses import replace
+
+    from forensics.report.plots import loss_span, plot_culprit_share
+
+    _, report, _, _ = written
+    assert report.window == (80935, 81234) and int(report.loss["step"].max()) == 81299
+    assert loss_span(report, 80935) == (80935, 81234 + 30)
+    short = replace(report, loss=report.loss.filter(pl.col("step") <= 81240))
+    assert loss_span(short, 80935) == (80935, 81240)
+    ends = replace(report, loss=report.loss.filter(pl.col("step") <= 81234))
+    assert loss_span(ends, 80935) == (80935, 81234)
+    assert loss_span(replace(report, loss=None), 80935) == (80935, 81234)
+    assert plot_culprit_share(short).startswith(b"\x89PNG")
+
+
 def test_clean_window_says_so_plainly(tmp_path):
     _, report = make_report(dirty_share=0.0, skip=False, seed=22)
     write_report(report, tmp_path)

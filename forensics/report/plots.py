@@ -19,6 +19,8 @@ MORE_COLOUR = "#e377c2"  # culprit clusters past the fourth
 WINDOW_COLOUR = "#1f77b4"
 BASELINE_COLOUR = "#bbbbbb"
 DPI = 100
+AFTER_SPIKE_FRACTION = 0.1  # the loss overlay runs this share of the window past the spike
+MIN_STEPS_PAST_SPIKE = 5
 
 
 def _figure(width: float = 10.0, height: float = 3.4):
@@ -34,8 +36,25 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def loss_span(report: SpikeReport, first: int) -> tuple[int, int]:
+    """The iterations the loss overlay covers: from the plot's first iteration to a little past
+    the spike (window/AFTER_SPIKE_FRACTION, at least a few steps), so the jump itself shows
+    instead of ending under the spike line. Capped at the log's last step."""
+    last = report.step
+    if report.loss is not None and report.loss.height:
+        length = report.window[1] - report.window[0] + 1
+        past = max(MIN_STEPS_PAST_SPIKE, round(length * AFTER_SPIKE_FRACTION))
+        logged = int(report.loss["step"].max())
+        last = max(report.step, min(report.step + past, logged))
+    return first, last
+
+
 def plot_culprit_share(report: SpikeReport) -> bytes | None:
-    """Per-iteration share of samples holding culprit documents, over the loss when given."""
+    """Per-iteration share of samples holding culprit documents, over the loss when given.
+
+    The loss runs a little past the spike (see loss_span) and the spike's own loss is marked,
+    so an engineer sees the jump and where the culprit's share rose before it.
+    """
     share = report.culprit_share
     if share is None or share.height == 0:
         return None
@@ -49,15 +68,31 @@ def plot_culprit_share(report: SpikeReport) -> bytes | None:
     ax.set_ylim(0, max(5.0, float(share["share"].max()) * 110))
     if report.culprit_first_iteration is not None:
         ax.axvline(report.culprit_first_iteration, color="#d62728", ls=":", lw=1)
-    ax.axvline(report.step, color="black", ls="--", lw=1)
+    ax.axvline(report.step, color="#555555", ls="--", lw=0.8, zorder=0)
+    lo, hi = loss_span(report, int(it.min()))
+    ax.set_xlim(lo - 0.5, max(hi, int(it.max())) + 0.5)
     if report.loss is not None and report.loss.height:
-        lo, hi = float(it.min()), float(max(it.max(), report.step))
         loss = report.loss.filter(pl.col("step").is_between(lo, hi)).sort("step")
         if loss.height:
             ax2 = ax.twinx()
-            ax2.plot(loss["step"].to_numpy(), loss["loss"].to_numpy(), color="black", lw=1)
+            steps, values = loss["step"].to_numpy(), loss["loss"].to_numpy()
+            ax2.plot(steps, values, color="black", lw=1)
+            at = loss.filter(pl.col("step") == report.step)
+            if at.height:
+                y = float(at["loss"][0])
+                ax2.plot([report.step], [y], "o", ms=6, mfc="none", mec="#d62728", mew=1.5)
+                ax2.annotate(
+                    f"spike: loss {y:.2f}",
+                    (report.step, y),
+                    xytext=(-8, 0),
+                    textcoords="offset points",
+                    ha="right",
+                    va="center",
+                    fontsize=8,
+                )
             ax2.set_ylabel("loss")
-    ax.set_title("Share of each iteration's samples that hold culprit documents (dashed: spike)")
+    what = "dashed: spike; black: loss" if ax.figure.axes[1:] else "dashed: spike"
+    ax.set_title(f"Share of each iteration's samples that hold culprit documents ({what})")
     return _png(fig)
 
 
