@@ -225,10 +225,11 @@ class Stages:
         embed) get none here: rich cannot nest live displays. The others get a spinner."""
         t0 = time.perf_counter()
         if self.progress:
-            from rich.console import Console
             from rich.markup import escape
 
-            self._console = self._console or Console(stderr=True, highlight=False)
+            from forensics.report.terminal import make_console
+
+            self._console = self._console or make_console(stderr=True)
             if spinner:
                 with self._console.status(f"[bold]{name}[/]: {escape(what)}"):
                     yield

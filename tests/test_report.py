@@ -256,3 +256,25 @@ def test_html_renders_in_headless_chromium(written, tmp_path):
     ).sum(axis=1)
     assert (rows_with_plot_red > 0).sum() > 150
     shutil.copy(shot, out / "screenshot.png")
+
+
+def test_summary_is_not_wrapped_at_80_columns_when_piped(written, monkeypatch):
+    """Off a terminal (a file, a CI log) without $COLUMNS the summary gets 120 columns, not
+    rich's 80; a set $COLUMNS still wins."""
+    import sys
+
+    from forensics.report.terminal import PIPE_WIDTH, make_console
+
+    _, report, _, _ = written
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", buf)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert make_console().width == PIPE_WIDTH == 120
+    print_summary(report)
+    lines = buf.getvalue().splitlines()
+    assert max(len(line) for line in lines) > 80
+    assert all(len(line) <= PIPE_WIDTH for line in lines)
+    spike_line = next(line for line in lines if "Spike at iteration" in line)
+    assert spike_line.rstrip().endswith("baseline 77935-78234")
+    monkeypatch.setenv("COLUMNS", "100")
+    assert make_console().width == 100

@@ -117,10 +117,10 @@ def check_skip_command(
 ) -> None:
     """Refuse a skip file made for another run (config, blend or data files changed); check
     that both flag strings drop exactly the listed iterations."""
-    from rich.console import Console
     from rich.markup import escape
 
     from forensics.megatron_args import resolve_run_config
+    from forensics.report.terminal import make_console
     from forensics.skip import expand
 
     run = resolve_run_config(config, megatron_args)
@@ -128,7 +128,7 @@ def check_skip_command(
     n = len(expand([tuple(r) for r in skip["iterations"]]))
     rb = skip.get("rollback", {}).get("iteration")
     where = escape(describe_config(run))
-    Console(highlight=False).print(
+    make_console().print(
         f"[green]ok[/]: {escape(str(skip_file))} fits {where}: {n} iterations "
         f"in {len(skip['iterations'])} range(s)"
         + (f", for a restart from checkpoint iteration {rb}" if rb is not None else "")

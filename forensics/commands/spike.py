@@ -112,8 +112,9 @@ def spike_command(
     )
     result = run_spike(run, out or Path.cwd() / f"spike-{step}", options)
     if not quiet:
-        from rich.console import Console
         from rich.markup import escape
 
-        console = Console(highlight=False)  # the notes were printed under the summary
+        from forensics.report.terminal import make_console
+
+        console = make_console()  # the notes were printed under the summary
         console.print(f"report, skip.json and megatron_args.txt in {escape(str(result.out))}/")

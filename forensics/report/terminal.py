@@ -7,6 +7,9 @@ and escapes rich markup, so a crawled document cannot clear the screen or restyl
 
 from __future__ import annotations
 
+import os
+import sys
+
 import polars as pl
 from rich.console import Console
 from rich.table import Table
@@ -15,14 +18,29 @@ from forensics.report.model import SpikeReport, cluster_name, format_p, summary_
 from forensics.report.render_md import cluster_rows
 from forensics.safe_text import terminal_safe
 
+PIPE_WIDTH = 120  # columns when the output is a file or a CI log (rich would assume 80)
 TERMINAL_ROWS = 10
 EXAMPLE_CHARS = 120
 STYLE = {"culprit": "bold red", "suspect": "yellow", "clean": "green"}
 
 
+def make_console(*, stderr: bool = False) -> Console:
+    """A rich Console that does not wrap at 80 columns when piped into a file or a CI log.
+
+    rich uses the terminal's width, else $COLUMNS, else 80; 80 wraps the summary's lines in
+    the middle of numbers. Off a terminal and without $COLUMNS we use PIPE_WIDTH instead; a set
+    $COLUMNS still wins, and a real terminal keeps its own width.
+    """
+    stream = sys.stderr if stderr else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    on_terminal = bool(isatty and isatty())
+    width = None if on_terminal or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
 def print_summary(report: SpikeReport, console: Console | None = None) -> None:
     """Print the first screen and a table of the top clusters."""
-    console = console or Console()
+    console = console or make_console()
     for label, text in summary_lines(report):
         style = "bold red" if label in ("CULPRIT", "NO CULPRIT") else "bold"
         head = f"[{style}]{label:<10}[/] " if label else " " * 11
