@@ -3,8 +3,9 @@
 A slot-filled SEO page ("Best plumber in Austin ... our Austin team ...") reads fine alone; what
 gives it away is that 200 other pages in the same batch share its skeleton. The skeleton of a
 text is its word sequence with the usual slot fillers masked (capitalised words -> X, words with
-digits -> 0), so pages that differ only in names, places, prices and phone numbers get the same
-skeleton shingles.
+digits -> 0, and the page's own slot words -> S: a lowercase content word the page repeats at
+>= 3% of its words, such as the product of a farm page; see `tokens.SLOT_SHARE`), so pages that
+differ only in names, places, products, prices and phone numbers get the same skeleton shingles.
 
 Scaling: one-permutation MinHash (a single hash per shingle, binned into `BINS` buckets, minimum
 per bucket) computed for all documents at once with polars group-bys, then banded LSH: documents
