@@ -41,10 +41,13 @@ def make_console(*, stderr: bool = False) -> Console:
 def print_summary(report: SpikeReport, console: Console | None = None) -> None:
     """Print the first screen and a table of the top clusters."""
     console = console or make_console()
+    # A two-column grid, so a long line wraps under its text, not under the labels.
+    screen = Table.grid(padding=(0, 1))
+    screen.add_column(width=10, no_wrap=True)
+    screen.add_column(overflow="fold")
     for label, text in summary_lines(report):
         style = "bold red" if label in ("CULPRIT", "NO CULPRIT") else "bold"
-        head = f"[{style}]{label:<10}[/] " if label else " " * 11
-        console.print(head + terminal_safe(text, 600), highlight=False)
+        screen.add_row(f"[{style}]{label}[/]" if label else "", terminal_safe(text, 600))
     top = report.culprit
     if top is not None and report.examples is not None:
         for ex in (
@@ -52,13 +55,14 @@ def print_summary(report: SpikeReport, console: Console | None = None) -> None:
             .head(2)
             .iter_rows(named=True)
         ):
-            console.print(
-                f"{'e.g.':<10} {terminal_safe(ex['dataset'], 40)} doc {int(ex['doc_id'])}: "
+            screen.add_row(
+                "e.g.",
+                f"{terminal_safe(ex['dataset'], 40)} doc {int(ex['doc_id'])}: "
                 f"{terminal_safe(ex['excerpt'], EXAMPLE_CHARS)}",
-                highlight=False,
             )
     for note in report.notes:
-        console.print(f"[dim]{'note':<10}[/] " + terminal_safe(note, 600), highlight=False)
+        screen.add_row("[dim]note[/]", terminal_safe(note, 600))
+    console.print(screen, highlight=False)
     table = Table(title="Top clusters (by suspicion)", show_lines=False)
     for col in ("id", "verdict", "cluster", "docs", "window", "baseline", "p", "flagged",
                 "suspicion"):  # fmt: skip
