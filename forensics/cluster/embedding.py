@@ -93,7 +93,10 @@ class SentenceTransformerEmbedder:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ForensicsError(f"--device {device}: no CUDA GPU is visible to torch")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
 
+        # Our own rich progress covers the stage; the library's weight-loading bar is noise.
+        transformers_logging.disable_progress_bar()
         try:
             self._model = SentenceTransformer(str(path), device=device)
         except (OSError, ValueError) as err:
