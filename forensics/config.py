@@ -272,7 +272,10 @@ class RunConfig(StrictModel):
     name: str | None = None
     data: DataConfig
     training: TrainingSpec
-    tokenizer: Path | None = None  # a Hugging Face tokenizer.json
+    # A Hugging Face tokenizer.json, a directory holding one, or GPT-2's vocab.json (with
+    # merges.txt beside it or named in tokenizer_merges); see forensics/tokenizer.py.
+    tokenizer: Path | None = None
+    tokenizer_merges: Path | None = None
     checkpoints: list[int] = Field(default_factory=list)
     checkpoint_dir: Path | None = None  # scanned for iter_NNNNNNN directories
     log: Path | None = None  # the training log, to overlay the loss on the report
@@ -296,7 +299,15 @@ class RunConfig(StrictModel):
 
 def _resolve_paths(raw: Any, base: Path) -> Any:
     """Resolve relative path-valued keys against `base` (the config file's directory)."""
-    path_keys = {"prefix", "manifest", "cache_path", "tokenizer", "checkpoint_dir", "log"}
+    path_keys = {
+        "prefix",
+        "manifest",
+        "cache_path",
+        "tokenizer",
+        "tokenizer_merges",
+        "checkpoint_dir",
+        "log",
+    }
     path_list_keys = {"files", "data_files"}
     if isinstance(raw, dict):
         out = {}

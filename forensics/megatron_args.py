@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--train-samples", type=int)
     p.add_argument("--data-cache-path")
     p.add_argument("--tokenizer-model")
+    p.add_argument("--vocab-file")
+    p.add_argument("--merge-file")
     p.add_argument("--save")
     p.add_argument("--load")
     p.add_argument("--mid-level-dataset-surplus", type=float, default=0.005)
@@ -142,6 +144,10 @@ def config_from_megatron_args(argv: list[str], *, cwd: Path | None = None) -> Ru
     raw: dict[str, Any] = {"data": data, "training": training}
     if args.tokenizer_model:
         raw["tokenizer"] = args.tokenizer_model
+    elif args.vocab_file:  # GPT2BPETokenizer: --vocab-file vocab.json --merge-file merges.txt
+        raw["tokenizer"] = args.vocab_file
+        if args.merge_file:
+            raw["tokenizer_merges"] = args.merge_file
     checkpoint_dir = args.save or args.load
     if checkpoint_dir:
         raw["checkpoint_dir"] = checkpoint_dir

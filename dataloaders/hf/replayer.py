@@ -100,13 +100,10 @@ class HFReplayer:
 
     @cached_property
     def _tokenizer(self) -> Any:
-        from tokenizers import Tokenizer
+        from forensics.tokenizer import load_tokenizer
 
         path = self.config.tokenizer
-        try:
-            tok = Tokenizer.from_file(str(path))
-        except Exception as err:  # tokenizers raises a bare Exception on a bad file
-            raise ForensicsError(f"{path}: not a tokenizer.json ({err})") from None
+        tok = load_tokenizer(path, self.config.tokenizer_merges)
         if self.data.eos_token is not None and tok.token_to_id(self.data.eos_token) is None:
             raise ForensicsError(f"{path}: no token {self.data.eos_token!r} (data.eos_token)")
         return tok

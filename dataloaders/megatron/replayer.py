@@ -309,19 +309,9 @@ class MegatronReplayer:
 
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            path = self.config.tokenizer
-            if path is None:
-                raise ForensicsError(
-                    "decoding text needs `tokenizer:` (a tokenizer.json) in the config"
-                )
-            if not path.is_file():
-                raise ForensicsError(f"{path}: tokenizer file not found")
-            from tokenizers import Tokenizer
+            from forensics.tokenizer import load_tokenizer
 
-            try:
-                self._tokenizer = Tokenizer.from_file(str(path))
-            except Exception as err:
-                raise ForensicsError(f"{path}: not a tokenizer.json ({err})") from None
+            self._tokenizer = load_tokenizer(self.config.tokenizer, self.config.tokenizer_merges)
         return self._tokenizer
 
     def _doc_tokens(self, name: str, doc: int, start: int = 0, end: int | None = None) -> list[int]:
