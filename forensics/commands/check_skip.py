@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from forensics.commands.options import ConfigOption, MegatronArgsOption
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:
@@ -102,18 +103,8 @@ def describe_config(config: RunConfig) -> str:
 
 def check_skip_command(
     skip_file: Annotated[Path, typer.Argument(help="skip.json written by forensics spike.")],
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="Run config. Default: $FORENSICS_CONFIG, ./forensics.yaml."),
-    ] = None,
-    megatron_args: Annotated[
-        str | None,
-        typer.Option(
-            "--megatron-args",
-            help="The training job's Megatron arguments instead of a config (the string, or "
-            "@FILE); use what forensics spike was given.",
-        ),
-    ] = None,
+    config: ConfigOption = None,
+    megatron_args: MegatronArgsOption = None,
 ) -> None:
     """Refuse a skip file made for another run (config, blend or data files changed); check
     that both flag strings drop exactly the listed iterations."""

@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from forensics.commands.options import ConfigOption, MegatronArgsOption
+
 
 def replay_command(
     step: Annotated[int, typer.Option("--step", help="Last iteration of the window (1-indexed).")],
@@ -17,20 +19,8 @@ def replay_command(
     window: Annotated[
         int, typer.Option("--window", help="Iterations to replay: STEP-WINDOW+1 .. STEP.")
     ] = 1,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config", help="Run config (YAML). Default: $FORENSICS_CONFIG, else ./forensics.yaml."
-        ),
-    ] = None,
-    megatron_args: Annotated[
-        str | None,
-        typer.Option(
-            "--megatron-args",
-            help="The training job's Megatron arguments instead of a config "
-            "('--data-path 0.7 web 0.3 code --seq-length 4096 ...', or @FILE).",
-        ),
-    ] = None,
+    config: ConfigOption = None,
+    megatron_args: MegatronArgsOption = None,
     text: Annotated[
         bool,
         typer.Option("--text", help="Add the decoded text of every segment (needs tokenizer)."),

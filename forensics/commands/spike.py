@@ -11,24 +11,13 @@ from typing import Annotated
 
 import typer
 
+from forensics.commands.options import ConfigOption, MegatronArgsOption
+
 
 def spike_command(
     step: Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")],
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            help="Run config (YAML). Default: $FORENSICS_CONFIG, else ./forensics.yaml.",
-        ),
-    ] = None,
-    megatron_args: Annotated[
-        str | None,
-        typer.Option(
-            "--megatron-args",
-            help="The training job's Megatron arguments instead of a config "
-            "('--data-path 0.7 web 0.3 code --seq-length 4096 ...', or @FILE).",
-        ),
-    ] = None,
+    config: ConfigOption = None,
+    megatron_args: MegatronArgsOption = None,
     window: Annotated[
         int, typer.Option("--window", help="Iterations replayed before the spike, inclusive.")
     ] = 300,

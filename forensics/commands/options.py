@@ -1,0 +1,24 @@
+"""Options several commands share, defined once so their names and help stay the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", help="Run config (YAML). Default: $FORENSICS_CONFIG, else ./forensics.yaml."
+    ),
+]
+
+MegatronArgsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--megatron-args",
+        help="The training job's Megatron arguments instead of a config "
+        "('--data-path 0.7 web 0.3 code --seq-length 4096 ...', or @FILE).",
+    ),
+]
