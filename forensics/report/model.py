@@ -66,6 +66,22 @@ def cluster_name(row: dict[str, Any]) -> str:
     return f"embedding {row['id']}"
 
 
+def cluster_notes(row: dict[str, Any]) -> list[str]:
+    """The table's note cell, as parts: new, nesting, aliases, dominant sources, top reasons."""
+    notes = []
+    if row.get("new_in_window"):
+        notes.append("new in window")
+    if row.get("explained_by"):
+        notes.append(f"inside {row['explained_by']}")
+    if row.get("aliases"):
+        notes.append("same docs as " + ", ".join(row["aliases"][:3]))
+    if row.get("dominant_sources"):
+        notes.append(", ".join(row["dominant_sources"]))
+    if row.get("top_reasons"):
+        notes.append("reasons: " + "; ".join(row["top_reasons"]))
+    return notes
+
+
 def pick_examples(
     ranked: pl.DataFrame, window_docs: pl.DataFrame, per_cluster: int = EXAMPLES_PER_CLUSTER
 ) -> pl.DataFrame:

@@ -15,6 +15,7 @@ import html
 from forensics.report.model import (
     SpikeReport,
     cluster_name,
+    cluster_notes,
     format_p,
     format_value,
     summary_lines,
@@ -79,17 +80,7 @@ def _table(report: SpikeReport) -> str:
     head = "<tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
     rows = []
     for r in cluster_rows(report):
-        note = []
-        if r.get("new_in_window"):
-            note.append("new in window")
-        if r.get("explained_by"):
-            note.append(f"inside {r['explained_by']}")
-        if r.get("aliases"):
-            note.append("same docs as " + ", ".join(r["aliases"][:3]))
-        if r.get("dominant_sources"):
-            note.append(", ".join(r["dominant_sources"]))
-        if r.get("top_reasons"):
-            note.append("reasons: " + "; ".join(r["top_reasons"]))
+        note = cluster_notes(r)
         cells = [
             html_safe(r["id"], 20),
             _e(r["verdict"]),

@@ -13,7 +13,13 @@ import re
 
 import polars as pl
 
-from forensics.report.model import SpikeReport, cluster_name, format_p, summary_lines
+from forensics.report.model import (
+    SpikeReport,
+    cluster_name,
+    cluster_notes,
+    format_p,
+    summary_lines,
+)
 from forensics.safe_text import excerpt, html_safe
 
 TABLE_ROWS = 30
@@ -68,13 +74,7 @@ def _table(report: SpikeReport) -> str:
     )
     body = []
     for r in cluster_rows(report):
-        note = []
-        if r.get("new_in_window"):
-            note.append("new in window")
-        if r.get("explained_by"):
-            note.append(f"inside {r['explained_by']}")
-        if r.get("dominant_sources"):
-            note.append(", ".join(r["dominant_sources"]))
+        note = cluster_notes(r)
         body.append(
             f"| {md_safe(r['id'])} | {r['verdict']} | {md_safe(cluster_name(r), 80)} | "
             f"{r['docs']:,} | {100 * r['window_share']:.2f}% | {100 * r['baseline_share']:.2f}% | "
