@@ -367,3 +367,27 @@ def test_templates_with_lowercase_slots_are_found() -> None:
     assert (out["spam_score"][:n] >= FLAG_THRESHOLD).all(), out["spam_reason"][:n].to_list()
     assert all("skeleton shared with" in r for r in out["spam_reason"][:n])
     assert (out["spam_score"][n:] < FLAG_THRESHOLD).all()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_batched_scoring_equals_one_batch(monkeypatch, workers) -> None:
+    """Big tables are scored in batches (tokens dropped, skeleton signatures kept); a template
+    whose pages fall in different batches is still one cluster, and every score is unchanged."""
+    import forensics.score.table as table
+
+    rnd = random.Random(3)
+    cities = [f"{a}{b}ville" for a in "BCDFGHJKLM" for b in "aeiou"][:24]
+    pages = [
+        f"Best {rnd.choice(['plumber', 'roofer'])} deals in {c}: our {c} team quotes first, "
+        f"answers around the clock and cleans up after itself. Call {rnd.randint(200, 999)} "
+        f"today; neighbours in {c} have trusted our crew since {rnd.randint(1970, 2015)}. "
+        "Every technician is licensed, insured and trained on the newest equipment we own."
+        for c in cities
+    ]
+    texts = pages + list(CLEAN.values()) + [None, ""]
+    rnd.shuffle(texts)
+    whole = _score(texts)
+    monkeypatch.setattr(table, "BATCH_ROWS", 7)
+    batched = score_table(pl.DataFrame({"text": texts}), workers=workers)
+    assert batched.equals(whole)
+    assert (whole.filter(pl.col("text").is_in(pages))["spam_score"] >= FLAG_THRESHOLD).all()

@@ -114,19 +114,51 @@ def _jaccard(sig: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return equal.sum(axis=1) / np.maximum(filled.sum(axis=1), 1)
 
 
+@dataclass(frozen=True)
+class Signatures:
+    """What the clustering needs of each document, so tokens can be dropped batch by batch.
+
+    `skeleton` uint64 [n, BINS] MinHash of the skeleton shingles, `eligible` bool [n] (enough
+    shingles), `raw` uint64 [n, BINS] MinHash of the raw-word shingles (the copy check).
+    About 2 KB a document, against ~25 bytes a token for the tokens themselves.
+    """
+
+    skeleton: np.ndarray
+    eligible: np.ndarray
+    raw: np.ndarray
+
+    @staticmethod
+    def of(tok: Tokens) -> Signatures:
+        skeleton, eligible = signatures(tok)
+        raw, _ = signatures(tok, tok.hash, only=eligible)
+        return Signatures(skeleton, eligible, raw)
+
+    @staticmethod
+    def concat(parts: list[Signatures]) -> Signatures:
+        return Signatures(
+            np.concatenate([p.skeleton for p in parts]),
+            np.concatenate([p.eligible for p in parts]),
+            np.concatenate([p.raw for p in parts]),
+        )
+
+
 def find_clusters(tok: Tokens, text_hash: np.ndarray) -> SkeletonClusters:
     """Connected components of documents whose skeletons are near-duplicates (banded LSH)."""
+    return cluster_signatures(Signatures.of(tok), text_hash)
+
+
+def cluster_signatures(sigs: Signatures, text_hash: np.ndarray) -> SkeletonClusters:
+    """Template clusters from per-document signatures (see `find_clusters`)."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    n = tok.n_docs
+    n = len(sigs.eligible)
     cluster = np.full(n, -1, dtype=np.int64)
     size = np.zeros(n, dtype=np.int64)
-    sig, eligible = signatures(tok)
-    docs = np.flatnonzero(eligible)
+    docs = np.flatnonzero(sigs.eligible)
     if len(docs) < 2:
         return SkeletonClusters(cluster, size)
-    sub = sig[docs]
+    sub = sigs.skeleton[docs]
     src: list[np.ndarray] = []
     dst: list[np.ndarray] = []
     for band in range(BINS // ROWS):
@@ -141,14 +173,11 @@ def find_clusters(tok: Tokens, text_hash: np.ndarray) -> SkeletonClusters:
     pairs = np.unique(np.stack([a, b], axis=1), axis=0)
     sim = _jaccard(sub, pairs[:, 0], pairs[:, 1])
     pairs, sim = pairs[sim >= MIN_JACCARD], sim[sim >= MIN_JACCARD]
-    if len(pairs) and tok.hash.size:
+    if len(pairs):
         # Slot-filled variation: the raw words must differ clearly more than the skeletons do,
         # and differ at all. Copies of one licence or README share raw text as much as
         # skeleton: not a template.
-        involved = np.zeros(n, dtype=bool)
-        involved[docs[np.unique(pairs)]] = True
-        raw, _ = signatures(tok, tok.hash, only=involved)
-        raw_sim = _jaccard(raw[docs], pairs[:, 0], pairs[:, 1])
+        raw_sim = _jaccard(sigs.raw[docs], pairs[:, 0], pairs[:, 1])
         pairs = pairs[(sim - raw_sim >= MIN_VARIATION) & (raw_sim <= MAX_RAW_JACCARD)]
     graph = coo_matrix(
         (np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(docs), len(docs))

@@ -82,9 +82,14 @@ def score_texts(
     from concurrent.futures import ThreadPoolExecutor
 
     from forensics.score.garbage import score_garbage
-    from forensics.score.skeleton import find_clusters, skeleton_scores
+    from forensics.score.skeleton import (
+        Signatures,
+        cluster_signatures,
+        find_clusters,
+        skeleton_scores,
+    )
     from forensics.score.spam import line_stats, spam_signals
-    from forensics.score.tokens import Tokens, tokenize
+    from forensics.score.tokens import tokenize
 
     texts = texts.cast(pl.Utf8).rename("text")
     n = len(texts)
@@ -92,7 +97,7 @@ def score_texts(
     garbage_parts: list[pl.DataFrame] = []
     spam_scores: list[np.ndarray] = []
     spam_reasons: list[str] = []
-    token_parts: list[Tokens] = []
+    signature_parts: list[Signatures] = []  # per batch; tokens are dropped as we go
     threads = workers if workers is not None else (os.cpu_count() or 1)
     pool = ThreadPoolExecutor(max_workers=2) if threads > 1 else None
     single = n <= BATCH_ROWS
@@ -107,30 +112,29 @@ def score_texts(
             tok = tokenize(batch)
             if single:
                 pending_clusters = pool.submit(find_clusters, tok, text_hash)
+            else:
+                pending_signatures = pool.submit(Signatures.of, tok)
             score, reasons, _ = spam_signals(batch, tok, pending_lines.result)
             garbage_parts.append(pending_garbage.result())
+            if not single:
+                signature_parts.append(pending_signatures.result())
         else:
             tok = tokenize(batch)
             score, reasons, _ = spam_signals(batch, tok)
             garbage_parts.append(score_garbage(batch))
+            if not single:
+                signature_parts.append(Signatures.of(tok))
         spam_scores.append(score)
         spam_reasons.extend(reasons)
-        token_parts.append(tok)
         if on_batch is not None:
             on_batch(len(batch))
     if pending_clusters is not None:
         clusters = pending_clusters.result()
+    elif single:  # one batch scored without the pool
+        clusters = find_clusters(tok, text_hash)
     else:
         # The skeleton index always sees the whole table, whatever the batching.
-        all_tok = Tokens(
-            doc=np.concatenate([t.doc + k * BATCH_ROWS for k, t in enumerate(token_parts)]),
-            hash=np.concatenate([t.hash for t in token_parts]),
-            skel=np.concatenate([t.skel for t in token_parts]),
-            length=np.empty(0, np.int64),
-            masked=np.concatenate([t.masked for t in token_parts]),
-            n_docs=n,
-        )
-        clusters = find_clusters(all_tok, text_hash)
+        clusters = cluster_signatures(Signatures.concat(signature_parts), text_hash)
     if pool is not None:
         pool.shutdown()
     garbage = pl.concat(garbage_parts) if garbage_parts else None
