@@ -8,15 +8,16 @@ Two trainers, two semantics (../shared/notes/megatron.md, "Skipping on restart")
 - NVIDIA Megatron-LM `--iterations-to-skip 8401 8402 ...`: each listed iteration draws its batch,
   drops it and still advances the iteration counter and consumed samples, so the numbers stay
   absolute. No range syntax: the list is expanded.
-- Megatron-DeepSpeed `--skip-train-iteration-range a-b ...`: the argument parser sorts the ranges
-  and merges them (the shared notes: "merged and sorted"; we assume overlapping *and adjacent*
-  ranges merge, the stricter reading); in training, when the *next* iteration number falls in
-  the front range, it drains batches up to the range's end from the data iterator WITHOUT
-  advancing the iteration counter (or consumed samples), then pops the range. After the first
-  range the counter therefore lags the data by the number of batches drained so far, and every
-  later range must be written shifted down by that count. Shifted ranges that touch their
-  predecessor would be merged by the parser, so the canonical ranges are first made
-  representable (`deepspeed_representable`): a gap not longer than the previous range is
+- Megatron-DeepSpeed `--skip-train-iteration-range a-b ...` (as in BigScience's
+  megatron/arguments.py and training.py): the argument parser sorts the ranges and merges
+  *overlapping* ones (`prev_end >= start`; adjacent ranges stay apart); at (re)start, ranges
+  ending before the loaded iteration are dropped; in training, when the *next* iteration number
+  falls in the front range, it drains batches up to the range's end from the data iterator
+  WITHOUT advancing the iteration counter (or consumed samples), then pops the range. After the
+  first range the counter therefore lags the data by the number of batches drained so far, and
+  every later range must be written shifted down by that count. A shifted range that overlaps
+  its shifted predecessor would be merged by the parser, so the canonical ranges are first made
+  representable (`deepspeed_representable`): a clean gap shorter than the previous range is
   skipped too.
 
 Both flag strings are parsed back (`parse_megatron_lm`, `parse_megatron_deepspeed`, the latter by
@@ -66,15 +67,16 @@ def expand(ranges: Iterable[Sequence[int]]) -> list[int]:
 def deepspeed_representable(ranges: Sequence[Range]) -> list[Range]:
     """Merge ranges until Megatron-DeepSpeed's shifted form keeps them apart.
 
-    Range k is written shifted by the iterations skipped before it; it stays distinct from its
-    (shifted) predecessor k-1 only when the clean gap between them is longer than range k-1
-    itself (`a_k - b_{k-1} - 1 > b_{k-1} - a_{k-1} + 1`). Otherwise the gap is skipped as well.
+    Range k is written shifted by the iterations skipped before it; the parser keeps it apart
+    from its (shifted) predecessor k-1 only when they do not overlap, i.e. when the clean gap
+    between them is at least as long as range k-1 (`a_k - b_{k-1} - 1 >= b_{k-1} - a_{k-1} + 1`).
+    Otherwise the gap is skipped as well.
     """
     out: list[Range] = []
     for a, b in sorted(ranges):
         if out:
             pa, pb = out[-1]
-            if a - pb - 1 <= pb - pa + 1:
+            if a - pb - 1 < pb - pa + 1:
                 out[-1] = (pa, max(pb, b))
                 continue
         out.append((a, b))
@@ -130,7 +132,7 @@ def parse_megatron_lm(flag: str) -> set[int]:
 
 
 def _parse_deepspeed_argument(flag: str) -> list[list[int]]:
-    """Megatron-DeepSpeed's argument parsing: split `a-b`, sort, merge overlapping/adjacent."""
+    """Megatron-DeepSpeed's argument parsing: split `a-b`, sort, merge overlapping ranges."""
     pairs = []
     for tok in _flag_values(flag, "--skip-train-iteration-range"):
         m = re.fullmatch(r"(\d+)-(\d+)", tok)
@@ -141,7 +143,7 @@ def _parse_deepspeed_argument(flag: str) -> list[list[int]]:
         pairs.append([int(m.group(1)), int(m.group(2))])
     merged: list[list[int]] = []
     for a, b in sorted(pairs):
-        if merged and merged[-1][1] >= a - 1:
+        if merged and merged[-1][1] >= a:
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
@@ -155,10 +157,11 @@ def parse_megatron_deepspeed(flag: str, resume_from: int) -> set[int]:
     The counter starts at `resume_from`; the data position too. Before each iteration, if the
     front range holds counter+1, the loop drains batches until the counter would pass the range's
     end (end - counter batches), pops it and does not advance the counter; otherwise it trains one
-    batch and advances both. A front range already behind the counter never fires (and blocks the
-    ones after it), as in the trainer.
+    batch and advances both. Ranges ending before `resume_from` are dropped at start; a front
+    range still behind the counter after that never fires (and blocks the ones after it), as in
+    the trainer.
     """
-    pending = _parse_deepspeed_argument(flag)
+    pending = [r for r in _parse_deepspeed_argument(flag) if r[1] >= resume_from]
     counter = position = resume_from
     dropped: set[int] = set()
     while pending:

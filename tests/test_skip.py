@@ -44,9 +44,20 @@ def test_deepspeed_shift_matches_the_shared_notes_example() -> None:
 
 
 def test_close_ranges_are_joined_for_deepspeed() -> None:
-    # gap of 3 after a range of 5: the shifted second range would touch the first.
+    # gap of 3 after a range of 5: the shifted second range (13-15) would overlap the first.
     assert deepspeed_representable([(10, 14), (18, 20)]) == [(10, 20)]
-    assert deepspeed_representable([(10, 14), (21, 22)]) == [(10, 14), (21, 22)]
+    # gap of 5: shifted to 15-17, adjacent to 10-14, which the parser keeps apart.
+    assert deepspeed_representable([(10, 14), (20, 22)]) == [(10, 14), (20, 22)]
+    assert parse_megatron_deepspeed("--skip-train-iteration-range 10-14 15-17", 0) == set(
+        range(10, 15)
+    ) | set(range(20, 23))
+
+
+def test_deepspeed_parser_merges_overlaps_only_and_drops_ranges_behind_the_restart() -> None:
+    # Overlapping ranges merge (1-5 2-6 -> 1-6), as its argument parser does.
+    assert parse_megatron_deepspeed("--skip-train-iteration-range 2-6 1-5", 0) == set(range(1, 7))
+    # A range that ended before the loaded iteration is dropped at start, not blocking.
+    assert parse_megatron_deepspeed("--skip-train-iteration-range 3-4 12-13", 10) == {12, 13}
 
 
 def test_both_flag_strings_parse_back_to_the_same_batches_random() -> None:
@@ -91,9 +102,11 @@ def test_select_and_collateral_are_true_counts() -> None:
     assert col["clean_samples_skipped"] == 4 + 0
     assert col["culprit_samples_missed"] == 1 + 2
     assert col["culprit_iterations_missed"] == 2
-    joined = deepspeed_representable(ranges)  # gap 1 <= length 1: 104 is skipped too
-    assert joined == [(103, 105)]
-    assert collateral(exp, joined)["clean_samples_skipped"] == 4 + 8 + 0
+    # gap 1 >= length 1: shifted to 103 and 104, adjacent, kept apart by DeepSpeed's parser.
+    assert deepspeed_representable(ranges) == ranges
+    joined = deepspeed_representable([(102, 103), (105, 105)])  # gap 1 < length 2: joined
+    assert joined == [(102, 105)]
+    assert collateral(exp, joined)["clean_samples_skipped"] == 7 + 4 + 8 + 0 + 0
     with pytest.raises(ForensicsError, match="threshold"):
         select_iterations(exp, threshold=1.0)
 
