@@ -5,9 +5,13 @@ loads checkpoint R and runs R+1 first; we skip iterations in [R+1, S+after].
 
 Two trainers, two semantics (../shared/notes/megatron.md, "Skipping on restart"):
 
-- NVIDIA Megatron-LM `--iterations-to-skip 8401 8402 ...`: each listed iteration draws its batch,
-  drops it and still advances the iteration counter and consumed samples, so the numbers stay
-  absolute. No range syntax: the list is expanded.
+- NVIDIA Megatron-LM `--iterations-to-skip 8400 8401 ...`: the training loop tests
+  `iteration in args.iterations_to_skip` *before* the step, while `iteration` still counts the
+  completed steps (the step then runs, the counter becomes iteration + 1 and that is the number
+  the log prints). So the value k drops the batch logged as iteration k + 1: to skip our
+  (logged, 1-indexed) iteration i the flag lists i - 1. The skipped batch is drawn and dropped,
+  and the counter and consumed samples still advance, so the numbers stay absolute. No range
+  syntax: the list is expanded.
 - Megatron-DeepSpeed `--skip-train-iteration-range a-b ...` (as in BigScience's
   megatron/arguments.py and training.py): the argument parser sorts the ranges and merges
   *overlapping* ones (`prev_end >= start`; adjacent ranges stay apart); at (re)start, ranges
@@ -87,11 +91,12 @@ def deepspeed_representable(ranges: Sequence[Range]) -> list[Range]:
 
 
 def megatron_lm_flag(ranges: Sequence[Range]) -> str:
-    """`--iterations-to-skip i j ...` for NVIDIA Megatron-LM (absolute, expanded)."""
+    """`--iterations-to-skip ...` for NVIDIA Megatron-LM: absolute, expanded, and each value one
+    less than the logged iteration it drops (the loop compares the completed-step count)."""
     its = expand(ranges)
     if not its:
         return ""
-    return "--iterations-to-skip " + " ".join(str(i) for i in its)
+    return "--iterations-to-skip " + " ".join(str(i - 1) for i in its)
 
 
 def megatron_deepspeed_ranges(ranges: Sequence[Range]) -> list[Range]:
@@ -122,12 +127,13 @@ def _flag_values(flag: str, name: str) -> list[str]:
 
 
 def parse_megatron_lm(flag: str) -> set[int]:
-    """The absolute iterations a Megatron-LM `--iterations-to-skip` string drops."""
+    """The (logged, 1-indexed) iterations a Megatron-LM `--iterations-to-skip` string drops:
+    value k drops the step taken when k steps are complete, logged as iteration k + 1."""
     out = set()
     for tok in _flag_values(flag, "--iterations-to-skip"):
-        if not tok.isdigit() or int(tok) < 1:
-            raise ForensicsError(f"--iterations-to-skip: not a 1-indexed iteration: {tok!r}")
-        out.add(int(tok))
+        if not tok.isdigit():
+            raise ForensicsError(f"--iterations-to-skip: not a completed-step count: {tok!r}")
+        out.add(int(tok) + 1)
     return out
 
 

@@ -57,7 +57,7 @@ def make_report(dirty_share: float = 0.1, skip: bool = True, seed: int = 21):
     if skip:
         report.skip = {
             "iterations": [[81001, 81234]],
-            "megatron_lm": "--iterations-to-skip " + " ".join(map(str, range(81001, 81235))),
+            "megatron_lm": "--iterations-to-skip " + " ".join(map(str, range(81000, 81234))),
             "megatron_deepspeed": {
                 "flag": "--skip-train-iteration-range 81001-81234",
                 "caveat": "ranges after the first are written shifted",

@@ -124,3 +124,22 @@ def test_fingerprint_differences_name_the_field() -> None:
     diffs = fingerprint_differences(a, b)
     assert len(diffs) == 2 and diffs[0].startswith("config_hash") and "files[0].size" in diffs[1]
     assert fingerprint_differences(a, a) == []
+
+
+def test_megatron_lm_values_are_completed_step_counts() -> None:
+    """Megatron-LM's loop checks `iteration in args.iterations_to_skip` before the step, while
+    `iteration` counts completed steps; the step it drops is then logged as iteration + 1."""
+    flag = megatron_lm_flag([(81001, 81003)])
+    assert flag == "--iterations-to-skip 81000 81001 81002"
+
+    def simulate(values: set[int], resume: int, steps: int) -> set[int]:
+        dropped, iteration = set(), resume
+        while iteration < resume + steps:
+            if iteration in values:
+                dropped.add(iteration + 1)  # the logged number of the batch it drains
+            iteration += 1
+        return dropped
+
+    values = {int(v) for v in flag.split()[1:]}
+    assert simulate(values, resume=80950, steps=100) == {81001, 81002, 81003}
+    assert parse_megatron_lm(flag) == {81001, 81002, 81003}

@@ -385,6 +385,7 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
         out.append(("AHEAD", text))
     if skip.get("megatron_lm"):
         out.append(("PASTE", "Megatron-LM:        " + _cut(str(skip["megatron_lm"]))))
+        out.append(("", "(its values count completed steps: logged iteration i is skipped as i-1)"))
     if skip.get("megatron_deepspeed"):
         ds = skip["megatron_deepspeed"]
         flag = ds.get("flag", "") if isinstance(ds, dict) else str(ds)
