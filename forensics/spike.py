@@ -686,7 +686,8 @@ def megatron_args_text(skip: dict[str, Any]) -> str:
         f"{rb['iteration']} (the job runs {rb['resume_iteration']} first).",
         "# Valid only for the run fingerprinted in skip.json (check: forensics check-skip).",
         "",
-        "# NVIDIA Megatron-LM (absolute iterations):",
+        "# NVIDIA Megatron-LM (absolute; each value is the logged iteration - 1, the count of"
+        " completed steps its loop compares):",
         skip["megatron_lm"] or "# (nothing to skip)",
         "",
         "# Megatron-DeepSpeed (ranges after the first are shifted; see the caveat):",
