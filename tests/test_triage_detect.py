@@ -238,3 +238,14 @@ def test_sparse_domain_loss_gaps_are_not_nan() -> None:
     (spike,) = _kinds(r, "spike")
     assert spike["curve"] == "loss:web" and "non-finite" not in spike["evidence"]["summary"]
     assert r.summary["curves"]["loss:web"]["non_finite_steps"] == 0
+
+
+def test_healthy_trend_is_fitted_before_a_lasting_break() -> None:
+    """A malignant step up must not bend the power-law fit: it is fitted on what came before,
+    and matches the fit of the same run without the step."""
+    broken = triage(synthetic.make("malignant_step")).curves["loss"].fit
+    clean = synthetic.healthy(6000)
+    reference = triage(clean.filter(pl.col("step") < synthetic.SPIKE_STEP)).curves["loss"].fit
+    assert broken is not None and reference is not None
+    assert broken.r2 > 0.9
+    assert abs(broken.exponent - reference.exponent) < 0.01

@@ -100,7 +100,12 @@ def analyse_curve(
     stats = local_stats(loss, local_rows(steps, cfg), cfg.noise_floor_rel, segments(steps))
     spikes = find_spikes(steps, loss, stats, cfg, bad, last_step)
     div = find_divergence(steps, loss, bad, spikes, alarms, cols, cfg)
-    healthy_part = steps < div.step if div is not None else slice(None)
+    # The healthy trend is fitted on what came before the first lasting break (a divergence, or
+    # a spike that is not benign): a malignant step up would otherwise bend the fit towards it.
+    breaks = [s.onset_step for s in spikes if not s.blip and s.verdict != "benign"]
+    if div is not None:
+        breaks.append(div.step)
+    healthy_part = steps < min(breaks) if breaks else slice(None)
     return CurveResult(
         name=curve,
         steps=steps,
