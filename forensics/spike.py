@@ -306,6 +306,23 @@ def documents_by_dataset(culprit: pl.DataFrame) -> dict[str, list[int]]:
     return dict(sorted(out.items()))
 
 
+def flagged_documents(seen: pl.DataFrame, window_docs: pl.DataFrame) -> pl.DataFrame:
+    """The culprit documents of the window whose garbage or spam score is flagged."""
+    from forensics.score import FLAG_THRESHOLD
+
+    if not seen.height:
+        return seen.select("dataset", "doc_id")
+    scores = window_docs.select("dataset", "doc_id", "garbage_score", "spam_score")
+    return (
+        seen.select("dataset", "doc_id")
+        .join(scores, on=["dataset", "doc_id"], how="inner")
+        .filter(
+            (pl.col("garbage_score") >= FLAG_THRESHOLD) | (pl.col("spam_score") >= FLAG_THRESHOLD)
+        )
+        .select("dataset", "doc_id")
+    )
+
+
 def source_documents(config: RunConfig, ranked: pl.DataFrame, ids: list[str]) -> pl.DataFrame:
     """Every document of the blamed *sources*, not only those the window happened to hold.
 
@@ -546,6 +563,10 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
         "documents": documents_by_dataset(culprit),
         "culprit_clusters": blamed,
         "documents_seen_in_window": seen.height,
+        # The narrow alternative: only the culprit documents the window drew that a scorer
+        # flagged. When the blamed source is a whole dataset (no finer provenance), this is the
+        # list to block if removing the dataset is too much.
+        "documents_flagged": documents_by_dataset(flagged_documents(seen, window_docs)),
         "megatron_lm": megatron_lm_flag(ranges),
         "megatron_deepspeed": {
             "flag": megatron_deepspeed_flag(ranges),

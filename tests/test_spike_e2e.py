@@ -442,3 +442,17 @@ def test_embed_model_and_device_options(run: dict, tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         gpu = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "y"), "--device", "cuda"])
         assert gpu.exit_code != 0 and "CUDA" in str(gpu.exception or gpu.output)
+
+
+def test_flagged_block_list_is_the_narrow_alternative(run: dict) -> None:
+    """documents_flagged: the culprit documents the window drew that a scorer flagged; a subset
+    of the full block list, holding most of the dirty documents the window drew."""
+    skip = run["result"].skip
+    flagged = set(skip["documents_flagged"].get("web_v2", []))
+    assert flagged <= set(skip["documents"]["web_v2"])
+    dirty_seen = set(run["truth"]["dirty_doc_ids"]) & set(
+        pl.read_parquet(next((run["out"] / ".cache").glob("replay-*.parquet")))
+        .filter(pl.col("dataset") == "web_v2")["doc_id"]
+        .to_list()
+    )
+    assert len(flagged & dirty_seen) >= 0.8 * len(dirty_seen)
