@@ -257,3 +257,24 @@ def test_seed_mismatch_with_megatron_cache(run: dict[str, Path], tmp_path: Path)
     assert "GPTDataset-train-description.txt" in message
     assert "random_seed: cache has 1234, config gives 999" in message
     assert not out.exists()
+
+
+def test_help_replay_and_score_never_import_torch(run: dict[str, Path], tmp_path: Path) -> None:
+    """`forensics --help`, `replay --text` and `score` start fast: no torch, no
+    sentence-transformers, no megatron-core, no scikit-learn (checked in a fresh interpreter)."""
+    out = tmp_path / "w.parquet"
+    scored = tmp_path / "s.parquet"
+    code = (
+        "import sys; from forensics.cli import app; from typer.testing import CliRunner;"
+        "r = CliRunner().invoke(app, ['--help']); assert r.exit_code == 0, r.output;"
+        f"r = CliRunner().invoke(app, ['replay', '--config', {str(run['config'])!r}, '--step', "
+        f"'20', '--window', '5', '--text', '--out', {str(out)!r}]);"
+        "assert r.exit_code == 0, r.output;"
+        f"r = CliRunner().invoke(app, ['score', {str(out)!r}, '--out', {str(scored)!r}]);"
+        "assert r.exit_code == 0, r.output;"
+        "heavy = [m for m in ('torch', 'sentence_transformers', 'megatron', 'sklearn')"
+        " if m in sys.modules]; print('heavy:', heavy)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.strip() == "heavy: []", proc.stdout + proc.stderr
+    assert pl.read_parquet(scored).height == pl.read_parquet(out).height
