@@ -54,6 +54,9 @@ class TriageConfig:
     # fitted so far predicted.
     plateau_steps: int = 2000
     plateau_frac: float = 0.3
+    # ... and only where the power law expected a drop worth noticing (this share of the loss):
+    # late in a healthy run it expects less than 1% per plateau length, and missing that is noise.
+    plateau_min_drop_rel: float = 0.01
     lr_floor_frac: float = 0.1
     chinchilla: dict[str, float] = field(default_factory=lambda: dict(CHINCHILLA))
 

@@ -330,7 +330,8 @@ def find_plateaus(
     with np.errstate(over="ignore", invalid="ignore"):
         predicted = np.exp(a + b * np.log(sj)) - np.exp(a + b * np.log(si))
     observed = level[j] - level
-    flat = ok & (predicted > 0.005 * level) & (observed < cfg.plateau_frac * predicted)
+    flat = ok & (predicted > cfg.plateau_min_drop_rel * level)
+    flat &= observed < cfg.plateau_frac * predicted
     flat &= observed > -0.01 * level  # a rise is a spike or a divergence, not a plateau
     for sp in spikes or []:
         if not sp.blip:
@@ -369,7 +370,8 @@ def find_plateaus(
         )
         p.observed_drop = float(level[i0] - level[i1])
         rose = p.observed_drop < -0.01 * p.level
-        if p.observed_drop < cfg.plateau_frac * p.predicted_drop and not rose:
+        expected = p.predicted_drop > cfg.plateau_min_drop_rel * p.level
+        if p.observed_drop < cfg.plateau_frac * p.predicted_drop and expected and not rose:
             p.checks, p.conclusion = plateau_checks(p, cols, run, cfg)
             kept.append(p)
     return kept
