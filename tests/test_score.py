@@ -152,22 +152,9 @@ def test_template_pages_are_found_across_documents() -> None:
         )
         for c in cities
     ]
-    # The same licence text with different holders is a copy, not slot-filled spam.
-    licence = (
-        "Copyright (c) {y} {h}\n\nPermission is hereby granted, free of charge, to any person "
-        "obtaining a copy of this software and associated documentation files, to deal in the "
-        "Software without restriction, including without limitation the rights to use, copy, "
-        "modify, merge, publish, distribute, sublicense, and/or sell copies of the Software."
-    )
-    licences = [licence.format(y=2000 + i, h=f"Author {chr(65 + i)} Ltd") for i in range(14)]
-    # Mirrors of one page that differ only in a date and counters are copies, not a template.
-    head = " ".join(ENGLISH.split()[:50])
-    mirrors = [
-        f"{head}. Updated {2000 + i}-{i % 12 + 1:02d}-{i % 28 + 1:02d}, {1000 + 37 * i} views, "
-        f"build {500 + i}."
-        for i in range(14)
-    ]
-    out = _score(pages + licences + mirrors + list(CLEAN.values()))
+    # Licence copies with other holders, and mirrors differing in a date and counters, are
+    # copies, not slot-filled spam.
+    out = _score(pages + _licences_and_mirrors() + list(CLEAN.values()))
     n = len(pages)
     assert (out["spam_score"][:n] >= FLAG_THRESHOLD).all()
     assert all("skeleton shared with" in r for r in out["spam_reason"][:n])
@@ -325,6 +312,7 @@ def test_keyword_reason_names_the_keyword_on_short_pages() -> None:
 
 
 def _licences_and_mirrors() -> list[str]:
+    """One licence with 14 holders and one page mirrored 14 times: copies, never templates."""
     licence = (
         "Copyright (c) {y} {h}\n\nPermission is hereby granted, free of charge, to any person "
         "obtaining a copy of this software and associated documentation files, to deal in the "
