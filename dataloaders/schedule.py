@@ -16,6 +16,13 @@ restarts the count: from that iteration on, samples continue at the checkpoint's
 The data stage in force at iteration i is the last one whose start_iteration <= i; the global
 sample index runs on across stages (the new blend is indexed at the same consumed-samples count).
 
+A restart that applied skip flags (`training.applied_skips`) is replayed by running that
+trainer's own loop (dataloaders.trainer_loops) from the restart on: Megatron-LM, argonne and
+OLMo-core draw a skipped step's batch (the row stays, marked `skipped`); BigScience
+Megatron-DeepSpeed drains micro-batches without advancing its counters, so the drained samples
+belong to no logged iteration (`drains`) and every later iteration of that restart trains data
+further on than the plain schedule says.
+
 The rampup phase is replayed step by step (it is short: SAMPLES / START steps at most); the
 constant phase is vectorised, so a million-iteration run costs milliseconds.
 """
@@ -27,15 +34,26 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from dataloaders.errors import ForensicsError
+from dataloaders.trainer_loops import (
+    MEGATRON_DEEPSPEED,
+    Draw,
+    LoopStart,
+    parse_skip_flag,
+    run_loop,
+)
 from forensics.config import TrainingSpec
-from forensics.errors import ForensicsError
 
 
 class Schedule:
     """The whole run's iteration -> [first_sample, end_sample) map, with the stage per iteration.
 
-    first_sample  int64[last_iteration + 1]  consumed samples before iteration i (index 0 unused)
-    batch_size    int64[last_iteration + 1]  samples consumed by iteration i (the running gbs)
+    first_sample  int64[last_iteration + 1]  first global sample iteration i drew (index 0 unused)
+    batch_size    int64[last_iteration + 1]  samples iteration i drew (the running gbs)
+    skipped       bool[last_iteration + 1]   iteration i drew its batch but did not train on it
+    consumed      int64[last_iteration + 1]  the trainer's consumed-samples count after iteration
+                                             i (what checkpoint i restores; index 0: 0)
+    drains        Megatron-DeepSpeed drains of earlier restarts: drawn, attributed to no iteration
     """
 
     def __init__(self, training: TrainingSpec, stage_starts: Sequence[int] = (1,)) -> None:
@@ -54,6 +72,9 @@ class Schedule:
                     f"training.resumes: iteration {resume.iteration} is after the end of "
                     f"training ({self.last_iteration})"
                 )
+        self.skipped = np.zeros(self.last_iteration + 1, dtype=bool)
+        self.consumed = np.zeros(self.last_iteration + 1, dtype=np.int64)
+        self.drains: list[Draw] = []
         self.first_sample, self.batch_size = self._build()
 
     # -- Megatron's formulas ---------------------------------------------------------------
@@ -102,6 +123,20 @@ class Schedule:
             )
         return iters
 
+    def _restarts(self) -> list[tuple[int, int | None, object]]:
+        """(first iteration, consumed samples or None = as counted, applied skip or None)."""
+        t = self.training
+        out: list[tuple[int, int | None, object]] = [(1, 0, None)]
+        out += [(r.iteration, r.consumed_samples, None) for r in t.resumes]
+        for applied in t.applied_skips:
+            if applied.resume_from >= self.last_iteration:
+                raise ForensicsError(
+                    f"training.applied_skips: resume_from {applied.resume_from} is not before "
+                    f"the end of training ({self.last_iteration})"
+                )
+            out.append((applied.resume_from + 1, applied.consumed_samples, applied))
+        return sorted(out, key=lambda r: r[0])
+
     def _build(self) -> tuple[np.ndarray, np.ndarray]:
         last = self.last_iteration
         first = np.zeros(last + 1, dtype=np.int64)
@@ -109,9 +144,14 @@ class Schedule:
         ramp = self.training.rampup_batch_size
         ramp_samples = ramp[2] if ramp is not None else -1
         constant = self.training.global_batch_size
-        bounds = [(1, 0)] + [(r.iteration, r.consumed_samples) for r in self.training.resumes]
-        for n, (begin, consumed) in enumerate(bounds):
-            end = bounds[n + 1][0] if n + 1 < len(bounds) else last + 1
+        restarts = self._restarts()
+        counted = 0  # the trainer's consumed samples at the end of the previous segment
+        for n, (begin, restored, applied) in enumerate(restarts):
+            end = restarts[n + 1][0] if n + 1 < len(restarts) else last + 1
+            consumed = counted if restored is None else restored
+            if applied is not None:
+                counted = self._replay_loop(applied, begin, end, consumed, first, gbs)
+                continue
             i = begin
             while ramp is not None and consumed <= ramp_samples and i < end:
                 g = self._running_gbs(consumed)
@@ -121,7 +161,37 @@ class Schedule:
             count = end - i
             first[i:end] = consumed + np.arange(count, dtype=np.int64) * constant
             gbs[i:end] = constant
+            self.consumed[begin:end] = first[begin:end] + gbs[begin:end]
+            counted = int(self.consumed[end - 1]) if end > begin else consumed
         return first, gbs
+
+    def _replay_loop(
+        self, applied, begin: int, end: int, consumed: int, first: np.ndarray, gbs: np.ndarray
+    ) -> int:
+        """Fill iterations begin..end-1 by running the applied skip's trainer loop; returns the
+        trainer's consumed-samples count at the end."""
+        start = LoopStart(
+            iteration=begin - 1,
+            consumed_samples=consumed,
+            train_iters=self.last_iteration,
+            unit=self.unit,
+            global_batch_size=self.training.global_batch_size,
+            batch_size_at=self._running_gbs,
+        )
+        try:
+            spec = parse_skip_flag(applied.trainer, applied.flag)
+        except ForensicsError as err:
+            raise ForensicsError(f"training.applied_skips ({applied.trainer}): {err}") from None
+        result = run_loop(applied.trainer, start, spec, until=end - 1)
+        for draw in result.draws:
+            if applied.trainer == MEGATRON_DEEPSPEED and not draw.trained:
+                self.drains.append(draw)
+                continue
+            i = draw.iteration
+            first[i], gbs[i] = draw.first_sample, draw.size
+            self.skipped[i] = not draw.trained
+            self.consumed[i] = draw.consumed
+        return result.consumed_samples
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -152,7 +222,8 @@ class Schedule:
             raise ForensicsError(f"empty iteration range {first}..{last}")
 
     def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
-        """Columns iteration, first_sample, end_sample (half-open), stage for first..last."""
+        """Columns iteration, first_sample, end_sample (half-open), stage, skipped (drawn, not
+        trained) for first..last."""
         self.check(first, last)
         its = np.arange(first, last + 1, dtype=np.int64)
         start = self.first_sample[first : last + 1]
@@ -162,5 +233,22 @@ class Schedule:
                 "first_sample": start,
                 "end_sample": start + self.batch_size[first : last + 1],
                 "stage": self.stage_of(its),
+                "skipped": self.skipped[first : last + 1],
             }
+        )
+
+    def loop_start(self, checkpoint: int) -> LoopStart:
+        """What a job restarted from checkpoint `checkpoint` begins from (its loop's state)."""
+        if not 0 <= checkpoint < self.last_iteration:
+            raise ForensicsError(
+                f"checkpoint iteration {checkpoint} is not before the end of training "
+                f"({self.last_iteration})"
+            )
+        return LoopStart(
+            iteration=checkpoint,
+            consumed_samples=int(self.consumed[checkpoint]) if checkpoint else 0,
+            train_iters=self.last_iteration,
+            unit=self.unit,
+            global_batch_size=self.training.global_batch_size,
+            batch_size_at=self._running_gbs,
         )

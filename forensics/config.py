@@ -234,8 +234,36 @@ class Resume(StrictModel):
     consumed_samples: int = Field(ge=0)
 
 
+def _known_trainer(value: str) -> str:
+    from dataloaders.trainer_loops import TRAINERS
+
+    if value not in TRAINERS:
+        raise ValueError(f"unknown trainer {value!r}; known: {', '.join(TRAINERS)}")
+    return value
+
+
+class AppliedSkip(StrictModel):
+    """Skip flags a restart of this run already used: the run consumed its data differently.
+
+    Megatron-LM, argonne and OLMo-core still draw a skipped step's batch (numbering stays
+    absolute; the replay marks those rows skipped). BigScience Megatron-DeepSpeed drains
+    micro-batches without advancing its counters, so every later logged iteration trains other
+    data than the plain schedule says; the replay follows the trainer's loop to say which.
+    """
+
+    trainer: str
+    resume_from: int = Field(ge=0)  # the checkpoint iteration that restart loaded
+    flag: str  # the skip flag as it was passed (e.g. "--iterations-to-skip 5001 5002")
+    consumed_samples: int | None = Field(default=None, ge=0)  # restored then (default: counted)
+
+    @field_validator("trainer")
+    @classmethod
+    def _known_trainer(cls, value: str) -> str:
+        return _known_trainer(value)
+
+
 class TrainingSpec(StrictModel):
-    """The batch-size schedule and the length of training."""
+    """The batch-size schedule, the length of training, and the loop that consumes skip flags."""
 
     global_batch_size: int = Field(gt=0)
     micro_batch_size: int = Field(default=1, gt=0)
@@ -244,6 +272,16 @@ class TrainingSpec(StrictModel):
     train_samples: int | None = Field(default=None, gt=0)
     rampup_batch_size: tuple[int, int, int] | None = None  # (start, increment, ramp samples)
     resumes: list[Resume] = Field(default_factory=list)
+    # Which training loop reads the skip flags we write (dataloaders.trainer_loops.TRAINERS):
+    # megatron-lm (megatron-core >= 0.17), megatron-lm-pre-0.17, megatron-deepspeed (BigScience),
+    # megatron-deepspeed-argonne, olmo-core.
+    trainer: str = "megatron-lm"
+    applied_skips: list[AppliedSkip] = Field(default_factory=list)
+
+    @field_validator("trainer")
+    @classmethod
+    def _known_trainer(cls, value: str) -> str:
+        return _known_trainer(value)
 
     @model_validator(mode="after")
     def _length_given(self) -> TrainingSpec:
@@ -263,6 +301,12 @@ class TrainingSpec(StrictModel):
         iters = [r.iteration for r in self.resumes]
         if iters != sorted(set(iters)):
             raise ValueError(f"training.resumes must be in increasing iteration order, got {iters}")
+        starts = iters + [a.resume_from + 1 for a in self.applied_skips]
+        if len(starts) != len(set(starts)):
+            raise ValueError(
+                "training.resumes and training.applied_skips name the same restart twice "
+                "(an applied skip's restart begins at resume_from + 1)"
+            )
         return self
 
 
@@ -284,6 +328,12 @@ class RunConfig(StrictModel):
     def config_hash(self) -> str:
         """A stable hash of everything that determines the data order (not paths' spelling)."""
         payload = self.model_dump(mode="json", exclude={"source", "log", "name"})
+        # The trainer decides how skip flags are spelled, not the data order; skips a restart
+        # already applied do change it (and are left out when there are none, so hashes of
+        # runs without them stay what they were).
+        payload["training"].pop("trainer", None)
+        if not payload["training"].get("applied_skips"):
+            payload["training"].pop("applied_skips", None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def available_checkpoints(self) -> list[int]:

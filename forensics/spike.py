@@ -32,23 +32,22 @@ from typing import Any
 
 import polars as pl
 
+from dataloaders.schedule import Schedule
+from dataloaders.trainer_loops import check_trainer
 from forensics.atomic import write_json_atomic, write_parquet_atomic, write_text_atomic
 from forensics.config import RunConfig, load_config
 from forensics.errors import ForensicsError
 from forensics.rollback import Rollback, recommend_rollback
 from forensics.skip import (
-    DEEPSPEED_CAVEAT,
     check_threshold,
     collateral,
-    deepspeed_representable,
-    expand,
-    megatron_deepspeed_flag,
-    megatron_lm_flag,
-    merge_ranges,
     sample_ranges,
     select_iterations,
 )
+from forensics.skip.plan import SkipPlan, plan_flags
+from forensics.skip.tracker import TRACKER_FILE, how_to_pass, tracker_text
 
+TRACKED_TRAINERS = ("megatron-lm", "megatron-lm-pre-0.17")  # read a tracker file of skips
 MARKER = "run.json"
 SKIP_FILE = "skip.json"
 ARGS_FILE = "megatron_args.txt"
@@ -72,16 +71,17 @@ class SpikeOptions:
     embed_cap: int | None = None  # documents embedded (None: cluster.DEFAULT_CAP; 0: skip)
     embed_model: str | None = None  # a local sentence-transformers directory (None: MiniLM)
     device: str = "cpu"  # torch device for the embeddings ("cuda" on a GPU machine)
+    trainer: str | None = None  # the loop that reads the skip flags (None: training.trainer)
     force: bool = False
     progress: bool = True
 
 
 @dataclass
 class SpikeResult:
-    """What a run produced: paths, the skip dict as written, the report, stage timings."""
+    """What a run produced: paths, the skip plan as written, the report, stage timings."""
 
     out: Path
-    skip: dict[str, Any]
+    skip: SkipPlan
     report: Any
     rollback: Rollback
     window: tuple[int, int]
@@ -389,6 +389,8 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
     if not 0.0 <= opts.ahead_share <= 1.0:
         raise ForensicsError(f"--ahead-share {opts.ahead_share}: must be in [0, 1]")
     check_threshold(opts.threshold)
+    if opts.trainer is not None:
+        check_trainer(opts.trainer)
     config, origin = _config_and_origin(config)
     config_hash = config.config_hash()
     out = Path(out)
@@ -544,40 +546,45 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
             & (pl.col("flagged_samples") >= opts.ahead_share * pl.col("samples"))
         )
         chosen = sorted(set(chosen) | set(dense["iteration"].to_list()))
-    exact = merge_ranges(chosen)
-    ranges = deepspeed_representable(exact)
-    joined = len(expand(ranges)) - len(expand(exact))
+    trainer = opts.trainer or config.training.trainer
+    schedule = getattr(replayer, "schedule", None) or Schedule(config.training)
+    ranges, composed, joined, flags = plan_flags(trainer, chosen, schedule, rollback.iteration)
+    if composed:
+        notes.append(
+            f"{len(composed)} iterations after the rollback were skipped by an earlier restart "
+            "(training.applied_skips) and are skipped again"
+        )
+    if flags[trainer].flag is None:
+        notes.append(f"no exact {trainer} skip flag: {flags[trainer].refusal}")
     costed = pl.concat([exposure, ahead]) if opts.skip_ahead else exposure
     coll = collateral(costed, ranges)
     last_skipped = max([scope[1], *(b for _, b in ranges)])
     iteration_samples = replayer.iteration_samples(scope[0], last_skipped)
-    skip = {
-        "version": 1,
-        "step": opts.step,
-        "window": list(window),
-        "rollback": rollback.to_dict(),
-        "scope": list(scope),
-        "threshold": opts.threshold,
-        "iterations": [list(r) for r in ranges],
-        "samples": sample_ranges(iteration_samples, ranges),
-        "documents": documents_by_dataset(culprit),
-        "culprit_clusters": blamed,
-        "documents_seen_in_window": seen.height,
+    tracker = flags[trainer].values if trainer in TRACKED_TRAINERS else None
+    skip = SkipPlan(
+        step=opts.step,
+        window=list(window),
+        rollback=rollback.to_dict(),
+        scope=list(scope),
+        threshold=opts.threshold,
+        trainer=trainer,
+        iterations=[list(r) for r in ranges],
+        samples=sample_ranges(iteration_samples, ranges),
+        documents=documents_by_dataset(culprit),
+        culprit_clusters=blamed,
+        documents_seen_in_window=seen.height,
         # The narrow alternative: only the culprit documents the window drew that a scorer
         # flagged. When the blamed source is a whole dataset (no finer provenance), this is the
         # list to block if removing the dataset is too much.
-        "documents_flagged": documents_by_dataset(flagged_documents(seen, window_docs)),
-        "megatron_lm": megatron_lm_flag(ranges),
-        "megatron_deepspeed": {
-            "flag": megatron_deepspeed_flag(ranges),
-            "resume_from": rollback.iteration,
-            "caveat": deepspeed_caveat(config, ranges),
-        },
-        "collateral": coll | {"iterations_joined_for_deepspeed": joined},
-        "ahead": ahead_info | {"skip_ahead": opts.skip_ahead, "advice": ahead_advice(ahead_info)},
-        "fingerprint": fingerprint,
-        "notes": notes,
-    }
+        documents_flagged=documents_by_dataset(flagged_documents(seen, window_docs)),
+        flags=flags,
+        collateral=coll | {"iterations_joined_for_trainer": joined},
+        ahead=ahead_info | {"skip_ahead": opts.skip_ahead, "advice": ahead_advice(ahead_info)},
+        fingerprint=fingerprint,
+        notes=notes,
+        composed=composed,
+        tracker_file=TRACKER_FILE if tracker else None,
+    )
 
     # 6. report and files
     from forensics.report import build_report, print_summary, write_report
@@ -601,8 +608,11 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
             notes=notes,
         )
         write_report(report, out)
-        write_json_atomic(out / SKIP_FILE, skip, overwrite=opts.force)
+        write_json_atomic(out / SKIP_FILE, skip.to_dict(), overwrite=opts.force)
         write_text_atomic(out / ARGS_FILE, megatron_args_text(skip))
+        if tracker:
+            when = time.strftime("%Y-%m-%d %H:%M:%S")
+            write_text_atomic(out / TRACKER_FILE, tracker_text(tracker, when))
     if opts.progress:
         print_summary(report)
     return SpikeResult(
@@ -670,54 +680,47 @@ def _loss_curve(config: RunConfig, notes: list[str]) -> pl.DataFrame | None:
     return None
 
 
-def deepspeed_caveat(config: RunConfig, ranges: list[tuple[int, int]]) -> str:
-    """The Megatron-DeepSpeed caveat, plus the batch-size ramp warning when it applies: during
-    a ramp DeepSpeed sizes each drained batch by the consumed-samples count it did not advance,
-    so the drained batches are not the original run's."""
-    ramp = config.training.rampup_batch_size
-    if ramp is None or not ranges:
-        return DEEPSPEED_CAVEAT
-    return (
-        DEEPSPEED_CAVEAT
-        + f" This run ramps its batch size (--rampup-batch-size {ramp[0]} {ramp[1]} {ramp[2]}):"
-        " inside the ramp the batches DeepSpeed drains are sized by the un-advanced consumed"
-        " samples and differ from the original run's; prefer the Megatron-LM list there."
-    )
-
-
-def report_skip(skip: dict[str, Any]) -> dict[str, Any]:
-    """The skip dict as the report's first screen shows it (counts, not the block list)."""
-    coll = skip["collateral"]
+def report_skip(skip: SkipPlan) -> dict[str, Any]:
+    """The skip plan as the report's first screen shows it (counts, not the block list)."""
+    coll = skip.collateral
     shown = {
         "clean_samples_skipped": coll["clean_samples_skipped"],
         "culprit_samples_missed": coll["culprit_samples_missed"],
     }
-    ahead = skip["ahead"]
     return {
-        "iterations": skip["iterations"],
+        "iterations": skip.iterations,
         "collateral": shown,
-        "documents": sum(len(v) for v in skip["documents"].values()),
-        "ahead": ahead["advice"],
-        "megatron_lm": skip["megatron_lm"],
-        "megatron_deepspeed": skip["megatron_deepspeed"],
+        "documents": sum(len(v) for v in skip.documents.values()),
+        "ahead": skip.ahead["advice"],
+        "trainer": skip.trainer,
+        "flags": {name: flag.to_dict() for name, flag in skip.flags.items()},
+        "tracker_file": skip.tracker_file,
     }
 
 
-def megatron_args_text(skip: dict[str, Any]) -> str:
-    """megatron_args.txt: the flag strings, ready to paste, with what they are valid for."""
-    rb = skip["rollback"]
+def megatron_args_text(skip: SkipPlan) -> str:
+    """megatron_args.txt: each trainer's flag, ready to paste, the chosen trainer first, with
+    what its numbers mean and what the restart then does differently."""
+    rb = skip.rollback
     lines = [
-        f"# forensics spike at iteration {skip['step']}: restart from checkpoint iteration "
+        f"# forensics spike at iteration {skip.step}: restart from checkpoint iteration "
         f"{rb['iteration']} (the job runs {rb['resume_iteration']} first).",
         "# Valid only for the run fingerprinted in skip.json (check: forensics check-skip).",
-        "",
-        "# NVIDIA Megatron-LM (absolute; each value is the logged iteration - 1, the count of"
-        " completed steps its loop compares):",
-        skip["megatron_lm"] or "# (nothing to skip)",
-        "",
-        "# Megatron-DeepSpeed (ranges after the first are shifted; see the caveat):",
-        skip["megatron_deepspeed"]["flag"] or "# (nothing to skip)",
-        "# " + skip["megatron_deepspeed"]["caveat"],
-        "",
     ]
-    return "\n".join(lines)
+    for name, flag in skip.flags.items():
+        chosen = " (this run's trainer)" if name == skip.trainer else ""
+        lines += ["", f"# {flag.semantics}{chosen}"]
+        if not skip.iterations:
+            lines.append("# (nothing to skip)")
+        elif flag.flag is None:
+            lines.append(f"# NO EXACT FLAG: {flag.refusal}.")
+            lines.append("# Remove the block list's documents (skip.json: documents) instead.")
+        else:
+            lines.append(flag.flag)
+            lines.append(f"# then: {flag.consequence}")
+        if name == skip.trainer and skip.tracker_file and flag.flag:
+            lines.append(
+                f"# or, instead of the list: {how_to_pass(skip.tracker_file)} (pass a copy: "
+                "the job appends to it)"
+            )
+    return "\n".join(lines) + "\n"

@@ -57,10 +57,18 @@ def make_report(dirty_share: float = 0.1, skip: bool = True, seed: int = 21):
     if skip:
         report.skip = {
             "iterations": [[81001, 81234]],
-            "megatron_lm": "--iterations-to-skip " + " ".join(map(str, range(81000, 81234))),
-            "megatron_deepspeed": {
-                "flag": "--skip-train-iteration-range 81001-81234",
-                "caveat": "ranges after the first are written shifted",
+            "trainer": "megatron-lm",
+            "flags": {
+                "megatron-lm": {
+                    "flag": "--iterations-to-skip " + " ".join(map(str, range(81001, 81235))),
+                    "semantics": "value k skips the batch logged as iteration k",
+                    "consequence": "the lr schedule lags by 234 steps",
+                },
+                "megatron-deepspeed": {
+                    "flag": None,
+                    "refusal": "ranges too close for its parser",
+                    "semantics": "drains micro-batches",
+                },
             },
             "collateral": {"clean_samples_skipped": 1150, "culprit_samples_unskipped": 0},
             "ahead": {"share_of_remaining_run": 0.096, "densest_iterations": [81100, 81101]},
@@ -133,7 +141,9 @@ def test_html_is_self_contained_with_its_plots(written):
     labels = ["CULPRIT", "why", "ROLL BACK", "SKIP", "AHEAD", "PASTE"]
     positions = [md.index(label) for label in labels]
     assert positions == sorted(positions)
-    assert "--skip-train-iteration-range 81001-81234" in md
+    assert "megatron-lm: --iterations-to-skip 81001 81002" in md
+    # A trainer whose syntax cannot say the skip shows the refusal, never a string to paste.
+    assert "No exact flag: ranges too close for its parser" in page
 
 
 def test_pipeline_notes_are_on_the_first_screen_of_every_format(written):

@@ -21,7 +21,8 @@ import pytest
 
 from forensics.demo.build import DemoSpec, build_run
 from forensics.errors import ForensicsError
-from forensics.skip import expand, parse_megatron_deepspeed, parse_megatron_lm
+from forensics.skip import expand
+from forensics.skip.flags import verify_flag
 from forensics.spike import SpikeOptions, run_spike
 
 SPEC = DemoSpec(
@@ -73,10 +74,10 @@ def test_dirty_crawl_batch_is_the_top_culprit(run: dict) -> None:
     top = run["result"].report.culprit
     assert top is not None
     assert (top["facet"], top["key"]) == ("crawl_batch", run["truth"]["dirty_crawl_batch"])
-    blocked = set(run["result"].skip["documents"].get("web_v2", []))
+    blocked = set(run["result"].skip.to_dict()["documents"].get("web_v2", []))
     dirty = set(run["truth"]["dirty_doc_ids"])
     assert blocked == dirty  # the whole crawl batch, also the documents the window never drew
-    assert run["result"].skip["documents_seen_in_window"] <= len(dirty)
+    assert run["result"].skip.to_dict()["documents_seen_in_window"] <= len(dirty)
 
 
 def test_rollback_lands_before_the_dirty_data(run: dict) -> None:
@@ -92,12 +93,12 @@ def test_skip_ranges_cover_the_window_iterations_holding_the_dirty_batch(run: di
     dirty = pl.DataFrame({"dataset": "web_v2", "doc_id": run["truth"]["dirty_doc_ids"]})
     holding = set(table.join(dirty, on=["dataset", "doc_id"])["iteration"].to_list())
     assert holding and min(holding) >= SPEC.switch_iteration
-    skipped = set(expand(run["result"].skip["iterations"]))
+    skipped = set(expand(run["result"].skip.to_dict()["iterations"]))
     assert len(holding & skipped) / len(holding) >= 0.95
 
 
 def test_collateral_equals_the_true_counts(run: dict) -> None:
-    skip = run["result"].skip
+    skip = run["result"].skip.to_dict()
     replayer = _replayer(run)
     a, b = skip["scope"]
     table = replayer.replay(a, b, progress=False)
@@ -119,21 +120,35 @@ def test_collateral_equals_the_true_counts(run: dict) -> None:
     assert skip["collateral"]["samples_skipped"] == int(skipped.sum())
 
 
-def test_flag_strings_parse_back_to_the_same_batches(run: dict) -> None:
-    skip = run["result"].skip
+def test_flag_strings_drop_exactly_the_skipped_batches(run: dict) -> None:
+    """Every trainer's string, run through that trainer's loop from the rollback checkpoint,
+    drops exactly the listed iterations' batches (the loops: dataloaders/trainer_loops.py)."""
+    from forensics.config import load_config
+    from forensics.replay import open_replayer
+
+    skip = run["result"].skip.to_dict()
     want = set(expand(skip["iterations"]))
-    assert parse_megatron_lm(skip["megatron_lm"]) == want
-    ds = skip["megatron_deepspeed"]
-    assert parse_megatron_deepspeed(ds["flag"], ds["resume_from"]) == want
+    schedule = open_replayer(load_config(run["root"] / "run" / "forensics.yaml")).schedule
+    checkpoint = skip["rollback"]["iteration"]
+    assert skip["trainer"] == "megatron-lm" and list(skip["flags"])[0] == "megatron-lm"
+    for name, flag in skip["flags"].items():
+        if flag["flag"] is None:  # only where that trainer's syntax cannot say it, with why
+            assert name == "megatron-deepspeed" and "would merge the ranges" in flag["refusal"]
+            continue
+        assert verify_flag(name, flag["flag"], skip["iterations"], schedule, checkpoint) is None
+    assert skip["flags"]["megatron-lm"]["flag"].split()[1:] == [str(i) for i in sorted(want)]
     gbs = SPEC.global_batch_size  # constant batch: iteration i is samples [(i-1)B, iB)
     samples = {s for lo, hi in skip["samples"] for s in range(lo, hi)}
     assert samples == {s for i in want for s in range((i - 1) * gbs, i * gbs)}
     args = (run["out"] / "megatron_args.txt").read_text()
-    assert skip["megatron_lm"] in args and ds["flag"] in args
+    assert all(f["flag"] in args for f in skip["flags"].values() if f["flag"])
+    assert args.index("megatron-core >= 0.17") < args.index("BigScience")
+    tracker = (run["out"] / skip["tracker_file"]).read_text()
+    assert tracker.count("iteration=") == 2 * len(want)
 
 
 def test_forward_exposure_is_reported(run: dict) -> None:
-    ahead = run["result"].skip["ahead"]
+    ahead = run["result"].skip.to_dict()["ahead"]
     assert ahead["from_iteration"] == SPEC.spike_iteration + 1
     assert ahead["to_iteration"] == SPEC.train_iters
     assert 0 < ahead["share_of_remaining_samples"] < 1
@@ -143,7 +158,7 @@ def test_forward_exposure_is_reported(run: dict) -> None:
 def test_pipeline_notes_reach_the_report(run: dict) -> None:
     """The stage crossing and the baseline choice are in report.json/.md/.html, not only in the
     terminal and skip.json."""
-    notes = run["result"].skip["notes"]
+    notes = run["result"].skip.to_dict()["notes"]
     crossing = f"the window crosses the start of a data stage at iteration {SPEC.switch_iteration}"
     assert crossing in notes
     assert any(n.startswith(f"baseline {run['result'].baseline[0]}-") for n in notes)
@@ -197,8 +212,8 @@ def test_rerun_with_another_threshold_reuses_the_cache(run: dict) -> None:
     assert all(again.cached[s] for s in ("replay", "decode", "score", "exposure-scope")), (
         again.cached
     )
-    assert set(expand(again.skip["iterations"])) <= set(expand(before["iterations"]))
-    assert again.skip["collateral"]["culprit_samples_missed"] >= 0
+    assert set(expand(again.skip.to_dict()["iterations"])) <= set(expand(before["iterations"]))
+    assert again.skip.to_dict()["collateral"]["culprit_samples_missed"] >= 0
     # put the default-threshold skip file back for the other tests (order independence)
     run_spike(cfg, run["out"], replace(opts, threshold=0.0, force=True))
 
@@ -252,7 +267,7 @@ def test_after_and_skip_ahead_extend_the_ranges(run: dict) -> None:
             progress=False,
         ),
     )
-    skip = res.skip
+    skip = res.skip.to_dict()
     assert skip["scope"] == [551, SPEC.spike_iteration + 20]
     skipped = set(expand(skip["iterations"]))
     replayer = _replayer(run)
@@ -269,9 +284,11 @@ def test_after_and_skip_ahead_extend_the_ranges(run: dict) -> None:
     )
     beyond = {i for i in skipped if i > SPEC.spike_iteration + 20}
     assert dense <= skipped  # every dense iteration ahead is skipped ...
-    assert beyond <= dense | _gaps(skip["iterations"])  # ... and nothing else but joined gaps
-    ds = skip["megatron_deepspeed"]
-    assert parse_megatron_deepspeed(ds["flag"], ds["resume_from"]) == skipped
+    assert beyond <= dense | _gaps(skip["iterations"])  # ... and nothing else
+    flags = skip["flags"]
+    assert flags["megatron-lm"]["flag"] and flags["olmo-core"]["flag"]
+    ds = flags["megatron-deepspeed"]
+    assert ds["flag"] or "would merge the ranges" in ds["refusal"]
     assert skip["ahead"]["dense_iterations"] == len(dense)
 
 
@@ -293,7 +310,8 @@ def test_runbook_form_finds_the_config_and_writes_spike_dir(run: dict, tmp_path:
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     skip = json.loads((tmp_path / f"spike-{SPEC.spike_iteration}" / "skip.json").read_text())
-    assert skip["iterations"] and skip["megatron_lm"].startswith("--iterations-to-skip")
+    assert skip["iterations"]
+    assert skip["flags"]["megatron-lm"]["flag"].startswith("--iterations-to-skip")
     bad = subprocess.run(
         cmd[:5] + ["0"] + cmd[6:], cwd=tmp_path, capture_output=True, text=True, env=env
     )
@@ -310,9 +328,9 @@ def test_clean_window_blames_nothing_and_skips_nothing(run: dict) -> None:
         SpikeOptions(step=500, window=WINDOW, embed_cap=EMBED_CAP, progress=False),
     )
     assert res.report.culprit is None
-    assert res.skip["iterations"] == [] and res.skip["documents"] == {}
-    assert res.skip["megatron_lm"] == "" and res.skip["megatron_deepspeed"]["flag"] == ""
-    assert res.skip["collateral"]["samples_skipped"] == 0
+    assert res.skip.to_dict()["iterations"] == [] and res.skip.to_dict()["documents"] == {}
+    assert all(f.flag == "" for f in res.skip.flags.values())
+    assert res.skip.to_dict()["collateral"]["samples_skipped"] == 0
     assert "nothing to skip" in (run["root"] / "clean" / "megatron_args.txt").read_text()
     with pytest.raises(ForensicsError, match="no such cluster"):
         run_spike(
@@ -383,7 +401,7 @@ def test_megatron_args_give_the_same_spike_as_the_config(run: dict, tmp_path: Pa
     dirty_id = clusters["id"][0]
     by_config = run_spike(
         config, tmp_path / "by-config", replace(options, culprits=(dirty_id,), force=True)
-    ).skip
+    ).skip.to_dict()
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env.pop("FORENSICS_CONFIG", None)
     cli = [sys.executable, "-m", "forensics.cli"]
@@ -447,7 +465,7 @@ def test_embed_model_and_device_options(run: dict, tmp_path: Path) -> None:
 def test_flagged_block_list_is_the_narrow_alternative(run: dict) -> None:
     """documents_flagged: the culprit documents the window drew that a scorer flagged; a subset
     of the full block list, holding most of the dirty documents the window drew."""
-    skip = run["result"].skip
+    skip = run["result"].skip.to_dict()
     flagged = set(skip["documents_flagged"].get("web_v2", []))
     assert flagged <= set(skip["documents"]["web_v2"])
     dirty_seen = set(run["truth"]["dirty_doc_ids"]) & set(

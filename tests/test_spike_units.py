@@ -111,19 +111,3 @@ def test_block_list_and_onset() -> None:
 def test_cache_key_is_stable_and_sensitive() -> None:
     assert cache_key(a=1, b=(2, 3)) == cache_key(b=[2, 3], a=1)
     assert cache_key(a=1) != cache_key(a=2)
-
-
-def test_deepspeed_caveat_warns_about_a_batch_size_ramp() -> None:
-    from forensics.config import config_from_dict
-    from forensics.skip import DEEPSPEED_CAVEAT
-    from forensics.spike import deepspeed_caveat
-
-    raw = {
-        "data": {"format": "megatron", "seq_length": 8, "blend": [{"prefix": "x"}]},
-        "training": {"global_batch_size": 64, "train_samples": 100000},
-    }
-    plain = config_from_dict(raw, base_dir=Path("/tmp"), source=None)
-    assert deepspeed_caveat(plain, [(5, 9)]) == DEEPSPEED_CAVEAT
-    ramp = dict(raw, training=dict(raw["training"], rampup_batch_size=[16, 16, 5000]))
-    ramped = config_from_dict(ramp, base_dir=Path("/tmp"), source=None)
-    assert "rampup-batch-size 16 16 5000" in deepspeed_caveat(ramped, [(5, 9)])

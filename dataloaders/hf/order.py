@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from dataloaders.errors import ForensicsError
 from dataloaders.hf.shards import Shard
-from forensics.errors import ForensicsError
 
 SHARD_SHIFT = 40  # rows per shard < 2**40; shard index in the high bits
 ID_COLUMN = "__forensics_doc"

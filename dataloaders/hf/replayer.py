@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 
 from dataloaders.base import REPLAY_KEY_COLUMNS
+from dataloaders.errors import ForensicsError
 from dataloaders.hf import cache, order, packing, rows
 from dataloaders.hf.shards import (
     infer_format,
@@ -38,7 +39,6 @@ from dataloaders.hf.shards import (
     sha256_file,
     verify_shards,
 )
-from forensics.errors import ForensicsError
 
 FILE_FACET = "file"
 

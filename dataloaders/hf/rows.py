@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.errors import ForensicsError
 from dataloaders.hf.order import _datasets, without_torch
 from dataloaders.hf.shards import Shard
-from forensics.errors import ForensicsError
 
 
 def _tables(shard: Shard, builder: str) -> Any:

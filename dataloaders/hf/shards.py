@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from forensics.errors import ForensicsError
+from dataloaders.errors import ForensicsError
 
 # datasets' packaged builder for each file format, and the extensions that imply it.
 BUILDERS = {"parquet": "parquet", "json": "json", "arrow": "arrow"}

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics.errors import ForensicsError
+from dataloaders.errors import ForensicsError
 
 RUN_FIELDS = ("random_seed", "sequence_length", "split_matrix")
 GPT_FILES = ("document_index", "sample_index", "shuffle_index")

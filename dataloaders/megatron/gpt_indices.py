@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from forensics.errors import ForensicsError
+from dataloaders.errors import ForensicsError
 
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80  # gpt_dataset.py `threshold`
 

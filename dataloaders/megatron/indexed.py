@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics.errors import ForensicsError
+from dataloaders.errors import ForensicsError
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1

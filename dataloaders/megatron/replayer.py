@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.errors import ForensicsError
 from dataloaders.megatron.gpt_indices import split_range
 from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.megatron.sources import GPTSource, Stage
 from dataloaders.schedule import Schedule
 from forensics.config import MegatronData, RunConfig
-from forensics.errors import ForensicsError
 
 EXPOSURE_CHUNK = 4_000_000  # samples per vectorised chunk when scanning long ranges
 
@@ -152,7 +152,8 @@ class MegatronReplayer:
             stage.save_cache()
 
     def _window(self, first: int, last: int) -> dict[str, np.ndarray]:
-        """One row per sample: iteration, position, sample_index, stage."""
+        """One row per sample: iteration, position, sample_index, stage, and skipped (the step
+        drew the sample but a skip flag of an earlier restart kept it from training)."""
         sched = self.schedule
         sched.check(first, last)
         its = np.arange(first, last + 1, dtype=np.int64)
@@ -168,6 +169,7 @@ class MegatronReplayer:
             "position": position.astype(np.int32),
             "sample_index": sample,
             "stage": sched.stage_of(iteration),
+            "skipped": sched.skipped[iteration],
         }
 
     def _segments(self, rows: dict[str, np.ndarray], progress: bool) -> dict[str, np.ndarray]:
@@ -260,6 +262,7 @@ class MegatronReplayer:
                 "position": pl.Series(rows["position"][r], dtype=pl.Int32),
                 "sample_index": pl.Series(rows["sample_index"][r], dtype=pl.Int64),
                 "stage": pl.Series(stage_col, dtype=pl.Int32),
+                "skipped": pl.Series(rows["skipped"][r], dtype=pl.Boolean),
                 "dataset": pl.Series(names.tolist(), dtype=pl.Utf8),
                 "dataset_sample": pl.Series(segs["dataset_sample"], dtype=pl.Int64),
                 "doc_id": pl.Series(segs["doc_id"], dtype=pl.Int64),

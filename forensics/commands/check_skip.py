@@ -1,99 +1,92 @@
-"""`forensics check-skip`: is this skip.json valid for this run, and does it say one thing?
+"""`forensics check-skip`: is this skip.json valid for this run, and what would each string drop?
 
 A skip list names iterations, and iteration numbers mean other batches as soon as the config,
 the blend or a data file changes. Before a restart, check-skip recomputes the run's fingerprint
-(config hash, data file sizes, index hashes) and refuses a skip file made for another run; it
-also parses both flag strings back and checks they drop exactly the listed iterations and the
-listed sample ranges.
+(config hash, data file sizes, index hashes) and refuses a skip file made for another run; then
+it runs each trainer's own loop (dataloaders.trainer_loops) on that trainer's string from the
+rollback checkpoint and refuses unless it drops exactly the listed batches and trains every
+other one, and prints what the chosen trainer's string drops.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from forensics.commands.options import ConfigOption, MegatronArgsOption
+from forensics.commands.options import ConfigOption, MegatronArgsOption, TrainerOption
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:
     from forensics.config import RunConfig
-
-REQUIRED = ("iterations", "samples", "megatron_lm", "megatron_deepspeed", "fingerprint")
-
-
-def read_skip_file(path: Path) -> dict[str, Any]:
-    """skip.json as written by `forensics spike`; one-line errors for anything else."""
-    import json
-
-    if not path.is_file():
-        raise ForensicsError(f"{path}: skip file not found")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ForensicsError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ForensicsError(f"{path}: not a skip file (expected a JSON object)")
-    missing = [k for k in REQUIRED if k not in data]
-    if missing:
-        raise ForensicsError(
-            f"{path}: not a skip file from forensics spike (no {', '.join(missing)})"
-        )
-    return data
+    from forensics.skip.plan import SkipPlan
 
 
-def check_skip(path: Path, config: Path | RunConfig) -> dict[str, Any]:
+def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None) -> SkipPlan:
     """Raise ForensicsError unless `path` fits the run of `config` (a YAML path, or a RunConfig
-    such as one from --megatron-args); returns the skip dict."""
-    import json
-
+    such as one from --megatron-args) and every written flag drops exactly its batches."""
+    from dataloaders.schedule import Schedule
+    from dataloaders.trainer_loops import check_trainer
     from forensics.config import RunConfig, load_config
     from forensics.replay import open_replayer
-    from forensics.skip import (
-        expand,
-        fingerprint_differences,
-        parse_megatron_deepspeed,
-        parse_megatron_lm,
-        sample_ranges,
-    )
+    from forensics.skip import fingerprint_differences, sample_ranges
+    from forensics.skip.flags import verify_flag
+    from forensics.skip.plan import SkipPlan
+    from forensics.skip.tracker import read_tracker
 
-    skip = read_skip_file(path)
+    plan = SkipPlan.read(path)
     if isinstance(config, RunConfig):
         run, label = config, describe_config(config)
     else:
         run, label = load_config(config), str(config)
     replayer = open_replayer(run)
     now = json.loads(json.dumps(replayer.fingerprint(), default=str))
-    diffs = fingerprint_differences(skip["fingerprint"], now)
+    diffs = fingerprint_differences(plan.fingerprint, now)
     if diffs:
         more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
         raise ForensicsError(
             f"{path}: made for another run than {label}: {'; '.join(diffs[:3])}{more}"
         )
-    ranges = [tuple(r) for r in skip["iterations"]]
-    want = set(expand(ranges))
-    if parse_megatron_lm(skip["megatron_lm"]) != want:
-        raise ForensicsError(f"{path}: megatron_lm does not list the same iterations (edited?)")
-    ds = skip["megatron_deepspeed"]
-    resume = int(ds.get("resume_from", skip.get("rollback", {}).get("iteration", 0)))
-    if parse_megatron_deepspeed(ds["flag"], resume) != want:
-        raise ForensicsError(
-            f"{path}: megatron_deepspeed does not drop the same batches from iteration {resume} "
-            "(edited?)"
-        )
+    ranges = plan.ranges
+    checkpoint = int(plan.rollback["iteration"])
     if ranges:
-        last = max(b for _, b in ranges)
+        last = max(b for _, b in ranges)  # before anything is expanded
         if last > replayer.last_iteration:
             raise ForensicsError(
                 f"{path}: skips iteration {last}, past the end of training "
                 f"({replayer.last_iteration})"
             )
+        if min(a for a, _ in ranges) <= checkpoint:
+            raise ForensicsError(
+                f"{path}: skips iterations at or before the rollback checkpoint {checkpoint}"
+            )
         first = min(a for a, _ in ranges)
         expected = sample_ranges(replayer.iteration_samples(first, last), ranges)
-        if expected != skip["samples"]:
+        if expected != plan.samples:
             raise ForensicsError(f"{path}: the sample ranges do not match the iterations (edited?)")
-    return skip
+    schedule = getattr(replayer, "schedule", None) or Schedule(run.training)
+    wanted = check_trainer(trainer) if trainer else plan.trainer
+    if wanted not in plan.flags:
+        raise ForensicsError(f"{path}: has no flag for trainer {wanted}")
+    if ranges and plan.flags[wanted].flag is None:
+        raise ForensicsError(
+            f"{path}: no exact {wanted} flag ({plan.flags[wanted].refusal}); remove the block "
+            "list's documents instead"
+        )
+    for name, flag in plan.flags.items():
+        if flag.flag is None:
+            continue
+        problem = verify_flag(name, flag.flag, ranges, schedule, checkpoint)
+        if problem:
+            raise ForensicsError(f"{path}: the {name} flag is wrong for this run: {problem}")
+    tracker = path.parent / plan.tracker_file if plan.tracker_file else None
+    if tracker is not None and tracker.is_file():
+        values = plan.flags[plan.trainer].values or []
+        if read_tracker(tracker.read_text(encoding="utf-8", errors="replace")) != sorted(values):
+            raise ForensicsError(f"{tracker}: does not list the plan's iterations (edited?)")
+    return plan
 
 
 def describe_config(config: RunConfig) -> str:
@@ -105,9 +98,10 @@ def check_skip_command(
     skip_file: Annotated[Path, typer.Argument(help="skip.json written by forensics spike.")],
     config: ConfigOption = None,
     megatron_args: MegatronArgsOption = None,
+    trainer: TrainerOption = None,
 ) -> None:
-    """Refuse a skip file made for another run (config, blend or data files changed); check
-    that both flag strings drop exactly the listed iterations."""
+    """Refuse a skip file made for another run (config, blend or data files changed); run each
+    trainer's loop on its string and show what the chosen trainer's string drops."""
     from rich.markup import escape
 
     from forensics.megatron_args import resolve_run_config
@@ -115,12 +109,23 @@ def check_skip_command(
     from forensics.skip import expand
 
     run = resolve_run_config(config, megatron_args)
-    skip = check_skip(skip_file, run)
-    n = len(expand([tuple(r) for r in skip["iterations"]]))
-    rb = skip.get("rollback", {}).get("iteration")
+    plan = check_skip(skip_file, run, trainer)
+    name = trainer or plan.trainer
+    n = len(expand(plan.ranges))
+    rb = plan.rollback.get("iteration")
     where = escape(describe_config(run))
-    make_console().print(
+    console = make_console()
+    console.print(
         f"[green]ok[/]: {escape(str(skip_file))} fits {where}: {n} iterations "
-        f"in {len(skip['iterations'])} range(s)"
+        f"in {len(plan.iterations)} range(s)"
         + (f", for a restart from checkpoint iteration {rb}" if rb is not None else "")
     )
+    flag = plan.flags[name]
+    if n:
+        spans = ", ".join(f"{a}-{b}" for a, b in plan.ranges[:8])
+        more = f" and {len(plan.ranges) - 8} more ranges" if len(plan.ranges) > 8 else ""
+        console.print(
+            f"{escape(name)}: its loop, run on the flag, drops exactly iterations {spans}{more} "
+            f"({n} global batches) and trains every other batch; then: {escape(flag.consequence)}",
+            soft_wrap=True,
+        )

@@ -22,3 +22,13 @@ MegatronArgsOption = Annotated[
         "('--data-path 0.7 web 0.3 code --seq-length 4096 ...', or @FILE).",
     ),
 ]
+
+TrainerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--trainer",
+        help="The training loop that reads the skip flags: megatron-lm (megatron-core >= 0.17), "
+        "megatron-lm-pre-0.17, megatron-deepspeed (BigScience), megatron-deepspeed-argonne, "
+        "olmo-core. Default: the config's training.trainer (megatron-lm).",
+    ),
+]

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from forensics.commands.options import ConfigOption, MegatronArgsOption
+from forensics.commands.options import ConfigOption, MegatronArgsOption, TrainerOption
 
 
 def spike_command(
@@ -82,6 +82,7 @@ def spike_command(
     device: Annotated[
         str, typer.Option("--device", help="Torch device for the embeddings, e.g. cuda.")
     ] = "cpu",
+    trainer: TrainerOption = None,
     force: Annotated[
         bool,
         typer.Option(
@@ -109,6 +110,7 @@ def spike_command(
         embed_cap=embed_cap,
         embed_model=embed_model,
         device=device,
+        trainer=trainer,
         force=force,
         progress=not quiet,
     )

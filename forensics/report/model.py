@@ -383,16 +383,19 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
             else str(ahead)
         )
         out.append(("AHEAD", text))
-    if skip.get("megatron_lm"):
-        out.append(("PASTE", "Megatron-LM:        " + _cut(str(skip["megatron_lm"]))))
-        out.append(("", "(its values count completed steps: logged iteration i is skipped as i-1)"))
-    if skip.get("megatron_deepspeed"):
-        ds = skip["megatron_deepspeed"]
-        flag = ds.get("flag", "") if isinstance(ds, dict) else str(ds)
-        label = "" if skip.get("megatron_lm") else "PASTE"
-        out.append((label, "Megatron-DeepSpeed: " + _cut(flag)))
-        if isinstance(ds, dict) and ds.get("caveat"):
-            out.append(("", "caveat: " + str(ds["caveat"])))
+    flags = skip.get("flags") or {}
+    chosen = flags.get(skip.get("trainer"), {})
+    if skip.get("iterations") and chosen:
+        if chosen.get("flag"):
+            out.append(("PASTE", f"{skip['trainer']}: " + _cut(str(chosen["flag"]))))
+            out.append(("", f"({chosen.get('semantics', '')}; then {chosen.get('consequence')})"))
+            if skip.get("tracker_file"):
+                out.append(("", f"or --result-rejected-tracker-filename {skip['tracker_file']}"))
+        else:
+            out.append(("NO FLAG", f"{skip['trainer']}: {chosen.get('refusal')}"))
+        others = [n for n, f in flags.items() if n != skip.get("trainer") and f.get("flag")]
+        if others:
+            out.append(("", "other trainers' flags: megatron_args.txt (" + ", ".join(others) + ")"))
     return out
 
 

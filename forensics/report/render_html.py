@@ -143,16 +143,16 @@ def _skip(report: SpikeReport) -> str:
             parts.append(f"<h3>{_e(key)}</h3><table>{items}</table>")
     if skip.get("documents") is not None:
         parts.append(f"<p>Block list: {int(skip['documents']):,} documents (skip.json).</p>")
-    if skip.get("megatron_lm"):
-        parts.append(
-            f'<h3>Megatron-LM</h3><div class="ex">{html_safe(skip["megatron_lm"], 20000)}</div>'
-        )
-    ds = skip.get("megatron_deepspeed")
-    if ds:
-        flag = ds.get("flag", "") if isinstance(ds, dict) else ds
-        parts.append(f'<h3>Megatron-DeepSpeed</h3><div class="ex">{html_safe(flag, 20000)}</div>')
-        if isinstance(ds, dict) and ds.get("caveat"):
-            parts.append(f'<p class="muted">{html_safe(ds["caveat"], 2000)}</p>')
+    flags = skip.get("flags") or {}
+    for name, flag in flags.items() if skip.get("iterations") else ():
+        chosen = " (this run's trainer)" if name == skip.get("trainer") else ""
+        parts.append(f"<h3>{_e(name)}{_e(chosen)}</h3>")
+        if flag.get("flag"):
+            parts.append(f'<div class="ex">{html_safe(flag["flag"], 200000)}</div>')
+            parts.append(f'<p class="muted">{html_safe(flag.get("consequence") or "", 2000)}</p>')
+        else:
+            parts.append(f"<p>No exact flag: {html_safe(flag.get('refusal') or '', 2000)}</p>")
+        parts.append(f'<p class="muted">{html_safe(flag.get("semantics") or "", 2000)}</p>')
     return "".join(parts)
 
 
