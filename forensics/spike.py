@@ -554,8 +554,12 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
             f"{len(composed)} iterations after the rollback were skipped by an earlier restart "
             "(training.applied_skips) and are skipped again"
         )
-    if flags[trainer].flag is None:
-        notes.append(f"no exact {trainer} skip flag: {flags[trainer].refusal}")
+    if ranges and flags[trainer].flag is None:
+        raise ForensicsError(
+            f"no exact {trainer} skip flag for iterations {ranges[0][0]}-{ranges[-1][1]}: "
+            f"{flags[trainer].refusal}. Roll back to a checkpoint where it is exact, or rerun "
+            "with --trainer megatron-lm to get the block list and remove its documents"
+        )
     costed = pl.concat([exposure, ahead]) if opts.skip_ahead else exposure
     coll = collateral(costed, ranges)
     last_skipped = max([scope[1], *(b for _, b in ranges)])

@@ -259,3 +259,71 @@ def test_single_prefix_with_a_weight_is_a_blend(corpus, megatron_build) -> None:
     assert stage.blended and stage.sources[0].num_samples == train.datasets[0].num_samples == 503
     _assert_gpt_equal(stage.sources[0], train.datasets[0])
     _assert_tokens_equal(replayer, train, True)
+
+
+def test_stage_switch_and_resume_sample_for_sample(corpus, megatron_build) -> None:
+    """A mixture switch at iteration 41 (a restart with a new --data-path) and a later restart
+    that restored other consumed samples: each iteration's samples are megatron-core's new blend
+    read from the consumed-samples count, as Megatron's pretraining sampler starts there
+    (consumed_samples .. consumed_samples + global batch; dp 1)."""
+    gbs, iters = 16, 100
+    first_blend = ([corpus["web"], corpus["code"]], [0.6, 0.4])
+    second_blend = ([corpus["web"], corpus["books"]], [0.3, 0.7])
+    raw = {
+        "data": {
+            "format": "megatron",
+            "seed": 11,
+            "seq_length": 48,
+            "split": "90,8,2",
+            "stages": [
+                {
+                    "start_iteration": 1,
+                    "blend": [
+                        {"prefix": str(p), "name": f"a{i}", "weight": w}
+                        for i, (p, w) in enumerate(zip(*first_blend, strict=True))
+                    ],
+                },
+                {
+                    "start_iteration": 41,
+                    "blend": [
+                        {"prefix": str(p), "name": f"b{i}", "weight": w}
+                        for i, (p, w) in enumerate(zip(*second_blend, strict=True))
+                    ],
+                },
+            ],
+        },
+        "training": {
+            "global_batch_size": gbs,
+            "train_iters": iters,
+            "resumes": [{"iteration": 71, "consumed_samples": 1000}],
+        },
+    }
+    replayer = MegatronReplayer(config_from_dict(raw, base_dir=Path("/"), source=None))
+    theirs = [
+        megatron_build(blend[0], blend[1], [iters * gbs, 0, 0], seed=11, seq_length=48)[0]
+        for blend in (first_blend, second_blend)
+    ]
+    # The sampler's start per iteration, counted as Megatron's loop does (no schedule of ours).
+    consumed, start_of = 0, {}
+    for it in range(1, iters + 1):
+        consumed = 1000 if it == 71 else consumed
+        start_of[it] = consumed
+        consumed += gbs
+    table = replayer.replay(35, 75, progress=False)
+    for (it, pos), group in table.group_by(["iteration", "position"], maintain_order=True):
+        stage = 0 if it < 41 else 1
+        assert group["stage"][0] == stage
+        blend = theirs[stage]
+        s = start_of[it] + pos
+        assert group["sample_index"][0] == s
+        k, m = int(blend.dataset_index[s]), int(blend.dataset_sample_index[s])
+        ref, _ = blend.datasets[k]._query_document_sample_shuffle_indices(m)
+        mine = np.concatenate(
+            [
+                np.asarray(replayer._doc_tokens(n, d, a, b), dtype=np.int64)
+                for n, d, a, b in group.select(
+                    "dataset", "doc_id", "token_start", "token_end"
+                ).rows()
+            ]
+        )
+        np.testing.assert_array_equal(mine, ref, err_msg=f"iteration {it} position {pos}")

@@ -1,4 +1,5 @@
-"""Iterations -> global samples: constant batches, Megatron's rampup, resumes, data stages."""
+"""Iterations -> global samples: constant batches, Megatron's rampup (against megatron-core's
+own batch-size calculator), resumes, data stages."""
 
 from __future__ import annotations
 
@@ -11,21 +12,30 @@ from forensics.errors import ForensicsError
 
 
 def _megatron_loop(spec: TrainingSpec, iters: int) -> tuple[list[int], list[int]]:
-    """Megatron's training loop, literally: before every step update the batch size from the
-    consumed samples (RampupBatchsizeNumMicroBatchesCalculator.update), then consume it."""
+    """Megatron's training loop driven by megatron-core's own batch-size calculator
+    (RampupBatchsizeNumMicroBatchesCalculator, decrease_batch_size_if_needed as a run that
+    trained with a non-divisible ramp must have set it): before every step `update` from the
+    consumed samples, then consume dp * micro_batch * num_microbatches
+    (NVIDIA/Megatron-LM d98e8a64dd training.py:4602,4626 and the skip/step increments)."""
+    calculator = pytest.importorskip("megatron.core.num_microbatches_calculator")
+    unit = spec.micro_batch_size * spec.data_parallel_size
+    if spec.rampup_batch_size is None:
+        calc = calculator.ConstantNumMicroBatchesCalculator(
+            spec.global_batch_size, spec.micro_batch_size, spec.data_parallel_size, False, 0
+        )
+    else:
+        start, incr, ramp = spec.rampup_batch_size
+        calc = calculator.RampupBatchsizeNumMicroBatchesCalculator(
+            spec.global_batch_size, spec.micro_batch_size, spec.data_parallel_size, True, 0,
+            start, incr, ramp,
+        )  # fmt: skip
     firsts, sizes = [], []
     consumed = 0
     resumes = {r.iteration: r.consumed_samples for r in spec.resumes}
-    unit = spec.micro_batch_size * spec.data_parallel_size
     for it in range(1, iters + 1):
         consumed = resumes.get(it, consumed)
-        gbs = spec.global_batch_size
-        if spec.rampup_batch_size is not None:
-            start, incr, ramp = spec.rampup_batch_size
-            if consumed <= ramp:
-                per_increment = ramp / ((spec.global_batch_size - start) // incr)
-                gbs = start + int(consumed / per_increment) * incr
-        gbs = gbs // unit * unit
+        calc.update(consumed, consistency_check=False)
+        gbs = calc.get() * unit
         firsts.append(consumed)
         sizes.append(gbs)
         consumed += gbs

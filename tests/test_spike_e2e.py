@@ -199,6 +199,39 @@ def test_check_skip_accepts_its_run_and_refuses_a_changed_config(run: dict) -> N
     assert "made for another run" in message and "config_hash" in message
 
 
+def _check_skip_cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="400")
+    cmd = [sys.executable, "-m", "forensics.cli", "check-skip", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+def test_check_skip_runs_the_trainers_loop_on_each_flag(run: dict, tmp_path: Path) -> None:
+    cfg = str(run["root"] / "run" / "forensics.yaml")
+    skip_file = run["out"] / "skip.json"
+    plan = json.loads(skip_file.read_text())
+    ok = _check_skip_cli(str(skip_file), "--config", cfg, "--trainer", "olmo-core")
+    assert ok.returncode == 0, ok.stderr
+    assert "olmo-core: its loop, run on the flag, drops exactly iterations" in ok.stdout
+    # The pre-0.17 string pasted where the current one belongs: one batch early, refused.
+    edited = dict(plan)
+    edited["flags"] = dict(plan["flags"])
+    edited["flags"]["megatron-lm"] = dict(
+        plan["flags"]["megatron-lm"], flag=plan["flags"]["megatron-lm-pre-0.17"]["flag"]
+    )
+    bad = tmp_path / "skip.json"
+    bad.write_text(json.dumps(edited))
+    proc = _check_skip_cli(str(bad), "--config", cfg)
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "the megatron-lm flag is wrong for this run" in message
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    # Wrong types and unknown trainers: one line naming the key.
+    bad.write_text(json.dumps(dict(plan, iterations=[["2201", 2260]])))
+    proc = _check_skip_cli(str(bad), "--config", cfg)
+    assert proc.returncode == 2 and "iterations must be a list of [first, last]" in proc.stderr
+    proc = _check_skip_cli(str(skip_file), "--config", cfg, "--trainer", "nemo")
+    assert proc.returncode == 2 and "unknown trainer 'nemo'" in proc.stderr
+
+
 def test_rerun_with_another_threshold_reuses_the_cache(run: dict) -> None:
     before = json.loads((run["out"] / "skip.json").read_text())
     cfg = run["root"] / "run" / "forensics.yaml"
