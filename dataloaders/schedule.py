@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from dataloaders.config import TrainingSpec
 from dataloaders.errors import ForensicsError
 from dataloaders.trainer_loops import (
     MEGATRON_DEEPSPEED,
@@ -42,7 +43,6 @@ from dataloaders.trainer_loops import (
     parse_skip_flag,
     run_loop,
 )
-from forensics.config import TrainingSpec
 
 
 class Schedule:

@@ -1,75 +1,9 @@
-"""Atomic output files: a reader never sees a half-written report, table or skip list.
+"""`forensics.atomic` is `dataloaders.atomic`: the data layer at the bottom owns what it needs (the
+run config, atomic writes, the tokenizer) and imports nothing from `forensics`. This module IS
+that module (the same object), so imports and patches under either name see one thing."""
 
-Every output is written to a temporary file in the destination directory and renamed into place
-(`os.replace` is atomic on POSIX within one filesystem). If the writer raises, the temporary file
-is removed and the destination is untouched.
-"""
+import sys
 
-from __future__ import annotations
+from dataloaders import atomic as _module
 
-import json
-import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
-
-from forensics.errors import ForensicsError
-
-
-@contextmanager
-def atomic_path(path: str | os.PathLike[str], *, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; move it onto `path` when the block succeeds.
-
-    `overwrite=False` refuses to replace an existing file (skip lists are never clobbered
-    without --force).
-    """
-    final = Path(path)
-    if not overwrite and final.exists():
-        raise ForensicsError(f"{final}: already exists; pass --force to overwrite it")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str, *, overwrite: bool = True) -> Path:
-    with atomic_path(path, overwrite=overwrite) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    return Path(path)
-
-
-def write_bytes_atomic(
-    path: str | os.PathLike[str], data: bytes, *, overwrite: bool = True
-) -> Path:
-    with atomic_path(path, overwrite=overwrite) as tmp:
-        tmp.write_bytes(data)
-    return Path(path)
-
-
-def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, overwrite: bool = True) -> Path:
-    return write_text_atomic(
-        path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n", overwrite=overwrite
-    )
-
-
-def write_parquet_atomic(
-    table: Any, path: str | os.PathLike[str], *, overwrite: bool = True
-) -> Path:
-    """Write a polars DataFrame or a pyarrow Table to Parquet atomically."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    with atomic_path(path, overwrite=overwrite) as tmp:
-        if isinstance(table, pa.Table):
-            pq.write_table(table, tmp)
-        else:
-            table.write_parquet(tmp)
-    return Path(path)
+sys.modules[__name__] = _module

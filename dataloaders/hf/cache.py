@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from forensics.atomic import write_parquet_atomic
+from dataloaders.atomic import write_parquet_atomic
 
 
 def cache_root() -> Path:

@@ -100,7 +100,7 @@ class HFReplayer:
 
     @cached_property
     def _tokenizer(self) -> Any:
-        from forensics.tokenizer import load_tokenizer
+        from dataloaders.tokenizer import load_tokenizer
 
         path = self.config.tokenizer
         tok = load_tokenizer(path, self.config.tokenizer_merges)

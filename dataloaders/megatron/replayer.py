@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.config import MegatronData, RunConfig
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.gpt_indices import split_range
 from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.megatron.sources import GPTSource, Stage
 from dataloaders.schedule import Schedule
-from forensics.config import MegatronData, RunConfig
 
 EXPOSURE_CHUNK = 4_000_000  # samples per vectorised chunk when scanning long ranges
 
@@ -312,7 +312,7 @@ class MegatronReplayer:
 
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from forensics.tokenizer import load_tokenizer
+            from dataloaders.tokenizer import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.config.tokenizer, self.config.tokenizer_merges)
         return self._tokenizer

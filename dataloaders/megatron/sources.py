@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from dataloaders.config import DataStage, MegatronData
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron import cache
 from dataloaders.megatron.blending import (
@@ -39,7 +40,6 @@ from dataloaders.megatron.gpt_indices import (
     split_range,
 )
 from dataloaders.megatron.indexed import IndexedDataset
-from forensics.config import DataStage, MegatronData
 
 SPLIT_NAMES = ("train", "valid", "test")
 

@@ -67,10 +67,10 @@ def consequence(trainer: str, skipped: int) -> str:
         )
     if trainer == MEGATRON_DEEPSPEED:
         return (
-            f"logged iterations and consumed samples stay {skipped} batches behind the data and "
-            f"the run trains {skipped} batches past the original end; a checkpoint saved after a "
-            "drain does not count it, so restart from a later one only with these ranges again "
-            "(and list this restart in training.applied_skips)"
+            f"logged iterations and consumed samples stay {skipped} batches behind the data, so "
+            f"the data runs out {skipped} iterations before --train-iters (lower it by {skipped}); "
+            "a checkpoint saved after a drain does not count it: restart from a later one only "
+            "with these ranges again, and list this restart in training.applied_skips"
         )
     if trainer == MEGATRON_DEEPSPEED_ARGONNE:
         return "iteration numbers stay absolute; the lr scheduler still steps on skipped steps"

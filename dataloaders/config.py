@@ -1,0 +1,427 @@
+"""The run config: everything needed to replay a training job's data order, in one validated file.
+
+A config names the data (a Megatron blend, possibly changing at given iterations, or a Hugging Face
+`datasets` pipeline), the batch-size schedule, the tokenizer that turns tokens back into text, and
+where the checkpoints are. Unknown keys are errors: a typo in `seed` must not silently replay a
+different run. Relative paths are resolved against the config file's directory, so a config can
+travel with its data.
+
+Example (configs/demo.yaml is a complete one)::
+
+    name: web-code-7b
+    data:
+      format: megatron
+      seed: 1234
+      seq_length: 4096
+      split: "969,30,1"
+      cache_path: /checkpoints/7b/data-cache
+      stages:
+        - start_iteration: 1
+          blend:
+            - {name: web, prefix: data/web_text_document, weight: 0.7,
+               manifest: data/web.manifest.parquet}
+            - {name: code, prefix: data/code_text_document, weight: 0.3}
+        - start_iteration: 80001          # mixture switch: a restart with a new --data-path
+          blend: [...]
+    training:
+      global_batch_size: 1024
+      train_iters: 120000
+      rampup_batch_size: [32, 32, 2000000]  # optional, Megatron's --rampup-batch-size
+      resumes:                              # optional: consumed samples restored at a restart
+        - {iteration: 50001, consumed_samples: 51200000}
+    tokenizer: data/tokenizer.json
+    checkpoint_dir: /checkpoints/7b          # scanned for iter_NNNNNNN
+    log: logs/train.log                      # optional, overlays the loss on the report
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dataloaders.errors import ForensicsError
+
+CONFIG_ENV_VAR = "FORENSICS_CONFIG"
+DEFAULT_CONFIG_NAME = "forensics.yaml"
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors; values are not silently coerced across types."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetSpec(StrictModel):
+    """One dataset of a blend: a Megatron path prefix (without .bin/.idx) and its weight."""
+
+    prefix: Path
+    weight: float = Field(default=1.0, gt=0)
+    name: str | None = None
+    manifest: Path | None = None  # Parquet, one row per document in .idx order (doc_id + facets)
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.prefix.name
+
+
+class DataStage(StrictModel):
+    """A blend in force from `start_iteration` on (1-indexed).
+
+    A mixture switch in a Megatron run is a restart with a new --data-path: the new
+    BlendedDataset is built for the same number of training samples, and the loader continues at
+    the consumed-samples count, i.e. global sample c is drawn from the new blend's sample c.
+    """
+
+    start_iteration: int = Field(default=1, ge=1)
+    blend: list[DatasetSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> DataStage:
+        names = [d.display_name for d in self.blend]
+        if len(set(names)) != len(names):
+            raise ValueError(f"dataset names in a blend must be unique, got {names}")
+        return self
+
+
+class MegatronData(StrictModel):
+    """Megatron-core GPTDataset / BlendedDataset parameters (the run's --data-* arguments)."""
+
+    format: Literal["megatron"] = "megatron"
+    seed: int = 1234
+    seq_length: int = Field(gt=0)
+    split: str = "969,30,1"
+    add_extra_token: bool = True  # megatron-core's add_extra_token_to_sequence (default True)
+    mid_level_dataset_surplus: float = 0.005
+    cache_path: Path | None = None  # --data-cache-path; Megatron's own .npy indices are read here
+    blend: list[DatasetSpec] | None = None  # a single blend for the whole run ...
+    stages: list[DataStage] | None = None  # ... or blends that change at given iterations
+
+    @field_validator("split")
+    @classmethod
+    def _split_numbers(cls, value: str) -> str:
+        parts = re.findall(r"[.0-9]+", value)
+        if not parts or len(parts) > 3 or sum(float(p) for p in parts) <= 0:
+            raise ValueError(f"split must be like '969,30,1', got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _blend_or_stages(self) -> MegatronData:
+        if (self.blend is None) == (self.stages is None):
+            raise ValueError("give exactly one of data.blend or data.stages")
+        if self.stages is not None:
+            starts = [s.start_iteration for s in self.stages]
+            if starts[0] != 1 or starts != sorted(set(starts)):
+                raise ValueError(
+                    f"data.stages must start at iteration 1 and increase strictly, got {starts}"
+                )
+        return self
+
+    @property
+    def data_stages(self) -> list[DataStage]:
+        """The blend schedule, always as stages (a plain blend is one stage from iteration 1)."""
+        if self.stages is not None:
+            return list(self.stages)
+        assert self.blend is not None
+        return [DataStage(start_iteration=1, blend=self.blend)]
+
+
+class ShardRecord(StrictModel):
+    """A data file as the run saw it: replay refuses a shard whose size or hash changed, since a
+    changed file silently changes which document sits at each position."""
+
+    file: str  # path as given in data.files (or the file name inside data.path)
+    size: int = Field(ge=0)
+    sha256: str | None = None
+
+
+class HFResume(StrictModel):
+    """A restart of a Hugging Face `datasets` run at iteration `iteration` (the first after it).
+
+    mode `skip_batches`: the loader was rebuilt and the consumed batches skipped (HF Trainer /
+    accelerate's default): the order is the uninterrupted one, exact. `state_dict`: the dataset's
+    state_dict was restored (StatefulDataLoader): a streaming shuffle buffer restarts empty, which
+    the replay reproduces for num_workers 0 (with workers it is labelled best-effort). `unknown`:
+    replayed as if uninterrupted, labelled best-effort (exact = False) from this iteration on.
+    Map-style order does not depend on how the run resumed, so its rows stay exact.
+    """
+
+    iteration: int = Field(ge=2)
+    mode: Literal["skip_batches", "state_dict", "unknown"] = "unknown"
+
+
+class HFData(StrictModel):
+    """A Hugging Face `datasets` pipeline over local files (see dataloaders/hf for the order).
+
+    Map-style: load_dataset(file_format, data_files=files) -> Dataset.shuffle(seed) (seed + epoch
+    per epoch when set_epoch) -> optional packing into pack_tokens-token sequences ->
+    split_dataset_by_node -> DataLoader(batch_size=per_device_batch_size).
+    Streaming: load_dataset(..., streaming=True) -> IterableDataset.shuffle(seed, buffer_size,
+    max_buffer_input_shards) -> split_dataset_by_node(rank, world_size) -> set_epoch(e) ->
+    DataLoader(batch_size=per_device_batch_size, num_workers). Iteration i takes the i-th batch of
+    every rank; rank r's example j sits at global position r * per_device_batch_size + j.
+    (Map-style DataLoader workers do not change the order; streaming ones do.)
+    """
+
+    format: Literal["hf"]
+    name: str = "hf"  # the `dataset` column of the replay table
+    files: list[Path] | None = None  # shard paths or globs (sorted, as datasets resolves them)
+    path: Path | None = None  # a Dataset.save_to_disk directory (map-style)
+    file_format: Literal["parquet", "json", "arrow"] | None = None  # inferred from extensions
+    text_field: str = "text"
+    provenance_fields: list[str] = Field(default_factory=list)  # the shard file name is `file`
+    streaming: bool = False
+    shuffle: bool = True
+    seed: int = 42
+    buffer_size: int = Field(default=1000, gt=0)
+    max_buffer_input_shards: int = Field(default=10, gt=0)
+    epochs: int = Field(default=1, gt=0)
+    set_epoch: bool = True
+    world_size: int = Field(default=1, gt=0)
+    split_strategy: Literal["auto", "shards", "examples"] = "auto"
+    num_workers: int = Field(default=0, ge=0)
+    per_device_batch_size: int = Field(gt=0)
+    drop_last: bool = False
+    with_format: str | None = None  # IterableDataset.with_format(...): changes the buffer path
+    pack_tokens: int | None = Field(default=None, gt=0)
+    pack_group_size: int | None = Field(default=None, gt=0)  # run_clm group_texts map batches
+    eos_token: str | None = None  # appended to every document before packing
+    datasets_version: str | None = None
+    shards: list[ShardRecord] | None = None
+    resumes: list[HFResume] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> HFData:
+        if (self.files is None) == (self.path is None):
+            raise ValueError("give exactly one of data.files or data.path")
+        if self.files is not None and not self.files:
+            raise ValueError("data.files is empty")
+        if self.streaming and self.datasets_version is None:
+            raise ValueError(
+                "streaming order depends on the datasets version: record data.datasets_version"
+            )
+        if self.streaming and self.pack_tokens is not None:
+            raise ValueError("pack_tokens is supported for map-style (streaming: false) only")
+        if self.path is not None and self.streaming:
+            raise ValueError("a save_to_disk directory (data.path) is replayed map-style only")
+        if self.pack_group_size is not None and self.pack_tokens is None:
+            raise ValueError("pack_group_size needs pack_tokens")
+        iters = [r.iteration for r in self.resumes]
+        if iters != sorted(set(iters)):
+            raise ValueError(f"data.resumes must be in increasing iteration order, got {iters}")
+        return self
+
+    @property
+    def global_batch_size(self) -> int:
+        """Examples per iteration over all ranks (must equal training.global_batch_size)."""
+        return self.per_device_batch_size * self.world_size
+
+
+DataConfig = Annotated[MegatronData | HFData, Field(discriminator="format")]
+
+
+class Resume(StrictModel):
+    """A restart: iteration `iteration` (the first after the restart) begins at global sample
+    `consumed_samples`, as restored from the checkpoint (it differs from the computed count when
+    the batch size changed or a Megatron-DeepSpeed skip drained batches)."""
+
+    iteration: int = Field(ge=1)
+    consumed_samples: int = Field(ge=0)
+
+
+def _known_trainer(value: str) -> str:
+    from dataloaders.trainer_loops import TRAINERS
+
+    if value not in TRAINERS:
+        raise ValueError(f"unknown trainer {value!r}; known: {', '.join(TRAINERS)}")
+    return value
+
+
+class AppliedSkip(StrictModel):
+    """Skip flags a restart of this run already used: the run consumed its data differently.
+
+    Megatron-LM, argonne and OLMo-core still draw a skipped step's batch (numbering stays
+    absolute; the replay marks those rows skipped). BigScience Megatron-DeepSpeed drains
+    micro-batches without advancing its counters, so every later logged iteration trains other
+    data than the plain schedule says; the replay follows the trainer's loop to say which.
+    """
+
+    trainer: str
+    resume_from: int = Field(ge=0)  # the checkpoint iteration that restart loaded
+    flag: str  # the skip flag as it was passed (e.g. "--iterations-to-skip 5001 5002")
+    consumed_samples: int | None = Field(default=None, ge=0)  # restored then (default: counted)
+
+    @field_validator("trainer")
+    @classmethod
+    def _known_trainer(cls, value: str) -> str:
+        return _known_trainer(value)
+
+
+class TrainingSpec(StrictModel):
+    """The batch-size schedule, the length of training, and the loop that consumes skip flags."""
+
+    global_batch_size: int = Field(gt=0)
+    micro_batch_size: int = Field(default=1, gt=0)
+    data_parallel_size: int = Field(default=1, gt=0)
+    train_iters: int | None = Field(default=None, gt=0)
+    train_samples: int | None = Field(default=None, gt=0)
+    rampup_batch_size: tuple[int, int, int] | None = None  # (start, increment, ramp samples)
+    resumes: list[Resume] = Field(default_factory=list)
+    # Which training loop reads the skip flags we write (dataloaders.trainer_loops.TRAINERS):
+    # megatron-lm (megatron-core >= 0.17), megatron-lm-pre-0.17, megatron-deepspeed (BigScience),
+    # megatron-deepspeed-argonne, olmo-core.
+    trainer: str = "megatron-lm"
+    applied_skips: list[AppliedSkip] = Field(default_factory=list)
+
+    @field_validator("trainer")
+    @classmethod
+    def _known_trainer(cls, value: str) -> str:
+        return _known_trainer(value)
+
+    @model_validator(mode="after")
+    def _length_given(self) -> TrainingSpec:
+        if self.train_iters is None and self.train_samples is None:
+            raise ValueError("give training.train_iters or training.train_samples")
+        if self.rampup_batch_size is not None:
+            start, incr, samples = self.rampup_batch_size
+            if start <= 0 or incr <= 0 or samples <= 0:
+                raise ValueError("rampup_batch_size values must be positive")
+            if (self.global_batch_size - start) % incr != 0:
+                raise ValueError(
+                    "global_batch_size - rampup start must be a multiple of the increment "
+                    f"(Megatron asserts this), got {self.rampup_batch_size}"
+                )
+            if self.train_samples is None:
+                raise ValueError("rampup_batch_size needs training.train_samples (as Megatron)")
+        iters = [r.iteration for r in self.resumes]
+        if iters != sorted(set(iters)):
+            raise ValueError(f"training.resumes must be in increasing iteration order, got {iters}")
+        starts = iters + [a.resume_from + 1 for a in self.applied_skips]
+        if len(starts) != len(set(starts)):
+            raise ValueError(
+                "training.resumes and training.applied_skips name the same restart twice "
+                "(an applied skip's restart begins at resume_from + 1)"
+            )
+        return self
+
+
+class RunConfig(StrictModel):
+    """A whole run: data, schedule, tokenizer, checkpoints. Paths are absolute after loading."""
+
+    name: str | None = None
+    data: DataConfig
+    training: TrainingSpec
+    # A Hugging Face tokenizer.json, a directory holding one, or GPT-2's vocab.json (with
+    # merges.txt beside it or named in tokenizer_merges); see forensics/tokenizer.py.
+    tokenizer: Path | None = None
+    tokenizer_merges: Path | None = None
+    checkpoints: list[int] = Field(default_factory=list)
+    checkpoint_dir: Path | None = None  # scanned for iter_NNNNNNN directories
+    log: Path | None = None  # the training log, to overlay the loss on the report
+    source: Path | None = Field(default=None, exclude=True)  # where this config was read from
+
+    def config_hash(self) -> str:
+        """A stable hash of everything that determines the data order (not paths' spelling)."""
+        payload = self.model_dump(mode="json", exclude={"source", "log", "name"})
+        # The trainer decides how skip flags are spelled, not the data order; skips a restart
+        # already applied do change it (and are left out when there are none, so hashes of
+        # runs without them stay what they were).
+        payload["training"].pop("trainer", None)
+        if not payload["training"].get("applied_skips"):
+            payload["training"].pop("applied_skips", None)
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def available_checkpoints(self) -> list[int]:
+        """Checkpoint iterations from the list and from `iter_NNNNNNN` directories, sorted."""
+        found = set(self.checkpoints)
+        if self.checkpoint_dir is not None and self.checkpoint_dir.is_dir():
+            for entry in self.checkpoint_dir.iterdir():
+                match = re.fullmatch(r"iter_(\d+)", entry.name)
+                if match and entry.is_dir():
+                    found.add(int(match.group(1)))
+        return sorted(found)
+
+
+def _resolve_paths(raw: Any, base: Path) -> Any:
+    """Resolve relative path-valued keys against `base` (the config file's directory)."""
+    path_keys = {
+        "prefix",
+        "manifest",
+        "cache_path",
+        "tokenizer",
+        "tokenizer_merges",
+        "checkpoint_dir",
+        "log",
+    }
+    path_list_keys = {"files", "data_files"}
+    if isinstance(raw, dict):
+        out = {}
+        for key, value in raw.items():
+            if key in path_keys and isinstance(value, str):
+                out[key] = str((base / os.path.expanduser(value)).resolve())
+            elif key in path_list_keys and isinstance(value, list):
+                out[key] = [
+                    str((base / os.path.expanduser(v)).resolve()) if isinstance(v, str) else v
+                    for v in value
+                ]
+            elif key == "path" and isinstance(value, str):
+                out[key] = str((base / os.path.expanduser(value)).resolve())
+            else:
+                out[key] = _resolve_paths(value, base)
+        return out
+    if isinstance(raw, list):
+        return [_resolve_paths(v, base) for v in raw]
+    return raw
+
+
+def _format_validation_error(path: Path, err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{path}: {where}: {first['msg']}{more}"
+
+
+def config_from_dict(raw: dict[str, Any], *, base_dir: Path, source: Path | None) -> RunConfig:
+    """Validate a config mapping; relative paths resolve against `base_dir`."""
+    resolved = _resolve_paths(raw, base_dir)
+    try:
+        return RunConfig.model_validate({**resolved, "source": source})
+    except ValidationError as err:
+        raise ForensicsError(_format_validation_error(source or base_dir, err)) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> RunConfig:
+    """Read and validate a YAML run config; every problem is one line naming the file."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ForensicsError(f"{path}: config file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ForensicsError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise ForensicsError(f"{path}: expected a mapping at the top level")
+    return config_from_dict(raw, base_dir=path.resolve().parent, source=path.resolve())
+
+
+def find_config(explicit: str | os.PathLike[str] | None) -> Path:
+    """The runbook rule: --config, else $FORENSICS_CONFIG, else ./forensics.yaml."""
+    if explicit is not None:
+        return Path(explicit)
+    env = os.environ.get(CONFIG_ENV_VAR)
+    if env:
+        return Path(env)
+    local = Path.cwd() / DEFAULT_CONFIG_NAME
+    if local.is_file():
+        return local
+    raise ForensicsError(
+        f"no config: pass --config, set {CONFIG_ENV_VAR}, "
+        f"or put {DEFAULT_CONFIG_NAME} in {Path.cwd()}"
+    )
