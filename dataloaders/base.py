@@ -7,6 +7,8 @@ contract between replay and everything downstream. Its columns:
     position        Int32   position of the sample in the iteration's global batch, 0..gbs-1
     sample_index    Int64   global sample index (= consumed samples before this sample)
     stage           Int32   index of the data stage (blend) in force, 0-based
+    skipped         Boolean the step drew the sample but an earlier restart's skip flag kept it
+                            from training (Megatron runs with training.applied_skips)
     dataset         Utf8    dataset name in the blend
     dataset_sample  Int64   the sample's index inside that dataset (Megatron: dataset_sample_index)
     doc_id          Int64   document number in the dataset (Megatron: .idx document order)
@@ -34,6 +36,9 @@ REPLAY_KEY_COLUMNS = [
     "token_start",
     "token_end",
 ]
+
+# Names a manifest (or any provenance facet) may not take: they would replace the replay's own.
+RESERVED_COLUMNS = frozenset([*REPLAY_KEY_COLUMNS, "skipped", "text", "exact"])
 
 
 class Replayer(Protocol):

@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from dataloaders.base import RESERVED_COLUMNS
 from forensics.errors import ForensicsError
 
 
@@ -43,6 +44,12 @@ def read_jsonl_fields(path: Path, fields: list[str]) -> pl.DataFrame:
         raise ForensicsError("name at least one field to keep (--fields source,url)")
     if "doc_id" in fields:
         raise ForensicsError("doc_id is the manifest's own column (the line number)")
+    clash = sorted(set(fields) & RESERVED_COLUMNS)
+    if clash:
+        raise ForensicsError(
+            f"--fields {', '.join(clash)}: the replay table has its own column of that name; "
+            "keep another field (a manifest column may not be called that)"
+        )
     columns: dict[str, list[str | None]] = {f: [] for f in fields}
     with open(path, encoding="utf-8", errors="strict") as stream:
         try:

@@ -44,6 +44,8 @@ def test_fields_nested_and_non_string(tmp_path: Path) -> None:
         ('{"a": 1}\n', ["b"], "no line has the field"),
         ('{"a": 1}\n', [], "at least one field"),
         ('{"a": 1}\n', ["doc_id"], "doc_id is the manifest's own column"),
+        ('{"dataset": "x"}\n', ["dataset"], "replay table has its own column"),
+        ('{"iteration": 3}\n', ["iteration"], "replay table has its own column"),
     ],
 )
 def test_bad_jsonl(tmp_path: Path, content: str, fields: list[str], message: str) -> None:
@@ -57,3 +59,13 @@ def test_missing_jsonl(tmp_path: Path) -> None:
     with pytest.raises(ForensicsError, match="JSONL file not found"):
         build_manifest(tmp_path / "nope.jsonl", ["a"], tmp_path / "m.parquet")
     assert not (tmp_path / "m.parquet").exists()
+
+
+@pytest.mark.parametrize("column", ["dataset", "iteration", "text", "skipped"])
+def test_a_manifest_cannot_replace_replay_columns(tmp_path: Path, column: str) -> None:
+    from dataloaders.megatron.replayer import load_manifest
+
+    path = tmp_path / "m.parquet"
+    pl.DataFrame({"doc_id": [0, 1], column: ["a", "b"]}).write_parquet(path)
+    with pytest.raises(ForensicsError, match=f"manifest column '{column}' would replace"):
+        load_manifest(path, 2)

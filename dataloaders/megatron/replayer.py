@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.base import RESERVED_COLUMNS
 from dataloaders.config import MegatronData, RunConfig
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.gpt_indices import split_range
@@ -68,6 +69,12 @@ def load_manifest(path: Path, num_documents: int) -> pl.DataFrame:
     if not np.array_equal(ids, np.arange(num_documents)):
         raise ForensicsError(f"{path}: manifest doc_id must be 0..{num_documents - 1}, each once")
     facets = [c for c in table.columns if c != "doc_id"]
+    clash = sorted(set(facets) & RESERVED_COLUMNS)
+    if clash:
+        raise ForensicsError(
+            f"{path}: manifest column {', '.join(repr(c) for c in clash)} would replace the "
+            "replay table's own; rename it (e.g. source_dataset)"
+        )
     try:
         return table.select([pl.col(c).cast(pl.Utf8) for c in facets])
     except pl.exceptions.PolarsError as err:
