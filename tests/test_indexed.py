@@ -155,6 +155,34 @@ def test_truncated_bin(small: Path) -> None:
     assert "small.bin" in message and "truncated data" in message
 
 
+def test_middle_pointer_or_length_changed(small: Path) -> None:
+    idx = Path(f"{small}.idx")
+    good = bytearray(idx.read_bytes())
+    lengths_at, count = 34, 20
+    pointers_at = lengths_at + 4 * count
+    edited = bytearray(good)
+    struct.pack_into("<q", edited, pointers_at + 8 * 10, 2)  # pointer of sequence 10
+    idx.write_bytes(bytes(edited))
+    assert "sequence 10 points at byte 2" in _error(small)
+    edited = bytearray(good)
+    (length,) = struct.unpack_from("<i", edited, lengths_at + 4 * 5)
+    struct.pack_into("<i", edited, lengths_at + 4 * 5, length + 1)  # length of sequence 5
+    idx.write_bytes(bytes(edited))
+    assert "sequence 6 points at byte" in _error(small)
+
+
+def test_wrong_dtype_code_and_foreign_bin(small: Path, tmp_path: Path) -> None:
+    idx = Path(f"{small}.idx")
+    good = idx.read_bytes()
+    idx.write_bytes(good[:17] + bytes([4]) + good[18:])  # int32 instead of uint16
+    assert "wrong dtype code" in _error(small)
+    idx.write_bytes(good)
+    rng = np.random.default_rng(1)
+    other = write_indexed_dataset(tmp_path / "other", random_documents(rng, 40, 1000), np.uint16)
+    Path(f"{small}.bin").write_bytes(Path(f"{other}.bin").read_bytes())
+    assert "are not one pair" in _error(small)
+
+
 def test_writer_leaves_nothing_on_error(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         with IndexedDatasetWriter(tmp_path / "x", np.int32) as out:

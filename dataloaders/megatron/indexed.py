@@ -163,11 +163,46 @@ class IndexedDataset:
             )
         if s == 0:
             return
+        self._check_arrays()
+
+    def _check_arrays(self) -> None:
+        """The whole index, vectorised: a middle pointer or length changed, a wrong dtype code or
+        a .bin from another dataset would otherwise decode to garbage without a word.
+
+        Megatron's builder writes sequence_pointers as the running byte sum of the lengths from
+        0 (IndexedDatasetBuilder / _IndexWriter), and the .bin is exactly that long.
+        """
+        lengths = self.sequence_lengths
+        if (lengths < 0).any():
+            bad = int(np.flatnonzero(lengths < 0)[0])
+            raise ForensicsError(
+                f"{self.idx_file}: corrupt index: sequence {bad} has a negative length"
+            )
+        expected = np.zeros(len(lengths), dtype=np.int64)
+        np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=expected[1:])
+        wrong = np.flatnonzero(self.sequence_pointers != expected)
+        if wrong.size:
+            k = int(wrong[0])
+            raise ForensicsError(
+                f"{self.idx_file}: corrupt index: sequence {k} points at byte "
+                f"{int(self.sequence_pointers[k])}, the lengths before it put it at "
+                f"{int(expected[k])} (index rewritten, or a wrong dtype code)"
+            )
         end = int(self.sequence_pointers[-1]) + int(self.sequence_lengths[-1]) * self.dtype.itemsize
         if self.bin_size < end:
             raise ForensicsError(
                 f"{self.bin_file}: truncated data file: {self.bin_size} bytes, the index "
                 f"({self.idx_file.name}) needs {end}"
+            )
+        if self.bin_size != end:
+            raise ForensicsError(
+                f"{self.bin_file}: {self.bin_size} bytes, but its index ({self.idx_file.name}) "
+                f"describes {end}: the .bin and .idx are not one pair (or the dtype code is wrong)"
+            )
+        steps = np.diff(self.document_indices)
+        if (steps < 0).any():
+            raise ForensicsError(
+                f"{self.idx_file}: corrupt index: document boundaries are not in order"
             )
 
     # -- sizes -----------------------------------------------------------------------------
