@@ -233,6 +233,29 @@ def test_own_cache_round_trip(corpus, _private_forensics_cache) -> None:
     assert warm.replay(41, 50, progress=False).equals(table)
 
 
+def test_own_cache_misses_an_index_rewritten_at_the_same_size(
+    tmp_path, _private_forensics_cache
+) -> None:
+    """The documents reordered (same sizes, same byte count) and the mtime put back: the cache
+    is keyed by the index's content, so the replay rebuilds instead of reading the old order."""
+    import os
+
+    rng = np.random.default_rng(5)
+    docs = random_documents(rng, 60, 30_000, 5, 200)
+    prefix = _write(tmp_path, "web", docs, np.uint16)
+    config = _config([prefix], None, gbs=8, iters=20)
+    first = MegatronReplayer(config)
+    first.replay(1, 20, progress=False)
+    first.save_cache()
+    idx = Path(f"{prefix}.idx")
+    stat = idx.stat()
+    _write(tmp_path, "web", docs[::-1], np.uint16)
+    os.utime(idx, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert idx.stat().st_size == stat.st_size and idx.stat().st_mtime_ns == stat.st_mtime_ns
+    again = MegatronReplayer(config)
+    assert all(src.origin == "built" for src in again.stage(0).sources)
+
+
 def test_split_sentences_dataset(tmp_path, megatron_build) -> None:
     """Documents of several sequences: Megatron samples sequences; we report documents, with
     token offsets inside the document."""

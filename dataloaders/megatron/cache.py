@@ -12,7 +12,7 @@ the field, because silently rebuilding would replay a different order than the r
 Entries differing only in num_samples are other builds (another stage, another run length).
 
 Our own cache stores the same arrays under a key hashed from everything that determines them
-plus the data files' sizes and mtimes, in $FORENSICS_CACHE (default ~/.cache/forensics).
+plus the `.idx` content hash and the `.bin` size, in $FORENSICS_CACHE (default ~/.cache/forensics).
 """
 
 from __future__ import annotations

@@ -260,14 +260,18 @@ class IndexedDataset:
         return self.get(int(idx))
 
     def idx_digest(self) -> str:
-        """sha256 of the whole `.idx` (small next to `.bin`): identifies the tokenized data."""
+        """sha256 of the whole `.idx` (small next to `.bin`): identifies the tokenized data, also
+        when a file is rewritten at the same size with its mtime restored. Computed once."""
         import hashlib
 
+        if getattr(self, "_idx_digest", None):
+            return self._idx_digest
         digest = hashlib.sha256()
         with open(self.idx_file, "rb") as stream:
             for block in iter(lambda: stream.read(1 << 22), b""):
                 digest.update(block)
-        return digest.hexdigest()
+        self._idx_digest: str = digest.hexdigest()
+        return self._idx_digest
 
 
 class IndexedDatasetWriter:

@@ -94,7 +94,7 @@ class GPTSource:
             {
                 **self.description,
                 "add_extra_token": self.extra,
-                "idx": [dataset.idx_size, dataset.idx_file.stat().st_mtime_ns],
+                "idx_sha256": dataset.idx_digest(),
                 "bin": dataset.bin_size,
             }
         )
