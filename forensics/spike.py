@@ -720,7 +720,11 @@ def megatron_args_text(skip: SkipPlan) -> str:
             lines.append(f"# NO EXACT FLAG: {flag.refusal}.")
             lines.append("# Remove the block list's documents (skip.json: documents) instead.")
         else:
-            lines.append(flag.flag)
+            if flag.pin and flag.pin.startswith("--"):
+                lines.append(f"{flag.pin} {flag.flag}")
+            else:
+                lines.append(flag.flag)
+                lines.append(f"# load the rollback checkpoint: {flag.pin}")
             lines.append(f"# then: {flag.consequence}")
         if name == skip.trainer and skip.tracker_file and flag.flag:
             lines.append(

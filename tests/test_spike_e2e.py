@@ -143,6 +143,8 @@ def test_flag_strings_drop_exactly_the_skipped_batches(run: dict) -> None:
     args = (run["out"] / "megatron_args.txt").read_text()
     assert all(f["flag"] in args for f in skip["flags"].values() if f["flag"])
     assert args.index("megatron-core >= 0.17") < args.index("BigScience")
+    # The paste line pins the rollback checkpoint (a plain --load resumes from the latest).
+    assert f"--ckpt-step {checkpoint} --iterations-to-skip {min(want)} " in args
     tracker = (run["out"] / skip["tracker_file"]).read_text()
     assert tracker.count("iteration=") == 2 * len(want)
 

@@ -387,7 +387,11 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
     chosen = flags.get(skip.get("trainer"), {})
     if skip.get("iterations") and chosen:
         if chosen.get("flag"):
-            out.append(("PASTE", f"{skip['trainer']}: " + _cut(str(chosen["flag"]))))
+            pin = chosen.get("pin") or ""
+            paste = f"{pin} {chosen['flag']}" if pin.startswith("--") else str(chosen["flag"])
+            out.append(("PASTE", f"{skip['trainer']}: " + _cut(paste)))
+            if pin and not pin.startswith("--"):
+                out.append(("", f"load the rollback checkpoint: {pin}"))
             out.append(("", f"({chosen.get('semantics', '')}; then {chosen.get('consequence')})"))
             if skip.get("tracker_file"):
                 out.append(("", f"or --result-rejected-tracker-filename {skip['tracker_file']}"))

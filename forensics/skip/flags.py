@@ -58,6 +58,20 @@ SEMANTICS = {
 }
 
 
+def checkpoint_pin(trainer: str, checkpoint: int) -> str:
+    """How to make the restarted job load checkpoint `checkpoint` and not the latest one (a
+    checkpoint directory often holds checkpoints saved after the spike)."""
+    if trainer in (MEGATRON_LM, MEGATRON_LM_PRE_017):
+        # megatron/training/checkpointing.py:2026-2027 (d98e8a64dd), 1250 before b4e4d9618e
+        return f"--ckpt-step {checkpoint}"
+    if trainer in (MEGATRON_DEEPSPEED, MEGATRON_DEEPSPEED_ARGONNE):
+        # megatron/checkpointing.py reads the iteration to load from this file (BigScience :112,
+        # argonne :185); there is no flag for it
+        return f"echo {checkpoint} > $LOAD/latest_checkpointed_iteration.txt"
+    # olmo_core/train/checkpoint.py:85 names checkpoint directories step{step}
+    return f"load_path=<save_folder>/step{checkpoint}"
+
+
 def consequence(trainer: str, skipped: int) -> str:
     """One line: what the restarted job then does differently from the original run."""
     if trainer in (MEGATRON_LM, MEGATRON_LM_PRE_017):
@@ -87,6 +101,7 @@ class TrainerFlag:
     semantics: str
     consequence: str
     refusal: str | None = None
+    pin: str | None = None  # loads the rollback checkpoint, not the latest (checkpoint_pin)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -162,7 +177,8 @@ def write_flag(
         return TrainerFlag(
             trainer, None, None, SEMANTICS[trainer], consequence(trainer, n), refusal=problem
         )
-    return TrainerFlag(trainer, text, values, SEMANTICS[trainer], consequence(trainer, n))
+    pin = checkpoint_pin(trainer, checkpoint)
+    return TrainerFlag(trainer, text, values, SEMANTICS[trainer], consequence(trainer, n), pin=pin)
 
 
 def _merged_by_parser(
