@@ -33,7 +33,7 @@ class KeywordEmbedder:
         out = np.zeros((len(texts), 16), dtype=np.float32)
         for i, text in enumerate(texts):
             low = text.lower()
-            rng = np.random.default_rng(abs(hash(text)) % 2**32)
+            rng = np.random.default_rng(_stable_seed(text))  # not hash(): randomised per process
             out[i, 8:] = rng.normal(0, 0.05, 8)
             hits = [low.count(w) for w in self.words]
             out[i, int(np.argmax(hits)) if max(hits) else 7] += 1.0
@@ -164,3 +164,10 @@ def test_real_minilm_separates_spam_from_prose_and_caches(tmp_path, monkeypatch)
     assert len(shards) == 1
     cached = pl.read_parquet(shards[0])
     assert cached.height == 40 and cached["embedding"].dtype == pl.Array(pl.Float32, 384)
+
+
+def _stable_seed(text: str) -> int:
+    """A seed from the text that is the same in every process (Python's hash() is not)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=4).digest(), "little")

@@ -6,6 +6,7 @@ import io
 import json
 import shutil
 import subprocess
+import zlib
 
 import numpy as np
 import polars as pl
@@ -34,7 +35,7 @@ class HashEmbedder:
         out = np.zeros((len(texts), 64), dtype=np.float32)
         for i, text in enumerate(texts):
             for word in text.lower().split():
-                out[i, hash(word) % 64] += 1.0
+                out[i, zlib.crc32(word.encode()) % 64] += 1.0  # hash() varies by process
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
 
 

@@ -87,8 +87,12 @@ def assign_verdicts(clusters: pl.DataFrame) -> pl.DataFrame:
     ids = flagged["id"].to_list()
     kinds = flagged["kind"].to_list()
     flagged_sets = [set(m or []) for m in flagged["flagged_members"].to_list()]
-    explained = _nest_source_culprits(verdicts, ids, kinds, flagged_sets)
     members = flagged["members"].to_list()
+    member_sets = [set(m or []) for m in members]
+    floors = [
+        max(FLAG_FLOOR, FLAG_RATIO * (r or 0.0)) for r in flagged["rest_flagged_rate"].to_list()
+    ]
+    explained = _nest_source_culprits(verdicts, ids, kinds, flagged_sets, member_sets, floors)
     culprit_rows = [
         (ids[j], set(members[j] or []))
         for j in range(flagged.height)
@@ -111,16 +115,36 @@ def assign_verdicts(clusters: pl.DataFrame) -> pl.DataFrame:
 
 
 def _nest_source_culprits(
-    verdicts: list[str], ids: list[str], kinds: list[str], flagged_sets: list[set[int]]
+    verdicts: list[str],
+    ids: list[str],
+    kinds: list[str],
+    flagged_sets: list[set[int]],
+    member_sets: list[set[int]],
+    floors: list[float],
 ) -> list[str | None]:
     """Resolve source culprits that nest (a dataset holding a crawl batch holding domains).
 
     B is inside A when half or more of B's flagged documents are A's. The most specific group
-    that still holds most of the dirt is named: A gives way to a B inside it that holds at least
-    SPECIFIC_SHARE of A's flagged documents (the crawl batch, not its whole dataset); otherwise
-    every B inside A gives way to A (the batch, not each of its 40 spam domains). Demoted
-    culprits become suspects with `explained_by` set; `verdicts` is updated in place.
+    that still holds the dirt is named: A gives way to a B inside it that holds at least
+    SPECIFIC_SHARE of A's flagged documents, or outside of which A is not dirty on its own (its
+    other documents flagged below A's dirty floor: the crawl batch, not its whole dataset, even
+    when the dataset's clean batches carry the scorers' usual false positives); otherwise every
+    B inside A gives way to A (the batch, not each of its 40 spam domains). Demoted culprits
+    become suspects with `explained_by` set; `verdicts` is updated in place.
     """
+
+    def narrower(b: int, a: int) -> bool:
+        """Fewer flagged documents, or the same ones in fewer documents (the batch that is all
+        of its dataset's dirt, not the dataset)."""
+        fb, fa = len(flagged_sets[b]), len(flagged_sets[a])
+        return fb < fa or (fb == fa and len(member_sets[b]) < len(member_sets[a]))
+
+    def clean_outside(a: int, b: int) -> bool:
+        rest = member_sets[a] - member_sets[b]
+        if not rest:
+            return True
+        return len(flagged_sets[a] - flagged_sets[b]) / len(rest) < floors[a]
+
     explained: list[str | None] = [None] * len(ids)
     culprits = [i for i, v in enumerate(verdicts) if v == "culprit" and kinds[i] == "source"]
     inside = {
@@ -133,15 +157,16 @@ def _nest_source_culprits(
         specific = [
             b for b in culprits
             if inside.get((a, b))
-            and len(flagged_sets[b]) < len(flagged_sets[a])
-            and len(flagged_sets[b]) >= SPECIFIC_SHARE * len(flagged_sets[a])
+            and narrower(b, a)
+            and (len(flagged_sets[b]) >= SPECIFIC_SHARE * len(flagged_sets[a])
+                 or clean_outside(a, b))
         ]  # fmt: skip
         if specific:
             explained[a] = ids[min(specific, key=lambda b: len(flagged_sets[b]))]
     standing = [a for a in culprits if explained[a] is None]
     for b in standing:  # step 2: small pieces inside a standing culprit give way to it
         parents = [a for a in standing if a != b and inside.get((a, b))
-                   and len(flagged_sets[a]) > len(flagged_sets[b])]  # fmt: skip
+                   and narrower(b, a)]  # fmt: skip
         if parents:
             explained[b] = ids[max(parents, key=lambda a: len(flagged_sets[a]))]
     for i in culprits:

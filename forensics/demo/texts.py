@@ -7,8 +7,10 @@ Three kinds, all from the installed Python packages (the virtualenv the tool run
 - code: top-level functions and classes of `.py` files, as source;
 - both are cut into documents of a bounded size, so a document is a page, not a whole README.
 
-The harvest is deterministic for a given seed and set of installed packages: files are listed in
-sorted order and then shuffled with the seed.
+The harvest is deterministic for a given seed and the installed versions of HARVESTED, the
+packages the project itself installs: files are listed in sorted order and then shuffled with the
+seed. Other packages in the environment (benchmark anchors, a developer's tools) are left out, so
+installing one does not change the demo's data or the tests built on it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,23 @@ from pathlib import Path
 MIN_CHARS = 300
 MAX_CHARS = 3000
 MAX_FILE_BYTES = 60_000  # generated giants (vendored tables, stubs) parse slowly and read badly
+# Top-level packages (and their distributions) the runtime and test installs always bring.
+HARVESTED = frozenset(
+    {
+        "numpy", "pyarrow", "polars", "pydantic", "pydantic_core", "yaml", "pyyaml", "typer",
+        "click", "rich", "tokenizers", "ftfy", "datasketch", "sklearn", "scikit_learn", "scipy",
+        "matplotlib", "datasets", "tbparse", "tensorboard", "numba", "pandas", "fsspec",
+        "huggingface_hub", "transformers", "sentence_transformers", "torch", "pytest", "megatron",
+        "megatron_core", "joblib", "packaging", "requests", "urllib3", "jinja2", "markupsafe",
+        "pygments", "markdown_it", "mdurl", "wcwidth", "dill", "multiprocess", "xxhash", "tqdm",
+        "aiohttp", "idna", "certifi", "charset_normalizer", "attrs", "six", "dateutil",
+        "python_dateutil", "pytz", "filelock", "networkx", "sympy", "mpmath", "setuptools",
+    }
+)  # fmt: skip
+
+
+def _harvested(name: str) -> bool:
+    return name.lower().replace("-", "_").replace(".", "_") in HARVESTED
 
 
 @dataclass(frozen=True)
@@ -63,8 +82,8 @@ def _chunks(text: str, max_chars: int = MAX_CHARS) -> Iterator[str]:
 def readmes(root: Path) -> Iterator[Text]:
     """Long descriptions of installed distributions, in paragraph-aligned chunks."""
     for meta in sorted(root.glob("*.dist-info/METADATA")):
-        if meta.parent.name.startswith("forensics-"):
-            continue  # our own README: it changes with every commit, the demo must not
+        if not _harvested(meta.parent.name.split("-")[0]):
+            continue  # our own README changes with every commit; other packages vary by machine
         try:
             msg = Parser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
         except Exception:  # a malformed METADATA is simply not harvested
@@ -83,6 +102,9 @@ def python_files(root: Path, seed: int) -> list[Path]:
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in {"__pycache__", "tests", "test"})
+        if Path(dirpath) == root:
+            dirnames[:] = [d for d in dirnames if _harvested(d)]
+            filenames = [f for f in filenames if _harvested(f.removesuffix(".py"))]
         found.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py"))
     found = [f for f in found if f.stat().st_size <= MAX_FILE_BYTES]
     random.Random(seed).shuffle(found)
