@@ -320,27 +320,22 @@ def read_tensorboard(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
     Megatron's `... vs samples` / `vs tokens` tags are skipped (their step is not the iteration).
     A truncated last record (a run killed mid-write) is reported and the records before it kept.
     """
-    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto import event_pb2
+
+    from forensics.triage.tfrecord import RecordScan, iter_records
 
     files = _event_files(path) if path.is_dir() else [path]
     steps: list[int] = []
     tags: list[str] = []
     values: list[float] = []
     for f in files:
-        complete, truncated_at = _tfrecord_extent(f)
-        if truncated_at is not None:
-            notes.append(
-                f"{f}: truncated TensorBoard record at byte {truncated_at} (after {complete} "
-                "complete records); using the records before it"
-            )
-        for i, rec in enumerate(RawEventFileLoader(str(f)).Load()):
-            if i >= complete:
-                break
+        scan = RecordScan()
+        not_events = 0
+        for rec in iter_records(f, scan):
             try:
                 event = event_pb2.Event.FromString(rec)
-            except Exception:  # noqa: BLE001 - a corrupt record: report and keep reading
-                notes.append(f"{f}: record {i + 1} is not a TensorBoard event; skipped")
+            except Exception:  # noqa: BLE001 - a record that is not an event: count it
+                not_events += 1
                 continue
             for v in event.summary.value:
                 if v.tag.endswith((" vs samples", " vs tokens", " vs steps")):
@@ -356,6 +351,19 @@ def read_tensorboard(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
                 steps.append(event.step)
                 tags.append(v.tag)
                 values.append(val)
+        if scan.truncated_at is not None:
+            notes.append(
+                f"{f}: truncated TensorBoard record at byte {scan.truncated_at} (after "
+                f"{scan.good + scan.unreadable} records); using the records before it"
+            )
+        if scan.unreadable or not_events:
+            notes.append(
+                f"{f}: {scan.unreadable + not_events} unreadable records skipped "
+                f"({scan.bad_data_crc} failed the data CRC, {scan.bad_header_crc} the length CRC "
+                f"({scan.skipped_bytes} bytes skipped to the next good record), {not_events} not "
+                f"events; first at byte {scan.first_bad_offset}); {scan.good} records read: the "
+                "file is corrupt, the points in those records are missing"
+            )
     if not steps:
         raise ForensicsError(f"{path}: no scalar summaries found in the TensorBoard event file(s)")
     long = pl.DataFrame(
@@ -430,6 +438,11 @@ def _finish(raw: pl.DataFrame, unit: str, path: Path, notes: list[str]) -> pl.Da
         or table.select(pl.any_horizontal(pl.col(curves).is_not_null()).any()).item() is False
     ):
         raise ForensicsError(f"{path}: the log has no loss values")
+    if not table.select(pl.any_horizontal(pl.col(curves).is_finite()).any()).item():
+        raise ForensicsError(
+            f"{path}: no finite loss in {table.height} rows (every loss is nan/inf): the run "
+            "diverged from its first logged step, or the log is not a training log"
+        )
     return table.drop("__line")
 
 
@@ -477,24 +490,6 @@ def _resolve_restarts(table: pl.DataFrame, path: Path, notes: list[str]) -> pl.D
 
 def _event_files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*tfevents*") if p.is_file())
-
-
-def _tfrecord_extent(path: Path) -> tuple[int, int | None]:
-    """Count the complete TFRecords; return (count, byte offset of a truncated tail or None)."""
-    size = path.stat().st_size
-    n, off = 0, 0
-    with open(path, "rb") as fh:
-        while off < size:
-            fh.seek(off)
-            header = fh.read(12)
-            if len(header) < 12:
-                return n, off
-            (length,) = struct.unpack("<Q", header[:8])
-            end = off + 12 + length + 4
-            if end > size:
-                return n, off
-            n, off = n + 1, end
-    return n, None
 
 
 def _flatten(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
