@@ -19,7 +19,7 @@ import os
 import re
 import struct
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import polars as pl
@@ -163,12 +163,20 @@ def read_megatron(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
     survive; `[default7]:` launcher prefixes and timestamps before `iteration` are ignored.
     """
     lines = _read_lines(path).with_row_index("__line", offset=1)
-    lines = lines.with_columns(pl.col("__line").cast(pl.Int64))
+    raw = megatron_raw(lines.with_columns(pl.col("__line").cast(pl.Int64)), path, notes)
+    if raw is None:
+        raise ForensicsError(f"{path}: no Megatron 'iteration N/M | ...' lines found")
+    return raw, "line"
+
+
+def megatron_raw(lines: pl.DataFrame, path: Path, notes: list[str]) -> pl.DataFrame | None:
+    """Megatron lines (`text`, `__line` columns) -> raw fields; None when none is a training
+    line. `forensics watch` calls this on each batch of new lines."""
     train = lines.filter(
         pl.col("text").str.contains(_ITER_RE) & ~pl.col("text").str.contains(_VALID_RE)
     )
     if train.height == 0:
-        raise ForensicsError(f"{path}: no Megatron 'iteration N/M | ...' lines found")
+        return None
     # From `iteration N/M` on (a logger prefix may hold `|` too), then after its first `|`.
     tail = pl.col("text").str.slice(pl.col("text").str.find(_ITER_RE))
     train = train.select(
@@ -209,7 +217,7 @@ def read_megatron(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
         raw = raw.with_columns(pl.col("iteration").cast(pl.Int64).alias("__vstep"))
         valid = valid.unique("__vstep", keep="last")
         raw = raw.join(valid, on="__vstep", how="left").drop("__vstep")
-    return raw, "line"
+    return raw
 
 
 def read_csv(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
@@ -267,8 +275,18 @@ def read_wandb_csv(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
 
 def read_jsonl(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
     """One JSON object per line (`{"step": 1, "loss": 2.3, ...}`); nested objects are flattened."""
+    rows = jsonl_rows(enumerate(_read_text(path), start=1), path, notes)
+    if not rows:
+        raise ForensicsError(f"{path}: no JSON objects found")
+    return rows_to_frame(rows), "line"
+
+
+def jsonl_rows(
+    numbered: Iterable[tuple[int, str]], path: Path, notes: list[str]
+) -> list[dict[str, object]]:
+    """(line number, line) pairs -> flattened JSON objects; bad lines are noted by number."""
     rows: list[dict[str, object]] = []
-    for i, ln in enumerate(_read_text(path), start=1):
+    for i, ln in numbered:
         if not ln.strip():
             continue
         try:
@@ -282,9 +300,7 @@ def read_jsonl(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
         flat = _flatten(obj)
         flat["__line"] = i
         rows.append(flat)
-    if not rows:
-        raise ForensicsError(f"{path}: no JSON objects found")
-    return _rows_to_frame(rows), "line"
+    return rows
 
 
 def read_hf_trainer_state(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
@@ -311,7 +327,7 @@ def read_hf_trainer_state(path: Path, notes: list[str]) -> tuple[pl.DataFrame, s
     for row in train:
         if row["step"] in evals:
             row["eval_loss"] = evals[row["step"]]
-    return _rows_to_frame(train), "log_history entry"
+    return rows_to_frame(train), "log_history entry"
 
 
 def read_tensorboard(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
@@ -390,6 +406,29 @@ _READERS: dict[str, Reader] = {
 
 def _finish(raw: pl.DataFrame, unit: str, path: Path, notes: list[str]) -> pl.DataFrame:
     """Canonical names, numbers (bad values warned by line), restarts resolved, sorted by step."""
+    table = canonical_rows(raw, unit, path, notes)
+    table = resolve_restarts(table, path, notes)
+    curves = loss_curves(table.columns)
+    if not curves:
+        raise ForensicsError(
+            f"{path}: no loss field found (fields: {', '.join(c for c in table.columns[1:13])})"
+        )
+    if (
+        table.height == 0
+        or table.select(pl.any_horizontal(pl.col(curves).is_not_null()).any()).item() is False
+    ):
+        raise ForensicsError(f"{path}: the log has no loss values")
+    if not table.select(pl.any_horizontal(pl.col(curves).is_finite()).any()).item():
+        raise ForensicsError(
+            f"{path}: no finite loss in {table.height} rows (every loss is nan/inf): the run "
+            "diverged from its first logged step, or the log is not a training log"
+        )
+    return table.drop("__line")
+
+
+def canonical_rows(raw: pl.DataFrame, unit: str, path: Path, notes: list[str]) -> pl.DataFrame:
+    """Raw fields -> canonical Float64 columns and an Int64 `step` (rows without one dropped,
+    bad values noted by line); `__line` kept. Shared by `read_log` and `forensics watch`."""
     renames: dict[str, str] = {}
     for col in raw.columns:
         if col == "__line":
@@ -427,23 +466,7 @@ def _finish(raw: pl.DataFrame, unit: str, path: Path, notes: list[str]) -> pl.Da
         first = table.filter(pl.col("step").is_null())["__line"][0]
         notes.append(f"{path}: {n_nostep} rows without a step (first: {unit} {first}); skipped")
         table = table.drop_nulls("step")
-    table = _resolve_restarts(table, path, notes)
-    curves = loss_curves(table.columns)
-    if not curves:
-        raise ForensicsError(
-            f"{path}: no loss field found (fields: {', '.join(c for c in table.columns[1:13])})"
-        )
-    if (
-        table.height == 0
-        or table.select(pl.any_horizontal(pl.col(curves).is_not_null()).any()).item() is False
-    ):
-        raise ForensicsError(f"{path}: the log has no loss values")
-    if not table.select(pl.any_horizontal(pl.col(curves).is_finite()).any()).item():
-        raise ForensicsError(
-            f"{path}: no finite loss in {table.height} rows (every loss is nan/inf): the run "
-            "diverged from its first logged step, or the log is not a training log"
-        )
-    return table.drop("__line")
+    return table
 
 
 def _to_number(raw: pl.DataFrame, col: str, name: str) -> tuple[pl.Series | None, list[str]]:
@@ -468,7 +491,7 @@ def _to_number(raw: pl.DataFrame, col: str, name: str) -> tuple[pl.Series | None
     return num, problems
 
 
-def _resolve_restarts(table: pl.DataFrame, path: Path, notes: list[str]) -> pl.DataFrame:
+def resolve_restarts(table: pl.DataFrame, path: Path, notes: list[str]) -> pl.DataFrame:
     """After a restart the iterations repeat: keep the last run's rows.
 
     A row survives when every later row has a larger step, i.e. rows of an abandoned attempt
@@ -505,7 +528,7 @@ def _flatten(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
     return out
 
 
-def _rows_to_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
+def rows_to_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
     """Rows of mixed types -> string columns (str() of a float round-trips); `_finish` casts."""
     cols: dict[str, list[object]] = {}
     for i, row in enumerate(rows):
