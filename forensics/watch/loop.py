@@ -52,6 +52,17 @@ class WatchOptions:
     webhook_backoff_s: float = 0.5
 
 
+def _per_file(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
+    """Split where line numbers start over (a rotated file's tail, then the new file): each
+    batch is parsed on its own, since the parser orders rows by line number."""
+    batches: list[list[tuple[int, str]]] = [[]]
+    for n, text in lines:
+        if batches[-1] and n <= batches[-1][-1][0]:
+            batches.append([])
+        batches[-1].append((n, text))
+    return [b for b in batches if b]
+
+
 class Watcher:
     """Follows one log into one watch directory (see the module docstring)."""
 
@@ -149,13 +160,15 @@ class Watcher:
         log = self.opts.log
         if not log.exists() or log.stat().st_size == 0:
             return False
-        try:
-            self.fmt = detect_line_format(log, self.opts.fmt)
-        except ForensicsError:
-            if log.stat().st_size > _UNDETECTED_LIMIT or self.opts.fmt != "auto":
-                raise
+        fmt = detect_line_format(log, self.opts.fmt)
+        if fmt is None:
+            if log.stat().st_size > _UNDETECTED_LIMIT:
+                raise ForensicsError(
+                    f"{log}: cannot tell the log format from its first MB; pass --format"
+                )
             return False  # only the preamble so far: look again next poll
-        self.parser = ChunkParser(log, self.fmt)
+        self.fmt = fmt
+        self.parser = ChunkParser(log, fmt)
         return True
 
     def poll(self) -> list[dict[str, Any]]:
@@ -175,9 +188,13 @@ class Watcher:
                 self.stalled = False
                 new.append(self._emit(self._stall_msg("log_resumed")))
             assert self.parser is not None
-            rows = self.parser.parse(lines)
-            if rows is not None and rows.height:
-                self.detector.add(rows)
+            added = False
+            for batch in _per_file(lines):
+                rows = self.parser.parse(batch)
+                if rows is not None and rows.height:
+                    self.detector.add(rows)
+                    added = True
+            if added:
                 new += self._judge()
         elif not self.stalled and now - self.last_growth >= self.opts.stall_after:
             self.stalled = True

@@ -20,9 +20,16 @@ from forensics.triage import readers
 LINE_FORMATS = ("megatron", "jsonl", "csv", "wandb-csv")
 
 
-def detect_line_format(path: Path, requested: str) -> str:
-    """The format to parse new lines with; refuses formats that are not appended line by line."""
-    fmt = readers.detect_format(path) if requested == "auto" else requested
+def detect_line_format(path: Path, requested: str) -> str | None:
+    """The format to parse new lines with (None: cannot tell yet, e.g. only a preamble so
+    far); refuses formats that are not appended line by line."""
+    if requested == "auto":
+        try:
+            fmt = readers.detect_format(path)
+        except ForensicsError:
+            return None
+    else:
+        fmt = requested
     if fmt == "wandb-csv":
         return "csv"
     if fmt not in LINE_FORMATS:
