@@ -323,3 +323,62 @@ def test_terminal_shows_names_as_written() -> None:
     console = Console(record=True, width=200)
     console.print(message_text({"seq": 1, "kind": "spike", "summary": "loss/[bold]x[/] :book:"}))
     assert "loss/[bold]x[/] :book:" in console.export_text()
+
+
+def test_malignant_verdict_runs_forensics_spike_and_posts_the_culprit(tmp_path: Path) -> None:
+    # The demo's generated run (real Megatron data, a dirty crawl batch from iteration 330, a
+    # simulated log): the watcher sees the spike turn malignant and runs `forensics spike`.
+    from dataclasses import replace
+
+    from forensics.demo.build import DemoSpec, build_run
+
+    spec = replace(
+        DemoSpec(),
+        seed=99,
+        dirty_kind="mixed",
+        docs_prose=120,
+        docs_code=80,
+        docs_per_crawl=20,
+        vocab_size=1500,
+        train_iters=600,
+        switch_iteration=301,
+        spike_iteration=330,
+        log_tail=30,
+    )
+    run = tmp_path / "run"
+    truth = build_run(run, spec, progress=False)
+    lines = (run / "logs" / "train.log").read_text().splitlines()
+    log = tmp_path / "live.log"
+    out = tmp_path / "w"
+    log.write_text("\n".join(lines[:300]) + "\n")
+    w = Watcher(
+        WatchOptions(
+            log=log,
+            out=out,
+            interval=0.02,
+            cfg=TriageConfig(recovery_window=20),
+            config=str(run / "forensics.yaml"),
+            spike_args=("--embed-cap", "0"),
+        )
+    )
+    msgs = w.poll()
+    with open(log, "a") as fh:
+        for ln in lines[300:]:
+            fh.write(ln + "\n")
+            fh.flush()
+            msgs += w.poll()
+    deadline = time.monotonic() + 120
+    while not any(m["message"] == "forensics" for m in msgs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        msgs += w.poll()
+    w.close()
+    kinds = [(m["message"], m["kind"], m.get("verdict")) for m in msgs]
+    assert ("verdict", "spike", "malignant") in kinds
+    started = next(m for m in msgs if m["message"] == "forensics_started")
+    (done,) = [m for m in msgs if m["message"] == "forensics"]
+    assert done["ok"], done["summary"]
+    assert started["step"] == done["step"] == 330
+    assert done["culprit_cluster"] == f"crawl_batch={truth['dirty_crawl_batch']}"
+    assert done["rollback_iteration"] in (100, 200, 300) and done["rollback_iteration"] < 330
+    assert done["paste"].startswith("--iterations-to-skip ")
+    assert (out / "spike-330" / "skip.json").exists()

@@ -8,6 +8,7 @@ config runs `forensics spike` in the background. Nothing heavy is imported: no t
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -42,6 +43,10 @@ def watch_command(
             "--on-malignant", help="spike: run forensics spike (default with --config) | none."
         ),
     ] = None,
+    spike_args: Annotated[
+        str,
+        typer.Option("--spike-args", help="More options for the spike run, e.g. '--embed-cap 0'."),
+    ] = "",
     format: Annotated[str, typer.Option(help="auto|megatron|jsonl|csv")] = "auto",
     stall_after: Annotated[
         float,
@@ -88,6 +93,10 @@ def watch_command(
         raise ForensicsError(f"{log}: is a directory; watch a log file")
     if webhook and not webhook.startswith(("http://", "https://")):
         raise ForensicsError(f"--webhook {webhook}: not an http(s) URL")
+    try:
+        extra = tuple(shlex.split(spike_args))
+    except ValueError as err:
+        raise ForensicsError(f"--spike-args {spike_args!r}: {err}") from None
     out = out or log.with_name(log.name + ".watch")
     cfg = TriageConfig(
         recovery_window=recovery_window,
@@ -108,6 +117,7 @@ def watch_command(
         stall_after=stall_after,
         cfg=cfg,
         run=run,
+        spike_args=extra,
     )
     console = Console(highlight=False)
     watcher = Watcher(opts, Terminal(console, str(log), live))

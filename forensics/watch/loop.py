@@ -50,6 +50,7 @@ class WatchOptions:
     cfg: TriageConfig = field(default_factory=TriageConfig)
     run: RunInfo = field(default_factory=RunInfo)
     webhook_backoff_s: float = 0.5
+    spike_args: tuple[str, ...] = ()
 
 
 def _per_file(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
@@ -257,7 +258,7 @@ class Watcher:
                 known.end_step = max(known.end_step, end)
                 continue
             if ev.get("verdict") == "malignant":
-                self._maybe_start_spike(ev)
+                out += self._maybe_start_spike(ev)
         self.view["open_spikes"] = sum(
             1 for e in result.events if e["kind"] == "spike" and e["verdict"] == "undecided"
         )
@@ -304,26 +305,31 @@ class Watcher:
 
     # ------------------------------------------------------------------ spike forensics
 
-    def _maybe_start_spike(self, ev: dict[str, Any]) -> None:
+    def _maybe_start_spike(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
         if self.opts.on_malignant != "spike" or not self.opts.config:
-            return
+            return []
         step = int(ev["step"])
         if step in self.jobs or self.book.has("forensics_started", step=step):
-            return
+            return []
         window = max(100, step - int(ev.get("rollback_iteration", step - 100)))
-        self.jobs[step] = start_spike(self.opts.config, step, window, self.out)
-        self._emit(
-            {
-                "message": "forensics_started",
-                "kind": "spike_forensics",
-                "step": step,
-                "window": window,
-                "summary": (
-                    f"forensics spike --step {step} --window {window} started in the background "
-                    f"into {self.jobs[step].out}"
-                ),
-            }
+        self.jobs[step] = start_spike(
+            self.opts.config, step, window, self.out, extra=self.opts.spike_args
         )
+        return [
+            self._emit(
+                {
+                    "message": "forensics_started",
+                    "kind": "spike_forensics",
+                    "step": step,
+                    "window": window,
+                    "summary": (
+                        f"forensics spike --step {step} --window {window} started in the "
+                        "background "
+                        f"into {self.jobs[step].out}"
+                    ),
+                }
+            )
+        ]
 
     def _resume_jobs(self) -> None:
         """Jobs a previous watcher started but did not report: report or restart them."""
@@ -341,7 +347,12 @@ class Watcher:
                 )
             elif self.opts.config:
                 self.jobs[step] = start_spike(
-                    self.opts.config, step, int(msg.get("window", 100)), self.out, force=True
+                    self.opts.config,
+                    step,
+                    int(msg.get("window", 100)),
+                    self.out,
+                    extra=self.opts.spike_args,
+                    force=True,
                 )
 
     def _check_jobs(self) -> list[dict[str, Any]]:

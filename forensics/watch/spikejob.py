@@ -28,7 +28,13 @@ class SpikeJob:
 
 
 def start_spike(
-    config: str, step: int, window: int, watch_dir: Path, *, force: bool = False
+    config: str,
+    step: int,
+    window: int,
+    watch_dir: Path,
+    *,
+    extra: tuple[str, ...] = (),
+    force: bool = False,
 ) -> SpikeJob:
     """Start `forensics spike` for `step` into watch_dir/spike-<step>/ (returns at once)."""
     out = watch_dir / f"spike-{step}"
@@ -47,6 +53,7 @@ def start_spike(
         "--out",
         str(out),
         "--quiet",
+        *extra,
     ]
     if force:
         cmd.append("--force")
@@ -73,14 +80,19 @@ def spike_result(step: int, out: Path, log: Path, returncode: int | None) -> dic
             "ok": True,
             "out": str(out),
             "culprit": data.get("culprit"),
-            "culprit_label": culprit.get("label") or culprit.get("name"),
+            "culprit_cluster": (
+                f"{culprit['facet']}={culprit['key']}"
+                if culprit.get("facet") and culprit.get("key") is not None
+                else culprit.get("kind")
+            ),
             "culprit_first_iteration": data.get("culprit_first_iteration"),
             "rollback_iteration": data.get("rollback_iteration"),
             "rollback_note": data.get("rollback_note"),
             "paste": paste,
             "report": str(out / "report.md"),
             "summary": (
-                f"forensics spike for step {step}: culprit {data.get('culprit')}, roll back to "
+                f"forensics spike for step {step}: culprit {data.get('culprit')} "
+                f"({culprit.get('facet')}={culprit.get('key')}), roll back to "
                 f"{data.get('rollback_iteration')}; paste: {paste or '(nothing to skip)'}"
             ),
         }
