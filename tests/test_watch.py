@@ -382,3 +382,29 @@ def test_malignant_verdict_runs_forensics_spike_and_posts_the_culprit(tmp_path: 
     assert done["rollback_iteration"] in (100, 200, 300) and done["rollback_iteration"] < 330
     assert done["paste"].startswith("--iterations-to-skip ")
     assert (out / "spike-330" / "skip.json").exists()
+
+
+def test_live_view_renders_and_watch_starts_without_torch(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from forensics.watch.terminal import Terminal
+
+    console = Console(record=True, width=120, force_terminal=True)
+    term = Terminal(console, "runs/[red]x[/].log", live=True)
+    term.show([{"seq": 1, "kind": "spike", "verdict": "undecided", "summary": "s"}], {"step": 5})
+    term.close()
+    text = console.export_text()
+    assert "runs/[red]x[/].log" in text and "#1 spike undecided" in text
+    log = tmp_path / "m.jsonl"
+    log.write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.9}\n{"step": 3, "lo\n')
+    code = (
+        "import sys\nfrom forensics.cli import app\n"
+        f"try:\n    app(['watch', {str(log)!r}, '--max-polls', '1', '--interval', '0.01'])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    msgs = _jsonl(tmp_path / "m.jsonl.watch" / "events.jsonl")
+    (note,) = [m for m in msgs if m["kind"] == "log_note"]
+    assert "1 unreadable lines skipped: line 3: not valid JSON" in note["summary"]

@@ -284,22 +284,32 @@ def read_jsonl(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
 def jsonl_rows(
     numbered: Iterable[tuple[int, str]], path: Path, notes: list[str]
 ) -> list[dict[str, object]]:
-    """(line number, line) pairs -> flattened JSON objects; bad lines are noted by number."""
+    """(line number, line) pairs -> flattened JSON objects; unreadable lines are counted in one
+    note that names the first few by number (a log with thousands of torn lines stays readable)."""
     rows: list[dict[str, object]] = []
+    bad: list[str] = []
+    n_bad = 0
     for i, ln in numbered:
         if not ln.strip():
             continue
         try:
             obj = json.loads(ln)
         except json.JSONDecodeError as err:
-            notes.append(f"{path}: line {i}: not valid JSON ({err.msg}); line skipped")
+            n_bad += 1
+            if len(bad) < _MAX_WARNINGS_SHOWN:
+                bad.append(f"line {i}: not valid JSON ({err.msg})")
             continue
         if not isinstance(obj, dict):
-            notes.append(f"{path}: line {i}: not a JSON object; line skipped")
+            n_bad += 1
+            if len(bad) < _MAX_WARNINGS_SHOWN:
+                bad.append(f"line {i}: not a JSON object")
             continue
         flat = _flatten(obj)
         flat["__line"] = i
         rows.append(flat)
+    if n_bad:
+        more = f" (and {n_bad - len(bad)} more)" if n_bad > len(bad) else ""
+        notes.append(f"{path}: {n_bad} unreadable lines skipped: {'; '.join(bad)}{more}")
     return rows
 
 

@@ -197,6 +197,11 @@ class Watcher:
                     added = True
             if added:
                 new += self._judge()
+            for note in self.parser.notes + self.detector.notes:
+                if not self.book.has("note", summary=note):  # a re-read after a restart
+                    new.append(self._emit({"message": "note", "kind": "log_note", "summary": note}))
+            self.parser.notes.clear()
+            self.detector.notes.clear()
         elif not self.stalled and now - self.last_growth >= self.opts.stall_after:
             self.stalled = True
             new.append(self._emit(self._stall_msg("log_stalled")))
