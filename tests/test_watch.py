@@ -408,3 +408,19 @@ def test_live_view_renders_and_watch_starts_without_torch(tmp_path: Path) -> Non
     msgs = _jsonl(tmp_path / "m.jsonl.watch" / "events.jsonl")
     (note,) = [m for m in msgs if m["kind"] == "log_note"]
     assert "1 unreadable lines skipped: line 3: not valid JSON" in note["summary"]
+
+
+def test_one_watcher_per_directory_and_foreign_prometheus_file(tmp_path: Path) -> None:
+    from forensics.errors import ForensicsError
+
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(scenario("benign")[:20]) + "\n")
+    first = Watcher(WatchOptions(log=log, out=tmp_path / "w", cfg=CFG))
+    with pytest.raises(ForensicsError, match="another forensics watch is writing there"):
+        Watcher(WatchOptions(log=log, out=tmp_path / "w", cfg=CFG))
+    first.close()
+    mine = tmp_path / "node.prom"
+    mine.write_text("node_load1 0.5\n")
+    with pytest.raises(ForensicsError, match="not a forensics textfile"):
+        Watcher(WatchOptions(log=log, out=tmp_path / "w", cfg=CFG, prometheus=mine))
+    assert mine.read_text() == "node_load1 0.5\n"

@@ -27,7 +27,12 @@ from forensics.watch.book import EventBook
 from forensics.watch.detect import WindowDetector
 from forensics.watch.follow import LogFollower, Position
 from forensics.watch.parse import ChunkParser, detect_line_format
-from forensics.watch.sinks import WebhookSender, prometheus_text, write_prometheus
+from forensics.watch.sinks import (
+    WEBHOOK_STATE,
+    WebhookSender,
+    prometheus_text,
+    write_prometheus,
+)
 from forensics.watch.spikejob import SpikeJob, spike_result, start_spike
 
 STATE_FILE = "state.json"
@@ -72,8 +77,18 @@ class Watcher:
         self.out = opts.out
         if self.out.exists() and not self.out.is_dir():
             raise ForensicsError(f"--out {self.out}: exists and is not a directory")
-        self.out.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.out / LOCK_FILE, "w")  # noqa: SIM115 - held for the watcher's life
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._lock = open(self.out / LOCK_FILE, "w")  # noqa: SIM115 - held while watching
+        except OSError as err:
+            raise ForensicsError(f"--out {self.out}: cannot write there ({err.strerror})") from None
+        prom = opts.prometheus
+        if prom is not None and prom.exists():
+            head = prom.read_text(errors="replace")[:64] if prom.is_file() else ""
+            if not head.startswith("# HELP forensics_"):
+                raise ForensicsError(
+                    f"--prometheus {prom}: exists and is not a forensics textfile; choose another"
+                )
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -115,10 +130,11 @@ class Watcher:
     def _load_state(self) -> dict[str, Any] | None:
         path = self.out / STATE_FILE
         if not path.exists():
+            ours = (LOCK_FILE, "events.jsonl", WINDOW_FILE, WEBHOOK_STATE)
             stray = [
                 p.name
                 for p in self.out.iterdir()
-                if p.name not in (LOCK_FILE, "events.jsonl") and not p.name.startswith(".")
+                if p.name not in ours and not p.name.startswith((".", "spike-"))
             ]
             if stray:
                 raise ForensicsError(
@@ -380,7 +396,10 @@ class Watcher:
     def _update_view(self) -> None:
         latest = self.detector.latest()
         self.view.update(latest)
-        self.view["status"] = "stalled" if self.stalled else "growing"
+        if self.parser is None:
+            self.view["status"] = "waiting for the log (missing, empty or only a preamble)"
+        else:
+            self.view["status"] = "stalled" if self.stalled else "growing"
         table = self.detector.table
         if table is not None and "grad_norm" in table.columns:
             from forensics.triage.trend import ema_by_step, trailing_median
