@@ -424,3 +424,47 @@ def test_one_watcher_per_directory_and_foreign_prometheus_file(tmp_path: Path) -
     with pytest.raises(ForensicsError, match="not a forensics textfile"):
         Watcher(WatchOptions(log=log, out=tmp_path / "w", cfg=CFG, prometheus=mine))
     assert mine.read_text() == "node_load1 0.5\n"
+
+
+def test_sliding_window_finds_what_the_batch_triage_finds(tmp_path: Path) -> None:
+    # A window of 400 steps over a 4,000-step log with five benign spikes and one malignant:
+    # each is raised once, with the verdict the batch triage gives on the whole log.
+    import numpy as np
+
+    from forensics.triage import synthetic
+    from forensics.watch.detect import window_steps
+
+    cfg = TriageConfig(
+        recovery_window=50, plateau_steps=100, loss_scale_window=100, grad_baseline_rows=100
+    )
+    assert window_steps(cfg) == 300
+    df = synthetic.healthy(4000, seed=3)
+    s = df["step"].to_numpy()
+    bump = np.zeros(len(s))
+    for at in (700, 1300, 1900, 2500, 3100):
+        bump += np.where(s >= at, 1.5 * np.exp(-np.clip(s - at, 0, None) / 4.0), 0.0)
+    bump += np.where(s >= 3600, 0.5, 0.0)  # a lasting step up: malignant after 50 steps
+    df = df.with_columns(pl.Series("loss", df["loss"].to_numpy() + bump))
+    lines = synthetic.megatron_lines(df)
+    log = tmp_path / "train.log"
+    log.touch()
+    w = Watcher(WatchOptions(log=log, out=tmp_path / "w", cfg=cfg))
+    msgs = []
+    for i in range(0, len(lines), 25):
+        with open(log, "a") as fh:
+            fh.write("\n".join(lines[i : i + 25]) + "\n")
+        msgs += w.poll()
+    w.close()
+    assert w.detector.trimmed_before is not None and w.detector.table.height <= 301
+    final: dict[int, str] = {}
+    for m in msgs:
+        if m["kind"] == "spike":
+            final[m["step"]] = m["verdict"]
+    batch = {
+        e["step"]: e["verdict"] for e in triage(_table(lines), cfg).events if e["kind"] == "spike"
+    }
+    assert final == batch
+    assert sorted(final) == [700, 1300, 1900, 2500, 3100, 3600]
+    assert final[3600] == "malignant" and set(list(final.values())[:5]) == {"benign"}
+    keys = [(m["message"], m["step"], m["verdict"]) for m in msgs if m["kind"] == "spike"]
+    assert len(keys) == len(set(keys)) == 12  # raised undecided, then the verdict, once each
