@@ -34,8 +34,20 @@ needs_shared = pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/curves no
 BREAK = 1001
 
 
-def _healthy_lines(n: int = 1200) -> list[str]:
-    return synthetic.megatron_lines(synthetic.healthy(n))
+def _healthy_lines(n: int = 1200, template: str = "synthetic") -> list[str]:
+    """Healthy lines: from our generator, or a verbatim BLOOM-176B Megatron-DeepSpeed line
+    (launcher prefix and all fields kept) with its iteration, loss and grad norm replaced."""
+    df = synthetic.healthy(n)
+    if template == "synthetic":
+        return synthetic.megatron_lines(df)
+    real = (LOGS / "train_tr11-176B-ml_chronicles.log").read_text().splitlines()
+    line = next(ln for ln in real if "grad norm:" in ln and "lm loss:" in ln)
+    out = []
+    for step, loss, grad in df.select("step", "loss", "grad_norm").iter_rows():
+        ln = re.sub(r"iteration\s+\d+/", f"iteration {step:8d}/", line)
+        ln = re.sub(r"lm loss: [^|]+\|", f"lm loss: {loss:.6E} |", ln)
+        out.append(re.sub(r"grad norm: [^|]+\|", f"grad norm: {grad:.3f} |", ln))
+    return out
 
 
 def _corrupt(lines: list[str], form: str) -> list[str]:
@@ -58,12 +70,13 @@ def _corrupt(lines: list[str], form: str) -> list[str]:
     return out
 
 
+@pytest.mark.parametrize("template", ["synthetic", pytest.param("bloom176b", marks=needs_shared)])
 @pytest.mark.parametrize(
     "form", ["lm_loss_nan", "lm_loss_nan_lasting", "grad_norm_nan", "counter", "omitted"]
 )
-def test_every_megatron_nan_form_is_a_divergence(tmp_path: Path, form: str) -> None:
+def test_every_megatron_nan_form_is_a_divergence(tmp_path: Path, form: str, template: str) -> None:
     log = tmp_path / "train.log"
-    log.write_text("\n".join(_corrupt(_healthy_lines(), form)) + "\n")
+    log.write_text("\n".join(_corrupt(_healthy_lines(template=template), form)) + "\n")
     out = tmp_path / "out"
     res = runner.invoke(app, ["triage", str(log), "--out", str(out)])
     assert res.exit_code == 0, res.output
