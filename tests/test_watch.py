@@ -367,11 +367,20 @@ def test_malignant_verdict_runs_forensics_spike_and_posts_the_culprit(tmp_path: 
             fh.write(ln + "\n")
             fh.flush()
             msgs += w.poll()
+    assert any(m["message"] == "forensics_started" for m in msgs)
+    w.close()  # the watcher goes away while the spike run works; a new one picks it up
+    opts = w.opts
+    w = Watcher(opts)
+    # attached to the running process (not restarted), or it had already finished and reported
+    attached = 330 in w.jobs and w.jobs[330].proc is None
+    assert attached or w.book.has("forensics", step=330)
+    msgs += w.book.messages[len(msgs) :]
     deadline = time.monotonic() + 120
     while not any(m["message"] == "forensics" for m in msgs) and time.monotonic() < deadline:
         time.sleep(0.1)
         msgs += w.poll()
     w.close()
+    assert _jsonl(out / "events.jsonl") == msgs  # nothing repeated, nothing lost
     kinds = [(m["message"], m["kind"], m.get("verdict")) for m in msgs]
     assert ("verdict", "spike", "malignant") in kinds
     started = next(m for m in msgs if m["message"] == "forensics_started")

@@ -33,12 +33,12 @@ from forensics.watch.sinks import (
     prometheus_text,
     write_prometheus,
 )
-from forensics.watch.spikejob import SpikeJob, spike_result, start_spike
+from forensics.watch.spikejob import SpikeJob, pid_runs_spike, spike_result, start_spike
 
 STATE_FILE = "state.json"
 WINDOW_FILE = "window.parquet"
 LOCK_FILE = ".watch.lock"
-_UNDETECTED_LIMIT = 1 << 20  # bytes of log after which "cannot tell the format" is final
+_UNDETECTED_LIMIT = 4 << 20  # detect_format reads this much: past it, "cannot tell" is final
 
 
 @dataclass
@@ -181,7 +181,7 @@ class Watcher:
         if fmt is None:
             if log.stat().st_size > _UNDETECTED_LIMIT:
                 raise ForensicsError(
-                    f"{log}: cannot tell the log format from its first MB; pass --format"
+                    f"{log}: cannot tell the log format from its first 4 MB; pass --format"
                 )
             return False  # only the preamble so far: look again next poll
         self.fmt = fmt
@@ -343,6 +343,7 @@ class Watcher:
                     "kind": "spike_forensics",
                     "step": step,
                     "window": window,
+                    "pid": self.jobs[step].pid,
                     "summary": (
                         f"forensics spike --step {step} --window {window} started in the "
                         "background "
@@ -361,11 +362,14 @@ class Watcher:
             if self.book.has("forensics", step=step):
                 continue
             out = self.out / f"spike-{step}"
+            log = self.out / f"spike-{step}.log"
             if (out / "report.json").exists() and (out / "skip.json").exists():
-                body = spike_result(step, out, self.out / f"spike-{step}.log", 0)
+                body = spike_result(step, out, log, 0)
                 self._emit(
                     {"message": "forensics", "kind": "spike_forensics", "step": step, **body}
                 )
+            elif msg.get("pid") and pid_runs_spike(int(msg["pid"])):
+                self.jobs[step] = SpikeJob(step, out, log, None, int(msg["pid"]))  # still running
             elif self.opts.config:
                 self.jobs[step] = start_spike(
                     self.opts.config,
@@ -379,8 +383,8 @@ class Watcher:
     def _check_jobs(self) -> list[dict[str, Any]]:
         out = []
         for step, job in list(self.jobs.items()):
-            rc = job.proc.poll()
-            if rc is None:
+            finished, rc = job.returncode()
+            if not finished:
                 continue
             del self.jobs[step]
             body = spike_result(step, job.out, job.log, rc)

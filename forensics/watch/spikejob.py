@@ -21,10 +21,34 @@ from typing import Any
 
 @dataclass
 class SpikeJob:
+    """A running spike run: our child, or (after a watcher restart) one a previous watcher
+    started, known by its pid."""
+
     step: int
     out: Path
     log: Path
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | None
+    pid: int
+
+    def returncode(self) -> tuple[bool, int | None]:
+        """(finished, exit code); a run we did not start has no exit code we can read, so its
+        outputs say how it ended."""
+        if self.proc is not None:
+            rc = self.proc.poll()
+            return rc is not None, rc
+        if pid_runs_spike(self.pid):
+            return False, None
+        done = (self.out / "report.json").exists() and (self.out / "skip.json").exists()
+        return True, 0 if done else None
+
+
+def pid_runs_spike(pid: int) -> bool:
+    """True while `pid` is alive and is a `forensics spike` process (not a recycled pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"forensics.cli" in cmdline and b"spike" in cmdline
 
 
 def start_spike(
@@ -61,7 +85,7 @@ def start_spike(
         proc = subprocess.Popen(  # noqa: S603 - our own CLI, arguments from the watcher
             cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=os.environ
         )
-    return SpikeJob(step=step, out=out, log=log, proc=proc)
+    return SpikeJob(step=step, out=out, log=log, proc=proc, pid=proc.pid)
 
 
 def spike_result(step: int, out: Path, log: Path, returncode: int | None) -> dict[str, Any]:
