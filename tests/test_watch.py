@@ -400,10 +400,11 @@ def test_live_view_renders_and_watch_starts_without_torch(tmp_path: Path) -> Non
 
     console = Console(record=True, width=120, force_terminal=True)
     term = Terminal(console, "runs/[red]x[/].log", live=True)
-    term.show([{"seq": 1, "kind": "spike", "verdict": "undecided", "summary": "s"}], {"step": 5})
+    msg = {"seq": 1, "kind": "spike", "verdict": "undecided", "summary": "spike on loss: [b]u"}
+    term.show([msg], {"step": 5})
     term.close()
     text = console.export_text()
-    assert "runs/[red]x[/].log" in text and "#1 spike undecided" in text
+    assert "runs/[red]x[/].log" in text and "#1 spike on loss: [b]u" in text
     log = tmp_path / "m.jsonl"
     log.write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.9}\n{"step": 3, "lo\n')
     code = (

@@ -26,11 +26,9 @@ _STYLE = {
 def message_text(msg: dict[str, Any]) -> Text:
     """One message as a line of plain text with a style on its head (no markup parsing)."""
     key = msg.get("verdict") or msg.get("kind", "")
-    head = Text(f"#{msg.get('seq', '?')} {msg.get('kind', '')}", style=_STYLE.get(key, "cyan"))
-    if msg.get("verdict"):
-        head.append(f" {msg['verdict']}", style=_STYLE.get(msg["verdict"], ""))
-    head.append(" " + excerpt(str(msg.get("summary", "")), 400))
-    return head
+    line = Text(f"#{msg.get('seq', '?')} ", style="dim")
+    line.append(excerpt(str(msg.get("summary", "")), 400), style=_STYLE.get(key, ""))
+    return line
 
 
 class Terminal:
