@@ -77,19 +77,30 @@ def _corrupt(lines: list[str], form: str) -> list[str]:
 def test_every_megatron_nan_form_is_a_divergence(tmp_path: Path, form: str, template: str) -> None:
     log = tmp_path / "train.log"
     log.write_text("\n".join(_corrupt(_healthy_lines(template=template), form)) + "\n")
+    r = triage(read_log(log))
+    assert r.summary["status"] == "act"
+    (div,) = [e for e in r.events if e["kind"] == "divergence"]
+    assert div["step"] == BREAK
+    summary = div["evidence"]["summary"]
+    assert summary.startswith(f"training went non-finite at step {BREAK}")
+    if form == "lm_loss_nan_lasting":
+        assert "and 199 later logged steps" in summary
+    else:
+        assert f"finite again from step {BREAK + 1}" in summary
+
+
+def test_cli_says_act_and_divergence_on_a_nan(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(_corrupt(_healthy_lines(), "counter")) + "\n")
     out = tmp_path / "out"
     res = runner.invoke(app, ["triage", str(log), "--out", str(out)])
     assert res.exit_code == 0, res.output
     first = res.output.splitlines()[0]
     assert first.startswith("ACT") and "divergence" in first, res.output
     assert f"divergence @ {BREAK}: training went non-finite at step {BREAK}" in res.output
+    assert "HEALTHY" not in res.output
     (div,) = [e for e in json.loads((out / "events.json").read_text()) if e["kind"] == "divergence"]
     assert div["step"] == BREAK
-    if form == "lm_loss_nan_lasting":
-        assert "and 199 later logged steps" in div["evidence"]["summary"]
-    else:
-        assert f"finite again from step {BREAK + 1}" in div["evidence"]["summary"]
-    assert "HEALTHY" not in res.output
 
 
 def test_ci_padding_rows_and_calibration_skips_stay_healthy(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ Prometheus file parsed by prometheus_client's text-format parser, kill -9 and re
 from __future__ import annotations
 
 import http.server
+import io
 import json
 import os
 import signal
@@ -286,7 +287,9 @@ def test_cli_killed_and_restarted_webhook_and_prometheus(tmp_path: Path, receive
     assert not list(prom.parent.glob(".*.tmp"))
 
 
-def test_cli_refuses_bad_setups_in_one_line(tmp_path: Path) -> None:
+def test_cli_refuses_bad_setups_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = tmp_path / "train.log"
     log.write_text("\n".join(scenario("benign")[:50]) + "\n")
     other = tmp_path / "other.log"
@@ -295,24 +298,23 @@ def test_cli_refuses_bad_setups_in_one_line(tmp_path: Path) -> None:
     w = Watcher(WatchOptions(log=log, out=out, interval=0.01, cfg=CFG))
     w.poll()
     w.close()
-    tb = tmp_path / "events.out.tfevents.1.host"
-    tb.write_bytes(b"\x18\x00\x00\x00\x00\x00\x00\x00" + b"\x00" * 40)
+    state = tmp_path / "trainer_state.json"
+    state.write_text('{"log_history": [{"step": 1, "loss": 2.0}]}')
     cases = [
         ([str(other), "--out", str(out)], "watches"),
-        ([str(tb), "--out", str(tmp_path / "t")], "not a log that grows line by line"),
+        ([str(state), "--out", str(tmp_path / "t")], "not a log that grows as it trains"),
         ([str(log), "--webhook", "ftp://x"], "not an http(s) URL"),
         ([str(log), "--on-malignant", "spike"], "needs --config"),
     ]
-    for args, message in cases:
-        proc = subprocess.run(
-            [sys.executable, "-m", "forensics.cli", "watch", *args, "--max-polls", "2"],
-            env={**ENV, "COLUMNS": "300"},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+    from forensics.cli import main
+
+    for args, message in cases:  # the CLI's own entry point, in-process (one line on stderr)
+        monkeypatch.setattr(sys, "argv", ["forensics", "watch", *args, "--max-polls", "2"])
+        monkeypatch.setenv("COLUMNS", "300")
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exit_.value.code == 2 and len(lines) == 1 and message in lines[0], lines
 
 
 def test_terminal_shows_names_as_written() -> None:
@@ -478,3 +480,60 @@ def test_sliding_window_finds_what_the_batch_triage_finds(tmp_path: Path) -> Non
     assert final[3600] == "malignant" and set(list(final.values())[:5]) == {"benign"}
     keys = [(m["message"], m["step"], m["verdict"]) for m in msgs if m["kind"] == "spike"]
     assert len(keys) == len(set(keys)) == 12  # raised undecided, then the verdict, once each
+
+
+def test_tensorboard_run_directory_followed_record_by_record(tmp_path: Path) -> None:
+    # Written by tensorboard's own RecordWriter, a record at a time, one record left half-written
+    # across a poll, then a restarted job's second event file repeating iterations.
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from forensics.triage import synthetic
+
+    df = synthetic.make("benign_spike", n=3200).filter(pl.col("step") >= 2500)
+    run = tmp_path / "tb"
+    run.mkdir()
+
+    def records(rows: pl.DataFrame) -> list[bytes]:
+        out = []
+        for step, loss, grad in rows.select("step", "loss", "grad_norm").iter_rows():
+            vals = [
+                summary_pb2.Summary.Value(tag="lm loss", simple_value=loss),
+                summary_pb2.Summary.Value(tag="grad-norm", simple_value=grad),
+            ]
+            ev = event_pb2.Event(step=step, summary=summary_pb2.Summary(value=vals))
+            out.append(ev.SerializeToString())
+        return out
+
+    w = Watcher(WatchOptions(log=run, out=tmp_path / "w", cfg=CFG))
+    msgs: list[dict] = []
+    first = run / "events.out.tfevents.1.host"
+    with open(first, "wb") as fh:
+        writer = RecordWriter(fh)
+        for i, rec in enumerate(records(df.filter(pl.col("step") <= 3100))):
+            if i == 300:  # half a record on disk at poll time
+                buf = io.BytesIO()
+                RecordWriter(buf).write(rec)
+                data = buf.getvalue()
+                fh.write(data[:9])
+                fh.flush()
+                msgs += w.poll()
+                fh.write(data[9:])
+            else:
+                writer.write(rec)
+            fh.flush()
+            if i % 20 == 0:
+                msgs += w.poll()
+    msgs += w.poll()
+    with open(run / "events.out.tfevents.2.host", "wb") as fh:  # restarted from 3000
+        writer = RecordWriter(fh)
+        for rec in records(df.filter(pl.col("step") > 3000)):
+            writer.write(rec)
+    msgs += w.poll() + w.poll()
+    w.close()
+    assert w.fmt == "tensorboard"
+    assert w.detector.table["step"].to_list() == list(range(2500, 3201))
+    ev = _events(msgs)
+    assert ev.count(("raised", "grad_norm_alarm", None)) == 1 and len(ev) == len(set(ev))
+    assert ("verdict", "spike", "benign") in ev or ("raised", "spike", "benign") in ev
+    assert not any(m["kind"] == "log_note" and "unreadable" in m["summary"] for m in msgs)

@@ -18,7 +18,9 @@ from forensics.errors import ForensicsError
 
 
 def watch_command(
-    log: Annotated[Path, typer.Argument(help="The training log being written (file).")],
+    log: Annotated[
+        Path, typer.Argument(help="The training log being written, or a TensorBoard run dir.")
+    ],
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Watch directory: events.jsonl, state. Default: LOG.watch/"),
@@ -47,7 +49,7 @@ def watch_command(
         str,
         typer.Option("--spike-args", help="More options for the spike run, e.g. '--embed-cap 0'."),
     ] = "",
-    format: Annotated[str, typer.Option(help="auto|megatron|jsonl|csv")] = "auto",
+    format: Annotated[str, typer.Option(help="auto|megatron|jsonl|csv|tensorboard")] = "auto",
     stall_after: Annotated[
         float,
         typer.Option("--stall-after", help="Say so when the log has not grown this long (s)."),
@@ -89,15 +91,13 @@ def watch_command(
     for name, value in (("--recovery-window", recovery_window), ("--plateau-steps", plateau_steps)):
         if value <= 0:
             raise ForensicsError(f"{name} {value}: must be a positive number of steps")
-    if log.exists() and log.is_dir():
-        raise ForensicsError(f"{log}: is a directory; watch a log file")
     if webhook and not webhook.startswith(("http://", "https://")):
         raise ForensicsError(f"--webhook {webhook}: not an http(s) URL")
     try:
         extra = tuple(shlex.split(spike_args))
     except ValueError as err:
         raise ForensicsError(f"--spike-args {spike_args!r}: {err}") from None
-    out = out or log.with_name(log.name + ".watch")
+    out = out or log.with_name(log.name.rstrip("/") + ".watch")
     cfg = TriageConfig(
         recovery_window=recovery_window,
         grad_factor=grad_factor,

@@ -52,6 +52,8 @@ class RecordScan:
     bad_data_crc: int = 0
     bad_header_crc: int = 0
     skipped_bytes: int = 0
+    not_events: int = 0
+    end: int = 0  # offset after the last record consumed (where a follower resumes)
     first_bad_offset: int | None = None
     truncated_at: int | None = None
     problems: list[str] = field(default_factory=list)
@@ -73,21 +75,26 @@ def _header_ok(buf: bytes | memoryview, off: int, size: int) -> int | None:
     return length if length <= _MAX_RECORD else None
 
 
-def iter_records(path: Path, scan: RecordScan) -> Iterator[bytes]:
-    """Yield the data of every record whose CRCs check out; count the rest in `scan`."""
-    buf = memoryview(path.read_bytes())
+def iter_records(path: Path, scan: RecordScan, start: int = 0) -> Iterator[bytes]:
+    """Yield the data of every record from byte `start` whose CRCs check out; count the rest in
+    `scan`; `scan.end` is where the next read resumes (a truncated tail is read again then)."""
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        buf = memoryview(fh.read())
     size, off = len(buf), 0
+    scan.end = start
     while off < size:
+        scan.end = start + off
         if size - off < 12:
-            scan.truncated_at = off
+            scan.truncated_at = start + off
             return
         length = _header_ok(buf, off, size)
         if length is None:
             scan.bad_header_crc += 1
             if scan.first_bad_offset is None:
-                scan.first_bad_offset = off
+                scan.first_bad_offset = start + off
             nxt = _resync(buf, off + 1, size)
-            if nxt is None:
+            if nxt is None:  # nothing good after it (yet): a follower looks here again
                 scan.skipped_bytes += size - off
                 return
             scan.skipped_bytes += nxt - off
@@ -95,18 +102,19 @@ def iter_records(path: Path, scan: RecordScan) -> Iterator[bytes]:
             continue
         end = off + 12 + length + 4
         if end > size:
-            scan.truncated_at = off
+            scan.truncated_at = start + off
             return
         data = bytes(buf[off + 12 : off + 12 + length])
         (crc,) = struct.unpack_from("<I", buf, off + 12 + length)
         if masked_crc32c(data) != crc:
             scan.bad_data_crc += 1
             if scan.first_bad_offset is None:
-                scan.first_bad_offset = off
+                scan.first_bad_offset = start + off
         else:
             scan.good += 1
             yield data
         off = end
+    scan.end = start + off
 
 
 def _resync(buf: memoryview, start: int, size: int) -> int | None:

@@ -89,20 +89,21 @@ class LogFollower:
 
     # ------------------------------------------------------------------ reading
 
-    def poll(self) -> list[tuple[int, str]]:
-        """The complete lines appended since the last poll, as (line number, text) pairs."""
+    def poll(self) -> list[list[tuple[int, str]]]:
+        """The complete lines appended since the last poll, as (line number, text) pairs, in one
+        batch per file (a rotated file's tail, then the new file: parsed separately)."""
         if self._fh is None and not self._open(resume=True):
             return []
         assert self._fh is not None
-        out: list[tuple[int, str]] = []
+        batches: list[list[tuple[int, str]]] = []
         if self._identity_changed():
-            out += self._read_new(final=True)  # the rest of the rotated file
+            batches.append(self._read_new(final=True))  # the rest of the rotated file
             self._fh.close()
             self._fh = None
             self.notes.append(f"{self.path}: rotated (a new file at the path); following it")
             self.pos = Position()
             if not self._open(resume=False):
-                return out
+                return [b for b in batches if b]
             assert self._fh is not None
         size = os.fstat(self._fh.fileno()).st_size
         if size < self.pos.offset:
@@ -111,10 +112,10 @@ class LogFollower:
                 "the start"
             )
             self.pos.offset, self.pos.line_no = 0, 0
-        out += self._read_new(final=False)
+        batches.append(self._read_new(final=False))
         if self.pos.offset and (not self.pos.head or self.pos.offset <= 2 * _HEAD_BYTES):
             self.pos.head = _head_hash(self._fh)
-        return out
+        return [b for b in batches if b]
 
     def _read_new(self, final: bool) -> list[tuple[int, str]]:
         """Lines from the offset on; `final`: the file will not grow again (rotated away), so

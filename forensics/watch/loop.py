@@ -34,6 +34,7 @@ from forensics.watch.sinks import (
     write_prometheus,
 )
 from forensics.watch.spikejob import SpikeJob, pid_runs_spike, spike_result, start_spike
+from forensics.watch.tbfollow import TBPosition, TensorBoardFollower, TensorBoardParser
 
 STATE_FILE = "state.json"
 WINDOW_FILE = "window.parquet"
@@ -56,17 +57,6 @@ class WatchOptions:
     run: RunInfo = field(default_factory=RunInfo)
     webhook_backoff_s: float = 0.5
     spike_args: tuple[str, ...] = ()
-
-
-def _per_file(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
-    """Split where line numbers start over (a rotated file's tail, then the new file): each
-    batch is parsed on its own, since the parser orders rows by line number."""
-    batches: list[list[tuple[int, str]]] = [[]]
-    for n, text in lines:
-        if batches[-1] and n <= batches[-1][-1][0]:
-            batches.append([])
-        batches[-1].append((n, text))
-    return [b for b in batches if b]
 
 
 class Watcher:
@@ -95,19 +85,22 @@ class Watcher:
             raise ForensicsError(
                 f"--out {self.out}: another forensics watch is writing there"
             ) from None
-        state = self._load_state()
-        self.book = EventBook(self.out)
+        try:
+            state = self._load_state()
+            self.book = EventBook(self.out)
+        except BaseException:
+            self._lock.close()  # releases the lock: a refused start leaves nothing held
+            raise
         self.detector = WindowDetector(opts.cfg, opts.run, opts.log)
         window = self.out / WINDOW_FILE
         if state and window.exists():
             self.detector.table = pl.read_parquet(window)
             self.detector.trimmed_before = state.get("trimmed_before")
-        pos = Position.from_dict(state["position"]) if state else None
-        self.follower = LogFollower(opts.log, pos)
         self.fmt: str | None = state.get("format") if state else None
-        self.parser: ChunkParser | None = (
-            ChunkParser(opts.log, self.fmt, state.get("header")) if self.fmt else None
-        )
+        self.follower: LogFollower | TensorBoardFollower | None = None
+        self.parser: ChunkParser | TensorBoardParser | None = None
+        if state and self.fmt:
+            self._make_reader(self.fmt, state.get("position"), state.get("header"))
         self.last_growth = time.time()
         self.stalled = bool(state.get("stalled")) if state else False
         self.polls = 0
@@ -163,7 +156,7 @@ class Watcher:
                 "log": str(self.opts.log.resolve()),
                 "format": self.fmt,
                 "header": self.parser.header if self.parser else None,
-                "position": self.follower.pos.to_dict(),
+                "position": self.follower.pos.to_dict() if self.follower else None,
                 "trimmed_before": self.detector.trimmed_before,
                 "stalled": self.stalled,
             },
@@ -171,21 +164,30 @@ class Watcher:
 
     # ------------------------------------------------------------------ one poll
 
+    def _make_reader(self, fmt: str, pos: dict[str, Any] | None, header: str | None) -> None:
+        log = self.opts.log
+        if fmt == "tensorboard":
+            self.follower = TensorBoardFollower(log, TBPosition.from_dict(pos) if pos else None)
+            self.parser = TensorBoardParser(log)
+        else:
+            self.follower = LogFollower(log, Position.from_dict(pos) if pos else None)
+            self.parser = ChunkParser(log, fmt, header)
+
     def _ensure_parser(self) -> bool:
         if self.parser is not None:
             return True
         log = self.opts.log
-        if not log.exists() or log.stat().st_size == 0:
+        if not log.exists() or (log.is_file() and log.stat().st_size == 0):
             return False
         fmt = detect_line_format(log, self.opts.fmt)
         if fmt is None:
-            if log.stat().st_size > _UNDETECTED_LIMIT:
+            if log.is_file() and log.stat().st_size > _UNDETECTED_LIMIT:
                 raise ForensicsError(
                     f"{log}: cannot tell the log format from its first 4 MB; pass --format"
                 )
             return False  # only the preamble so far: look again next poll
         self.fmt = fmt
-        self.parser = ChunkParser(log, fmt)
+        self._make_reader(fmt, None, None)
         return True
 
     def poll(self) -> list[dict[str, Any]]:
@@ -193,20 +195,20 @@ class Watcher:
         self.polls += 1
         new: list[dict[str, Any]] = []
         now = time.time()
-        lines: list[tuple[int, str]] = []
-        if self._ensure_parser():
-            lines = self.follower.poll()
-        for note in self.follower.notes:
-            new.append(self._emit({"message": "note", "kind": "log_note", "summary": note}))
-        self.follower.notes.clear()
-        if lines:
+        batches: list[list[tuple[int, Any]]] = []
+        if self._ensure_parser() and self.follower is not None:
+            batches = self.follower.poll()
+            for note in self.follower.notes:
+                new.append(self._emit({"message": "note", "kind": "log_note", "summary": note}))
+            self.follower.notes.clear()
+        if batches:
             self.last_growth = now
             if self.stalled:
                 self.stalled = False
                 new.append(self._emit(self._stall_msg("log_resumed")))
             assert self.parser is not None
             added = False
-            for batch in _per_file(lines):
+            for batch in batches:
                 rows = self.parser.parse(batch)
                 if rows is not None and rows.height:
                     self.detector.add(rows)
@@ -222,7 +224,7 @@ class Watcher:
             self.stalled = True
             new.append(self._emit(self._stall_msg("log_stalled")))
         new += self._check_jobs()
-        if lines or new:
+        if batches or new:
             self._save_state()
         self._update_view()
         if self.opts.prometheus is not None:
@@ -312,7 +314,7 @@ class Watcher:
             "end_step": ev.get("end_step", ev.get("peak_step")),
             "verdict": verdict,
             "at_step": self.detector.last_step,
-            "at_line": self.follower.pos.line_no,
+            "at_line": self.follower.pos.line_no if self.follower else None,
             "poll": self.polls,
             "summary": f"{head}: {summary}",
             "event": ev,
@@ -465,5 +467,6 @@ class Watcher:
             self.webhook.close()
         if self.terminal is not None:
             self.terminal.close()
-        self.follower.close()
+        if self.follower is not None:
+            self.follower.close()
         self._lock.close()

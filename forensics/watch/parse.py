@@ -3,8 +3,8 @@
 No second parser: Megatron lines go through `readers.megatron_raw`, JSONL through
 `readers.jsonl_rows`, CSV through polars with the header remembered from the file's start, and
 every format through `readers.canonical_rows` (names, numbers, line-numbered notes), exactly as
-`forensics triage` reads a finished log. Formats that are not line-appended (TensorBoard event
-files, trainer_state.json rewritten whole) are refused with a pointer to what to watch instead.
+`forensics triage` reads a finished log (TensorBoard: see `tbfollow`). A trainer_state.json is
+rewritten whole, not appended, and is refused with a pointer to what to watch instead.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import polars as pl
 from forensics.errors import ForensicsError
 from forensics.triage import readers
 
-LINE_FORMATS = ("megatron", "jsonl", "csv", "wandb-csv")
+LINE_FORMATS = ("megatron", "jsonl", "csv", "wandb-csv", "tensorboard")
 
 
 def detect_line_format(path: Path, requested: str) -> str | None:
@@ -34,8 +34,9 @@ def detect_line_format(path: Path, requested: str) -> str | None:
         return "csv"
     if fmt not in LINE_FORMATS:
         raise ForensicsError(
-            f"{path}: {fmt} is not a log that grows line by line; watch the trainer's stdout "
-            "(Megatron), a JSONL or a CSV metrics file instead"
+            f"{path}: {fmt} is not a log that grows as it trains (it is rewritten whole); watch "
+            "the trainer's stdout (Megatron), a JSONL or CSV metrics file, or a TensorBoard run "
+            "directory instead"
         )
     return fmt
 
