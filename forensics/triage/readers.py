@@ -21,12 +21,15 @@ import struct
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from forensics.errors import ForensicsError
 from forensics.triage.columns import canonical_name, is_ms_field, loss_curves
-from forensics.triage.tfrecord import RecordScan
+
+if TYPE_CHECKING:
+    from forensics.triage.tfrecord import RecordScan
 
 FORMATS = ("auto", "megatron", "tensorboard", "wandb-csv", "jsonl", "csv", "hf-trainer-state")
 

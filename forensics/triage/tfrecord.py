@@ -14,8 +14,9 @@ Format (tensorflow/core/lib/io/record_writer.cc): uint64 length, uint32 masked_c
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,23 +25,22 @@ _MASK_DELTA = 0xA282EAD8
 _MAX_RECORD = 1 << 30
 
 
-def _crc32c_function():  # noqa: ANN202 - returns the fastest crc32c available
+@functools.cache
+def _crc32c() -> Callable[[bytes], int]:
+    """The fastest crc32c available (google-crc32c's C code; else tensorboard's pure Python)."""
     try:
         import google_crc32c
 
         return lambda data: google_crc32c.value(bytes(data))
-    except ImportError:  # pure-Python table version shipped with tensorboard (slower)
+    except ImportError:
         from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c
 
         return crc32c
 
 
-_crc32c = _crc32c_function()
-
-
 def masked_crc32c(data: bytes) -> int:
     """TFRecord's masked CRC: rotate right by 15 and add a constant (record_writer.h)."""
-    crc = _crc32c(data) & 0xFFFFFFFF
+    crc = _crc32c()(data) & 0xFFFFFFFF
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
