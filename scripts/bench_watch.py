@@ -57,7 +57,7 @@ def main() -> None:
             for i in range(0, len(lines), args.lines_per_poll):
                 fh.write("\n".join(lines[i : i + args.lines_per_poll]) + "\n")
                 fh.flush()
-                before_bytes = w.follower.bytes_read
+                before_bytes = w.follower.bytes_read if w.follower else 0
                 t = time.process_time()
                 w.poll()
                 per_poll.append(time.process_time() - t)
