@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from forensics.commands import check_skip, manifest, replay, score, spike, triage
+from forensics.commands import check_skip, manifest, replay, score, spike, triage, watch
 from forensics.errors import ForensicsError
 
 app = typer.Typer(
@@ -29,6 +29,7 @@ app.command("score")(score.score_command)
 app.command("triage")(triage.triage_command)
 app.command("manifest")(manifest.manifest_command)
 app.command("check-skip")(check_skip.check_skip_command)
+app.command("watch")(watch.watch_command)
 
 
 def main() -> None:

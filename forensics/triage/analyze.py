@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from forensics.errors import ForensicsError
 from forensics.triage.alarms import Alarm, grad_norm_alarms, loss_scale_alarms
 from forensics.triage.columns import loss_curves
 from forensics.triage.config import RunInfo, TriageConfig
@@ -58,22 +59,58 @@ class TriageResult:
     table: pl.DataFrame
 
 
+# Megatron's per-interval count of skipped iterations whose loss was nan/inf (snake-cased name).
+NAN_COUNTER = "number_of_nan_iterations"
+SKIP_COUNTER = "number_of_skipped_iterations"
+
+
 def bad_loss_steps(table: pl.DataFrame, curve: str) -> np.ndarray:
-    """Steps where the loss was logged as nan/inf, or left out of a row that logged training
-    fields in a log that otherwise prints the loss with them (Megatron omits the loss when every
-    iteration of the interval was skipped or nan). Where the loss is logged on its own rows
-    (W&B histories, per-domain losses logged now and then) a missing value means nothing."""
-    nonfinite = pl.col(curve).is_not_null() & ~pl.col(curve).is_finite()
-    other = [c for c in _TRAINING_FIELDS if c in table.columns]
+    """Steps where training went non-finite, in every form a log shows it:
+
+    - the loss logged as nan/inf, unless the row holds nothing finite at all besides the step
+      (CI golden files pad the steps after the run ended with all-nan rows: no evidence);
+    - the loss left out of a row that logged training fields, in a log that otherwise prints the
+      loss with them (unless Megatron's counters say the whole interval was skipped): Megatron
+      prints a loss only when its interval average is >= 0, so a nan average is silently
+      omitted (NVIDIA/Megatron-LM d98e8a6 megatron/training/training.py:3625);
+    - Megatron's `number of nan iterations` counter above 0 (same file, 3303-3315: a skipped
+      iteration whose loss was nan/inf), even when the loss field is there or left out;
+    - the grad norm logged as nan/inf (a bf16 run applies that update: the weights are gone).
+
+    Where the loss is logged on its own rows (W&B histories, per-domain losses logged now and
+    then) a missing value means nothing.
+    """
+    t = table.with_columns(pl.col(c).cast(pl.Float64) for c in table.columns if c != "step")
+    others = [c for c in t.columns if c not in ("step", curve)]
+    evidence = (
+        pl.any_horizontal([pl.col(c).is_finite().fill_null(False) for c in others])
+        if others
+        else pl.lit(True)
+    )
+    bad = pl.col(curve).is_not_null() & ~pl.col(curve).is_finite() & evidence
+    if NAN_COUNTER in t.columns:
+        bad = bad | (pl.col(NAN_COUNTER).fill_nan(None).fill_null(0) > 0)
+    if "grad_norm" in t.columns:
+        bad = bad | (pl.col("grad_norm").is_not_null() & ~pl.col("grad_norm").is_finite())
+    other = [c for c in _TRAINING_FIELDS if c in t.columns]
     if other:
-        with_fields = table.filter(pl.any_horizontal(pl.col(other).is_not_null()))
+        with_fields = t.filter(pl.any_horizontal(pl.col(other).is_not_null()))
         dense = with_fields.height > 0 and with_fields[curve].null_count() <= max(
             1, 0.1 * with_fields.height
         )
         if dense:
             missing = pl.col(curve).is_null() & pl.any_horizontal(pl.col(other).is_not_null())
-            return table.filter(nonfinite | missing)["step"].to_numpy()
-    return table.filter(nonfinite)["step"].to_numpy()
+            if SKIP_COUNTER in t.columns:
+                # A loss is summed only over iterations that were not skipped (training.py
+                # 3304-3310): an interval of nothing but skipped iterations (fp16 overflows
+                # while the loss scale calibrates) has no loss to print, which is not a nan
+                # (the counters count the iterations since the previous log line). A nan loss on
+                # an iteration that was applied is left out too, with both counters at 0.
+                interval = pl.col("step").diff().fill_null(pl.col("step"))
+                all_skipped = pl.col(SKIP_COUNTER).fill_nan(None).fill_null(0) >= interval
+                missing = missing & ~all_skipped
+            bad = bad | missing
+    return t.filter(bad.fill_null(False))["step"].to_numpy()
 
 
 def local_rows(steps: np.ndarray, cfg: TriageConfig) -> int:
@@ -133,6 +170,11 @@ def triage(
     curves = {
         c: analyse_curve(table, c, cols, alarms, cfg, run) for c in loss_curves(table.columns)
     }
+    if not curves or all(len(c.loss) == 0 for c in curves.values()):
+        raise ForensicsError(
+            "the log has no finite loss (every value nan/inf or missing): nothing to triage, and "
+            "not a healthy run"
+        )
     events: list[dict[str, Any]] = []
     for res in curves.values():
         events += [spike_event(res.name, s, alarms, run, cfg) for s in res.spikes if not s.blip]

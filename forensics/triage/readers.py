@@ -19,13 +19,17 @@ import os
 import re
 import struct
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from forensics.errors import ForensicsError
 from forensics.triage.columns import canonical_name, is_ms_field, loss_curves
+
+if TYPE_CHECKING:
+    from forensics.triage.tfrecord import RecordScan
 
 FORMATS = ("auto", "megatron", "tensorboard", "wandb-csv", "jsonl", "csv", "hf-trainer-state")
 
@@ -163,12 +167,20 @@ def read_megatron(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
     survive; `[default7]:` launcher prefixes and timestamps before `iteration` are ignored.
     """
     lines = _read_lines(path).with_row_index("__line", offset=1)
-    lines = lines.with_columns(pl.col("__line").cast(pl.Int64))
+    raw = megatron_raw(lines.with_columns(pl.col("__line").cast(pl.Int64)), path, notes)
+    if raw is None:
+        raise ForensicsError(f"{path}: no Megatron 'iteration N/M | ...' lines found")
+    return raw, "line"
+
+
+def megatron_raw(lines: pl.DataFrame, path: Path, notes: list[str]) -> pl.DataFrame | None:
+    """Megatron lines (`text`, `__line` columns) -> raw fields; None when none is a training
+    line. `forensics watch` calls this on each batch of new lines."""
     train = lines.filter(
         pl.col("text").str.contains(_ITER_RE) & ~pl.col("text").str.contains(_VALID_RE)
     )
     if train.height == 0:
-        raise ForensicsError(f"{path}: no Megatron 'iteration N/M | ...' lines found")
+        return None
     # From `iteration N/M` on (a logger prefix may hold `|` too), then after its first `|`.
     tail = pl.col("text").str.slice(pl.col("text").str.find(_ITER_RE))
     train = train.select(
@@ -209,7 +221,7 @@ def read_megatron(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
         raw = raw.with_columns(pl.col("iteration").cast(pl.Int64).alias("__vstep"))
         valid = valid.unique("__vstep", keep="last")
         raw = raw.join(valid, on="__vstep", how="left").drop("__vstep")
-    return raw, "line"
+    return raw
 
 
 def read_csv(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
@@ -267,24 +279,42 @@ def read_wandb_csv(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
 
 def read_jsonl(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
     """One JSON object per line (`{"step": 1, "loss": 2.3, ...}`); nested objects are flattened."""
+    rows = jsonl_rows(enumerate(_read_text(path), start=1), path, notes)
+    if not rows:
+        raise ForensicsError(f"{path}: no JSON objects found")
+    return rows_to_frame(rows), "line"
+
+
+def jsonl_rows(
+    numbered: Iterable[tuple[int, str]], path: Path, notes: list[str]
+) -> list[dict[str, object]]:
+    """(line number, line) pairs -> flattened JSON objects; unreadable lines are counted in one
+    note that names the first few by number (a log with thousands of torn lines stays readable)."""
     rows: list[dict[str, object]] = []
-    for i, ln in enumerate(_read_text(path), start=1):
+    bad: list[str] = []
+    n_bad = 0
+    for i, ln in numbered:
         if not ln.strip():
             continue
         try:
             obj = json.loads(ln)
         except json.JSONDecodeError as err:
-            notes.append(f"{path}: line {i}: not valid JSON ({err.msg}); line skipped")
+            n_bad += 1
+            if len(bad) < _MAX_WARNINGS_SHOWN:
+                bad.append(f"line {i}: not valid JSON ({err.msg})")
             continue
         if not isinstance(obj, dict):
-            notes.append(f"{path}: line {i}: not a JSON object; line skipped")
+            n_bad += 1
+            if len(bad) < _MAX_WARNINGS_SHOWN:
+                bad.append(f"line {i}: not a JSON object")
             continue
         flat = _flatten(obj)
         flat["__line"] = i
         rows.append(flat)
-    if not rows:
-        raise ForensicsError(f"{path}: no JSON objects found")
-    return _rows_to_frame(rows), "line"
+    if n_bad:
+        more = f" (and {n_bad - len(bad)} more)" if n_bad > len(bad) else ""
+        notes.append(f"{path}: {n_bad} unreadable lines skipped: {'; '.join(bad)}{more}")
+    return rows
 
 
 def read_hf_trainer_state(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
@@ -311,60 +341,83 @@ def read_hf_trainer_state(path: Path, notes: list[str]) -> tuple[pl.DataFrame, s
     for row in train:
         if row["step"] in evals:
             row["eval_loss"] = evals[row["step"]]
-    return _rows_to_frame(train), "log_history entry"
+    return rows_to_frame(train), "log_history entry"
 
 
 def read_tensorboard(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
-    """TensorBoard event files (a file or a run directory) via tensorboard's own record reader.
+    """TensorBoard event files (a file or a run directory), every record's CRCs checked
+    (`tfrecord.iter_records`; tensorboard's own loader stops at the first bad one).
 
     Megatron's `... vs samples` / `vs tokens` tags are skipped (their step is not the iteration).
     A truncated last record (a run killed mid-write) is reported and the records before it kept.
     """
-    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-    from tensorboard.compat.proto import event_pb2
+    from forensics.triage.tfrecord import RecordScan, iter_records
 
     files = _event_files(path) if path.is_dir() else [path]
-    steps: list[int] = []
-    tags: list[str] = []
-    values: list[float] = []
+    points: list[tuple[int, str, float]] = []
     for f in files:
-        complete, truncated_at = _tfrecord_extent(f)
-        if truncated_at is not None:
-            notes.append(
-                f"{f}: truncated TensorBoard record at byte {truncated_at} (after {complete} "
-                "complete records); using the records before it"
-            )
-        for i, rec in enumerate(RawEventFileLoader(str(f)).Load()):
-            if i >= complete:
-                break
-            try:
-                event = event_pb2.Event.FromString(rec)
-            except Exception:  # noqa: BLE001 - a corrupt record: report and keep reading
-                notes.append(f"{f}: record {i + 1} is not a TensorBoard event; skipped")
-                continue
-            for v in event.summary.value:
-                if v.tag.endswith((" vs samples", " vs tokens", " vs steps")):
-                    continue
-                if v.HasField("simple_value"):
-                    val = float(v.simple_value)
-                elif v.tensor.float_val:
-                    val = float(v.tensor.float_val[0])
-                elif v.tensor.double_val:
-                    val = float(v.tensor.double_val[0])
-                else:
-                    continue
-                steps.append(event.step)
-                tags.append(v.tag)
-                values.append(val)
-    if not steps:
+        scan = RecordScan()
+        points += event_scalars(iter_records(f, scan), scan)
+        notes.extend(scan_notes(f, scan))
+    if not points:
         raise ForensicsError(f"{path}: no scalar summaries found in the TensorBoard event file(s)")
+    return scalars_to_raw(points), "step"
+
+
+def event_scalars(records: Iterable[bytes], scan: RecordScan) -> list[tuple[int, str, float]]:
+    """(step, tag, value) of every scalar in these event records; records that are not events
+    are counted in `scan.not_events`."""
+    from tensorboard.compat.proto import event_pb2
+
+    out: list[tuple[int, str, float]] = []
+    for rec in records:
+        try:
+            event = event_pb2.Event.FromString(rec)
+        except Exception:  # noqa: BLE001 - a record that is not an event: count it
+            scan.not_events += 1
+            continue
+        for v in event.summary.value:
+            if v.tag.endswith((" vs samples", " vs tokens", " vs steps")):
+                continue
+            if v.HasField("simple_value"):
+                val = float(v.simple_value)
+            elif v.tensor.float_val:
+                val = float(v.tensor.float_val[0])
+            elif v.tensor.double_val:
+                val = float(v.tensor.double_val[0])
+            else:
+                continue
+            out.append((event.step, v.tag, val))
+    return out
+
+
+def scan_notes(f: Path, scan: RecordScan) -> list[str]:
+    """What reading one event file skipped, as warnings."""
+    notes = []
+    if scan.truncated_at is not None:
+        notes.append(
+            f"{f}: truncated TensorBoard record at byte {scan.truncated_at} (after "
+            f"{scan.good + scan.unreadable} records); using the records before it"
+        )
+    if scan.unreadable or scan.not_events:
+        at = f"; first at byte {scan.first_bad_offset}" if scan.first_bad_offset is not None else ""
+        notes.append(
+            f"{f}: {scan.unreadable + scan.not_events} unreadable records skipped "
+            f"({scan.bad_data_crc} failed the data CRC, {scan.bad_header_crc} the length CRC "
+            f"({scan.skipped_bytes} bytes skipped to the next good record), {scan.not_events} "
+            f"not events{at}); {scan.good} records read: the file is corrupt, the points in "
+            "those records are missing"
+        )
+    return notes
+
+
+def scalars_to_raw(points: list[tuple[int, str, float]]) -> pl.DataFrame:
+    """Long (step, tag, value) points -> one row per step, one column per tag (last wins)."""
     long = pl.DataFrame(
-        {"__line": steps, "tag": tags, "value": values},
-        schema={"__line": pl.Int64, "tag": pl.Utf8, "value": pl.Float64},
+        points, schema={"__line": pl.Int64, "tag": pl.Utf8, "value": pl.Float64}, orient="row"
     )
     raw = long.pivot(on="tag", index="__line", values="value", aggregate_function="last")
-    raw = raw.with_columns(pl.col("__line").alias("step")).sort("__line")
-    return raw, "step"
+    return raw.with_columns(pl.col("__line").alias("step")).sort("__line")
 
 
 _READERS: dict[str, Reader] = {
@@ -382,6 +435,29 @@ _READERS: dict[str, Reader] = {
 
 def _finish(raw: pl.DataFrame, unit: str, path: Path, notes: list[str]) -> pl.DataFrame:
     """Canonical names, numbers (bad values warned by line), restarts resolved, sorted by step."""
+    table = canonical_rows(raw, unit, path, notes)
+    table = resolve_restarts(table, path, notes)
+    curves = loss_curves(table.columns)
+    if not curves:
+        raise ForensicsError(
+            f"{path}: no loss field found (fields: {', '.join(c for c in table.columns[1:13])})"
+        )
+    if (
+        table.height == 0
+        or table.select(pl.any_horizontal(pl.col(curves).is_not_null()).any()).item() is False
+    ):
+        raise ForensicsError(f"{path}: the log has no loss values")
+    if not table.select(pl.any_horizontal(pl.col(curves).is_finite()).any()).item():
+        raise ForensicsError(
+            f"{path}: no finite loss in {table.height} rows (every loss is nan/inf): the run "
+            "diverged from its first logged step, or the log is not a training log"
+        )
+    return table.drop("__line")
+
+
+def canonical_rows(raw: pl.DataFrame, unit: str, path: Path, notes: list[str]) -> pl.DataFrame:
+    """Raw fields -> canonical Float64 columns and an Int64 `step` (rows without one dropped,
+    bad values noted by line); `__line` kept. Shared by `read_log` and `forensics watch`."""
     renames: dict[str, str] = {}
     for col in raw.columns:
         if col == "__line":
@@ -419,18 +495,7 @@ def _finish(raw: pl.DataFrame, unit: str, path: Path, notes: list[str]) -> pl.Da
         first = table.filter(pl.col("step").is_null())["__line"][0]
         notes.append(f"{path}: {n_nostep} rows without a step (first: {unit} {first}); skipped")
         table = table.drop_nulls("step")
-    table = _resolve_restarts(table, path, notes)
-    curves = loss_curves(table.columns)
-    if not curves:
-        raise ForensicsError(
-            f"{path}: no loss field found (fields: {', '.join(c for c in table.columns[1:13])})"
-        )
-    if (
-        table.height == 0
-        or table.select(pl.any_horizontal(pl.col(curves).is_not_null()).any()).item() is False
-    ):
-        raise ForensicsError(f"{path}: the log has no loss values")
-    return table.drop("__line")
+    return table
 
 
 def _to_number(raw: pl.DataFrame, col: str, name: str) -> tuple[pl.Series | None, list[str]]:
@@ -455,7 +520,7 @@ def _to_number(raw: pl.DataFrame, col: str, name: str) -> tuple[pl.Series | None
     return num, problems
 
 
-def _resolve_restarts(table: pl.DataFrame, path: Path, notes: list[str]) -> pl.DataFrame:
+def resolve_restarts(table: pl.DataFrame, path: Path, notes: list[str]) -> pl.DataFrame:
     """After a restart the iterations repeat: keep the last run's rows.
 
     A row survives when every later row has a larger step, i.e. rows of an abandoned attempt
@@ -479,24 +544,6 @@ def _event_files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*tfevents*") if p.is_file())
 
 
-def _tfrecord_extent(path: Path) -> tuple[int, int | None]:
-    """Count the complete TFRecords; return (count, byte offset of a truncated tail or None)."""
-    size = path.stat().st_size
-    n, off = 0, 0
-    with open(path, "rb") as fh:
-        while off < size:
-            fh.seek(off)
-            header = fh.read(12)
-            if len(header) < 12:
-                return n, off
-            (length,) = struct.unpack("<Q", header[:8])
-            end = off + 12 + length + 4
-            if end > size:
-                return n, off
-            n, off = n + 1, end
-    return n, None
-
-
 def _flatten(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
     for k, v in obj.items():
@@ -510,7 +557,7 @@ def _flatten(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
     return out
 
 
-def _rows_to_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
+def rows_to_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
     """Rows of mixed types -> string columns (str() of a float round-trips); `_finish` casts."""
     cols: dict[str, list[object]] = {}
     for i, row in enumerate(rows):

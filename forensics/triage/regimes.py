@@ -2,9 +2,10 @@
 
 Divergence is judged on a short rolling median of the loss against its best value so far: a rise
 of `divergence_rel` above the best that lasts `divergence_min_steps`, keeps climbing and is still
-there at the end of the log; or the loss going non-finite after a precursor (an unrecovered
-spike, a grad-norm alarm, a loss-scale collapse). A non-finite tail with no precursor is the log
-ending (CI golden files pad with nan), not evidence of anything, and is only noted.
+there at the end of the log; or training going non-finite (nan/inf loss or grad norm, Megatron's
+nan-iteration counter), with or without a precursor (an unrecovered spike, a grad-norm alarm, a
+loss-scale collapse). Rows of nothing but nan (CI golden files pad the steps after the run
+ended) are not evidence and never reach here.
 
 A plateau is a stretch of `plateau_steps` over which the loss fell by less than `plateau_frac` of
 what the power law fitted to the curve before it predicted, checked in the order a senior
@@ -126,38 +127,63 @@ def find_divergence(
                 to_level=float(smooth[-1]),
                 grad_norm_before="",
             )
-    if div is None and len(trailing_bad):
-        nan_step = int(trailing_bad[0])
-        horizon = nan_step - cfg.recovery_window
-        pre = [s for s in spikes if s.verdict != "benign" and s.peak_step >= horizon]
-        pre_alarms = [a for a in alarms if horizon <= a.step <= nan_step]
-        if pre or pre_alarms or onset_idx is not None:
-            start = min(
-                [s.onset_step for s in pre]
-                + [a.step for a in pre_alarms]
-                + ([int(steps[onset_idx])] if onset_idx is not None else [])
-            )
-            i = int(np.searchsorted(steps, start))
-            what = (
-                "an unrecovered spike"
-                if pre
-                else ("a rise" if onset_idx is not None else pre_alarms[0].kind.replace("_", " "))
-            )
-            div = Divergence(
-                step=start,
-                end_step=nan_step,
-                trigger=(
-                    f"the loss went non-finite (nan or not logged) at step {nan_step} after "
-                    f"{what} starting at step {start}"
-                ),
-                from_level=float(best[max(i - 1, 0)]),
-                to_level=float(smooth[-1]),
-                grad_norm_before="",
-            )
+    if div is None and len(bad_steps):
+        rise = int(steps[onset_idx]) if onset_idx is not None and len(trailing_bad) else None
+        div = nonfinite_divergence(steps, bad_steps, spikes, alarms, rise, best, smooth, cfg)
     if div is not None:
         div.grad_norm_before = grad_norm_story(cols, div.step, alarms, cfg)
         div.likely_causes = divergence_causes(cols, div, alarms, steps, loss, cfg)
     return div
+
+
+def nonfinite_divergence(
+    steps: np.ndarray,
+    bad_steps: np.ndarray,
+    spikes: list[Spike],
+    alarms: list[Alarm],
+    rise: int | None,
+    best: np.ndarray,
+    smooth: np.ndarray,
+    cfg: TriageConfig,
+) -> Divergence:
+    """Non-finite training (see analyze.bad_loss_steps: padding rows are not in `bad_steps`) is
+    a divergence whether or not something announced it and whether or not the loss came back
+    finite afterwards (Megatron skips nan iterations and carries on): never healthy. It is dated
+    from its precursor (an unrecovered spike, an alarm, a rise into the nan) when there is one."""
+    nan_step = int(bad_steps[0])
+    horizon = nan_step - cfg.recovery_window
+    pre = [s for s in spikes if s.verdict != "benign" and horizon <= s.peak_step <= nan_step]
+    pre_alarms = [a for a in alarms if horizon <= a.step <= nan_step]
+    starts = [s.onset_step for s in pre] + [a.step for a in pre_alarms]
+    start = min(starts + ([rise] if rise is not None else []) + [nan_step])
+    if pre:
+        what = f" after an unrecovered spike starting at step {start}"
+    elif rise is not None:
+        what = f" after a rise starting at step {start}"
+    elif pre_alarms:
+        what = f" after a {pre_alarms[0].kind.replace('_', ' ')} at step {start}"
+    else:
+        what = " with no warning before it"
+    finite_after = steps[steps > bad_steps[-1]]
+    after = (
+        f"; the loss was finite again from step {int(finite_after[0])} (the trainer skipped "
+        "or survived those iterations: check the weights before trusting the run)"
+        if len(finite_after)
+        else ""
+    )
+    later = "" if len(bad_steps) == 1 else f" and {len(bad_steps) - 1} later logged steps"
+    i = int(np.searchsorted(steps, start))
+    return Divergence(
+        step=start,
+        end_step=max(int(steps[-1]), int(bad_steps[-1])),
+        trigger=(
+            f"training went non-finite at step {nan_step}{later}{what} (a nan/inf loss or grad "
+            f"norm, a loss left out, or Megatron's nan-iteration counter){after}"
+        ),
+        from_level=float(best[max(i - 1, 0)]),
+        to_level=float(smooth[-1]),
+        grad_norm_before="",
+    )
 
 
 def grad_norm_story(cols: Columns, step: int, alarms: list[Alarm], cfg: TriageConfig) -> str:

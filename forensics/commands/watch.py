@@ -1,0 +1,124 @@
+"""`forensics watch LOG --out DIR`: triage's alarms while the run is still training.
+
+Follows a growing Megatron / JSONL / CSV log, runs triage's detectors on every batch of new
+lines, raises each event once (events.jsonl in DIR is the memory a restarted watcher resumes
+from), posts to a webhook, keeps a Prometheus textfile current, and on a malignant verdict with a
+config runs `forensics spike` in the background. Nothing heavy is imported: no torch.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from forensics.errors import ForensicsError
+
+
+def watch_command(
+    log: Annotated[
+        Path, typer.Argument(help="The training log being written, or a TensorBoard run dir.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Watch directory: events.jsonl, state. Default: LOG.watch/"),
+    ] = None,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config", help="Run config: enables `forensics spike` on a malignant spike."
+        ),
+    ] = None,
+    webhook: Annotated[
+        str | None, typer.Option("--webhook", help="POST every message as JSON to this URL.")
+    ] = None,
+    prometheus: Annotated[
+        Path | None,
+        typer.Option("--prometheus", help="Prometheus textfile to keep current (node_exporter)."),
+    ] = None,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between polls.")] = 5.0,
+    on_malignant: Annotated[
+        str | None,
+        typer.Option(
+            "--on-malignant", help="spike: run forensics spike (default with --config) | none."
+        ),
+    ] = None,
+    spike_args: Annotated[
+        str,
+        typer.Option("--spike-args", help="More options for the spike run, e.g. '--embed-cap 0'."),
+    ] = "",
+    format: Annotated[str, typer.Option(help="auto|megatron|jsonl|csv|tensorboard")] = "auto",
+    stall_after: Annotated[
+        float,
+        typer.Option("--stall-after", help="Say so when the log has not grown this long (s)."),
+    ] = 600.0,
+    checkpoints: Annotated[
+        str | None, typer.Option(help="Saved iterations '1000,2000' or a dir of iter_NNNNNNN.")
+    ] = None,
+    recovery_window: Annotated[
+        int, typer.Option(help="Steps a spike may take to come back before it is malignant.")
+    ] = 500,
+    grad_factor: Annotated[float, typer.Option(help="Grad-norm alarm: EMA over x baseline.")] = 3.0,
+    z_threshold: Annotated[
+        float, typer.Option(help="Robust z over the local level = spike.")
+    ] = 6.0,
+    plateau_steps: Annotated[int, typer.Option(help="Shortest flat stretch = plateau.")] = 2000,
+    max_polls: Annotated[
+        int | None, typer.Option(help="Stop after this many polls (default: until Ctrl-C).")
+    ] = None,
+    live: Annotated[bool, typer.Option(help="Live view when stdout is a terminal.")] = True,
+) -> None:
+    """Follow a training log as it grows: alarms, spike verdicts, divergence, plateaus."""
+    from rich.console import Console
+
+    from forensics.commands.triage import parse_checkpoints
+    from forensics.triage.config import RunInfo, TriageConfig
+    from forensics.watch.loop import Watcher, WatchOptions
+    from forensics.watch.terminal import Terminal
+
+    if on_malignant is None:
+        on_malignant = "spike" if config else "none"
+    if on_malignant not in ("spike", "none"):
+        raise ForensicsError(f"--on-malignant {on_malignant}: choose spike or none")
+    if on_malignant == "spike" and not config:
+        raise ForensicsError("--on-malignant spike needs --config (the run to replay)")
+    if config and not Path(config).is_file():
+        raise ForensicsError(f"--config {config}: no such file")
+    if interval <= 0 or stall_after <= 0:
+        raise ForensicsError("--interval and --stall-after must be positive numbers of seconds")
+    for name, value in (("--recovery-window", recovery_window), ("--plateau-steps", plateau_steps)):
+        if value <= 0:
+            raise ForensicsError(f"{name} {value}: must be a positive number of steps")
+    if webhook and not webhook.startswith(("http://", "https://")):
+        raise ForensicsError(f"--webhook {webhook}: not an http(s) URL")
+    try:
+        extra = tuple(shlex.split(spike_args))
+    except ValueError as err:
+        raise ForensicsError(f"--spike-args {spike_args!r}: {err}") from None
+    out = out or log.with_name(log.name.rstrip("/") + ".watch")
+    cfg = TriageConfig(
+        recovery_window=recovery_window,
+        grad_factor=grad_factor,
+        z_threshold=z_threshold,
+        plateau_steps=plateau_steps,
+    )
+    run = RunInfo(checkpoints=parse_checkpoints(checkpoints), config_path=config)
+    opts = WatchOptions(
+        log=log,
+        out=out,
+        fmt=format,
+        interval=interval,
+        webhook=webhook,
+        prometheus=prometheus,
+        config=str(Path(config).resolve()) if config else None,
+        on_malignant=on_malignant,
+        stall_after=stall_after,
+        cfg=cfg,
+        run=run,
+        spike_args=extra,
+    )
+    console = Console(highlight=False)
+    watcher = Watcher(opts, Terminal(console, str(log), live))
+    watcher.run(max_polls=max_polls)

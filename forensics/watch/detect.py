@@ -1,0 +1,102 @@
+"""Triage's detectors on a sliding window of the growing log.
+
+Every poll that brings rows re-runs `forensics.triage.analyze.triage` (the one implementation
+of the grad-norm alarm, loss-scale collapse, spikes and their verdicts, divergence and plateaus)
+on the last `window_steps` steps. The window is what keeps the cost per poll flat: it is long
+enough for every decision the detectors make (a spike's recovery window four times over, the
+plateau length twice, the loss-scale window, plus the trailing history the robust statistics
+and the grad-norm baseline need), and events whose onset lies in that leading history
+(`context_steps`) are not raised from a trimmed window: they were judged while their history
+was still in view.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from forensics.errors import ForensicsError
+from forensics.triage.analyze import TriageResult, triage
+from forensics.triage.config import RunInfo, TriageConfig
+from forensics.triage.readers import resolve_restarts
+
+
+def window_steps(cfg: TriageConfig) -> int:
+    """Steps of log kept in view (see the module docstring)."""
+    return (
+        max(4 * cfg.recovery_window, 2 * cfg.plateau_steps, cfg.loss_scale_window)
+        + cfg.grad_baseline_rows
+    )
+
+
+class WindowDetector:
+    """The recent rows of the log and the triage of them."""
+
+    def __init__(self, cfg: TriageConfig, run: RunInfo, path: Path) -> None:
+        self.cfg, self.run, self.path = cfg, run, path
+        self.table: pl.DataFrame | None = None
+        self.trimmed_before: int | None = None  # first step kept once rows were dropped
+        self.notes: list[str] = []
+        self.restarts = 0
+
+    def add(self, rows: pl.DataFrame) -> None:
+        """Append parsed rows; a restarted job's repeated iterations replace the old attempt's."""
+        rows = rows.drop("__line", strict=False)
+        if self.table is None:
+            both = rows
+        else:
+            both = pl.concat([self.table, rows], how="diagonal_relaxed")
+        notes: list[str] = []
+        both = resolve_restarts(both, self.path, notes)
+        if notes:
+            self.restarts += 1
+            self.notes += notes
+        last = int(both["step"][-1])
+        keep_from = last - window_steps(self.cfg)
+        if int(both["step"][0]) < keep_from:
+            both = both.filter(pl.col("step") >= keep_from)
+            self.trimmed_before = int(both["step"][0])
+        self.table = both
+
+    def interval(self) -> float:
+        if self.table is None or self.table.height < 2:
+            return 1.0
+        return max(1.0, float(np.median(np.diff(self.table["step"].to_numpy()[-64:]))))
+
+    def context_steps(self) -> int:
+        rows = max(self.cfg.grad_baseline_rows, self.cfg.window_rows)
+        return int(rows * self.interval())
+
+    def zone_start(self) -> int | None:
+        """Events starting before this step are not raised from the current window."""
+        if self.trimmed_before is None:
+            return None
+        return self.trimmed_before + self.context_steps()
+
+    def analyse(self) -> TriageResult | None:
+        if self.table is None or self.table.height == 0:
+            return None
+        try:
+            return triage(self.table, self.cfg, self.run)
+        except ForensicsError:  # no finite loss yet in view: nothing to judge
+            return None
+
+    @property
+    def last_step(self) -> int | None:
+        return None if self.table is None else int(self.table["step"][-1])
+
+    def latest(self) -> dict[str, Any]:
+        """The last values, for the live view and the Prometheus file."""
+        if self.table is None or self.table.height == 0:
+            return {}
+        t = self.table
+        out: dict[str, Any] = {"step": int(t["step"][-1])}
+        for col in ("loss", "grad_norm", "lr", "loss_scale"):
+            if col in t.columns:
+                vals = t[col].drop_nulls()
+                if len(vals):
+                    out[col] = float(vals[-1])
+        return out

@@ -1,0 +1,472 @@
+"""`Watcher`: one poll = read the new lines, update the window, re-judge, emit what is new.
+
+Order within a poll, chosen so a watcher killed at any point neither loses nor repeats a
+message: (1) new messages are appended to events.jsonl (durable), then handed to the webhook and
+the terminal; (2) the window of rows is saved, then the follower's position (state.json). A
+restart after (1) but before (2) re-reads lines it had read, re-judges them and finds its
+messages already in events.jsonl; a restart before (1) re-reads the same lines and raises them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from forensics.atomic import write_json_atomic, write_parquet_atomic
+from forensics.errors import ForensicsError
+from forensics.triage.config import RunInfo, TriageConfig
+from forensics.watch.book import EventBook
+from forensics.watch.detect import WindowDetector
+from forensics.watch.follow import LogFollower, Position
+from forensics.watch.parse import ChunkParser, detect_line_format
+from forensics.watch.sinks import (
+    WEBHOOK_STATE,
+    WebhookSender,
+    prometheus_text,
+    write_prometheus,
+)
+from forensics.watch.spikejob import SpikeJob, pid_runs_spike, spike_result, start_spike
+from forensics.watch.tbfollow import TBPosition, TensorBoardFollower, TensorBoardParser
+
+STATE_FILE = "state.json"
+WINDOW_FILE = "window.parquet"
+LOCK_FILE = ".watch.lock"
+_UNDETECTED_LIMIT = 4 << 20  # detect_format reads this much: past it, "cannot tell" is final
+
+
+@dataclass
+class WatchOptions:
+    log: Path
+    out: Path
+    fmt: str = "auto"
+    interval: float = 5.0
+    webhook: str | None = None
+    prometheus: Path | None = None
+    config: str | None = None
+    on_malignant: str = "spike"
+    stall_after: float = 600.0
+    cfg: TriageConfig = field(default_factory=TriageConfig)
+    run: RunInfo = field(default_factory=RunInfo)
+    webhook_backoff_s: float = 0.5
+    spike_args: tuple[str, ...] = ()
+
+
+class Watcher:
+    """Follows one log into one watch directory (see the module docstring)."""
+
+    def __init__(self, opts: WatchOptions, terminal: Any | None = None) -> None:
+        self.opts = opts
+        self.out = opts.out
+        if self.out.exists() and not self.out.is_dir():
+            raise ForensicsError(f"--out {self.out}: exists and is not a directory")
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._lock = open(self.out / LOCK_FILE, "w")  # noqa: SIM115 - held while watching
+        except OSError as err:
+            raise ForensicsError(f"--out {self.out}: cannot write there ({err.strerror})") from None
+        prom = opts.prometheus
+        if prom is not None and prom.exists():
+            head = prom.read_text(errors="replace")[:64] if prom.is_file() else ""
+            if not head.startswith("# HELP forensics_"):
+                raise ForensicsError(
+                    f"--prometheus {prom}: exists and is not a forensics textfile; choose another"
+                )
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ForensicsError(
+                f"--out {self.out}: another forensics watch is writing there"
+            ) from None
+        try:
+            state = self._load_state()
+            self.book = EventBook(self.out)
+        except BaseException:
+            self._lock.close()  # releases the lock: a refused start leaves nothing held
+            raise
+        self.detector = WindowDetector(opts.cfg, opts.run, opts.log)
+        window = self.out / WINDOW_FILE
+        if state and window.exists():
+            self.detector.table = pl.read_parquet(window)
+            self.detector.trimmed_before = state.get("trimmed_before")
+        self.fmt: str | None = state.get("format") if state else None
+        self.follower: LogFollower | TensorBoardFollower | None = None
+        self.parser: ChunkParser | TensorBoardParser | None = None
+        if state and self.fmt:
+            self._make_reader(self.fmt, state.get("position"), state.get("header"))
+        self.last_growth = time.time()
+        self.stalled = bool(state.get("stalled")) if state else False
+        self.polls = 0
+        self.terminal = terminal
+        self.jobs: dict[int, SpikeJob] = {}
+        self.webhook = (
+            WebhookSender(opts.webhook, self.out, backoff_s=opts.webhook_backoff_s)
+            if opts.webhook
+            else None
+        )
+        self.view: dict[str, Any] = {}
+        self._stop = False
+        if self.webhook:  # what the previous watcher had not handed over
+            for msg in self.book.messages:
+                self.webhook.post(msg)
+        self._resume_jobs()
+
+    # ------------------------------------------------------------------ state
+
+    def _load_state(self) -> dict[str, Any] | None:
+        path = self.out / STATE_FILE
+        if not path.exists():
+            ours = (LOCK_FILE, "events.jsonl", WINDOW_FILE, WEBHOOK_STATE)
+            stray = [
+                p.name
+                for p in self.out.iterdir()
+                if p.name not in ours and not p.name.startswith((".", "spike-"))
+            ]
+            if stray:
+                raise ForensicsError(
+                    f"--out {self.out}: holds files that are not a watch's ({', '.join(stray[:3])})"
+                    "; choose an empty or new directory"
+                )
+            return None
+        try:
+            state = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            raise ForensicsError(f"{path}: not valid JSON; move the directory away") from None
+        if state.get("log") != str(self.opts.log.resolve()):
+            raise ForensicsError(
+                f"--out {self.out}: watches {state.get('log')}, not {self.opts.log}; use another "
+                "--out"
+            )
+        return state
+
+    def _save_state(self) -> None:
+        if self.detector.table is not None:
+            write_parquet_atomic(self.detector.table, self.out / WINDOW_FILE)
+        write_json_atomic(
+            self.out / STATE_FILE,
+            {
+                "version": 1,
+                "log": str(self.opts.log.resolve()),
+                "format": self.fmt,
+                "header": self.parser.header if self.parser else None,
+                "position": self.follower.pos.to_dict() if self.follower else None,
+                "trimmed_before": self.detector.trimmed_before,
+                "stalled": self.stalled,
+            },
+        )
+
+    # ------------------------------------------------------------------ one poll
+
+    def _make_reader(self, fmt: str, pos: dict[str, Any] | None, header: str | None) -> None:
+        log = self.opts.log
+        if fmt == "tensorboard":
+            self.follower = TensorBoardFollower(log, TBPosition.from_dict(pos) if pos else None)
+            self.parser = TensorBoardParser(log)
+        else:
+            self.follower = LogFollower(log, Position.from_dict(pos) if pos else None)
+            self.parser = ChunkParser(log, fmt, header)
+
+    def _ensure_parser(self) -> bool:
+        if self.parser is not None:
+            return True
+        log = self.opts.log
+        if not log.exists() or (log.is_file() and log.stat().st_size == 0):
+            return False
+        fmt = detect_line_format(log, self.opts.fmt)
+        if fmt is None:
+            if log.is_file() and log.stat().st_size > _UNDETECTED_LIMIT:
+                raise ForensicsError(
+                    f"{log}: cannot tell the log format from its first 4 MB; pass --format"
+                )
+            return False  # only the preamble so far: look again next poll
+        self.fmt = fmt
+        self._make_reader(fmt, None, None)
+        return True
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Read what is new, judge it, emit and persist; returns the messages raised."""
+        self.polls += 1
+        new: list[dict[str, Any]] = []
+        now = time.time()
+        batches: list[list[tuple[int, Any]]] = []
+        if self._ensure_parser() and self.follower is not None:
+            batches = self.follower.poll()
+            for note in self.follower.notes:
+                new.append(self._emit({"message": "note", "kind": "log_note", "summary": note}))
+            self.follower.notes.clear()
+        if batches:
+            self.last_growth = now
+            if self.stalled:
+                self.stalled = False
+                new.append(self._emit(self._stall_msg("log_resumed")))
+            assert self.parser is not None
+            added = False
+            for batch in batches:
+                rows = self.parser.parse(batch)
+                if rows is not None and rows.height:
+                    self.detector.add(rows)
+                    added = True
+            if added:
+                new += self._judge()
+            for note in self.parser.notes + self.detector.notes:
+                if not self.book.has("note", summary=note):  # a re-read after a restart
+                    new.append(self._emit({"message": "note", "kind": "log_note", "summary": note}))
+            self.parser.notes.clear()
+            self.detector.notes.clear()
+        elif not self.stalled and now - self.last_growth >= self.opts.stall_after:
+            self.stalled = True
+            new.append(self._emit(self._stall_msg("log_stalled")))
+        new += self._check_jobs()
+        if batches or new:
+            self._save_state()
+        self._update_view()
+        if self.opts.prometheus is not None:
+            write_prometheus(self.opts.prometheus, self._prometheus())
+        if self.terminal is not None:
+            self.terminal.show(new, self.view)
+        return new
+
+    def _stall_msg(self, kind: str) -> dict[str, Any]:
+        step = self.detector.last_step
+        idle = time.time() - self.last_growth
+        summary = (
+            f"the log has not grown for {idle:.0f} s (last step {step}): is the job alive?"
+            if kind == "log_stalled"
+            else f"the log grows again (after step {step})"
+        )
+        return {"message": "note", "kind": kind, "at_step": step, "summary": summary}
+
+    # ------------------------------------------------------------------ judging
+
+    def _judge(self) -> list[dict[str, Any]]:
+        result = self.detector.analyse()
+        if result is None:
+            return []
+        cfg = self.opts.cfg
+        zone = self.detector.zone_start()
+        near = int(5 * self.detector.interval())
+        out: list[dict[str, Any]] = []
+        for ev in result.events:
+            kind, curve, step = ev["kind"], ev.get("curve"), int(ev["step"])
+            end = int(ev.get("peak_step") or ev.get("end_step") or step)
+            tol = (
+                near
+                if kind in ("spike", "grad_norm_alarm", "loss_scale_collapse")
+                else (cfg.recovery_window)
+            )
+            known = self.book.find(kind, curve, step, end, tol)
+            if known is None:
+                if zone is not None and step < zone:
+                    continue  # judged while its history was in view
+                if kind == "plateau" and any(
+                    k.kind == "plateau" and k.curve == curve and step - k.step < cfg.plateau_steps
+                    for k in self.book.known
+                ):
+                    continue  # plateau warnings at a low rate
+                out.append(self._emit(self._event_msg("raised", ev)))
+            elif (
+                kind == "spike"
+                and ev["verdict"] != "undecided"
+                and (ev["verdict"] not in known.verdicts)
+            ):
+                out.append(self._emit(self._event_msg("verdict", ev)))
+            else:
+                known.end_step = max(known.end_step, end)
+                continue
+            if ev.get("verdict") == "malignant":
+                out += self._maybe_start_spike(ev)
+        self.view["open_spikes"] = sum(
+            1 for e in result.events if e["kind"] == "spike" and e["verdict"] == "undecided"
+        )
+        self.view["malignant"] = sum(1 for e in result.events if e.get("verdict") == "malignant")
+        self.view["divergence"] = int(any(e["kind"] == "divergence" for e in result.events))
+        last = self.detector.last_step or 0
+        self.view["alarm_active"] = int(
+            any(a.end_step >= last for a in result.alarms if a.end_step is not None)
+        )
+        main = result.curves.get("loss") or next(iter(result.curves.values()), None)
+        if main is not None and len(main.ema):
+            self.view["loss_ema"] = float(main.ema[-1])
+        return out
+
+    def _event_msg(self, message: str, ev: dict[str, Any]) -> dict[str, Any]:
+        kind = ev["kind"]
+        verdict = ev.get("verdict")
+        where = f" on {ev['curve']}" if ev.get("curve") else ""
+        summary = ev.get("evidence", {}).get("summary", "")
+        head = f"{kind}{where} at step {ev['step']}"
+        if verdict:
+            head += f": {verdict}"
+        if ev.get("next_command"):
+            summary += f"; roll back to {ev['rollback_iteration']}; next: {ev['next_command']}"
+        return {
+            "message": message,
+            "kind": kind,
+            "curve": ev.get("curve"),
+            "step": int(ev["step"]),
+            "end_step": ev.get("end_step", ev.get("peak_step")),
+            "verdict": verdict,
+            "at_step": self.detector.last_step,
+            "at_line": self.follower.pos.line_no if self.follower else None,
+            "poll": self.polls,
+            "summary": f"{head}: {summary}",
+            "event": ev,
+        }
+
+    def _emit(self, msg: dict[str, Any]) -> dict[str, Any]:
+        written = self.book.append(msg)
+        if self.webhook is not None:
+            self.webhook.post(written)
+        return written
+
+    # ------------------------------------------------------------------ spike forensics
+
+    def _maybe_start_spike(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.opts.on_malignant != "spike" or not self.opts.config:
+            return []
+        step = int(ev["step"])
+        if step in self.jobs or self.book.has("forensics_started", step=step):
+            return []
+        window = max(100, step - int(ev.get("rollback_iteration", step - 100)))
+        self.jobs[step] = start_spike(
+            self.opts.config, step, window, self.out, extra=self.opts.spike_args
+        )
+        return [
+            self._emit(
+                {
+                    "message": "forensics_started",
+                    "kind": "spike_forensics",
+                    "step": step,
+                    "window": window,
+                    "pid": self.jobs[step].pid,
+                    "summary": (
+                        f"forensics spike --step {step} --window {window} started in the "
+                        "background "
+                        f"into {self.jobs[step].out}"
+                    ),
+                }
+            )
+        ]
+
+    def _resume_jobs(self) -> None:
+        """Jobs a previous watcher started but did not report: report or restart them."""
+        for msg in self.book.messages:
+            if msg.get("message") != "forensics_started":
+                continue
+            step = int(msg["step"])
+            if self.book.has("forensics", step=step):
+                continue
+            out = self.out / f"spike-{step}"
+            log = self.out / f"spike-{step}.log"
+            if (out / "report.json").exists() and (out / "skip.json").exists():
+                body = spike_result(step, out, log, 0)
+                self._emit(
+                    {"message": "forensics", "kind": "spike_forensics", "step": step, **body}
+                )
+            elif msg.get("pid") and pid_runs_spike(int(msg["pid"])):
+                self.jobs[step] = SpikeJob(step, out, log, None, int(msg["pid"]))  # still running
+            elif self.opts.config:
+                self.jobs[step] = start_spike(
+                    self.opts.config,
+                    step,
+                    int(msg.get("window", 100)),
+                    self.out,
+                    extra=self.opts.spike_args,
+                    force=True,
+                )
+
+    def _check_jobs(self) -> list[dict[str, Any]]:
+        out = []
+        for step, job in list(self.jobs.items()):
+            finished, rc = job.returncode()
+            if not finished:
+                continue
+            del self.jobs[step]
+            body = spike_result(step, job.out, job.log, rc)
+            out.append(
+                self._emit(
+                    {"message": "forensics", "kind": "spike_forensics", "step": step, **body}
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ views
+
+    def _update_view(self) -> None:
+        latest = self.detector.latest()
+        self.view.update(latest)
+        if self.parser is None:
+            self.view["status"] = "waiting for the log (missing, empty or only a preamble)"
+        else:
+            self.view["status"] = "stalled" if self.stalled else "growing"
+        table = self.detector.table
+        if table is not None and "grad_norm" in table.columns:
+            from forensics.triage.trend import ema_by_step, trailing_median
+
+            g = table.select("step", "grad_norm").filter(
+                pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0)
+            )
+            g = g.tail(self.opts.cfg.grad_baseline_rows + 1)
+            if g.height >= 4:
+                steps, vals = g["step"].to_numpy(), g["grad_norm"].to_numpy()
+                fast = ema_by_step(steps, vals, self.opts.cfg.grad_half_life)
+                base = trailing_median(vals, self.opts.cfg.grad_baseline_rows)
+                if np.isfinite(base[-1]) and base[-1] > 0:
+                    self.view["grad_ratio"] = float(fast[-1] / base[-1])
+
+    def _prometheus(self) -> str:
+        v = self.view
+        counts: dict[str, int] = {}
+        for m in self.book.messages:
+            counts[m["kind"]] = counts.get(m["kind"], 0) + 1
+        values = {
+            "forensics_watch_last_step": v.get("step"),
+            "forensics_loss": v.get("loss"),
+            "forensics_loss_ema": v.get("loss_ema"),
+            "forensics_grad_norm": v.get("grad_norm"),
+            "forensics_grad_norm_ema_ratio": v.get("grad_ratio"),
+            "forensics_open_spikes": v.get("open_spikes", 0),
+            "forensics_malignant_spikes": v.get("malignant", 0),
+            "forensics_divergence": v.get("divergence", 0),
+            "forensics_alarm_active": v.get("alarm_active", 0),
+            "forensics_log_stalled": int(self.stalled),
+            "forensics_log_last_growth_timestamp_seconds": self.last_growth,
+        }
+        return prometheus_text(str(self.opts.log), values, counts)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, max_polls: int | None = None) -> None:
+        """Poll every `interval` seconds until SIGINT/SIGTERM (or `max_polls`)."""
+
+        def stop(signum: int, frame: object) -> None:
+            self._stop = True
+
+        old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not self._stop and (max_polls is None or self.polls < max_polls):
+                start = time.monotonic()
+                self.poll()
+                left = self.opts.interval - (time.monotonic() - start)
+                if left > 0 and not self._stop:
+                    time.sleep(left)
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            self.close()
+
+    def close(self) -> None:
+        if self.webhook is not None:
+            self.webhook.close()
+        if self.terminal is not None:
+            self.terminal.close()
+        if self.follower is not None:
+            self.follower.close()
+        self._lock.close()

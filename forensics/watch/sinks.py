@@ -1,0 +1,147 @@
+"""Where the watcher's messages go besides events.jsonl: a webhook, a Prometheus textfile, the
+terminal.
+
+The webhook is posted from its own thread through a queue, so a slow or dead receiver never
+delays reading the log; each message is retried with exponential backoff. What was handed over is
+recorded in `webhook.json` (the last sequence number delivered or given up on), so a restarted
+watcher posts what the previous one had not, and nothing twice unless it was killed mid-POST.
+
+The Prometheus file follows the text exposition format (HELP/TYPE lines, label values escaped)
+and is replaced atomically, as node_exporter's textfile collector requires.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from forensics.atomic import write_json_atomic, write_text_atomic
+
+WEBHOOK_STATE = "webhook.json"
+
+
+class WebhookSender:
+    """POSTs messages as JSON to `url` in order, from a background thread."""
+
+    def __init__(
+        self,
+        url: str,
+        state_dir: Path,
+        *,
+        attempts: int = 6,
+        backoff_s: float = 0.5,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.url = url
+        self.state = state_dir / WEBHOOK_STATE
+        self.attempts, self.backoff_s, self.timeout_s = attempts, backoff_s, timeout_s
+        self.queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.delivered_through = 0
+        self.failures: list[str] = []
+        self.sent = 0
+        if self.state.exists():
+            try:
+                self.delivered_through = int(json.loads(self.state.read_text())["through"])
+            except (ValueError, KeyError, TypeError):
+                self.delivered_through = 0
+        self._thread = threading.Thread(target=self._run, name="forensics-webhook", daemon=True)
+        self._thread.start()
+
+    def post(self, msg: dict[str, Any]) -> None:
+        """Queue one message (returns at once)."""
+        if int(msg.get("seq", 0)) > self.delivered_through:
+            self.queue.put(msg)
+
+    def _run(self) -> None:
+        while True:
+            msg = self.queue.get()
+            if msg is None:
+                return
+            ok = self._deliver(msg)
+            if not ok:
+                self.failures.append(f"webhook {self.url}: message {msg.get('seq')} not delivered")
+            self.delivered_through = max(self.delivered_through, int(msg.get("seq", 0)))
+            write_json_atomic(self.state, {"url": self.url, "through": self.delivered_through})
+
+    def _deliver(self, msg: dict[str, Any]) -> bool:
+        body = json.dumps(msg, ensure_ascii=False, default=str).encode()
+        for attempt in range(self.attempts):
+            req = urllib.request.Request(
+                self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
+                    if 200 <= resp.status < 300:
+                        self.sent += 1
+                        return True
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(self.backoff_s * (2**attempt))
+        return False
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Stop after what is queued (waiting at most `wait_s`)."""
+        self.queue.put(None)
+        self._thread.join(wait_s)
+
+
+# --------------------------------------------------------------------------- Prometheus
+
+_METRICS: dict[str, tuple[str, str]] = {
+    "forensics_watch_last_step": ("gauge", "Last training iteration read from the log."),
+    "forensics_loss": ("gauge", "Last logged training loss."),
+    "forensics_loss_ema": ("gauge", "EMA of the training loss (triage's half-life)."),
+    "forensics_grad_norm": ("gauge", "Last logged grad norm."),
+    "forensics_grad_norm_ema_ratio": (
+        "gauge",
+        "Grad-norm EMA over its trailing-median baseline (alarm at --grad-factor).",
+    ),
+    "forensics_open_spikes": ("gauge", "Spikes raised whose verdict is still undecided."),
+    "forensics_malignant_spikes": ("gauge", "Spikes in view judged malignant."),
+    "forensics_divergence": ("gauge", "1 when a divergence is in view."),
+    "forensics_alarm_active": ("gauge", "1 while a grad-norm alarm or loss-scale collapse lasts."),
+    "forensics_log_stalled": ("gauge", "1 when the log stopped growing for --stall-after."),
+    "forensics_log_last_growth_timestamp_seconds": ("gauge", "When the log last grew."),
+    "forensics_events_total": ("counter", "Messages raised, by kind."),
+}
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _fmt(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(float(v))
+
+
+def prometheus_text(log: str, values: dict[str, float | None], counts: dict[str, int]) -> str:
+    """The textfile: every metric with HELP/TYPE, labelled with the log path."""
+    label = f'log="{_escape_label(log)}"'
+    lines: list[str] = []
+    for name, (kind, help_text) in _METRICS.items():
+        if name == "forensics_events_total":
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+            for k in sorted(counts):
+                lines.append(f'{name}{{{label},kind="{_escape_label(k)}"}} {counts[k]}')
+            continue
+        v = values.get(name)
+        if v is None:
+            continue
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        lines.append(f"{name}{{{label}}} {_fmt(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_prometheus(path: Path, text: str) -> None:
+    write_text_atomic(path, text)
