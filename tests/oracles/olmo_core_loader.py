@@ -1,0 +1,101 @@
+"""Iterate OLMo-core's own data loader and write what it yields (runs in .venv-olmo, not ours).
+
+Usage: python olmo_core_loader.py SPEC.json OUT.json
+
+The training loop is the trainer's (olmo_core/train/trainer.py `_fit_epoch` / `fit`): per epoch
+`reshuffle(epoch)`, iterate, `global_step += 1` per batch, stop at `max_steps`, then `reset()`
+and the next epoch. Every DP rank is its own NumpyFSLDataLoader (dp_rank / dp_world_size), as
+in a distributed job. With "state_after" the data-loader state_dict() after that many steps is
+written; with "resume" a fresh loader restores that state (load_state_dict) and runs from it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import numpy as np
+from olmo_core.data import DataCollator, NumpyDataLoaderBase, NumpyFSLDataset
+from olmo_core.data.numpy_dataset import InstanceFilterConfig
+
+
+def build_dataset(spec: dict[str, Any]) -> NumpyFSLDataset:
+    flt = spec.get("instance_filter")
+    ds = NumpyFSLDataset(
+        *spec["paths"],
+        sequence_length=spec["sequence_length"],
+        pad_token_id=spec["pad_token_id"],
+        eos_token_id=spec["eos_token_id"],
+        vocab_size=spec["vocab_size"],
+        dtype=getattr(np, spec["dtype"]),
+        bos_token_id=spec.get("bos_token_id"),
+        max_target_sequence_length=spec.get("max_target_sequence_length"),
+        instance_filter_config=InstanceFilterConfig(**flt) if flt else None,
+    )
+    ds.work_dir = spec["work_dir"]
+    ds.prepare()
+    return ds
+
+
+def run_rank(ds: NumpyFSLDataset, spec: dict[str, Any], rank: int) -> dict[str, Any]:
+    loader = NumpyDataLoaderBase.wrap_numpy_dataset(
+        ds,
+        global_batch_size=spec["global_batch_size"],
+        collator=DataCollator(pad_token_id=spec["pad_token_id"]),
+        work_dir=spec["work_dir"],
+        seed=spec["seed"],
+        dp_world_size=spec["world_size"],
+        dp_rank=rank,
+        fs_local_rank=0,
+        num_workers=spec.get("num_workers", 0),
+        num_threads=spec.get("num_threads"),
+    )
+    step, epoch = 0, 1
+    if spec.get("resume") is not None:
+        state = spec["resume"][rank]
+        loader.load_state_dict(state)
+        step = spec["resume_step"]
+        epoch = state["epoch"]
+    steps: list[dict[str, Any]] = []
+    state_after = None
+    while step < spec["max_steps"]:
+        loader.reshuffle(epoch)
+        for batch in loader:
+            step += 1
+            steps.append(
+                {
+                    "step": step,
+                    "epoch": epoch,
+                    "index": batch["index"].tolist(),
+                    "input_ids": batch["input_ids"].tolist(),
+                    "instance_mask": batch["instance_mask"].tolist()
+                    if "instance_mask" in batch
+                    else None,
+                }
+            )
+            if step == spec.get("state_after"):
+                state_after = loader.state_dict()
+            if step >= spec["max_steps"]:
+                break
+        else:
+            epoch += 1
+            loader.reset()
+    return {"steps": steps, "state": state_after, "batches_per_epoch": loader.total_batches}
+
+
+def main() -> None:
+    spec = json.loads(open(sys.argv[1]).read())
+    ds = build_dataset(spec)
+    out = {
+        "fingerprint": ds.fingerprint,
+        "fingerprint_version": ds.fingerprint_version,
+        "size": len(ds),
+        "ranks": [run_rank(ds, spec, r) for r in range(spec["world_size"])],
+    }
+    with open(sys.argv[2], "w") as handle:
+        json.dump(out, handle)
+
+
+if __name__ == "__main__":
+    main()
