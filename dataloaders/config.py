@@ -246,6 +246,10 @@ class OlmoCoreResume(StrictModel):
 
     iteration: int = Field(ge=2)
     state: Path
+    # The run restarted on other data (OLMo-core's ignore_fingerprint_mismatch): from this
+    # iteration on, these sources replace data.sources; the loader keeps the state's epoch and
+    # batches processed, over the new dataset's order.
+    sources: list[OlmoCoreSource] | None = None
 
 
 class OlmoCoreData(StrictModel):
@@ -293,7 +297,20 @@ class OlmoCoreData(StrictModel):
         iters = [r.iteration for r in self.resumes]
         if iters != sorted(set(iters)):
             raise ValueError(f"data.resumes must be in increasing iteration order, got {iters}")
+        paths: dict[str, list[Path]] = {}
+        for sources in [self.sources] + [r.sources for r in self.resumes if r.sources]:
+            for src in sources:
+                if paths.setdefault(src.name, list(src.paths)) != list(src.paths):
+                    raise ValueError(
+                        f"source {src.name!r} has other paths in another data stage: give the "
+                        "changed source a new name (documents are named by source and file)"
+                    )
         return self
+
+    @property
+    def stage_start_iterations(self) -> list[int]:
+        """First iteration of each data stage (a resume with new sources starts one)."""
+        return [1] + [r.iteration for r in self.resumes if r.sources]
 
     @property
     def instances_per_batch(self) -> int:

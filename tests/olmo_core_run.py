@@ -56,11 +56,12 @@ def random_docs(rng: np.random.Generator, n: int, lo: int = 3, hi: int = 90) -> 
     return [rng.integers(2, VOCAB, size=int(k)) for k in rng.integers(lo, hi, size=n)]
 
 
-def run_oracle(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """Iterate the real OLMo-core loader for `spec` (see tests/oracles/olmo_core_loader.py)."""
-    spec_path = folder / "oracle-spec.json"
+def run_oracle(jobs: list[dict[str, Any]], folder: Path) -> list[dict[str, Any]]:
+    """Iterate the real OLMo-core loader for every job, in one interpreter (importing torch and
+    olmo_core once); see tests/oracles/olmo_core_loader.py."""
+    spec_path = folder / "oracle-jobs.json"
     out_path = folder / "oracle-out.json"
-    spec_path.write_text(json.dumps(spec))
+    spec_path.write_text(json.dumps({"jobs": jobs}))
     proc = subprocess.run(
         [str(oracle_python()), str(ORACLE_SCRIPT), str(spec_path), str(out_path)],
         capture_output=True,
@@ -68,7 +69,7 @@ def run_oracle(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out_path.read_text())
+    return json.loads(out_path.read_text())["results"]
 
 
 def config_dict(
@@ -123,7 +124,7 @@ def oracle_spec(config: dict[str, Any], folder: Path, **extra: Any) -> dict[str,
         "global_batch_size": data["global_batch_size"],
         "seed": data["seed"],
         "world_size": data.get("dp_world_size", 1),
-        "work_dir": str(folder / "olmo-work"),
+        "work_dir": str(folder / config["data"].get("work_dir", "olmo-work")),
         "instance_filter": data.get("instance_filter"),
         "max_steps": config["training"]["train_iters"],
         **extra,

@@ -101,7 +101,7 @@ def test_replay_agrees_with_dump_training_batch(tmp_path):
         by_column[cols] = by_position
         assert by_column.tolist() == dump["index"], f"dump --step {step}"
         for inst, ids in zip(dump["index"], dump["input_ids"], strict=True):
-            assert replayer._instance_tokens(inst).tolist() == ids
+            assert replayer.instance_tokens(inst).tolist() == ids
 
 
 def test_oracle_env_keeps_our_torch():

@@ -41,13 +41,44 @@ from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 
 PATTERN = np.asarray([5, 6, 7])
+SOURCES = {"web": ["web-0.npy", "web-1.npy"], "code": ["code-0.npy"]}
+NEW_FILES = ["web-0.npy", "web-1.npy", "code-0.npy", "new-0.npy"]
+
+# name -> (config keywords, extra oracle settings)
+RUNS = {
+    # one rank, two epochs, an instance filter (masks the repeated-pattern instances)
+    "1rank-2epochs-filter": (
+        dict(seq=32, ipb=8, seed=7, train_iters=50, instance_filter={"repetition_max_count": 8}),
+        {},
+    ),
+    # four ranks, two DataLoader worker processes, chunked indices (max_target_sequence_length)
+    "4ranks-workers-chunked": (
+        dict(seq=16, ipb=16, seed=11, world=4, train_iters=40, max_target_sequence_length=64),
+        {"num_workers": 2},
+    ),
+    # two ranks, the library's reader threads; our replay reads the run's saved global indices
+    "2ranks-saved-indices": (
+        dict(seq=32, ipb=6, seed=3, world=2, train_iters=60, work_dir="work-saved"),
+        {"num_threads": 3},
+    ),
+    # restart from the data-loader state after 40 steps (in epoch 2), three workers
+    "restart": (
+        dict(seq=32, ipb=8, seed=21, world=2, train_iters=60, work_dir="work-restart"),
+        {"restart": {"after": 40}, "num_workers": 3},
+    ),
+    # restart after 30 steps on changed data: a new source added (ignore_fingerprint_mismatch)
+    "restart-new-data": (
+        dict(seq=32, ipb=9, seed=13, world=3, train_iters=70, work_dir="work-new"),
+        {"restart": {"after": 30, "paths": NEW_FILES}},
+    ),
+}
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three token files in two sources; web-0 has Dolma metadata; some documents repeat a
-    3-token pattern (what the instance filter masks)."""
-    folder = tmp_path_factory.mktemp("olmo-data")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three token files in two sources (plus one for the changed-data restart); web-0 has Dolma
+    metadata; some documents repeat a 3-token pattern (what the instance filter masks)."""
+    folder = tmp_path_factory.mktemp("olmo-run")
     rng = np.random.default_rng(5)
     for name, n, meta in (("web-0", 70, True), ("web-1", 60, False), ("code-0", 80, False)):
         docs = random_docs(rng, n)
@@ -55,14 +86,28 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             docs[k] = np.tile(PATTERN, 30)
         rows = [[f"{name}-doc{i}", f"s3://crawl/{name}.jsonl", str(i)] for i in range(n)]
         write_documents(folder / f"{name}.npy", docs, metadata=rows if meta else None)
+    write_documents(folder / "new-0.npy", random_docs(rng, 90))
     return folder
 
 
-def _run(data_dir: Path, tmp_path: Path, **kw) -> tuple[Path, dict]:
-    for f in data_dir.iterdir():
-        shutil.copy(f, tmp_path / f.name)
-    config = config_dict({"web": ["web-0.npy", "web-1.npy"], "code": ["code-0.npy"]}, **kw)
-    return write_config(tmp_path, config), config
+def _config(name: str) -> dict:
+    """Our config for a run (with work_dir: read the global indices the library saved)."""
+    kw, _ = RUNS[name]
+    return config_dict(SOURCES, **kw)
+
+
+@pytest.fixture(scope="module")
+def oracle(run_dir: Path) -> dict[str, dict]:
+    """What the real library yields for every run in RUNS (one oracle interpreter)."""
+    jobs = []
+    for name, (kw, extra) in RUNS.items():
+        config = _config(name)
+        spec = oracle_spec(config, run_dir, **extra)
+        spec["work_dir"] = str(run_dir / kw.get("work_dir", f"work-{name}"))
+        if "restart" in extra and "paths" in extra["restart"]:
+            spec["restart"] = {**extra["restart"], "paths": [str(run_dir / p) for p in NEW_FILES]}
+        jobs.append(spec)
+    return dict(zip(RUNS, run_oracle(jobs, run_dir), strict=True))
 
 
 def _check_against_oracle(config_path: Path, out: dict, first: int, last: int) -> pl.DataFrame:
@@ -82,7 +127,7 @@ def _check_against_oracle(config_path: Path, out: dict, first: int, last: int) -
         for s in rank["steps"]
         for j, ids in enumerate(s["input_ids"])
     }
-    pieces = replayer.segments(samples["dataset_sample"].to_numpy())
+    pieces = replayer.segments(samples["dataset_sample"].to_numpy(), samples["stage"].to_numpy())
     rebuilt: dict[int, list[int]] = {}
     for row, f, d, a, b in zip(*(pieces[k].tolist() for k in pieces), strict=True):
         start, _ = replayer._doc_span(f, d)
@@ -91,41 +136,19 @@ def _check_against_oracle(config_path: Path, out: dict, first: int, last: int) -
     keys = list(samples.select("iteration", "position").iter_rows())
     for row, key in enumerate(keys):
         assert rebuilt[row] == tokens[key], f"tokens of sample {key}"
-    assert replayer.olmo_fingerprint == out["fingerprint"]
+    stage = int(samples["stage"].max())
+    assert replayer.fingerprint()["olmo_core_fingerprints"][stage] == out["fingerprint"]
     return table
 
 
 @pytest.mark.parametrize(
-    "kw, extra",
-    [
-        # one rank, two epochs (34 batches per epoch), instance filter
-        (
-            dict(
-                seq=32,
-                ipb=8,
-                seed=7,
-                train_iters=50,
-                instance_filter={"repetition_max_count": 8},
-            ),
-            {},
-        ),
-        # four ranks, two DataLoader workers, chunked indices (max_target_sequence_length)
-        (
-            dict(seq=16, ipb=16, seed=11, world=4, train_iters=40, max_target_sequence_length=64),
-            {"num_workers": 2},
-        ),
-        # two ranks, the library's threads, our replay reads the run's saved global indices
-        (
-            dict(seq=32, ipb=6, seed=3, world=2, train_iters=60, work_dir="olmo-work"),
-            {"num_threads": 3},
-        ),
-    ],
-    ids=["1rank-2epochs-filter", "4ranks-workers-chunked", "2ranks-saved-indices"],
+    "name", ["1rank-2epochs-filter", "4ranks-workers-chunked", "2ranks-saved-indices"]
 )
-def test_every_sample_matches_the_library(data_dir, tmp_path, kw, extra):
-    config_path, config = _run(data_dir, tmp_path, **kw)
-    out = run_oracle(oracle_spec(config, tmp_path, **extra), tmp_path)
-    n_iters = config["training"]["train_iters"]
+def test_every_sample_matches_the_library(run_dir, oracle, name):
+    kw, _ = RUNS[name]
+    out = oracle[name]
+    config_path = write_config(run_dir, _config(name), f"{name}.yaml")
+    n_iters = kw["train_iters"]
     per_epoch = out["ranks"][0]["batches_per_epoch"]
     assert per_epoch < n_iters, "precondition: the run crosses an epoch boundary"
     table = _check_against_oracle(config_path, out, 1, n_iters)
@@ -144,7 +167,7 @@ def test_every_sample_matches_the_library(data_dir, tmp_path, kw, extra):
         assert got_masked == want_masked
         assert 0 < sum(want_masked.values()) < len(want_masked), "the filter masked some"
     if "work_dir" in kw:  # the file we read is the one the library wrote
-        saved = sorted(p.name for p in (tmp_path / "olmo-work").glob("global_indices_*.npy"))
+        saved = sorted(p.name for p in (run_dir / kw["work_dir"]).glob("global_indices_*.npy"))
         from dataloaders.olmo_core.order import global_indices_name
 
         assert saved == [
@@ -153,27 +176,25 @@ def test_every_sample_matches_the_library(data_dir, tmp_path, kw, extra):
         ]
 
 
-def test_restart_from_the_data_loader_state(data_dir, tmp_path):
+def test_restart_from_the_data_loader_state(run_dir, oracle, tmp_path):
     """A run restarted from its checkpointed data-loader state (mid epoch 2) continues exactly
     where our replay says; the state is checked against the config."""
-    kw = dict(seq=32, ipb=8, seed=21, world=2, train_iters=60)
-    config_path, config = _run(data_dir, tmp_path, **kw)
-    first = run_oracle(oracle_spec(config, tmp_path, state_after=40), tmp_path)
-    states = [r["state"] for r in first["ranks"]]
-    per_epoch = first["ranks"][0]["batches_per_epoch"]
+    out = oracle["restart"]
+    states = [r["state"] for r in out["ranks"]]
+    per_epoch = out["ranks"][0]["batches_per_epoch"]
     assert states[0]["epoch"] == 2 and states[0]["batches_processed"] == 40 - per_epoch
-    resumed = run_oracle(oracle_spec(config, tmp_path, resume=states, resume_step=40), tmp_path)
-    state_file = tmp_path / "state.json"
+    state_file = run_dir / "restart-state.json"
     state_file.write_text(json.dumps(states[0]))
-    config["data"]["resumes"] = [{"iteration": 41, "state": "state.json"}]
-    path = write_config(tmp_path, config, "resumed.yaml")
-    _check_against_oracle(path, resumed, 41, 60)
+    config = _config("restart")
+    config["data"]["resumes"] = [{"iteration": 41, "state": state_file.name}]
+    path = write_config(run_dir, config, "restart.yaml")
+    _check_against_oracle(path, out["resumed"], 41, 60)
 
     def refuse(state: dict, iteration: int = 41) -> str:
         state_file.write_text(json.dumps(state))
-        config["data"]["resumes"] = [{"iteration": iteration, "state": "state.json"}]
+        config["data"]["resumes"] = [{"iteration": iteration, "state": state_file.name}]
         with pytest.raises(ForensicsError) as err:
-            open_replayer(load_config(write_config(tmp_path, config, "bad.yaml")))
+            open_replayer(load_config(write_config(run_dir, config, "bad.yaml")))
         assert "\n" not in str(err.value)
         return str(err.value)
 
@@ -182,8 +203,39 @@ def test_restart_from_the_data_loader_state(data_dir, tmp_path):
     assert "resumes after 40 steps" in refuse(states[0], iteration=30)
 
 
-def test_bad_token_files_are_one_line_errors(data_dir, tmp_path):
-    config_path, config = _run(data_dir, tmp_path, seq=32, ipb=8, seed=1, train_iters=10)
+def test_restart_on_changed_data(run_dir, oracle):
+    """A restart on other token files (a new source added; OLMo-core's
+    ignore_fingerprint_mismatch) keeps the state's epoch and batches processed over the new
+    dataset's order: data stage 1 from the resume on, exactly as the library iterates it."""
+    out = oracle["restart-new-data"]
+    state_file = run_dir / "new-data-state.json"
+    state_file.write_text(json.dumps(out["ranks"][0]["state"]))
+    config = _config("restart-new-data")
+    new_sources = [*config["data"]["sources"], {"name": "new", "paths": ["new-0.npy"]}]
+    config["data"]["resumes"] = [
+        {"iteration": 31, "state": state_file.name, "sources": new_sources}
+    ]
+    path = write_config(run_dir, config, "changed.yaml")
+    table = _check_against_oracle(path, out["resumed"], 31, 70)
+    assert set(table["stage"].unique()) == {1}
+    assert "new" in set(table["dataset"].unique())
+    replayer = open_replayer(load_config(path))
+    assert replayer.stage_of(np.asarray([30, 31])).tolist() == [0, 1]
+    assert replayer.stages[1].batches_per_epoch != replayer.stages[0].batches_per_epoch
+    assert load_config(path).data.stage_start_iterations == [1, 31]
+    # and the stage-0 part of the same config is still the uninterrupted run
+    assert replayer.replay(1, 30, progress=False)["stage"].unique().to_list() == [0]
+
+
+def _copy_run(run_dir: Path, tmp_path: Path, **kw) -> tuple[Path, dict]:
+    for name in ("web-0.npy", "web-0.csv.gz", "web-1.npy", "code-0.npy"):
+        shutil.copy(run_dir / name, tmp_path / name)
+    config = config_dict(SOURCES, **kw)
+    return write_config(tmp_path, config), config
+
+
+def test_bad_token_files_are_one_line_errors(run_dir, tmp_path):
+    config_path, _ = _copy_run(run_dir, tmp_path, seq=32, ipb=8, seed=1, train_iters=10)
     (tmp_path / "web-1.npy").unlink()
     with pytest.raises(ForensicsError, match="web-1.npy: token file not found"):
         open_replayer(load_config(config_path))
@@ -196,18 +248,18 @@ def test_bad_token_files_are_one_line_errors(data_dir, tmp_path):
         open_replayer(load_config(config_path))
 
 
-def test_metadata_provenance_and_documents(data_dir, tmp_path):
-    """Dolma metadata rows become facets; documents() returns whole documents whose tokens are
-    the generated ones."""
-    config_path, config = _run(data_dir, tmp_path, seq=32, ipb=8, seed=2, train_iters=20)
+def test_metadata_provenance_and_documents(run_dir, tmp_path):
+    """Dolma metadata rows become facets; a segment's document is the generated one."""
+    config_path, _ = _copy_run(run_dir, tmp_path, seq=32, ipb=8, seed=2, train_iters=20)
     replayer = open_replayer(load_config(config_path))
     table = replayer.replay(1, 20, progress=False)
     assert replayer.facets == ["file", "id", "src", "loc"]
     web0 = table.filter(pl.col("file").str.ends_with("web-0.npy"))
     assert web0.height and (web0["id"] == "web-0-doc" + web0["loc"]).all()
     assert table.filter(pl.col("file").str.ends_with("code-0.npy"))["id"].is_null().all()
-    ends = np.cumsum([0] + [int(x) for x in np.diff(np.flatnonzero(np.fromfile(
-        tmp_path / "web-0.npy", dtype=np.uint16) == 0), prepend=-1)])  # fmt: skip
-    row = web0.row(0, named=True)
-    k = row["doc_id"]
-    assert ends[k + 1] - ends[k] >= row["token_end"] > row["token_start"] >= 0
+    tokens = np.fromfile(tmp_path / "web-0.npy", dtype=np.uint16)
+    ends = np.flatnonzero(tokens == 0) + 1
+    for row in web0.head(20).iter_rows(named=True):
+        k = row["doc_id"]  # file 0 of its source: doc_id is the document number
+        start = ends[k - 1] if k else 0
+        assert int(row["loc"]) == k and row["token_end"] <= ends[k] - start

@@ -41,8 +41,6 @@ class TokenFile:
     size: int  # bytes
     tokens: int
     instances: int
-    first_instance: int = 0  # global instance index of its instance 0
-    token_offset: int = 0  # position of its token 0 in the concatenation of all files
     metadata: Path | None = None  # the Dolma .csv.gz beside it, when present
     _doc_ends: np.ndarray | None = field(default=None, repr=False)
 
@@ -57,17 +55,23 @@ def metadata_path(path: Path) -> Path:
     return path.with_name(path.name.replace(".npy", ".csv.gz"))
 
 
-def open_token_files(data: Any, where: str) -> list[TokenFile]:
-    """The run's token files in dataset order; a missing or empty file is a one-line error."""
+def open_token_files(
+    sources: list[Any], data: Any, where: str, known: dict[Path, TokenFile] | None = None
+) -> list[TokenFile]:
+    """The token files of `sources` in dataset order (objects shared through `known`, so a file
+    used by two data stages is scanned once); a missing or empty file is a one-line error."""
     dtype = dtype_of(data.dtype)
     item = np.dtype(dtype).itemsize
     seq = data.sequence_length
     target = data.max_target_sequence_length
+    known = {} if known is None else known
     out: list[TokenFile] = []
-    first = offset = 0
-    for source in data.sources:
+    for source in sources:
         for path in source.paths:
             path = Path(path)
+            if path in known:
+                out.append(known[path])
+                continue
             if not path.is_file():
                 raise ForensicsError(f"{path}: token file not found (data.sources.{source.name})")
             size = path.stat().st_size
@@ -82,21 +86,16 @@ def open_token_files(data: Any, where: str) -> list[TokenFile]:
             else:
                 instances = (tokens // target) * (target // seq)
             meta = metadata_path(path)
-            out.append(
-                TokenFile(
-                    source=source.name,
-                    path=path,
-                    size=size,
-                    tokens=tokens,
-                    instances=instances,
-                    first_instance=first,
-                    token_offset=offset,
-                    metadata=meta if meta.is_file() and meta != path else None,
-                )
+            known[path] = TokenFile(
+                source=source.name,
+                path=path,
+                size=size,
+                tokens=tokens,
+                instances=instances,
+                metadata=meta if meta.is_file() and meta != path else None,
             )
-            first += instances
-            offset += tokens
-    if first == 0:
+            out.append(known[path])
+    if sum(f.instances for f in out) == 0:
         raise ForensicsError(
             f"{where}the token files hold no instance of {seq} tokens (too short, or wrong dtype)"
         )

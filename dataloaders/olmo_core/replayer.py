@@ -12,6 +12,12 @@ repeated n-gram filter masked this instance out of the loss; it was still drawn)
 
 doc_id = (file number within its source) * 2**40 + (document number within the file): finding a
 document never needs the other files of a source scanned (a real run has thousands of them).
+
+Data stages: a restart on other data (OLMo-core's `ignore_fingerprint_mismatch`, a resume with
+`sources`) keeps the state's epoch and `batches_processed = tokens_processed // batch tokens` and
+continues over the NEW dataset's global indices (data_loader.py load_state_dict and
+_get_local_instance_indices); `stage` is that stage's number and `dataset_sample` the instance
+index in its dataset. An epoch whose batches are already all processed yields nothing.
 """
 
 from __future__ import annotations
@@ -57,6 +63,29 @@ def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
         yield lambda n=1: bar.advance(task, n)
 
 
+class Stage:
+    """One dataset of the run and where in its order the run entered it."""
+
+    def __init__(self, number: int, start: int, tokens: list[files.TokenFile], abs0: int):
+        self.number = number
+        self.start = start  # first iteration of the stage
+        self.files = tokens
+        counts = np.asarray([f.instances for f in tokens], dtype=np.int64)
+        self.instance_starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self.size = int(counts.sum())
+        self.abs0 = abs0  # batches of this dataset's order consumed before the stage's start
+        self.batches_per_epoch = 0
+        self.epochs: dict[int, np.ndarray] = {}
+
+    def file_of(self, instances: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.instance_starts, instances, side="right") - 1
+
+    def location(self, iterations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(epoch 1-based, batch in the epoch) of iterations of this stage."""
+        absolute = self.abs0 + np.asarray(iterations, dtype=np.int64) - self.start
+        return absolute // self.batches_per_epoch + 1, absolute % self.batches_per_epoch
+
+
 class OlmoCoreReplayer:
     """Replays an OLMo-core NumpyFSLDataset / NumpyFSLDataLoader run from its RunConfig."""
 
@@ -75,84 +104,119 @@ class OlmoCoreReplayer:
             raise ForensicsError(f"{self._where}olmo-core runs give restarts in data.resumes")
         if training.rampup_batch_size is not None:
             raise ForensicsError(f"{self._where}rampup_batch_size is not supported for olmo-core")
-        self.files = files.open_token_files(data, self._where)
-        self.size = self.files[-1].first_instance + self.files[-1].instances
         target = data.max_target_sequence_length
         self.chunk = target // data.sequence_length if target is not None else 1
-        self.batches_per_epoch = self.size // self.ipb
-        if self.batches_per_epoch == 0:
-            raise ForensicsError(
-                f"{self._where}the token files hold {self.size} instances, fewer than one "
-                f"global batch of {self.ipb}"
-            )
-        self.sources = [s.name for s in data.sources]
+        known: dict[Path, files.TokenFile] = {}
+        first = files.open_token_files(data.sources, data, self._where, known)
+        self.stages = [self._new_stage(0, 1, first, 0)]
+        for resume in data.resumes:
+            state = self._check_resume(resume)
+            if resume.sources:
+                tokens = files.open_token_files(resume.sources, data, self._where, known)
+                done = int(state["tokens_processed"]) // data.global_batch_size
+                stage = self._new_stage(len(self.stages), resume.iteration, tokens, 0)
+                epoch = int(state["epoch"])
+                if done >= stage.batches_per_epoch:  # that epoch has nothing left: the next one
+                    epoch, done = epoch + 1, 0
+                stage.abs0 = (epoch - 1) * stage.batches_per_epoch + done
+                self.stages.append(stage)
+        self.files = list(known.values())
+        self.sources = list(dict.fromkeys(f.source for f in self.files))
+        self._file_index = {f.path: i for i, f in enumerate(self.files)}
         self._file_in_source: list[int] = []
         seen: dict[str, int] = {}
         for f in self.files:
             self._file_in_source.append(seen.get(f.source, 0))
             seen[f.source] = seen.get(f.source, 0) + 1
-        self._instance_starts = np.asarray([f.first_instance for f in self.files], dtype=np.int64)
-        self._epochs: dict[int, np.ndarray] = {}
-        for resume in data.resumes:
-            self._check_resume(resume)
+        self.size = self.stages[0].size
+        self.batches_per_epoch = self.stages[0].batches_per_epoch
+
+    def _new_stage(
+        self, number: int, start: int, tokens: list[files.TokenFile], abs0: int
+    ) -> Stage:
+        stage = Stage(number, start, tokens, abs0)
+        stage.batches_per_epoch = stage.size // self.ipb
+        if stage.batches_per_epoch == 0:
+            raise ForensicsError(
+                f"{self._where}the token files of data stage {number} hold {stage.size} "
+                f"instances, fewer than one global batch of {self.ipb}"
+            )
+        return stage
 
     # ------------------------------------------------------------------ order
 
-    @cached_property
+    @property
     def olmo_fingerprint(self) -> str:
-        """The dataset fingerprint OLMo-core stores in its data-loader state."""
-        return files.olmo_fingerprint(self.files, self.data)
+        """The dataset fingerprint OLMo-core stores in its data-loader state (first stage)."""
+        return files.olmo_fingerprint(self.stages[0].files, self.data)
 
-    def global_indices(self, epoch: int) -> np.ndarray:
+    def global_indices(self, epoch: int, stage: int = 0) -> np.ndarray:
         """The epoch's instance permutation: the run's saved file when present, else rebuilt."""
-        if epoch not in self._epochs:
+        st = self.stages[stage]
+        if epoch not in st.epochs:
             data = self.data
             name = order.global_indices_name(
                 seed=data.seed,
                 epoch=epoch,
-                dataset_size=self.size,
+                dataset_size=st.size,
                 chunk=self.chunk,
                 shuffle=data.shuffle,
             )
             saved = data.work_dir / name if data.work_dir is not None else None
             if saved is not None and saved.is_file():
-                indices = order.saved_global_indices(saved, self.size)
+                indices = order.saved_global_indices(saved, st.size)
             else:
                 indices = cache.load_indices(name)
-                if indices is None or len(indices) != self.size:
+                if indices is None or len(indices) != st.size:
                     indices = order.build_global_indices(
-                        self.size,
+                        st.size,
                         seed=data.seed,
                         epoch=epoch,
                         chunk=self.chunk,
                         shuffle=data.shuffle,
                     )
                     cache.save_indices(name, indices)
-            self._epochs[epoch] = indices
-        return self._epochs[epoch]
+            st.epochs[epoch] = indices
+        return st.epochs[epoch]
+
+    def stage_of(self, iterations: np.ndarray) -> np.ndarray:
+        """Data stage number of each iteration."""
+        starts = np.asarray([st.start for st in self.stages], dtype=np.int64)
+        return np.searchsorted(starts, np.asarray(iterations, dtype=np.int64), side="right") - 1
+
+    def _grid(self, stage: Stage, epoch: int) -> np.ndarray:
+        rows = self.global_indices(epoch, stage.number)[: stage.batches_per_epoch * self.ipb]
+        return rows.reshape(stage.batches_per_epoch, self.ipb)
 
     def batch_instances(self, iterations: np.ndarray) -> np.ndarray:
-        """(len(iterations), ipb) global instance indices, columns in position order."""
+        """(len(iterations), ipb) instance indices (in each one's stage dataset), columns in
+        position order."""
         its = np.asarray(iterations, dtype=np.int64)
-        epochs, batches = order.step_location(its, self.batches_per_epoch)
         cols = order.position_columns(self.ipb, self.data.dp_world_size)
         out = np.empty((len(its), self.ipb), dtype=np.int64)
-        for e in np.unique(epochs):
-            rows = self.global_indices(int(e))[: self.batches_per_epoch * self.ipb]
-            grid = rows.reshape(self.batches_per_epoch, self.ipb)
-            sel = epochs == e
-            out[sel] = grid[batches[sel]][:, cols]
+        stage_no = self.stage_of(its)
+        for k in np.unique(stage_no):
+            stage = self.stages[int(k)]
+            in_stage = stage_no == k
+            epochs, batches = stage.location(its[in_stage])
+            part = np.empty((int(in_stage.sum()), self.ipb), dtype=np.int64)
+            for e in np.unique(epochs):
+                sel = epochs == e
+                part[sel] = self._grid(stage, int(e))[batches[sel]][:, cols]
+            out[in_stage] = part
         return out
 
-    def _check_resume(self, resume: Any) -> None:
-        """A restart's data-loader state must be this config's (seed, fingerprint, position)."""
+    def _check_resume(self, resume: Any) -> dict[str, Any]:
+        """A restart's data-loader state must be the run's: seed, the fingerprint of the data in
+        force before it, and the position the replay reaches at that iteration."""
         state = load_state(resume.state)
         where = f"{resume.state}"
+        stage = self.stages[-1]
         want = {
             "dataset_type": "fsl",
             "seed": self.data.seed,
             "dataset_fingerprint_version": files.FINGERPRINT_VERSION,
-            "dataset_fingerprint": self.olmo_fingerprint,
+            "dataset_fingerprint": files.olmo_fingerprint(stage.files, self.data),
             "sequence_length": self.data.sequence_length,
             "max_target_sequence_length": self.data.max_target_sequence_length,
         }
@@ -166,12 +230,15 @@ class OlmoCoreReplayer:
                     "this state is not from this run, or the data changed"
                 )
         batches = int(state["tokens_processed"]) // self.data.global_batch_size
-        done = (int(state["epoch"]) - 1) * self.batches_per_epoch + batches
-        if done != resume.iteration - 1:
+        done = (int(state["epoch"]) - 1) * stage.batches_per_epoch + batches
+        expected = stage.abs0 + resume.iteration - stage.start
+        if done != expected:
             raise ForensicsError(
-                f"{where}: the state resumes after {done} steps (epoch {state['epoch']}, "
-                f"{batches} batches), but data.resumes says iteration {resume.iteration}"
+                f"{where}: the state resumes after {done - stage.abs0 + stage.start - 1} steps "
+                f"(epoch {state['epoch']}, {batches} batches), but data.resumes says iteration "
+                f"{resume.iteration}"
             )
+        return state
 
     # ------------------------------------------------------------------ the protocol
 
@@ -207,18 +274,34 @@ class OlmoCoreReplayer:
                 "iteration": it,
                 "first_sample": (it - 1) * self.ipb,
                 "end_sample": it * self.ipb,
-                "stage": np.zeros(len(it), dtype=np.int32),
+                "stage": self.stage_of(it).astype(np.int32),
             }
         )
 
-    def _file_of(self, instances: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self._instance_starts, instances, side="right") - 1
-
-    def segments(self, instances: np.ndarray) -> dict[str, np.ndarray]:
-        """One entry per (instance, document piece): row (index into `instances`), file, doc
-        (number within the file), token_start, token_end (within the document)."""
+    def _place(self, instances: np.ndarray, stages: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        """(file index in self.files, instance number within that file) of stage instances."""
         inst = np.asarray(instances, dtype=np.int64)
-        fidx = self._file_of(inst)
+        st = np.zeros(len(inst), dtype=np.int64) if stages is None else np.asarray(stages)
+        fidx = np.empty(len(inst), dtype=np.int64)
+        local = np.empty(len(inst), dtype=np.int64)
+        for k in np.unique(st):
+            stage = self.stages[int(k)]
+            sel = st == k
+            if len(inst[sel]) and (inst[sel].min() < 0 or inst[sel].max() >= stage.size):
+                raise ForensicsError(f"instance outside 0..{stage.size - 1} of data stage {k}")
+            in_stage = stage.file_of(inst[sel])
+            union = np.asarray([self._file_index[f.path] for f in stage.files], dtype=np.int64)
+            fidx[sel] = union[in_stage]
+            local[sel] = inst[sel] - stage.instance_starts[in_stage]
+        return fidx, local
+
+    def segments(
+        self, instances: np.ndarray, stages: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """One entry per (instance, document piece): row (index into `instances`), file (index
+        into self.files), doc (number within the file), token_start, token_end (within the
+        document). `stages`: each instance's data stage (default: all stage 0)."""
+        fidx, local = self._place(instances, stages)
         seq = self.data.sequence_length
         parts: dict[str, list[np.ndarray]] = {
             k: [] for k in ("row", "file", "doc", "token_start", "token_end")
@@ -226,7 +309,7 @@ class OlmoCoreReplayer:
         for k in np.unique(fidx):
             f = self.files[int(k)]
             rows = np.flatnonzero(fidx == k)
-            a = (inst[rows] - f.first_instance) * seq
+            a = local[rows] * seq
             b = a + seq
             ends = files.document_ends(f, self.data)
             starts = np.concatenate([[0], ends[:-1]])
@@ -278,7 +361,8 @@ class OlmoCoreReplayer:
             grid = self.batch_instances(its)
             advance()
             flat = grid.reshape(-1)
-            seg = self.segments(flat)
+            stage_of = np.repeat(self.stage_of(its), self.ipb)
+            seg = self.segments(flat, stage_of)
             advance()
             row = seg["row"]
             table = pl.DataFrame(
@@ -286,7 +370,7 @@ class OlmoCoreReplayer:
                     "iteration": its[row // self.ipb],
                     "position": (row % self.ipb).astype(np.int32),
                     "sample_index": (its[row // self.ipb] - 1) * self.ipb + row % self.ipb,
-                    "stage": np.zeros(len(row), dtype=np.int32),
+                    "stage": stage_of[row].astype(np.int32),
                     "dataset": [self.files[int(k)].source for k in seg["file"]]
                     if len(row)
                     else pl.Series([], dtype=pl.Utf8),
@@ -310,21 +394,27 @@ class OlmoCoreReplayer:
             table = table.with_columns(pl.lit(True).alias("exact"))
             columns.append("exact")
             if self.data.instance_filter is not None:
-                masked = self.instance_mask(flat)
+                masked = self.instance_mask(flat, stage_of)
                 table = table.with_columns(pl.Series(MASK_COLUMN, masked[row], dtype=pl.Boolean))
                 columns.append(MASK_COLUMN)
             advance()
         return table.select(columns)
 
-    def instance_mask(self, instances: np.ndarray, block: int = 256) -> np.ndarray:
+    def instance_mask(
+        self, instances: np.ndarray, stages: np.ndarray | None = None, block: int = 256
+    ) -> np.ndarray:
         """True where OLMo-core's instance filter masked the instance out of the loss."""
         flt = self.data.instance_filter
         assert flt is not None
-        inst = np.asarray(instances, dtype=np.int64)
-        out = np.zeros(len(inst), dtype=bool)
-        for lo in range(0, len(inst), block):
-            part = inst[lo : lo + block]
-            tokens = np.stack([self._instance_tokens(int(i)) for i in part])
+        fidx, local = self._place(instances, stages)
+        out = np.zeros(len(fidx), dtype=bool)
+        for lo in range(0, len(fidx), block):
+            tokens = np.stack(
+                [
+                    self._instance_tokens(int(k), int(i))
+                    for k, i in zip(fidx[lo : lo + block], local[lo : lo + block], strict=True)
+                ]
+            )
             out[lo : lo + block] = masked_instances(
                 tokens,
                 max_period=flt.repetition_max_period,
@@ -333,10 +423,17 @@ class OlmoCoreReplayer:
             )
         return out
 
-    def _instance_tokens(self, instance: int) -> np.ndarray:
-        f = self.files[int(self._file_of(np.asarray([instance]))[0])]
-        start = (instance - f.first_instance) * self.data.sequence_length
-        return files.read_tokens(f, start, start + self.data.sequence_length, self.data)
+    def _instance_tokens(self, file_idx: int, local: int) -> np.ndarray:
+        """The tokens of instance `local` of file `file_idx`."""
+        start = local * self.data.sequence_length
+        return files.read_tokens(
+            self.files[file_idx], start, start + self.data.sequence_length, self.data
+        )
+
+    def instance_tokens(self, instance: int, stage: int = 0) -> np.ndarray:
+        """The tokens of a dataset instance (what OLMo-core's dataset[instance] returns)."""
+        fidx, local = self._place(np.asarray([instance]), np.asarray([stage]))
+        return self._instance_tokens(int(fidx[0]), int(local[0]))
 
     def _meta_columns(self, file_idx: np.ndarray, doc: np.ndarray) -> dict[str, list[str | None]]:
         names = self._meta_fields
@@ -406,36 +503,43 @@ class OlmoCoreReplayer:
             return pl.DataFrame(schema=schema | {c: pl.Utf8 for c in self.facets})
         return pl.concat(frames, how="diagonal_relaxed")
 
-    def _flagged_instances(self, docs: pl.DataFrame) -> np.ndarray:
-        """bool[dataset size]: instances that hold any token of the given documents."""
-        flagged = np.zeros(self.size, dtype=bool)
+    def _flagged_instances(self, docs: pl.DataFrame, stage: Stage) -> np.ndarray:
+        """bool[stage dataset size]: instances that hold any token of the given documents."""
+        flagged = np.zeros(stage.size, dtype=bool)
         seq = self.data.sequence_length
+        first = {f.path: int(a) for f, a in zip(stage.files, stage.instance_starts, strict=True)}
         known = docs.filter(pl.col("dataset").is_in(self.sources))
         for (name,), part in known.group_by(["dataset"]):
             fidx, doc = self._locate(str(name), part["doc_id"].cast(pl.Int64).to_numpy())
             for k in np.unique(fidx):
                 f = self.files[int(k)]
+                if f.path not in first:  # a file this stage does not read
+                    continue
                 ends = files.document_ends(f, self.data)
                 d = doc[fidx == k]
                 starts = np.where(d > 0, ends[np.maximum(d - 1, 0)], 0)
                 lo = starts // seq
                 hi = np.minimum((ends[d] - 1) // seq, f.instances - 1)
+                base = first[f.path]
                 for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
                     if a <= b:
-                        flagged[f.first_instance + a : f.first_instance + b + 1] = True
+                        flagged[base + a : base + b + 1] = True
         return flagged
 
     def exposure(self, docs: pl.DataFrame, first: int, last: int) -> pl.DataFrame:
         self._check_window(first, last)
-        flagged = self._flagged_instances(docs)
         its = np.arange(first, last + 1, dtype=np.int64)
         counts = np.zeros(len(its), dtype=np.int64)
-        epochs, batches = order.step_location(its, self.batches_per_epoch)
-        for e in np.unique(epochs):
-            rows = self.global_indices(int(e))[: self.batches_per_epoch * self.ipb]
-            per_batch = flagged[rows].reshape(self.batches_per_epoch, self.ipb).sum(axis=1)
-            sel = epochs == e
-            counts[sel] = per_batch[batches[sel]]
+        stage_no = self.stage_of(its)
+        for k in np.unique(stage_no):
+            stage = self.stages[int(k)]
+            flagged = self._flagged_instances(docs, stage)
+            in_stage = np.flatnonzero(stage_no == k)
+            epochs, batches = stage.location(its[in_stage])
+            for e in np.unique(epochs):
+                per_batch = flagged[self._grid(stage, int(e))].sum(axis=1)
+                sel = epochs == e
+                counts[in_stage[sel]] = per_batch[batches[sel]]
         return pl.DataFrame(
             {
                 "iteration": its,
@@ -448,7 +552,9 @@ class OlmoCoreReplayer:
         return {
             "format": "olmo-core",
             "config_hash": self.config.config_hash(),
-            "olmo_core_fingerprint": self.olmo_fingerprint,
+            "olmo_core_fingerprints": [
+                files.olmo_fingerprint(st.files, self.data) for st in self.stages
+            ],
             "files": [{"file": str(f.path), "size": f.size} for f in self.files],
         }
 

@@ -1,12 +1,13 @@
 """Iterate OLMo-core's own data loader and write what it yields (runs in .venv-olmo, not ours).
 
-Usage: python olmo_core_loader.py SPEC.json OUT.json
+Usage: python olmo_core_loader.py JOBS.json OUT.json   ({"jobs": [spec, ...]}, one interpreter)
 
 The training loop is the trainer's (olmo_core/train/trainer.py `_fit_epoch` / `fit`): per epoch
 `reshuffle(epoch)`, iterate, `global_step += 1` per batch, stop at `max_steps`, then `reset()`
 and the next epoch. Every DP rank is its own NumpyFSLDataLoader (dp_rank / dp_world_size), as
-in a distributed job. With "state_after" the data-loader state_dict() after that many steps is
-written; with "resume" a fresh loader restores that state (load_state_dict) and runs from it.
+in a distributed job. With "restart": {"after": k, "paths": [...]}, every rank's state_dict()
+after k steps is restored (load_state_dict) into a fresh job that runs on, over "paths" when
+given (then with ignore_fingerprint_mismatch: the library's way to restart on changed data).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def run_rank(ds: NumpyFSLDataset, spec: dict[str, Any], rank: int) -> dict[str, 
         fs_local_rank=0,
         num_workers=spec.get("num_workers", 0),
         num_threads=spec.get("num_threads"),
+        ignore_fingerprint_mismatch=spec.get("ignore_fingerprint_mismatch", False),
     )
     step, epoch = 0, 1
     if spec.get("resume") is not None:
@@ -74,7 +76,7 @@ def run_rank(ds: NumpyFSLDataset, spec: dict[str, Any], rank: int) -> dict[str, 
                     else None,
                 }
             )
-            if step == spec.get("state_after"):
+            if spec.get("restart") and step == spec["restart"]["after"]:
                 state_after = loader.state_dict()
             if step >= spec["max_steps"]:
                 break
@@ -84,17 +86,31 @@ def run_rank(ds: NumpyFSLDataset, spec: dict[str, Any], rank: int) -> dict[str, 
     return {"steps": steps, "state": state_after, "batches_per_epoch": loader.total_batches}
 
 
-def main() -> None:
-    spec = json.loads(open(sys.argv[1]).read())
+def run_job(spec: dict[str, Any]) -> dict[str, Any]:
     ds = build_dataset(spec)
-    out = {
+    out: dict[str, Any] = {
         "fingerprint": ds.fingerprint,
         "fingerprint_version": ds.fingerprint_version,
         "size": len(ds),
         "ranks": [run_rank(ds, spec, r) for r in range(spec["world_size"])],
     }
+    restart = spec.get("restart")
+    if restart is not None:  # a fresh job restored from the state after `after` steps
+        again = {
+            **spec,
+            "resume": [r["state"] for r in out["ranks"]],
+            "resume_step": restart["after"],
+            "paths": restart.get("paths") or spec["paths"],
+            "ignore_fingerprint_mismatch": bool(restart.get("paths")),
+        }
+        out["resumed"] = run_job({**again, "restart": None})
+    return out
+
+
+def main() -> None:
+    jobs = json.loads(open(sys.argv[1]).read())["jobs"]
     with open(sys.argv[2], "w") as handle:
-        json.dump(out, handle)
+        json.dump({"results": [run_job(job) for job in jobs]}, handle)
 
 
 if __name__ == "__main__":
