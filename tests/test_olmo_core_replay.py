@@ -263,3 +263,16 @@ def test_metadata_provenance_and_documents(run_dir, tmp_path):
         k = row["doc_id"]  # file 0 of its source: doc_id is the document number
         start = ends[k - 1] if k else 0
         assert int(row["loc"]) == k and row["token_end"] <= ends[k] - start
+
+
+def test_cache_is_reused_and_a_bad_entry_is_rebuilt(run_dir, tmp_path, _private_forensics_cache):
+    config_path, _ = _copy_run(run_dir, tmp_path, seq=32, ipb=8, seed=4, train_iters=30)
+    first = open_replayer(load_config(config_path)).replay(1, 30, progress=False)
+    root = _private_forensics_cache / "olmo-core"
+    entries = sorted(p.name for p in root.iterdir())
+    assert any(n.startswith("global_indices_") for n in entries)
+    assert sum(n.startswith("doc_ends-") for n in entries) == 3
+    for entry in root.iterdir():  # truncated entries: ignored, rebuilt, same answer
+        entry.write_bytes(entry.read_bytes()[:16])
+    again = open_replayer(load_config(config_path)).replay(1, 30, progress=False)
+    assert again.equals(first)

@@ -169,12 +169,22 @@ def _ends_from_metadata(f: TokenFile) -> np.ndarray:
 def document_ends(f: TokenFile, data: Any) -> np.ndarray:
     """Exclusive end token of every document of the file (file coordinates), the last = tokens."""
     if f._doc_ends is None:
-        if f.metadata is not None:
-            ends = _ends_from_metadata(f)
-        else:
-            ends = _ends_from_array(f, dtype_of(data.dtype), data.eos_token_id, data.bos_token_id)
-        if not len(ends) or ends[-1] < f.tokens:
-            ends = np.append(ends, f.tokens)  # the unterminated tail is a document too
+        from dataloaders.olmo_core import cache
+
+        source = f.metadata if f.metadata is not None else f.path
+        name = cache.doc_ends_name(
+            f.path, source, eos=data.eos_token_id, bos=data.bos_token_id, dtype=data.dtype
+        )
+        ends = cache.load_doc_ends(name)
+        if ends is None or not len(ends) or ends[-1] != f.tokens or np.any(np.diff(ends) <= 0):
+            if f.metadata is not None:
+                ends = _ends_from_metadata(f)
+            else:
+                dtype = dtype_of(data.dtype)
+                ends = _ends_from_array(f, dtype, data.eos_token_id, data.bos_token_id)
+            if not len(ends) or ends[-1] < f.tokens:
+                ends = np.append(ends, f.tokens)  # the unterminated tail is a document too
+            cache.save_doc_ends(name, ends)
         f._doc_ends = ends.astype(np.int64)
     return f._doc_ends
 
