@@ -276,3 +276,10 @@ def test_cache_is_reused_and_a_bad_entry_is_rebuilt(run_dir, tmp_path, _private_
         entry.write_bytes(entry.read_bytes()[:16])
     again = open_replayer(load_config(config_path)).replay(1, 30, progress=False)
     assert again.equals(first)
+
+
+def test_example_config_validates():
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "example-olmo-core.yaml")
+    assert config.data.format == "olmo-core"
+    assert config.training.global_batch_size == config.data.instances_per_batch
+    assert config.data.stage_start_iterations == [1]
