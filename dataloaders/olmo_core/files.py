@@ -7,10 +7,11 @@ file is its tokens [l * S, (l + 1) * S), and a file's tail shorter than an insta
 The files are raw arrays (Dolma's `.npy` naming, no NPY header) of `dtype` tokens.
 
 Documents are not part of the order, only of provenance: they are the spans of the Dolma metadata
-file beside a token file (`x.npy` -> `x.csv.gz`, rows `start,end,<fields>`: authoritative, as
-OLMo-core's `iter_document_indices` says) or, without one, EOS-terminated spans of the array (with
-a BOS id: an EOS followed by a BOS ends a document). Tokens after the last boundary form one more,
-unterminated document. doc_id numbers documents within a source, across its files in order.
+file beside a token file (`x.npy` -> `x.csv.gz`, rows `start,end,id,src,loc` as Dolma's
+tokenizer writes them, allenai/dolma 2cebbe26 python/dolma/tokenizer/data_types.py
+`MemmapMetadata`; authoritative, as OLMo-core's `iter_document_indices` says) or, without one,
+EOS-terminated spans of the array (with a BOS id: an EOS followed by a BOS ends a document).
+Tokens after the last boundary form one more, unterminated document.
 """
 
 from __future__ import annotations

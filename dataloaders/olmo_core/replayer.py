@@ -371,16 +371,12 @@ class OlmoCoreReplayer:
                     "position": (row % self.ipb).astype(np.int32),
                     "sample_index": (its[row // self.ipb] - 1) * self.ipb + row % self.ipb,
                     "stage": stage_of[row].astype(np.int32),
-                    "dataset": [self.files[int(k)].source for k in seg["file"]]
-                    if len(row)
-                    else pl.Series([], dtype=pl.Utf8),
+                    "dataset": self._names("source").gather(seg["file"]),
                     "dataset_sample": flat[row],
                     "doc_id": self._doc_ids(seg["file"], seg["doc"]),
                     "token_start": seg["token_start"],
                     "token_end": seg["token_end"],
-                    FILE_FACET: [str(self.files[int(k)].path) for k in seg["file"]]
-                    if len(row)
-                    else pl.Series([], dtype=pl.Utf8),
+                    FILE_FACET: self._names("path").gather(seg["file"]),
                 },
                 schema_overrides={"dataset": pl.Utf8, FILE_FACET: pl.Utf8},
             )
@@ -399,6 +395,10 @@ class OlmoCoreReplayer:
                 columns.append(MASK_COLUMN)
             advance()
         return table.select(columns)
+
+    def _names(self, attribute: str) -> pl.Series:
+        """A string attribute of every token file, to gather by file index."""
+        return pl.Series([str(getattr(f, attribute)) for f in self.files], dtype=pl.Utf8)
 
     def instance_mask(
         self, instances: np.ndarray, stages: np.ndarray | None = None, block: int = 256
