@@ -74,6 +74,34 @@ RUNS = {
 }
 
 
+def _planted(rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    """Arrays with a repeated pattern of random period, count and offset planted in noise (some
+    with several, some with none): the edges of find_periodic_sequences' row alignment."""
+    out = []
+    for _ in range(n):
+        length = int(rng.integers(20, 300))
+        arr = rng.integers(0, 50, size=length)
+        for _ in range(int(rng.integers(0, 3))):
+            period = int(rng.integers(1, 16))
+            times = int(rng.integers(2, 45))
+            run = np.tile(rng.integers(0, 50, size=period), times)[: length - 1]
+            at = int(rng.integers(0, length - len(run) + 1))
+            arr[at : at + len(run)] = run
+        out.append(arr)
+    return out
+
+
+_FILTER_RNG = np.random.default_rng(31)
+FILTER_CASES = [
+    ({"repetition_max_period": 13, "repetition_min_period": 1, "repetition_max_count": 32},
+     _planted(_FILTER_RNG, 150)),
+    ({"repetition_max_period": 7, "repetition_min_period": 2, "repetition_max_count": 5},
+     _planted(_FILTER_RNG, 150)),
+    ({"repetition_max_period": 15, "repetition_min_period": 3, "repetition_max_count": 3},
+     _planted(_FILTER_RNG, 150)),
+]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three token files in two sources (plus one for the changed-data restart); web-0 has Dolma
@@ -107,7 +135,12 @@ def oracle(run_dir: Path) -> dict[str, dict]:
         if "restart" in extra and "paths" in extra["restart"]:
             spec["restart"] = {**extra["restart"], "paths": [str(run_dir / p) for p in NEW_FILES]}
         jobs.append(spec)
-    return dict(zip(RUNS, run_oracle(jobs, run_dir), strict=True))
+    for params, arrays in FILTER_CASES:
+        jobs.append({"instance_filter": params, "filter_arrays": [a.tolist() for a in arrays]})
+    results = run_oracle(jobs, run_dir)
+    return dict(
+        zip([*RUNS, *(f"filter-{k}" for k in range(len(FILTER_CASES)))], results, strict=True)
+    )
 
 
 def _check_against_oracle(config_path: Path, out: dict, first: int, last: int) -> pl.DataFrame:
@@ -283,3 +316,27 @@ def test_example_config_validates():
     assert config.data.format == "olmo-core"
     assert config.training.global_batch_size == config.data.instances_per_batch
     assert config.data.stage_start_iterations == [1]
+
+
+@pytest.mark.parametrize("case", range(len(FILTER_CASES)))
+def test_instance_filter_matches_the_library(oracle, case):
+    """Our vectorised repeated n-gram filter against OLMo-core's `_validate_instance` on arrays
+    of every length with planted repeats (numpy_dataset.py `_validate_instance`, utils.py
+    `find_periodic_sequences`)."""
+    from dataloaders.olmo_core.repetition import masked_instances
+
+    params, arrays = FILTER_CASES[case]
+    want = [not v for v in oracle[f"filter-{case}"]["valid"]]
+    got = [
+        bool(
+            masked_instances(
+                a[None, :],
+                max_period=params["repetition_max_period"],
+                min_period=params["repetition_min_period"],
+                max_count=params["repetition_max_count"],
+            )[0]
+        )
+        for a in arrays
+    ]
+    assert got == want
+    assert 0 < sum(want) < len(want), "the cases hit both outcomes"

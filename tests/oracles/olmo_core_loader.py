@@ -86,7 +86,21 @@ def run_rank(ds: NumpyFSLDataset, spec: dict[str, Any], rank: int) -> dict[str, 
     return {"steps": steps, "state": state_after, "batches_per_epoch": loader.total_batches}
 
 
+def filter_job(spec: dict[str, Any]) -> dict[str, Any]:
+    """The library's own instance filter (NumpyDatasetBase._validate_instance) on raw arrays."""
+    import torch
+
+    flt = InstanceFilterConfig(**spec["instance_filter"])
+    ds = NumpyFSLDataset(
+        __file__, sequence_length=1, pad_token_id=1, eos_token_id=0, vocab_size=1000
+    )  # only for its _validate_instance method; the path is never read
+    valid = [ds._validate_instance(torch.tensor(a), flt) for a in spec["filter_arrays"]]
+    return {"valid": valid}
+
+
 def run_job(spec: dict[str, Any]) -> dict[str, Any]:
+    if "filter_arrays" in spec:
+        return filter_job(spec)
     ds = build_dataset(spec)
     out: dict[str, Any] = {
         "fingerprint": ds.fingerprint,
