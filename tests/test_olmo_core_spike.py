@@ -114,6 +114,12 @@ def test_spike_blames_the_source_added_at_the_restart(tmp_path, monkeypatch):
     assert olmo["python"].startswith("steps_to_skip=[StepSkipRange(start=")
     assert skip["fingerprint"]["format"] == "olmo-core"
     assert "StepSkipRange" in (out / "megatron_args.txt").read_text()
+    check = CliRunner().invoke(app, ["check-skip", str(out / "skip.json"), "--config", str(config)])
+    assert check.exit_code == 0, check.output
+    skip["olmo_core"]["steps_to_skip"][0]["stop"] += 1  # an edited range is refused
+    (out / "skip.json").write_text(json.dumps(skip))
+    check = CliRunner().invoke(app, ["check-skip", str(out / "skip.json"), "--config", str(config)])
+    assert check.exit_code != 0 and "olmo_core" in str(check.exception)
 
 
 @pytest.mark.parametrize("ranges", [[(5, 5)], [(3, 7), (10, 12)], []])
