@@ -91,8 +91,16 @@ def main() -> None:
         with open(out, "rb") as handle:
             batch = pickle.load(handle)
         dumps[s] = {"index": batch["index"].tolist(), "input_ids": batch["input_ids"].tolist()}
+    import olmo_core.version
+
+    versions = {"torch": torch.__version__, "olmo_core": olmo_core.version.VERSION}
     json.dump(
-        {"state": state, "paths": [str(p) for p in dataset.paths], "dumps": dumps},
+        {
+            "state": state,
+            "paths": [str(p) for p in dataset.paths],
+            "dumps": dumps,
+            "versions": versions,
+        },
         open(result_path, "w"),
     )
 
