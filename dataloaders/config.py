@@ -421,6 +421,17 @@ class RunConfig(StrictModel):
     log: Path | None = None  # the training log, to overlay the loss on the report
     source: Path | None = Field(default=None, exclude=True)  # where this config was read from
 
+    @model_validator(mode="before")
+    @classmethod
+    def _olmo_core_trainer(cls, raw: Any) -> Any:
+        """An OLMo-core data loader is read by OLMo-core's trainer: its skip flags are
+        StepSkipRange, so training.trainer defaults to olmo-core for `format: olmo-core`."""
+        if isinstance(raw, dict) and isinstance(raw.get("data"), dict):
+            training = raw.get("training")
+            if raw["data"].get("format") == "olmo-core" and isinstance(training, dict):
+                raw = {**raw, "training": {"trainer": "olmo-core", **training}}
+        return raw
+
     def config_hash(self) -> str:
         """A stable hash of everything that determines the data order (not paths' spelling)."""
         payload = self.model_dump(mode="json", exclude={"source", "log", "name"})

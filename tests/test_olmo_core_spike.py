@@ -1,7 +1,7 @@
 """`forensics spike` end to end on a generated OLMo-core run: the job restarts at iteration 61 on
 changed data (a new `forum` source of mojibake pages added, OLMo-core's
 ignore_fingerprint_mismatch), the loss spikes in the new data stage; the spike must blame the
-forum source and write StepSkipRange entries that skip the iterations that drew it.
+forum source and write the StepSkipRange flag that skips the iterations that drew it.
 
 The data-loader state of the restart and where the forum instances land come from iterating the
 real library (ai2-olmo-core, tests/oracles/olmo_core_loader.py), not from our replay.
@@ -15,10 +15,10 @@ import random
 from pathlib import Path
 
 import numpy as np
-import pytest
 from olmo_core_run import config_dict, oracle_spec, run_oracle, write_config
 
-from forensics.skip import expand, parse_olmo_core
+from dataloaders.trainer_loops import parse_skip_flag
+from forensics.skip import expand
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -109,27 +109,17 @@ def test_spike_blames_the_source_added_at_the_restart(tmp_path, monkeypatch):
     skipped = set(expand(skip["iterations"]))
     in_window = [i for i in hit if step - window < i <= step]
     assert set(in_window) <= skipped
-    olmo = skip["olmo_core"]
-    assert parse_olmo_core(olmo["steps_to_skip"]) == skipped
-    assert olmo["python"].startswith("steps_to_skip=[StepSkipRange(start=")
+    assert skip["trainer"] == "olmo-core"  # the default for an olmo-core data loader
+    flag = skip["flags"]["olmo-core"]["flag"]
+    assert flag.startswith("steps_to_skip=[StepSkipRange(start=")
+    steps = parse_skip_flag("olmo-core", flag)
+    assert {i for a, b in steps for i in range(a, b)} == skipped  # stop exclusive
     assert skip["fingerprint"]["format"] == "olmo-core"
     assert "StepSkipRange" in (out / "megatron_args.txt").read_text()
     check = CliRunner().invoke(app, ["check-skip", str(out / "skip.json"), "--config", str(config)])
     assert check.exit_code == 0, check.output
-    skip["olmo_core"]["steps_to_skip"][0]["stop"] += 1  # an edited range is refused
+    a, b = steps[0]  # an edited range is refused
+    skip["flags"]["olmo-core"]["flag"] = flag.replace(f"stop={b})", f"stop={b + 1})", 1)
     (out / "skip.json").write_text(json.dumps(skip))
     check = CliRunner().invoke(app, ["check-skip", str(out / "skip.json"), "--config", str(config)])
-    assert check.exit_code != 0 and "olmo_core" in str(check.exception)
-
-
-@pytest.mark.parametrize("ranges", [[(5, 5)], [(3, 7), (10, 12)], []])
-def test_step_skip_ranges_follow_the_trainer_loop(ranges):
-    """StepSkipRange(start, stop): the trainer skips `start <= global_step < stop` (allenai/
-    OLMo-core fa6c5014, src/olmo_core/train/trainer.py `_fit_epoch`, common.py:275-281)."""
-    from forensics.skip import olmo_core_steps_to_skip
-
-    steps = olmo_core_steps_to_skip(ranges)
-    trainer_skips = {
-        step for step in range(1, 20) if any(r["start"] <= step < r["stop"] for r in steps)
-    }
-    assert trainer_skips == set(expand(ranges))
+    assert check.exit_code != 0 and "olmo-core" in str(check.exception)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics.errors import ForensicsError
+from dataloaders.errors import ForensicsError
 
 # OLMo-core's dataset fingerprint format (NumpyDatasetBase.fingerprint_version).
 FINGERPRINT_VERSION = "v2.0"

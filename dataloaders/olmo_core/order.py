@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from forensics.errors import ForensicsError
+from dataloaders.errors import ForensicsError
 
 
 def global_indices_name(

@@ -33,9 +33,10 @@ import numpy as np
 import polars as pl
 
 from dataloaders.base import REPLAY_KEY_COLUMNS
+from dataloaders.errors import ForensicsError
 from dataloaders.olmo_core import cache, files, order
 from dataloaders.olmo_core.repetition import masked_instances
-from forensics.errors import ForensicsError
+from dataloaders.schedule import Schedule
 
 FILE_FACET = "file"
 MASK_COLUMN = "instance_masked"
@@ -104,6 +105,16 @@ class OlmoCoreReplayer:
             raise ForensicsError(f"{self._where}olmo-core runs give restarts in data.resumes")
         if training.rampup_batch_size is not None:
             raise ForensicsError(f"{self._where}rampup_batch_size is not supported for olmo-core")
+        if training.trainer != "olmo-core":
+            raise ForensicsError(
+                f"{self._where}training.trainer {training.trainer!r}: an olmo-core data loader "
+                "is read by OLMo-core's trainer (training.trainer: olmo-core)"
+            )
+        if training.micro_batch_size != 1 or training.data_parallel_size != 1:
+            raise ForensicsError(
+                f"{self._where}olmo-core runs give ranks in data.dp_world_size (leave "
+                "training.micro_batch_size and data_parallel_size at 1)"
+            )
         target = data.max_target_sequence_length
         self.chunk = target // data.sequence_length if target is not None else 1
         known: dict[Path, files.TokenFile] = {}
@@ -130,6 +141,9 @@ class OlmoCoreReplayer:
             seen[f.source] = seen.get(f.source, 0) + 1
         self.size = self.stages[0].size
         self.batches_per_epoch = self.stages[0].batches_per_epoch
+        # Global steps and samples, and the steps an earlier restart's steps_to_skip drew but
+        # did not train (training.applied_skips, replayed through OLMo-core's loop).
+        self.schedule = Schedule(training, data.stage_start_iterations)
 
     def _new_stage(
         self, number: int, start: int, tokens: list[files.TokenFile], abs0: int
@@ -371,6 +385,7 @@ class OlmoCoreReplayer:
                     "position": (row % self.ipb).astype(np.int32),
                     "sample_index": (its[row // self.ipb] - 1) * self.ipb + row % self.ipb,
                     "stage": stage_of[row].astype(np.int32),
+                    "skipped": self.schedule.skipped[its[row // self.ipb]],
                     "dataset": self._names("source").gather(seg["file"]),
                     "dataset_sample": flat[row],
                     "doc_id": self._doc_ids(seg["file"], seg["doc"]),
@@ -382,7 +397,7 @@ class OlmoCoreReplayer:
             )
             for name, values in self._meta_columns(seg["file"], seg["doc"]).items():
                 table = table.with_columns(pl.Series(name, values, dtype=pl.Utf8))
-            columns = [*REPLAY_KEY_COLUMNS, *self.facets]
+            columns = [*REPLAY_KEY_COLUMNS, "skipped", *self.facets]
             if text:
                 texts = self._decode(seg)
                 table = table.with_columns(pl.Series("text", texts, dtype=pl.Utf8))
