@@ -386,3 +386,25 @@ def test_exposure_counts_what_the_replay_table_holds(run_dir, oracle):
     merged = got.join(want, on="iteration", how="left").with_columns(pl.col("len").fill_null(0))
     assert (merged["flagged_samples"] == merged["len"]).all()
     assert merged["len"].sum() > 0 and (got["samples"] == 9).all()
+
+
+def test_applied_steps_to_skip_mark_rows_but_keep_the_order(run_dir, tmp_path):
+    """An earlier restart with steps_to_skip drew those batches without training on them
+    (OLMo-core's trainer fetches the batch before testing the range): same order, rows marked."""
+    config_path, config = _copy_run(run_dir, tmp_path, seq=32, ipb=8, seed=8, train_iters=30)
+    plain = open_replayer(load_config(config_path)).replay(1, 30, progress=False)
+    config["training"]["applied_skips"] = [
+        {
+            "trainer": "olmo-core",
+            "resume_from": 10,
+            "flag": "steps_to_skip=[StepSkipRange(start=12, stop=14)]",
+        }
+    ]
+    skipped = open_replayer(load_config(write_config(tmp_path, config, "skips.yaml")))
+    table = skipped.replay(1, 30, progress=False)
+    assert table.drop("skipped").equals(plain.drop("skipped"))
+    assert sorted(table.filter("skipped")["iteration"].unique()) == [12, 13]
+    assert load_config(config_path).training.trainer == "olmo-core"
+    config["training"]["trainer"] = "megatron-lm"
+    with pytest.raises(ForensicsError, match="training.trainer 'megatron-lm'"):
+        open_replayer(load_config(write_config(tmp_path, config, "wrong.yaml")))
