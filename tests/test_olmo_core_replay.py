@@ -408,3 +408,17 @@ def test_applied_steps_to_skip_mark_rows_but_keep_the_order(run_dir, tmp_path):
     config["training"]["trainer"] = "megatron-lm"
     with pytest.raises(ForensicsError, match="training.trainer 'megatron-lm'"):
         open_replayer(load_config(write_config(tmp_path, config, "wrong.yaml")))
+
+
+def test_a_saved_global_indices_file_of_another_size_is_refused(run_dir, tmp_path):
+    from dataloaders.olmo_core.order import global_indices_name
+
+    config_path, config = _copy_run(run_dir, tmp_path, seq=32, ipb=8, seed=9, train_iters=10)
+    size = open_replayer(load_config(config_path)).size
+    config["data"]["work_dir"] = "work"
+    (tmp_path / "work").mkdir()
+    name = global_indices_name(seed=9, epoch=1, dataset_size=size, chunk=1)
+    np.arange(size - 1, dtype=np.uint32).tofile(tmp_path / "work" / name)  # one index short
+    replayer = open_replayer(load_config(write_config(tmp_path, config, "saved.yaml")))
+    with pytest.raises(ForensicsError, match=f"{name}: .* expected {size * 4}"):
+        replayer.replay(1, 10, progress=False)

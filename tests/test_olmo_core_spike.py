@@ -23,8 +23,8 @@ from forensics.skip import expand
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 SEQ, IPB, WORLD, SEED = 64, 12, 2, 17
-RESTART, TRAIN_ITERS = 61, 120
-DOCS = 150
+RESTART, TRAIN_ITERS = 61, 90
+DOCS = 100
 
 
 def _pages(folder: Path) -> tuple[dict[str, list[str]], object]:
