@@ -466,7 +466,7 @@ class OlmoCoreReplayer:
 
     @cached_property
     def _tokenizer(self) -> Any:
-        from forensics.tokenizer import load_tokenizer
+        from dataloaders.tokenizer import load_tokenizer
 
         if self.config.tokenizer is None:
             raise ForensicsError(
