@@ -45,6 +45,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dataloaders.base import RESERVED_COLUMNS
 from dataloaders.errors import ForensicsError
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
@@ -278,6 +279,13 @@ class OlmoCoreData(StrictModel):
         names = [s.name for s in self.sources]
         if len(set(names)) != len(names):
             raise ValueError(f"data.sources names must be unique, got {names}")
+        taken = RESERVED_COLUMNS | {"file", "instance_masked"}
+        clash = sorted(set(self.metadata_fields) & taken)
+        if clash or len(set(self.metadata_fields)) != len(self.metadata_fields):
+            raise ValueError(
+                f"data.metadata_fields must be distinct names that are not replay columns, got "
+                f"{self.metadata_fields} ({', '.join(clash) or 'repeated'})"
+            )
         seq, target = self.sequence_length, self.max_target_sequence_length
         if target is not None and (target < seq or target % seq):
             raise ValueError(

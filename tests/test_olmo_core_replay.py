@@ -422,3 +422,10 @@ def test_a_saved_global_indices_file_of_another_size_is_refused(run_dir, tmp_pat
     replayer = open_replayer(load_config(write_config(tmp_path, config, "saved.yaml")))
     with pytest.raises(ForensicsError, match=f"{name}: .* expected {size * 4}"):
         replayer.replay(1, 10, progress=False)
+
+
+@pytest.mark.parametrize("fields", [["id", "text"], ["dataset"], ["id", "id"], ["file"]])
+def test_metadata_fields_cannot_replace_replay_columns(tmp_path, fields):
+    config = config_dict(SOURCES, seq=32, ipb=8, seed=1, train_iters=10, metadata_fields=fields)
+    with pytest.raises(ForensicsError, match="metadata_fields"):
+        load_config(write_config(tmp_path, config))
