@@ -123,3 +123,27 @@ def test_spike_blames_the_source_added_at_the_restart(tmp_path, monkeypatch):
     (out / "skip.json").write_text(json.dumps(skip))
     check = CliRunner().invoke(app, ["check-skip", str(out / "skip.json"), "--config", str(config)])
     assert check.exit_code != 0 and "olmo-core" in str(check.exception)
+
+
+def test_replay_text_is_the_decoded_document_piece(tmp_path, monkeypatch):
+    """`replay --text` pieces decode to the documents' own text, cut at instance boundaries
+    (a run without the oracle: the order is tested elsewhere; here the tokens -> text path)."""
+    from forensics.config import load_config
+    from forensics.replay import open_replayer
+
+    monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))
+    texts, tok = _pages(tmp_path)
+    ids = [tok.encode(t).ids + [0] for t in texts["web"][:40]]
+    np.concatenate([np.asarray(i, dtype=np.uint16) for i in ids]).tofile(tmp_path / "web.npy")
+    config = config_dict({"web": ["web.npy"]}, seq=SEQ, ipb=4, seed=1, train_iters=5)
+    config["data"]["vocab_size"] = 3000
+    config["tokenizer"] = "tokenizer.json"
+    replayer = open_replayer(load_config(write_config(tmp_path, config)))
+    table = replayer.replay(1, 5, text=True, progress=False)
+    for row in table.iter_rows(named=True):
+        doc = ids[row["doc_id"]]  # one file: doc_id is the document number
+        want = tok.decode(doc[row["token_start"] : row["token_end"]], skip_special_tokens=False)
+        assert row["text"] == want
+    whole = replayer.documents(table.select("dataset", "doc_id").unique(), progress=False)
+    for row in whole.iter_rows(named=True):
+        assert row["text"] == tok.decode(ids[row["doc_id"]], skip_special_tokens=False)
