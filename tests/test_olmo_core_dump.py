@@ -2,13 +2,14 @@
 
 The script (allenai/OLMo-core fa6c5014c9f6e9ee789da2d9c20d5126fee8df0d, copied verbatim into
 tests/oracles/upstream/) rebuilds the dataset from a checkpoint's config.json, verifies the
-fingerprint in train/rank0.pt, and returns `data_loader[step]` (dump_training_batch.py:233) of a
-one-rank NumpyFSLDataLoader reshuffled for the checkpoint's epoch. `__getitem__` indexes the
-epoch's global-indices rows from 0 (data_loader.py:692-718), while the trainer's step counter is
-1-based and counts across epochs (train/trainer.py `_fit_epoch`: `global_step += 1` before the
-step). So `--step s` returns the batch of trainer step (epoch - 1) * batches_per_epoch + s + 1,
-with the instances in global-row order (column c of the row: rank c % W's (c // W)-th instance).
-The test holds our replay to exactly that, on a run with 2 DP ranks resumed in epoch 2.
+fingerprint in train/rank0.pt, and returns `data_loader[step]` (dump_training_batch.py:221-229)
+of a one-rank NumpyFSLDataLoader reshuffled for the checkpoint's epoch. `__getitem__` indexes
+the epoch's global-indices rows from 0 (data_loader.py:692-718), while the trainer's step counter
+is 1-based and counts across epochs (train/trainer.py:1466-1479 `_fit_epoch`: `global_step += 1`
+before the step). So `--step s` returns the batch of trainer step
+(epoch - 1) * batches_per_epoch + s + 1, with the instances in global-row order (column c of the
+row: rank c % W's (c // W)-th instance). The test holds our replay to exactly that, on a run with
+2 DP ranks resumed in epoch 2.
 """
 
 from __future__ import annotations
