@@ -45,6 +45,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dataloaders.base import RESERVED_COLUMNS
 from dataloaders.errors import ForensicsError
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
@@ -222,7 +223,110 @@ class HFData(StrictModel):
         return self.per_device_batch_size * self.world_size
 
 
-DataConfig = Annotated[MegatronData | HFData, Field(discriminator="format")]
+class OlmoCoreSource(StrictModel):
+    """Token files of one named source (the `dataset` column). OLMo-core concatenates every
+    source's paths in config order into one NumpyFSLDataset; the grouping is ours, for blame."""
+
+    name: str
+    paths: list[Path] = Field(min_length=1)  # raw token arrays (Dolma `.npy`), in run order
+
+
+class OlmoCoreInstanceFilter(StrictModel):
+    """OLMo-core's InstanceFilterConfig: an instance with a 1..max_period-token pattern repeated at
+    least max_count times is masked out of the loss (it is still drawn)."""
+
+    repetition_max_period: int = Field(default=13, gt=0)
+    repetition_min_period: int = Field(default=1, gt=0)
+    repetition_max_count: int = Field(default=32, gt=0)
+
+
+class OlmoCoreResume(StrictModel):
+    """A restart at iteration `iteration` (the first step after it) from a checkpoint whose
+    data-loader state is `state`: a JSON file of `NumpyDataLoaderBase.state_dict()`, or the
+    trainer's `train/rank0.pt`. Replay checks it against the config instead of trusting it."""
+
+    iteration: int = Field(ge=2)
+    state: Path
+    # The run restarted on other data (OLMo-core's ignore_fingerprint_mismatch): from this
+    # iteration on, these sources replace data.sources; the loader keeps the state's epoch and
+    # batches processed, over the new dataset's order.
+    sources: list[OlmoCoreSource] | None = None
+
+
+class OlmoCoreData(StrictModel):
+    """An OLMo-core NumpyFSLDataset + NumpyFSLDataLoader run (see dataloaders/olmo_core)."""
+
+    format: Literal["olmo-core"]
+    sources: list[OlmoCoreSource] = Field(min_length=1)
+    sequence_length: int = Field(gt=0)
+    max_target_sequence_length: int | None = Field(default=None, gt=0)
+    dtype: Literal["uint8", "uint16", "uint32", "uint64"] = "uint16"
+    eos_token_id: int = Field(ge=0)
+    pad_token_id: int = Field(ge=0)
+    vocab_size: int = Field(gt=0)
+    bos_token_id: int | None = Field(default=None, ge=0)
+    global_batch_size: int = Field(gt=0)  # in TOKENS, as NumpyDataLoaderConfig.global_batch_size
+    seed: int
+    shuffle: bool = True
+    dp_world_size: int = Field(default=1, gt=0)
+    work_dir: Path | None = None  # where the run saved global_indices_*.npy (read when present)
+    metadata_fields: list[str] = Field(default_factory=lambda: ["id", "src", "loc"])
+    instance_filter: OlmoCoreInstanceFilter | None = None
+    resumes: list[OlmoCoreResume] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OlmoCoreData:
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"data.sources names must be unique, got {names}")
+        taken = RESERVED_COLUMNS | {"file", "instance_masked"}
+        clash = sorted(set(self.metadata_fields) & taken)
+        if clash or len(set(self.metadata_fields)) != len(self.metadata_fields):
+            raise ValueError(
+                f"data.metadata_fields must be distinct names that are not replay columns, got "
+                f"{self.metadata_fields} ({', '.join(clash) or 'repeated'})"
+            )
+        seq, target = self.sequence_length, self.max_target_sequence_length
+        if target is not None and (target < seq or target % seq):
+            raise ValueError(
+                f"max_target_sequence_length {target} must be a multiple of sequence_length {seq}"
+            )
+        if self.global_batch_size % seq:
+            raise ValueError(
+                f"global_batch_size {self.global_batch_size} tokens is not a multiple of "
+                f"sequence_length {seq}"
+            )
+        per_rank = self.global_batch_size // self.dp_world_size
+        if self.global_batch_size % self.dp_world_size or per_rank % seq:
+            raise ValueError(
+                f"global_batch_size {self.global_batch_size} tokens does not split into whole "
+                f"instances over dp_world_size {self.dp_world_size} (OLMo-core refuses it too)"
+            )
+        iters = [r.iteration for r in self.resumes]
+        if iters != sorted(set(iters)):
+            raise ValueError(f"data.resumes must be in increasing iteration order, got {iters}")
+        paths: dict[str, list[Path]] = {}
+        for sources in [self.sources] + [r.sources for r in self.resumes if r.sources]:
+            for src in sources:
+                if paths.setdefault(src.name, list(src.paths)) != list(src.paths):
+                    raise ValueError(
+                        f"source {src.name!r} has other paths in another data stage: give the "
+                        "changed source a new name (documents are named by source and file)"
+                    )
+        return self
+
+    @property
+    def stage_start_iterations(self) -> list[int]:
+        """First iteration of each data stage (a resume with new sources starts one)."""
+        return [1] + [r.iteration for r in self.resumes if r.sources]
+
+    @property
+    def instances_per_batch(self) -> int:
+        """Instances per global batch (OLMo-core counts the batch in tokens)."""
+        return self.global_batch_size // self.sequence_length
+
+
+DataConfig = Annotated[MegatronData | HFData | OlmoCoreData, Field(discriminator="format")]
 
 
 class Resume(StrictModel):
@@ -325,6 +429,17 @@ class RunConfig(StrictModel):
     log: Path | None = None  # the training log, to overlay the loss on the report
     source: Path | None = Field(default=None, exclude=True)  # where this config was read from
 
+    @model_validator(mode="before")
+    @classmethod
+    def _olmo_core_trainer(cls, raw: Any) -> Any:
+        """An OLMo-core data loader is read by OLMo-core's trainer: its skip flags are
+        StepSkipRange, so training.trainer defaults to olmo-core for `format: olmo-core`."""
+        if isinstance(raw, dict) and isinstance(raw.get("data"), dict):
+            training = raw.get("training")
+            if raw["data"].get("format") == "olmo-core" and isinstance(training, dict):
+                raw = {**raw, "training": {"trainer": "olmo-core", **training}}
+        return raw
+
     def config_hash(self) -> str:
         """A stable hash of everything that determines the data order (not paths' spelling)."""
         payload = self.model_dump(mode="json", exclude={"source", "log", "name"})
@@ -357,8 +472,10 @@ def _resolve_paths(raw: Any, base: Path) -> Any:
         "tokenizer_merges",
         "checkpoint_dir",
         "log",
+        "work_dir",
+        "state",
     }
-    path_list_keys = {"files", "data_files"}
+    path_list_keys = {"files", "data_files", "paths"}
     if isinstance(raw, dict):
         out = {}
         for key, value in raw.items():

@@ -26,6 +26,10 @@ def open_replayer(config: RunConfig) -> Replayer:
         from dataloaders.hf import open_hf_replayer
 
         return open_hf_replayer(config)
+    if fmt == "olmo-core":
+        from dataloaders.olmo_core import open_olmo_core_replayer
+
+        return open_olmo_core_replayer(config)
     raise ForensicsError(f"unknown data.format {fmt!r}")
 
 

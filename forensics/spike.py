@@ -95,7 +95,10 @@ class SpikeResult:
 
 
 def stage_starts(config: RunConfig) -> list[int]:
-    """First iteration of each data stage (Megatron configs; [1] otherwise)."""
+    """First iteration of each data stage (Megatron and OLMo-core configs; [1] otherwise)."""
+    starts = getattr(config.data, "stage_start_iterations", None)
+    if starts:
+        return list(starts)
     stages = getattr(config.data, "data_stages", None)
     return [s.start_iteration for s in stages] if stages else [1]
 

@@ -1,0 +1,599 @@
+"""The Replayer for OLMo-core runs (see dataloaders/base.py for the table it returns).
+
+Iteration i (the trainer's 1-based `global_step`) consumed row (i - 1) % B of epoch
+(i - 1) // B + 1's global indices (B = batches per epoch = dataset instances // instances per
+batch); dataloaders/olmo_core/order.py has the details and the position convention. Each instance
+is S consecutive tokens of one token file; its rows in the table are the documents it overlaps
+(dataloaders/olmo_core/files.py says what a document is).
+
+Columns beyond the shared ones: `file` (the token file), the Dolma metadata fields when the run
+has them, and `instance_masked` when the config has an instance filter (True: OLMo-core's
+repeated n-gram filter masked this instance out of the loss; it was still drawn).
+
+doc_id = (file number within its source) * 2**40 + (document number within the file): finding a
+document never needs the other files of a source scanned (a real run has thousands of them).
+
+Data stages: a restart on other data (OLMo-core's `ignore_fingerprint_mismatch`, a resume with
+`sources`) keeps the state's epoch and `batches_processed = tokens_processed // batch tokens` and
+continues over the NEW dataset's global indices (data_loader.py load_state_dict and
+_get_local_instance_indices); `stage` is that stage's number and `dataset_sample` the instance
+index in its dataset. An epoch whose batches are already all processed yields nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from dataloaders.base import REPLAY_KEY_COLUMNS
+from dataloaders.errors import ForensicsError
+from dataloaders.olmo_core import cache, files, order
+from dataloaders.olmo_core.repetition import masked_instances
+from dataloaders.schedule import Schedule
+
+FILE_FACET = "file"
+MASK_COLUMN = "instance_masked"
+DOC_SHIFT = 40  # doc_id = file_in_source << 40 | document number in the file
+
+
+@contextmanager
+def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
+    """A rich progress bar on stderr (a no-op callable when disabled)."""
+    if not enabled:
+        yield lambda n=1: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n=1: bar.advance(task, n)
+
+
+class Stage:
+    """One dataset of the run and where in its order the run entered it."""
+
+    def __init__(self, number: int, start: int, tokens: list[files.TokenFile], abs0: int):
+        self.number = number
+        self.start = start  # first iteration of the stage
+        self.files = tokens
+        counts = np.asarray([f.instances for f in tokens], dtype=np.int64)
+        self.instance_starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self.size = int(counts.sum())
+        self.abs0 = abs0  # batches of this dataset's order consumed before the stage's start
+        self.batches_per_epoch = 0
+        self.epochs: dict[int, np.ndarray] = {}
+
+    def file_of(self, instances: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.instance_starts, instances, side="right") - 1
+
+    def location(self, iterations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(epoch 1-based, batch in the epoch) of iterations of this stage."""
+        absolute = self.abs0 + np.asarray(iterations, dtype=np.int64) - self.start
+        return absolute // self.batches_per_epoch + 1, absolute % self.batches_per_epoch
+
+
+class OlmoCoreReplayer:
+    """Replays an OLMo-core NumpyFSLDataset / NumpyFSLDataLoader run from its RunConfig."""
+
+    def __init__(self, config: Any):
+        self.config = config
+        self.data = data = config.data
+        self._where = f"{config.source}: " if config.source else ""
+        training = config.training
+        self.ipb = data.instances_per_batch
+        if training.global_batch_size != self.ipb:
+            raise ForensicsError(
+                f"{self._where}training.global_batch_size {training.global_batch_size} != "
+                f"data.global_batch_size / data.sequence_length = {self.ipb} instances"
+            )
+        if training.resumes:
+            raise ForensicsError(f"{self._where}olmo-core runs give restarts in data.resumes")
+        if training.rampup_batch_size is not None:
+            raise ForensicsError(f"{self._where}rampup_batch_size is not supported for olmo-core")
+        if training.trainer != "olmo-core":
+            raise ForensicsError(
+                f"{self._where}training.trainer {training.trainer!r}: an olmo-core data loader "
+                "is read by OLMo-core's trainer (training.trainer: olmo-core)"
+            )
+        if training.micro_batch_size != 1 or training.data_parallel_size != 1:
+            raise ForensicsError(
+                f"{self._where}olmo-core runs give ranks in data.dp_world_size (leave "
+                "training.micro_batch_size and data_parallel_size at 1)"
+            )
+        target = data.max_target_sequence_length
+        self.chunk = target // data.sequence_length if target is not None else 1
+        known: dict[Path, files.TokenFile] = {}
+        first = files.open_token_files(data.sources, data, self._where, known)
+        self.stages = [self._new_stage(0, 1, first, 0)]
+        for resume in data.resumes:
+            state = self._check_resume(resume)
+            if resume.sources:
+                tokens = files.open_token_files(resume.sources, data, self._where, known)
+                done = int(state["tokens_processed"]) // data.global_batch_size
+                stage = self._new_stage(len(self.stages), resume.iteration, tokens, 0)
+                epoch = int(state["epoch"])
+                if done >= stage.batches_per_epoch:  # that epoch has nothing left: the next one
+                    epoch, done = epoch + 1, 0
+                stage.abs0 = (epoch - 1) * stage.batches_per_epoch + done
+                self.stages.append(stage)
+        self.files = list(known.values())
+        self.sources = list(dict.fromkeys(f.source for f in self.files))
+        self._file_index = {f.path: i for i, f in enumerate(self.files)}
+        self._file_in_source: list[int] = []
+        seen: dict[str, int] = {}
+        for f in self.files:
+            self._file_in_source.append(seen.get(f.source, 0))
+            seen[f.source] = seen.get(f.source, 0) + 1
+        self.size = self.stages[0].size
+        self.batches_per_epoch = self.stages[0].batches_per_epoch
+        # Global steps and samples, and the steps an earlier restart's steps_to_skip drew but
+        # did not train (training.applied_skips, replayed through OLMo-core's loop).
+        self.schedule = Schedule(training, data.stage_start_iterations)
+
+    def _new_stage(
+        self, number: int, start: int, tokens: list[files.TokenFile], abs0: int
+    ) -> Stage:
+        stage = Stage(number, start, tokens, abs0)
+        stage.batches_per_epoch = stage.size // self.ipb
+        if stage.batches_per_epoch == 0:
+            raise ForensicsError(
+                f"{self._where}the token files of data stage {number} hold {stage.size} "
+                f"instances, fewer than one global batch of {self.ipb}"
+            )
+        return stage
+
+    # ------------------------------------------------------------------ order
+
+    @property
+    def olmo_fingerprint(self) -> str:
+        """The dataset fingerprint OLMo-core stores in its data-loader state (first stage)."""
+        return files.olmo_fingerprint(self.stages[0].files, self.data)
+
+    def global_indices(self, epoch: int, stage: int = 0) -> np.ndarray:
+        """The epoch's instance permutation: the run's saved file when present, else rebuilt."""
+        st = self.stages[stage]
+        if epoch not in st.epochs:
+            data = self.data
+            name = order.global_indices_name(
+                seed=data.seed,
+                epoch=epoch,
+                dataset_size=st.size,
+                chunk=self.chunk,
+                shuffle=data.shuffle,
+            )
+            saved = data.work_dir / name if data.work_dir is not None else None
+            if saved is not None and saved.is_file():
+                indices = order.saved_global_indices(saved, st.size)
+            else:
+                indices = cache.load_indices(name)
+                if indices is None or len(indices) != st.size:
+                    indices = order.build_global_indices(
+                        st.size,
+                        seed=data.seed,
+                        epoch=epoch,
+                        chunk=self.chunk,
+                        shuffle=data.shuffle,
+                    )
+                    cache.save_indices(name, indices)
+            st.epochs[epoch] = indices
+        return st.epochs[epoch]
+
+    def stage_of(self, iterations: np.ndarray) -> np.ndarray:
+        """Data stage number of each iteration."""
+        starts = np.asarray([st.start for st in self.stages], dtype=np.int64)
+        return np.searchsorted(starts, np.asarray(iterations, dtype=np.int64), side="right") - 1
+
+    def _grid(self, stage: Stage, epoch: int) -> np.ndarray:
+        rows = self.global_indices(epoch, stage.number)[: stage.batches_per_epoch * self.ipb]
+        return rows.reshape(stage.batches_per_epoch, self.ipb)
+
+    def batch_instances(self, iterations: np.ndarray) -> np.ndarray:
+        """(len(iterations), ipb) instance indices (in each one's stage dataset), columns in
+        position order."""
+        its = np.asarray(iterations, dtype=np.int64)
+        cols = order.position_columns(self.ipb, self.data.dp_world_size)
+        out = np.empty((len(its), self.ipb), dtype=np.int64)
+        stage_no = self.stage_of(its)
+        for k in np.unique(stage_no):
+            stage = self.stages[int(k)]
+            in_stage = stage_no == k
+            epochs, batches = stage.location(its[in_stage])
+            part = np.empty((int(in_stage.sum()), self.ipb), dtype=np.int64)
+            for e in np.unique(epochs):
+                sel = epochs == e
+                part[sel] = self._grid(stage, int(e))[batches[sel]][:, cols]
+            out[in_stage] = part
+        return out
+
+    def _check_resume(self, resume: Any) -> dict[str, Any]:
+        """A restart's data-loader state must be the run's: seed, the fingerprint of the data in
+        force before it, and the position the replay reaches at that iteration."""
+        state = load_state(resume.state)
+        where = f"{resume.state}"
+        stage = self.stages[-1]
+        want = {
+            "dataset_type": "fsl",
+            "seed": self.data.seed,
+            "dataset_fingerprint_version": files.FINGERPRINT_VERSION,
+            "dataset_fingerprint": files.olmo_fingerprint(stage.files, self.data),
+            "sequence_length": self.data.sequence_length,
+            "max_target_sequence_length": self.data.max_target_sequence_length,
+        }
+        for key, value in want.items():
+            if key not in state:
+                raise ForensicsError(f"{where}: no {key!r} in the data-loader state")
+            if state[key] != value:
+                what = "config" if key != "dataset_fingerprint" else "token files"
+                raise ForensicsError(
+                    f"{where}: {key} {state[key]!r} differs from the {what} ({value!r}); "
+                    "this state is not from this run, or the data changed"
+                )
+        batches = int(state["tokens_processed"]) // self.data.global_batch_size
+        done = (int(state["epoch"]) - 1) * stage.batches_per_epoch + batches
+        expected = stage.abs0 + resume.iteration - stage.start
+        if done != expected:
+            raise ForensicsError(
+                f"{where}: the state resumes after {done - stage.abs0 + stage.start - 1} steps "
+                f"(epoch {state['epoch']}, {batches} batches), but data.resumes says iteration "
+                f"{resume.iteration}"
+            )
+        return state
+
+    # ------------------------------------------------------------------ the protocol
+
+    @property
+    def last_iteration(self) -> int:
+        training = self.config.training
+        if training.train_iters is not None:
+            return int(training.train_iters)
+        return int(training.train_samples // self.ipb)
+
+    @property
+    def facets(self) -> list[str]:
+        return [FILE_FACET, *self._meta_fields]
+
+    @cached_property
+    def _meta_fields(self) -> list[str]:
+        if any(f.metadata is not None for f in self.files):
+            return [m for m in self.data.metadata_fields if m != FILE_FACET]
+        return []
+
+    def _check_window(self, first: int, last: int) -> None:
+        end = self.last_iteration
+        if first < 1 or last < first or last > end:
+            raise ForensicsError(
+                f"{self._where}iterations {first}..{last} outside the run's 1..{end}"
+            )
+
+    def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
+        self._check_window(first, last)
+        it = np.arange(first, last + 1, dtype=np.int64)
+        return pl.DataFrame(
+            {
+                "iteration": it,
+                "first_sample": (it - 1) * self.ipb,
+                "end_sample": it * self.ipb,
+                "stage": self.stage_of(it).astype(np.int32),
+            }
+        )
+
+    def _place(self, instances: np.ndarray, stages: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        """(file index in self.files, instance number within that file) of stage instances."""
+        inst = np.asarray(instances, dtype=np.int64)
+        st = np.zeros(len(inst), dtype=np.int64) if stages is None else np.asarray(stages)
+        fidx = np.empty(len(inst), dtype=np.int64)
+        local = np.empty(len(inst), dtype=np.int64)
+        for k in np.unique(st):
+            stage = self.stages[int(k)]
+            sel = st == k
+            if len(inst[sel]) and (inst[sel].min() < 0 or inst[sel].max() >= stage.size):
+                raise ForensicsError(f"instance outside 0..{stage.size - 1} of data stage {k}")
+            in_stage = stage.file_of(inst[sel])
+            union = np.asarray([self._file_index[f.path] for f in stage.files], dtype=np.int64)
+            fidx[sel] = union[in_stage]
+            local[sel] = inst[sel] - stage.instance_starts[in_stage]
+        return fidx, local
+
+    def segments(
+        self, instances: np.ndarray, stages: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """One entry per (instance, document piece): row (index into `instances`), file (index
+        into self.files), doc (number within the file), token_start, token_end (within the
+        document). `stages`: each instance's data stage (default: all stage 0)."""
+        fidx, local = self._place(instances, stages)
+        seq = self.data.sequence_length
+        parts: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("row", "file", "doc", "token_start", "token_end")
+        }
+        for k in np.unique(fidx):
+            f = self.files[int(k)]
+            rows = np.flatnonzero(fidx == k)
+            a = local[rows] * seq
+            b = a + seq
+            ends = files.document_ends(f, self.data)
+            starts = np.concatenate([[0], ends[:-1]])
+            d0 = np.searchsorted(ends, a, side="right")
+            d1 = np.searchsorted(ends, b - 1, side="right")
+            count = d1 - d0 + 1
+            row = np.repeat(rows, count)
+            first = np.repeat(d0, count)
+            offset = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+            doc = first + offset
+            lo = np.maximum(np.repeat(a, count), starts[doc])
+            hi = np.minimum(np.repeat(b, count), ends[doc])
+            parts["row"].append(row)
+            parts["file"].append(np.full(len(row), k, dtype=np.int64))
+            parts["doc"].append(doc)
+            parts["token_start"].append(lo - starts[doc])
+            parts["token_end"].append(hi - starts[doc])
+        out = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}
+        order_ = np.lexsort((out["token_start"], out["doc"], out["file"], out["row"]))
+        return {k: v[order_] for k, v in out.items()}
+
+    def _doc_ids(self, file_idx: np.ndarray, doc: np.ndarray) -> np.ndarray:
+        in_source = np.asarray(self._file_in_source, dtype=np.int64)[file_idx]
+        return (in_source << DOC_SHIFT) | doc
+
+    def _locate(self, dataset: str, doc_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(file index, document number in the file) of a source's doc_ids; unknown ids error."""
+        mine = [i for i, f in enumerate(self.files) if f.source == dataset]
+        if not mine:
+            raise ForensicsError(f"no dataset {dataset!r} in this run (it has {self.sources})")
+        ids = np.asarray(doc_ids, dtype=np.int64)
+        k = ids >> DOC_SHIFT
+        doc = ids & ((1 << DOC_SHIFT) - 1)
+        if len(ids) and (ids.min() < 0 or k.max() >= len(mine)):
+            raise ForensicsError(f"doc_id outside the files of {dataset!r}")
+        fidx = np.asarray(mine, dtype=np.int64)[k]
+        for f in np.unique(fidx):
+            n = len(files.document_ends(self.files[int(f)], self.data))
+            if doc[fidx == f].max() >= n:
+                raise ForensicsError(f"{self.files[int(f)].path}: has documents 0..{n - 1}")
+        return fidx, doc
+
+    def replay(
+        self, first: int, last: int, *, text: bool = False, progress: bool = True
+    ) -> pl.DataFrame:
+        self._check_window(first, last)
+        its = np.arange(first, last + 1, dtype=np.int64)
+        with _progress(progress, 3, f"replaying iterations {first}-{last}") as advance:
+            grid = self.batch_instances(its)
+            advance()
+            flat = grid.reshape(-1)
+            stage_of = np.repeat(self.stage_of(its), self.ipb)
+            seg = self.segments(flat, stage_of)
+            advance()
+            row = seg["row"]
+            table = pl.DataFrame(
+                {
+                    "iteration": its[row // self.ipb],
+                    "position": (row % self.ipb).astype(np.int32),
+                    "sample_index": (its[row // self.ipb] - 1) * self.ipb + row % self.ipb,
+                    "stage": stage_of[row].astype(np.int32),
+                    "skipped": self.schedule.skipped[its[row // self.ipb]],
+                    "dataset": self._names("source").gather(seg["file"]),
+                    "dataset_sample": flat[row],
+                    "doc_id": self._doc_ids(seg["file"], seg["doc"]),
+                    "token_start": seg["token_start"],
+                    "token_end": seg["token_end"],
+                    FILE_FACET: self._names("path").gather(seg["file"]),
+                },
+                schema_overrides={"dataset": pl.Utf8, FILE_FACET: pl.Utf8},
+            )
+            for name, values in self._meta_columns(seg["file"], seg["doc"]).items():
+                table = table.with_columns(pl.Series(name, values, dtype=pl.Utf8))
+            columns = [*REPLAY_KEY_COLUMNS, "skipped", *self.facets]
+            if text:
+                texts = self._decode(seg)
+                table = table.with_columns(pl.Series("text", texts, dtype=pl.Utf8))
+                columns.append("text")
+            table = table.with_columns(pl.lit(True).alias("exact"))
+            columns.append("exact")
+            if self.data.instance_filter is not None:
+                masked = self.instance_mask(flat, stage_of)
+                table = table.with_columns(pl.Series(MASK_COLUMN, masked[row], dtype=pl.Boolean))
+                columns.append(MASK_COLUMN)
+            advance()
+        return table.select(columns)
+
+    def _names(self, attribute: str) -> pl.Series:
+        """A string attribute of every token file, to gather by file index."""
+        return pl.Series([str(getattr(f, attribute)) for f in self.files], dtype=pl.Utf8)
+
+    def instance_mask(
+        self, instances: np.ndarray, stages: np.ndarray | None = None, block: int = 256
+    ) -> np.ndarray:
+        """True where OLMo-core's instance filter masked the instance out of the loss."""
+        flt = self.data.instance_filter
+        assert flt is not None
+        fidx, local = self._place(instances, stages)
+        out = np.zeros(len(fidx), dtype=bool)
+        for lo in range(0, len(fidx), block):
+            tokens = np.stack(
+                [
+                    self._instance_tokens(int(k), int(i))
+                    for k, i in zip(fidx[lo : lo + block], local[lo : lo + block], strict=True)
+                ]
+            )
+            out[lo : lo + block] = masked_instances(
+                tokens,
+                max_period=flt.repetition_max_period,
+                min_period=flt.repetition_min_period,
+                max_count=flt.repetition_max_count,
+            )
+        return out
+
+    def _instance_tokens(self, file_idx: int, local: int) -> np.ndarray:
+        """The tokens of instance `local` of file `file_idx`."""
+        start = local * self.data.sequence_length
+        return files.read_tokens(
+            self.files[file_idx], start, start + self.data.sequence_length, self.data
+        )
+
+    def instance_tokens(self, instance: int, stage: int = 0) -> np.ndarray:
+        """The tokens of a dataset instance (what OLMo-core's dataset[instance] returns)."""
+        fidx, local = self._place(np.asarray([instance]), np.asarray([stage]))
+        return self._instance_tokens(int(fidx[0]), int(local[0]))
+
+    def _meta_columns(self, file_idx: np.ndarray, doc: np.ndarray) -> dict[str, list[str | None]]:
+        names = self._meta_fields
+        out: dict[str, list[str | None]] = {n: [None] * len(doc) for n in names}
+        if not names:
+            return out
+        for k in np.unique(file_idx):
+            sel = np.flatnonzero(file_idx == k)
+            got = files.metadata_fields(self.files[int(k)], doc[sel], names)
+            for n in names:
+                column = out[n]
+                for i, v in zip(sel.tolist(), got[n], strict=True):
+                    column[i] = v
+        return out
+
+    @cached_property
+    def _tokenizer(self) -> Any:
+        from dataloaders.tokenizer import load_tokenizer
+
+        if self.config.tokenizer is None:
+            raise ForensicsError(
+                f"{self._where}decoding text needs the run's tokenizer (tokenizer:)"
+            )
+        return load_tokenizer(self.config.tokenizer, self.config.tokenizer_merges)
+
+    def _doc_span(self, file_idx: int, doc: int) -> tuple[int, int]:
+        """(start, end) tokens of a document within its file."""
+        ends = files.document_ends(self.files[file_idx], self.data)
+        return (int(ends[doc - 1]) if doc > 0 else 0), int(ends[doc])
+
+    def _decode(self, seg: dict[str, np.ndarray]) -> list[str]:
+        """Text of document pieces (file, doc, token_start, token_end within the document)."""
+        ids = []
+        keys = ("file", "doc", "token_start", "token_end")
+        for k, d, a, b in zip(*(seg[key].tolist() for key in keys), strict=True):
+            start, _ = self._doc_span(k, d)
+            ids.append(files.read_tokens(self.files[k], start + a, start + b, self.data).tolist())
+        return self._tokenizer.decode_batch(ids, skip_special_tokens=False) if ids else []
+
+    def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
+        base = docs.select("dataset", pl.col("doc_id").cast(pl.Int64)).unique(maintain_order=True)
+        frames = []
+        with _progress(progress, base.height, "decoding documents") as advance:
+            for (name,), part in base.group_by(["dataset"], maintain_order=True):
+                ids = part["doc_id"].to_numpy()
+                fidx, doc = self._locate(str(name), ids)
+                spans = np.asarray(
+                    [self._doc_span(int(k), int(d)) for k, d in zip(fidx, doc, strict=True)],
+                    dtype=np.int64,
+                ).reshape(-1, 2)
+                seg = {
+                    "file": fidx,
+                    "doc": doc,
+                    "token_start": np.zeros(len(ids), dtype=np.int64),
+                    "token_end": spans[:, 1] - spans[:, 0],
+                }
+                frame = part.with_columns(
+                    pl.Series("text", self._decode(seg), dtype=pl.Utf8),
+                    pl.Series(FILE_FACET, [str(self.files[int(k)].path) for k in fidx], pl.Utf8),
+                )
+                for n, values in self._meta_columns(fidx, doc).items():
+                    frame = frame.with_columns(pl.Series(n, values, dtype=pl.Utf8))
+                frames.append(frame)
+                advance(part.height)
+        if not frames:
+            schema = {"dataset": pl.Utf8, "doc_id": pl.Int64, "text": pl.Utf8}
+            return pl.DataFrame(schema=schema | {c: pl.Utf8 for c in self.facets})
+        return pl.concat(frames, how="diagonal_relaxed")
+
+    def _flagged_instances(self, docs: pl.DataFrame, stage: Stage) -> np.ndarray:
+        """bool[stage dataset size]: instances that hold any token of the given documents."""
+        flagged = np.zeros(stage.size, dtype=bool)
+        seq = self.data.sequence_length
+        first = {f.path: int(a) for f, a in zip(stage.files, stage.instance_starts, strict=True)}
+        known = docs.filter(pl.col("dataset").is_in(self.sources))
+        for (name,), part in known.group_by(["dataset"]):
+            fidx, doc = self._locate(str(name), part["doc_id"].cast(pl.Int64).to_numpy())
+            for k in np.unique(fidx):
+                f = self.files[int(k)]
+                if f.path not in first:  # a file this stage does not read
+                    continue
+                ends = files.document_ends(f, self.data)
+                d = doc[fidx == k]
+                starts = np.where(d > 0, ends[np.maximum(d - 1, 0)], 0)
+                lo = starts // seq
+                hi = np.minimum((ends[d] - 1) // seq, f.instances - 1)
+                base = first[f.path]
+                for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+                    if a <= b:
+                        flagged[base + a : base + b + 1] = True
+        return flagged
+
+    def exposure(self, docs: pl.DataFrame, first: int, last: int) -> pl.DataFrame:
+        self._check_window(first, last)
+        its = np.arange(first, last + 1, dtype=np.int64)
+        counts = np.zeros(len(its), dtype=np.int64)
+        stage_no = self.stage_of(its)
+        for k in np.unique(stage_no):
+            stage = self.stages[int(k)]
+            flagged = self._flagged_instances(docs, stage)
+            in_stage = np.flatnonzero(stage_no == k)
+            epochs, batches = stage.location(its[in_stage])
+            for e in np.unique(epochs):
+                per_batch = flagged[self._grid(stage, int(e))].sum(axis=1)
+                sel = epochs == e
+                counts[in_stage[sel]] = per_batch[batches[sel]]
+        return pl.DataFrame(
+            {
+                "iteration": its,
+                "samples": np.full(len(its), self.ipb, dtype=np.int64),
+                "flagged_samples": counts,
+            }
+        )
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "format": "olmo-core",
+            "config_hash": self.config.config_hash(),
+            "olmo_core_fingerprints": [
+                files.olmo_fingerprint(st.files, self.data) for st in self.stages
+            ],
+            "files": [{"file": str(f.path), "size": f.size} for f in self.files],
+        }
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    """A data-loader state: JSON of `state_dict()`, or the trainer's `train/rank0.pt` (its
+    "data_loader" entry). Anything else is a one-line error."""
+    path = Path(path)
+    if not path.is_file():
+        raise ForensicsError(f"{path}: data-loader state not found")
+    if path.suffix == ".json":
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ForensicsError(f"{path}: not valid JSON ({err})") from None
+    else:
+        try:
+            import torch
+
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any unreadable checkpoint is bad input
+            raise ForensicsError(f"{path}: unreadable trainer state ({err})") from None
+    if isinstance(state, dict) and isinstance(state.get("data_loader"), dict):
+        state = state["data_loader"]
+    if not isinstance(state, dict):
+        raise ForensicsError(f"{path}: expected a data-loader state mapping")
+    return state

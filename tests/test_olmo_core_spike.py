@@ -1,0 +1,149 @@
+"""`forensics spike` end to end on a generated OLMo-core run: the job restarts at iteration 61 on
+changed data (a new `forum` source of mojibake pages added, OLMo-core's
+ignore_fingerprint_mismatch), the loss spikes in the new data stage; the spike must blame the
+forum source and write the StepSkipRange flag that skips the iterations that drew it.
+
+The data-loader state of the restart and where the forum instances land come from iterating the
+real library (ai2-olmo-core, tests/oracles/olmo_core_loader.py), not from our replay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+from olmo_core_run import config_dict, oracle_spec, run_oracle, write_config
+
+from dataloaders.trainer_loops import parse_skip_flag
+from forensics.skip import expand
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SEQ, IPB, WORLD, SEED = 64, 12, 2, 17
+RESTART, TRAIN_ITERS = 61, 90
+DOCS = 100
+
+
+def _pages(folder: Path) -> tuple[dict[str, list[str]], object]:
+    from forensics.demo.build import _train_tokenizer
+    from forensics.demo.dirty import dirty_page, site_name, web_page
+    from forensics.demo.texts import harvest
+
+    prose = harvest(3 * DOCS, 0, seed=4)["prose"]
+    assert len(prose) >= 3 * DOCS, "not enough installed READMEs/docstrings"
+    rng = random.Random(8)
+    texts = {
+        "web": [web_page(t.text, site_name(rng), rng) for t in prose[:DOCS]],
+        "books": [t.text for t in prose[DOCS : 2 * DOCS]],
+        "forum": [
+            dirty_page("mojibake", i, t.text, rng)[0] for i, t in enumerate(prose[2 * DOCS :])
+        ],
+    }
+    tok = _train_tokenizer([t for v in texts.values() for t in v], 3000, folder / "tokenizer.json")
+    return texts, tok
+
+
+def build_run(folder: Path) -> tuple[Path, dict]:
+    texts, tok = _pages(folder)
+    for name, docs in texts.items():
+        ids = [np.asarray(tok.encode(t).ids + [0], dtype=np.uint16) for t in docs]
+        np.concatenate(ids).tofile(folder / f"{name}.npy")
+    config = config_dict(
+        {"web": ["web.npy"], "books": ["books.npy"]},
+        seq=SEQ,
+        ipb=IPB,
+        seed=SEED,
+        world=WORLD,
+        train_iters=TRAIN_ITERS,
+    )
+    config["data"]["eos_token_id"] = 0
+    config["data"]["vocab_size"] = 3000
+    config["tokenizer"] = "tokenizer.json"
+    config["checkpoints"] = list(range(10, TRAIN_ITERS + 1, 10))
+    new_paths = [str(folder / p) for p in ("web.npy", "books.npy", "forum.npy")]
+    spec = oracle_spec(config, folder, restart={"after": RESTART - 1, "paths": new_paths})
+    out = run_oracle([spec], folder)[0]
+    (folder / "state.json").write_text(json.dumps(out["ranks"][0]["state"]))
+    sources = [*config["data"]["sources"], {"name": "forum", "paths": ["forum.npy"]}]
+    config["data"]["resumes"] = [{"iteration": RESTART, "state": "state.json", "sources": sources}]
+    return write_config(folder, config), out["resumed"]
+
+
+def test_spike_blames_the_source_added_at_the_restart(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))
+    config, resumed = build_run(tmp_path)
+    # the forum file is last in the restarted dataset: its instances are the top indices
+    forum_instances = np.fromfile(tmp_path / "forum.npy", dtype=np.uint16).size // SEQ
+    first_forum = resumed["size"] - forum_instances
+    by_step: dict[int, list[int]] = {}
+    for rank in resumed["ranks"]:
+        for s in rank["steps"]:
+            by_step.setdefault(s["step"], []).extend(s["index"])
+    hit = sorted(i for i, inst in by_step.items() if any(x >= first_forum for x in inst))
+    assert hit and hit[0] >= RESTART, "precondition: the forum source is drawn after the restart"
+    step, window = RESTART + 19, 20
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            "spike",
+            "--config", str(config),
+            "--step", str(step),
+            "--window", str(window),
+            "--baseline", f"{RESTART - window}-{RESTART - 1}",
+            "--embed-cap", "0",
+            "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    skip = json.loads((out / "skip.json").read_text())
+    assert set(skip["documents"]) == {"forum"}, skip["documents"]
+    assert skip["culprit_clusters"]
+    skipped = set(expand(skip["iterations"]))
+    in_window = [i for i in hit if step - window < i <= step]
+    assert set(in_window) <= skipped
+    assert skip["trainer"] == "olmo-core"  # the default for an olmo-core data loader
+    flag = skip["flags"]["olmo-core"]["flag"]
+    assert flag.startswith("steps_to_skip=[StepSkipRange(start=")
+    steps = parse_skip_flag("olmo-core", flag)
+    assert {i for a, b in steps for i in range(a, b)} == skipped  # stop exclusive
+    assert skip["fingerprint"]["format"] == "olmo-core"
+    assert "StepSkipRange" in (out / "megatron_args.txt").read_text()
+    check = CliRunner().invoke(app, ["check-skip", str(out / "skip.json"), "--config", str(config)])
+    assert check.exit_code == 0, check.output
+    a, b = steps[0]  # an edited range is refused
+    skip["flags"]["olmo-core"]["flag"] = flag.replace(f"stop={b})", f"stop={b + 1})", 1)
+    (out / "skip.json").write_text(json.dumps(skip))
+    check = CliRunner().invoke(app, ["check-skip", str(out / "skip.json"), "--config", str(config)])
+    assert check.exit_code != 0 and "olmo-core" in str(check.exception)
+
+
+def test_replay_text_is_the_decoded_document_piece(tmp_path, monkeypatch):
+    """`replay --text` pieces decode to the documents' own text, cut at instance boundaries
+    (a run without the oracle: the order is tested elsewhere; here the tokens -> text path)."""
+    from forensics.config import load_config
+    from forensics.replay import open_replayer
+
+    monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))
+    texts, tok = _pages(tmp_path)
+    ids = [tok.encode(t).ids + [0] for t in texts["web"][:40]]
+    np.concatenate([np.asarray(i, dtype=np.uint16) for i in ids]).tofile(tmp_path / "web.npy")
+    config = config_dict({"web": ["web.npy"]}, seq=SEQ, ipb=4, seed=1, train_iters=5)
+    config["data"]["vocab_size"] = 3000
+    config["tokenizer"] = "tokenizer.json"
+    replayer = open_replayer(load_config(write_config(tmp_path, config)))
+    table = replayer.replay(1, 5, text=True, progress=False)
+    for row in table.iter_rows(named=True):
+        doc = ids[row["doc_id"]]  # one file: doc_id is the document number
+        want = tok.decode(doc[row["token_start"] : row["token_end"]], skip_special_tokens=False)
+        assert row["text"] == want
+    whole = replayer.documents(table.select("dataset", "doc_id").unique(), progress=False)
+    for row in whole.iter_rows(named=True):
+        assert row["text"] == tok.decode(ids[row["doc_id"]], skip_special_tokens=False)
