@@ -21,15 +21,35 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-app.command("spike")(spike.spike_command)
-app.command("replay")(replay.replay_command)
-app.command("score")(score.score_command)
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"forensics {version('forensics')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Find the data behind a malignant loss spike and write the skip list for the restart."""
+
+
+# In runbook order: is it malignant, which data, is the plan right, then the tools around them.
 app.command("triage")(triage.triage_command)
-app.command("manifest")(manifest.manifest_command)
+app.command("spike")(spike.spike_command)
 app.command("check-skip")(check_skip.check_skip_command)
 app.command("watch")(watch.watch_command)
+app.command("replay")(replay.replay_command)
+app.command("score")(score.score_command)
+app.command("manifest")(manifest.manifest_command)
 
 
 def main() -> None:

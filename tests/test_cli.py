@@ -1,0 +1,28 @@
+"""The command line's own options: -h, --version, commands listed in runbook order."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "forensics.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env={"COLUMNS": "120", "PATH": ""})
+
+
+def test_version_and_short_help() -> None:
+    from importlib.metadata import version
+
+    out = _cli("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"forensics {version('forensics')}"
+    short = _cli("-h")
+    assert short.returncode == 0 and short.stdout == _cli("--help").stdout
+
+
+def test_commands_in_runbook_order() -> None:
+    import re
+
+    listed = re.findall(r"^\W+([a-z][a-z-]+)\s{2,}\S", _cli("--help").stdout, re.M)
+    order = ["triage", "spike", "check-skip", "watch", "replay", "score", "manifest"]
+    assert [name for name in listed if name in order] == order
