@@ -18,7 +18,7 @@ echo "== 1/3 building the demo run (demo-run/) from text found on this machine"
 cd demo-run
 echo
 echo "== 2/3 forensics triage logs/train.log (the loss curve is simulated; the data is real)"
-../.venv/bin/forensics triage logs/train.log --out triage --checkpoints checkpoints \
+../.venv/bin/forensics triage logs/train.log --out triage --checkpoints checkpoints --force \
   --config forensics.yaml
 echo
 echo "== 3/3 forensics spike --step $STEP --window 300 (runbook form: ./forensics.yaml)"

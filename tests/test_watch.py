@@ -391,7 +391,9 @@ def test_malignant_verdict_runs_forensics_spike_and_posts_the_culprit(tmp_path: 
     assert started["step"] == done["step"] == 330
     assert done["culprit_cluster"] == f"crawl_batch={truth['dirty_crawl_batch']}"
     assert done["rollback_iteration"] in (100, 200, 300) and done["rollback_iteration"] < 330
-    assert done["paste"].startswith("--iterations-to-skip ")
+    assert done["paste"].startswith(
+        f"--ckpt-step {done['rollback_iteration']} --iterations-to-skip "
+    )
     assert (out / "spike-330" / "skip.json").exists()
 
 

@@ -26,6 +26,7 @@ def manifest_command(
         Path | None,
         typer.Option("--out", help="Output Parquet. Default: PREFIX.manifest.parquet."),
     ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
 ) -> None:
     """Build a provenance manifest: doc_id plus the named string columns, one row per document."""
     from rich.console import Console
@@ -33,12 +34,15 @@ def manifest_command(
 
     from forensics.errors import ForensicsError
     from forensics.manifest import build_manifest
+    from forensics.outputs import check_output_file
 
     names = [f.strip() for f in fields.split(",") if f.strip()]
     if out is None:
         if prefix is None:
             raise ForensicsError("give --out, or --prefix to write PREFIX.manifest.parquet")
         out = Path(f"{prefix}.manifest.parquet")
+    inputs = [jsonl] + ([Path(f"{prefix}.bin"), Path(f"{prefix}.idx")] if prefix else [])
+    check_output_file(out, force=force, inputs=inputs, suffix=".parquet")
     table = build_manifest(jsonl, names, out, prefix=prefix)
     Console(stderr=True, highlight=False).print(
         f"{table.height} documents, columns {escape(', '.join(table.columns))} "

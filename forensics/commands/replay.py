@@ -28,6 +28,7 @@ def replay_command(
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Progress bars.")
     ] = True,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
 ) -> None:
     """Replay the run's data order: one row per (iteration, batch position, document segment)."""
     from rich.console import Console
@@ -36,15 +37,17 @@ def replay_command(
     from forensics.atomic import write_parquet_atomic
     from forensics.errors import ForensicsError
     from forensics.megatron_args import resolve_run_config
+    from forensics.outputs import check_output_file, run_inputs
     from forensics.replay import check_window, open_replayer
 
     if out.suffix != ".parquet":
         raise ForensicsError(f"{out}: --out must be a .parquet file")
     run = resolve_run_config(config, megatron_args)
+    check_output_file(out, force=force, inputs=run_inputs(run), suffix=".parquet")
     replayer = open_replayer(run)
     first, last = check_window(replayer, step, window)
     table = replayer.replay(first, last, text=text, progress=progress)
-    write_parquet_atomic(table, out)
+    write_parquet_atomic(table, out, overwrite=True)
     console = Console(stderr=True, highlight=False)
     save = getattr(replayer, "save_cache", None)
     if save is not None:  # warm our index cache for the next replay (after the output is safe)

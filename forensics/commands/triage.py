@@ -71,24 +71,27 @@ def triage_command(
         float, typer.Option(help="Robust z over the local level = spike.")
     ] = 6.0,
     plateau_steps: Annotated[int, typer.Option(help="Shortest flat stretch = plateau.")] = 2000,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace triage outputs already in OUT.")
+    ] = False,
 ) -> None:
     """Triage a loss curve: spikes (benign/malignant/undecided), alarms, divergence, plateaus."""
     import warnings
 
     from rich.console import Console
 
+    from forensics.outputs import check_output_dir
     from forensics.triage.analyze import triage
     from forensics.triage.config import RunInfo, TriageConfig
     from forensics.triage.readers import FORMATS, LogWarning, detect_format, read_log
-    from forensics.triage.report import terminal_lines, write_outputs
+    from forensics.triage.report import OUTPUT_NAMES, terminal_lines, write_outputs
 
     if format not in FORMATS:
         raise ForensicsError(f"--format {format}: unknown; choose one of {', '.join(FORMATS)}")
     for name, value in (("--recovery-window", recovery_window), ("--plateau-steps", plateau_steps)):
         if value <= 0:
             raise ForensicsError(f"{name} {value}: must be a positive number of steps")
-    if out.exists() and not out.is_dir():
-        raise ForensicsError(f"--out {out}: exists and is not a directory")
+    check_output_dir(out, OUTPUT_NAMES, force=force)
     console = Console(stderr=False, highlight=False)
     err = Console(stderr=True, highlight=False)
     cfg = TriageConfig(

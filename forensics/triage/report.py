@@ -19,6 +19,7 @@ from forensics.safe_text import excerpt, terminal_safe
 from forensics.triage.analyze import TriageResult
 
 PNG_NAME = "triage.png"
+OUTPUT_NAMES = ("events.json", "summary.json", PNG_NAME, "report.md")
 _MAX_PLOT_POINTS = 4000
 _VERDICT_COLOR = {"benign": "tab:green", "malignant": "tab:red", "undecided": "tab:orange"}
 

@@ -88,17 +88,24 @@ def start_spike(
     return SpikeJob(step=step, out=out, log=log, proc=proc, pid=proc.pid)
 
 
+def paste_line(skip_file: Path) -> str | None:
+    """The chosen trainer's restart line from skip.json (checkpoint pin and skip flag)."""
+    if not skip_file.exists():
+        return None
+    plan = json.loads(skip_file.read_text())
+    chosen = plan.get("flags", {}).get(plan.get("trainer"), {})
+    if not chosen.get("flag"):
+        return None
+    pin = chosen.get("pin") or ""
+    return f"{pin} {chosen['flag']}" if pin.startswith("--") else chosen["flag"]
+
+
 def spike_result(step: int, out: Path, log: Path, returncode: int | None) -> dict[str, Any]:
     """What the finished spike run found (or why it failed), as a message body."""
     report = out / "report.json"
     if returncode == 0 and report.exists():
         data = json.loads(report.read_text())
-        paste = None
-        args = out / "megatron_args.txt"
-        if args.exists():
-            paste = next(
-                (ln for ln in args.read_text().splitlines() if ln.strip() and ln[0] != "#"), None
-            )
+        paste = paste_line(out / "skip.json")
         culprit = next((c for c in data.get("clusters", []) if c.get("id") == data["culprit"]), {})
         return {
             "ok": True,
