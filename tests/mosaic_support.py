@@ -1,0 +1,151 @@
+"""Helpers for the MosaicML streaming tests: write small MDS streams, and run the real library
+(mosaicml-streaming 0.13.0 in .venv-oracle) as the oracle, one process per simulated rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ORACLES = ROOT / "tests" / "oracles"
+
+
+def write_mds(folder: Path, rows: list[dict[str, Any]], shard_samples: list[int]) -> Path:
+    """An MDS stream (index.json + shards) with columns text (str), uid (int) and source (str),
+    laid out as streaming's MDSWriter lays it out (see dataloaders/mosaic/mds.py); the oracle
+    tests read these files with the real StreamingDataset."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names, encodings, sizes = ["source", "text", "uid"], ["str", "str", "int"], [None, None, 8]
+    shards, start = [], 0
+    for k, n in enumerate(shard_samples):
+        chunk = rows[start : start + n]
+        start += n
+        bodies = []
+        for row in chunk:
+            src, text = row["source"].encode(), row["text"].encode()
+            head = np.array([len(src), len(text)], "<u4").tobytes()
+            bodies.append(head + src + text + np.int64(row["uid"]).tobytes())
+        header_len = 4 * (n + 2)
+        offsets = header_len + np.concatenate([[0], np.cumsum([len(b) for b in bodies])])
+        data = np.uint32(n).tobytes() + offsets.astype("<u4").tobytes() + b"".join(bodies)
+        basename = f"shard.{k:05d}.mds"
+        (folder / basename).write_bytes(data)
+        shards.append(
+            {
+                "column_encodings": encodings,
+                "column_names": names,
+                "column_sizes": sizes,
+                "compression": None,
+                "format": "mds",
+                "hashes": [],
+                "raw_data": {"basename": basename, "bytes": len(data), "hashes": {}},
+                "samples": n,
+                "size_limit": 1 << 26,
+                "version": 2,
+                "zip_data": None,
+            }
+        )
+    assert start == len(rows), "shard sizes must add up to the rows"
+    (folder / "index.json").write_text(json.dumps({"shards": shards, "version": 2}))
+    return folder
+
+
+def oracle_python() -> str:
+    """The oracle venv's python (built on first use by scripts/oracle_env.sh); skip the test with
+    the reason when it cannot be built (no package index, no python3.11)."""
+    try:
+        done = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "oracle_env.sh")],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=ROOT,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        pytest.skip(f"mosaicml-streaming oracle env not built: {err}")
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["?"]
+        pytest.skip(f"mosaicml-streaming oracle env not built: {tail[0]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_oracle(
+    spec: dict[str, Any], folder: Path, *, num_nodes: int = 1, ranks_per_node: int = 1
+) -> list[dict[str, Any]]:
+    """Run tests/oracles/mosaic_oracle.py as every rank of the world at once (one process each,
+    RANK / WORLD_SIZE / LOCAL_WORLD_SIZE as torchrun sets them); per rank, its output."""
+    python = oracle_python()
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {**spec, "out": str(folder)}
+    spec_path = folder / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    world = num_nodes * ranks_per_node
+    port = str(_free_port())
+    procs = []
+    for rank in range(world):
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(ranks_per_node),
+            "LOCAL_RANK": str(rank % ranks_per_node),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "OMP_NUM_THREADS": "1",
+        }
+        procs.append(
+            subprocess.Popen(
+                [python, str(ORACLES / "mosaic_oracle.py"), str(spec_path)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        outputs.append(out)
+    for rank, proc in enumerate(procs):
+        assert proc.returncode == 0, f"oracle rank {rank} failed:\n{outputs[rank][-3000:]}"
+    return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def run_library_functions(cases: list[dict[str, Any]], folder: Path) -> list[Any]:
+    """Call streaming's own ordering functions (get_shuffle, get_partitions, get_sampling) on
+    each case in the oracle venv; results as lists."""
+    python = oracle_python()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "cases.json"
+    path.write_text(json.dumps(cases))
+    done = subprocess.run(
+        [python, str(ORACLES / "mosaic_functions.py"), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((folder / "results.json").read_text())
+
+
+def python_for_tests() -> str:
+    return sys.executable
