@@ -250,7 +250,13 @@ class MosaicReplayer:
         resumes = list(zip(self.data.resumes, self.resume_states, strict=True))
         it, epoch, sample, ipn = 1, 0, 0, None
         empty_run = 0
-        while it <= self._limit:
+        for resume, _ in resumes:
+            if resume.iteration > self._limit:
+                raise ForensicsError(
+                    f"{self._where}data.resumes: iteration {resume.iteration} is after the end "
+                    f"of training ({self._limit})"
+                )
+        while it <= self._limit or resumes:
             if resumes and resumes[0][0].iteration <= it:
                 resume, state = resumes.pop(0)
                 # Segments built past the restart did not happen: cut them at the restart.
@@ -279,11 +285,6 @@ class MosaicReplayer:
             # The next epoch starts at its sample 0; a resumed run keeps the checkpoint's
             # initial_physical_nodes for later epochs too (dataset.py:_resume sets it once).
             epoch, sample = epoch + 1, 0
-        for resume, _ in resumes:
-            raise ForensicsError(
-                f"{self._where}data.resumes: iteration {resume.iteration} is after the end of "
-                f"training ({self._limit})"
-            )
         return out
 
     @cached_property
