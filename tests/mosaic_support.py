@@ -7,55 +7,17 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+
+from dataloaders.mosaic.write import write_mds
+
+__all__ = ["oracle_python", "run_library_functions", "run_oracle", "write_mds"]
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLES = ROOT / "tests" / "oracles"
-
-
-def write_mds(folder: Path, rows: list[dict[str, Any]], shard_samples: list[int]) -> Path:
-    """An MDS stream (index.json + shards) with columns text (str), uid (int) and source (str),
-    laid out as streaming's MDSWriter lays it out (see dataloaders/mosaic/mds.py); the oracle
-    tests read these files with the real StreamingDataset."""
-    folder.mkdir(parents=True, exist_ok=True)
-    names, encodings, sizes = ["source", "text", "uid"], ["str", "str", "int"], [None, None, 8]
-    shards, start = [], 0
-    for k, n in enumerate(shard_samples):
-        chunk = rows[start : start + n]
-        start += n
-        bodies = []
-        for row in chunk:
-            src, text = row["source"].encode(), row["text"].encode()
-            head = np.array([len(src), len(text)], "<u4").tobytes()
-            bodies.append(head + src + text + np.int64(row["uid"]).tobytes())
-        header_len = 4 * (n + 2)
-        offsets = header_len + np.concatenate([[0], np.cumsum([len(b) for b in bodies])])
-        data = np.uint32(n).tobytes() + offsets.astype("<u4").tobytes() + b"".join(bodies)
-        basename = f"shard.{k:05d}.mds"
-        (folder / basename).write_bytes(data)
-        shards.append(
-            {
-                "column_encodings": encodings,
-                "column_names": names,
-                "column_sizes": sizes,
-                "compression": None,
-                "format": "mds",
-                "hashes": [],
-                "raw_data": {"basename": basename, "bytes": len(data), "hashes": {}},
-                "samples": n,
-                "size_limit": 1 << 26,
-                "version": 2,
-                "zip_data": None,
-            }
-        )
-    assert start == len(rows), "shard sizes must add up to the rows"
-    (folder / "index.json").write_text(json.dumps({"shards": shards, "version": 2}))
-    return folder
 
 
 def oracle_python() -> str:
@@ -145,7 +107,3 @@ def run_library_functions(cases: list[dict[str, Any]], folder: Path) -> list[Any
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((folder / "results.json").read_text())
-
-
-def python_for_tests() -> str:
-    return sys.executable

@@ -148,3 +148,18 @@ def test_vectorised_loader_order_equals_the_worker_loop(drop_last: bool):
         )
         got = list(zip(got_batch.tolist(), got_pos.tolist(), got_sample.tolist(), strict=True))
         assert got == want
+
+
+def test_second_replay_comes_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    config = _run(tmp_path, num_workers=1)
+    first = open_replayer(load_config(config)).replay(1, 10)
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("rebuilt instead of read from the cache")
+
+    from dataloaders.mosaic.replayer import MosaicReplayer
+
+    monkeypatch.setattr(MosaicReplayer, "_build_segment", no_rebuild)
+    monkeypatch.setattr(MosaicReplayer, "_build_segments", no_rebuild)
+    again = open_replayer(load_config(config)).replay(1, 10)
+    assert again.equals(first)

@@ -51,3 +51,22 @@ def save_segment(key: str, segment: int, frame: pl.DataFrame) -> None:
         write_parquet_atomic(frame, folder / f"{key}.seg{segment}.parquet")
     except OSError:
         return
+
+
+def load_sizes(key: str) -> list[dict[str, Any]] | None:
+    """The run's segments (epoch, sample_in_epoch, initial_physical_nodes, first, sizes)."""
+    try:
+        return json.loads((cache_root() / f"{key}.segments.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_sizes(key: str, segments: list[dict[str, Any]]) -> None:
+    from forensics.atomic import write_json_atomic
+
+    folder = cache_root()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(folder / f"{key}.segments.json", segments)
+    except OSError:
+        return

@@ -137,43 +137,55 @@ def check_columns(stream: MDSStream, columns: list[str], *, where: str) -> None:
                 )
 
 
-def _decode(encoding: str, data: bytes) -> str:
-    if encoding in _TEXT:
-        return data.decode("utf-8")
-    return str(np.frombuffer(data, _NUMERIC[encoding])[0].item())
+def _gather(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """uint8[len(starts), width]: `width` bytes at every start (vectorised fancy index)."""
+    return buf[starts[:, None] + np.arange(width, dtype=np.int64)[None, :]]
 
 
 def read_columns(shard: Shard, rows: np.ndarray, columns: list[str]) -> dict[str, list[str]]:
-    """The given columns (as text) of the given rows of one shard, in `rows` order."""
-    data = np.memmap(shard.path, dtype=np.uint8, mode="r")
-    header = data[: 4 * (shard.samples + 2)].view("<u4")
+    """The given columns (as text) of the given rows of one shard, in `rows` order. Offsets and
+    sizes are gathered with numpy for all rows at once; only the final decode is per value."""
+    import mmap
+
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) and (rows.min() < 0 or rows.max() >= shard.samples):
+        raise ForensicsError(f"{shard.path}: no sample {rows.max()} (it has {shard.samples})")
+    with open(shard.path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    buf = np.frombuffer(mm, dtype=np.uint8)
+    header = buf[: 4 * (shard.samples + 2)].view("<u4")
     if int(header[0]) != shard.samples:
         raise ForensicsError(
             f"{shard.path}: holds {int(header[0])} samples, index.json says {shard.samples}"
         )
-    offsets = header[1:].astype(np.int64)
-    sizes = shard.column_sizes
-    wanted = [shard.column_names.index(c) for c in columns]
-    out: dict[str, list[str]] = {c: [] for c in columns}
-    n_var = sum(1 for s in sizes if s is None)
-    for row in np.asarray(rows, dtype=np.int64):
-        if row < 0 or row >= shard.samples:
-            raise ForensicsError(f"{shard.path}: no sample {row} (it has {shard.samples})")
-        begin = int(offsets[row])
-        sample = data[begin : int(offsets[row + 1])]
-        var = sample[: 4 * n_var].view("<u4") if n_var else ()
-        lengths: list[int] = []
-        k = 0
-        for s in sizes:
-            if s is None:
-                lengths.append(int(var[k]))
-                k += 1
-            else:
-                lengths.append(int(s))
-        starts = np.concatenate([[4 * n_var], 4 * n_var + np.cumsum(lengths)]).astype(np.int64)
-        for column, col in zip(columns, wanted, strict=True):
-            raw = bytes(sample[starts[col] : starts[col + 1]])
-            out[column].append(_decode(shard.column_encodings[col], raw))
+    begin = header[1:][rows].astype(np.int64)  # byte offset of every wanted sample
+    var_cols = [k for k, size in enumerate(shard.column_sizes) if size is None]
+    n_var = len(var_cols)
+    # lengths[:, c]: byte length of column c in every wanted sample (fixed, or the sample's
+    # uint32 size prefix for a variable-size column, in column order).
+    lengths = np.zeros((len(rows), len(shard.column_sizes)), dtype=np.int64)
+    if n_var:
+        prefix = _gather(buf, begin, 4 * n_var).view("<u4").reshape(len(rows), n_var)
+        lengths[:, var_cols] = prefix
+    for k, size in enumerate(shard.column_sizes):
+        if size is not None:
+            lengths[:, k] = size
+    starts = begin[:, None] + 4 * n_var + np.cumsum(lengths, axis=1) - lengths
+    out: dict[str, list[str]] = {}
+    for column in columns:
+        col = shard.column_names.index(column)
+        enc = shard.column_encodings[col]
+        if enc in _TEXT:
+            st, ln = starts[:, col].tolist(), lengths[:, col].tolist()
+            out[column] = [
+                mm[a : a + n].decode("utf-8", errors="replace") for a, n in zip(st, ln, strict=True)
+            ]
+        else:
+            dtype = np.dtype(_NUMERIC[enc])
+            values = _gather(buf, starts[:, col], dtype.itemsize).view(dtype).reshape(-1)
+            out[column] = [str(v) for v in values.tolist()]
+    del buf, header
+    mm.close()
     return out
 
 

@@ -245,7 +245,33 @@ class MosaicReplayer:
 
     @cached_property
     def segments(self) -> list[Segment]:
-        """The run's segments up to the last iteration (module docstring)."""
+        """The run's segments up to the last iteration (module docstring), cached on disk."""
+        hit = cache.load_sizes(self._key)
+        try:
+            if hit is not None:
+                return [
+                    Segment(k, s["epoch"], s["sample"], s["ipn"], s["first"], np.array(s["sizes"]))
+                    for k, s in enumerate(hit)
+                ]
+        except (KeyError, TypeError):
+            pass
+        out = self._build_segments()
+        cache.save_sizes(
+            self._key,
+            [
+                {
+                    "epoch": s.epoch,
+                    "sample": s.sample_in_epoch,
+                    "ipn": s.initial_physical_nodes,
+                    "first": s.first,
+                    "sizes": s.sizes.tolist(),
+                }
+                for s in out
+            ],
+        )
+        return out
+
+    def _build_segments(self) -> list[Segment]:
         out: list[Segment] = []
         resumes = list(zip(self.data.resumes, self.resume_states, strict=True))
         it, epoch, sample, ipn = 1, 0, 0, None
@@ -289,7 +315,8 @@ class MosaicReplayer:
 
     @cached_property
     def _key(self) -> str:
-        return cache.run_key(self.config, [mds.describe(s) for s in self.streams])
+        states = [s.model_dump(mode="json") for s in self.resume_states]  # state_file contents
+        return cache.run_key(self.config, [mds.describe(s) for s in self.streams] + states)
 
     def _segment_steps(self, seg: Segment) -> pl.DataFrame:
         """iteration, position, sample of one segment (memory, then disk cache, then built)."""
