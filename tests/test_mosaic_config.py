@@ -92,6 +92,8 @@ def test_checkpoint_state_must_match_the_config(tmp_path: Path):
     assert "checkpoint's shuffle_seed is 7, the config says 9176" in _error(ok)
     (tmp_path / "state.json").write_text(json.dumps({**state, "num_canonical_nodes": 2}))
     assert "checkpoint's num_canonical_nodes is 2, the config gives 1" in _error(ok)
+    (tmp_path / "state.json").write_text(json.dumps({**state, "initial_physical_nodes": 2}))
+    assert "started on 2 nodes and the config gives 1" in _error(ok)
     (tmp_path / "state.json").write_text("{not json")
     assert "state.json: not a StreamingDataset state_dict" in _error(ok)
 
@@ -163,3 +165,9 @@ def test_second_replay_comes_from_the_cache(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(MosaicReplayer, "_build_segments", no_rebuild)
     again = open_replayer(load_config(config)).replay(1, 10)
     assert again.equals(first)
+
+
+def test_example_config_is_valid():
+    config = load_config(ROOT / "configs" / "example-mosaic.yaml")
+    assert config.data.format == "mosaic-streaming"
+    assert config.training.global_batch_size == config.data.global_batch_size

@@ -202,6 +202,12 @@ class MosaicReplayer:
                 f"the config gives {self.plan.num_canonical_nodes}{given}: set "
                 "data.num_canonical_nodes to the run's"
             )
+        if state.initial_physical_nodes not in (None, self.world.num_nodes):
+            raise ForensicsError(
+                f"{where}the run started on {state.initial_physical_nodes} nodes and the config "
+                f"gives {self.world.num_nodes}: a restart onto another world size is not "
+                "replayed yet"
+            )
         if state.sample_in_epoch > self.plan.epoch_size:
             raise ForensicsError(
                 f"{where}sample_in_epoch {state.sample_in_epoch} is beyond the epoch "
