@@ -17,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.atomic import write_parquet_atomic
+from dataloaders.atomic import write_parquet_atomic
 
 LAYOUT = 1  # bump when the transcription or the table layout changes
 
@@ -62,7 +62,7 @@ def load_sizes(key: str) -> list[dict[str, Any]] | None:
 
 
 def save_sizes(key: str, segments: list[dict[str, Any]]) -> None:
-    from forensics.atomic import write_json_atomic
+    from dataloaders.atomic import write_json_atomic
 
     folder = cache_root()
     try:

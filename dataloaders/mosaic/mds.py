@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics.errors import ForensicsError
+from dataloaders.errors import ForensicsError
 
 INDEX = "index.json"
 

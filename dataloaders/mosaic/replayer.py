@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from dataloaders.base import REPLAY_KEY_COLUMNS
+from dataloaders.errors import ForensicsError
 from dataloaders.mosaic import cache, mds
 from dataloaders.mosaic.order import (
     Plan,
@@ -36,7 +37,6 @@ from dataloaders.mosaic.order import (
     default_canonical_nodes,
 )
 from dataloaders.mosaic.partition import get_partitions
-from forensics.errors import ForensicsError
 
 SHARD_FACET = "shard"
 VALIDATED_VERSIONS = ("0.13.0",)
@@ -175,7 +175,7 @@ class MosaicReplayer:
             )
 
     def _resume_state(self, resume: Any) -> Any:
-        from forensics.config import MosaicState
+        from dataloaders.config import MosaicState
 
         state = resume.state
         if state is None:
