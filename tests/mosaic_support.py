@@ -46,50 +46,24 @@ def _free_port() -> int:
 
 
 def run_oracle(
-    spec: dict[str, Any], folder: Path, *, num_nodes: int = 1, ranks_per_node: int = 1
+    spec: dict[str, Any], folder: Path, *, ranks_per_node: int = 1
 ) -> list[dict[str, Any]]:
-    """Run tests/oracles/mosaic_oracle.py as every rank of the world at once (one process each,
-    RANK / WORLD_SIZE / LOCAL_WORLD_SIZE as torchrun sets them); per rank, its output."""
+    """Run tests/oracles/mosaic_oracle.py: every rank of a one-node world (one forked process
+    each, RANK / WORLD_SIZE / LOCAL_WORLD_SIZE as torchrun sets them); per rank, its output."""
     python = oracle_python()
     folder.mkdir(parents=True, exist_ok=True)
     spec = {**spec, "out": str(folder)}
     spec_path = folder / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    world = num_nodes * ranks_per_node
-    port = str(_free_port())
-    procs = []
-    for rank in range(world):
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(ranks_per_node),
-            "LOCAL_RANK": str(rank % ranks_per_node),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": port,
-            "OMP_NUM_THREADS": "1",
-        }
-        procs.append(
-            subprocess.Popen(
-                [python, str(ORACLES / "mosaic_oracle.py"), str(spec_path)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    outputs = []
-    for proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise
-        outputs.append(out)
-    for rank, proc in enumerate(procs):
-        assert proc.returncode == 0, f"oracle rank {rank} failed:\n{outputs[rank][-3000:]}"
-    return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(world)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["OMP_NUM_THREADS"] = "1"
+    done = subprocess.run(
+        [python, str(ORACLES / "mosaic_oracle.py"), str(spec_path), str(ranks_per_node),
+         str(_free_port())],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, f"oracle failed:\n{(done.stdout + done.stderr)[-3000:]}"
+    return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(ranks_per_node)]
 
 
 def run_library_functions(cases: list[dict[str, Any]], folder: Path) -> list[Any]:

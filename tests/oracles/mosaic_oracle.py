@@ -1,8 +1,10 @@
-"""One rank of a real MosaicML streaming run, for the tests: run by the oracle venv
-(.venv-oracle, scripts/oracle_env.sh) with RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / LOCAL_RANK /
-MASTER_ADDR / MASTER_PORT set, one process per rank (StreamingDataset joins them with gloo).
+"""A real MosaicML streaming run on one simulated node, for the tests: run by the oracle venv
+(.venv-oracle, scripts/oracle_env.sh). The parent imports streaming once, then forks one process
+per rank with RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT set
+as torchrun sets them (StreamingDataset joins them with gloo); forking after the import saves
+each rank the ~4 s import of torch and transformers.
 
-    python mosaic_oracle.py SPEC.json
+    python mosaic_oracle.py SPEC.json RANKS PORT
 
 SPEC: {"streams": [{"local": dir, "proportion"|"repeat"|"choose": ...}, ...],
        "dataset": StreamingDataset keyword arguments (batch_size, shuffle, shuffle_algo, ...),
@@ -30,8 +32,8 @@ def _uids(samples: list[dict]) -> dict[str, list[int]]:
     return {"uid": [int(s["uid"]) for s in samples]}
 
 
-def main() -> None:
-    spec = json.loads(Path(sys.argv[1]).read_text())
+def run_rank(spec: dict) -> None:
+    """Iterate this rank's StreamingDataLoader as the spec says; write OUT/rank<R>.json."""
     base = import_streaming_base()
     streams = [base.Stream(**s) for s in spec["streams"]]
     dataset = base.StreamingDataset(streams=streams, **spec["dataset"])
@@ -58,6 +60,40 @@ def main() -> None:
     rank = int(os.environ.get("RANK", 0))
     out = Path(spec["out"]) / f"rank{rank}.json"
     out.write_text(json.dumps({"epochs": epochs, "state": state}))
+
+
+def main() -> None:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    ranks, port = int(sys.argv[2]), sys.argv[3]
+    import_streaming_base()
+    children = []
+    for rank in range(ranks):
+        pid = os.fork()
+        if pid == 0:
+            os.environ.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(ranks),
+                LOCAL_WORLD_SIZE=str(ranks),
+                LOCAL_RANK=str(rank),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+            )
+            code = 1
+            try:
+                run_rank(spec)
+                code = 0
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children.append(pid)
+    failed = [r for r, pid in enumerate(children) if os.waitpid(pid, 0)[1] != 0]
+    if failed:
+        sys.exit(f"oracle ranks {failed} failed")
 
 
 if __name__ == "__main__":
