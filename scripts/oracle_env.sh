@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 venv=.venv-oracle
+# One builder at a time (pytest -n 2 workers may both ask for it on a fresh machine).
+if command -v flock >/dev/null; then exec 9>".venv-oracle.lock"; flock 9; fi
 stamp="$venv/.oracle-streaming-0.13.0-v2"
 if [ ! -f "$stamp" ]; then
   [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
