@@ -354,13 +354,23 @@ class MosaicReplayer:
             }
         )
 
-    def _steps(self, first: int, last: int) -> pl.DataFrame:
+    def _steps(self, first: int, last: int, *, progress: bool = True) -> pl.DataFrame:
+        """iteration, position, sample rows of iterations first..last; segments not yet in
+        memory are built (or read from the cache) under a progress bar."""
+        from rich.console import Console
+        from rich.progress import Progress
+
+        wanted = [s for s in self.segments if s.last >= first and s.first <= last]
+        console = Console(stderr=True)
         frames = []
-        for seg in self.segments:
-            if seg.last < first or seg.first > last:
-                continue
-            steps = self._segment_steps(seg)
-            frames.append(steps.filter(pl.col("iteration").is_between(first, last)))
+        with Progress(
+            console=console, transient=True, disable=not (progress and console.is_terminal)
+        ) as bar:
+            task = bar.add_task("order of the streaming epochs", total=len(wanted))
+            for seg in wanted:
+                steps = self._segment_steps(seg)
+                frames.append(steps.filter(pl.col("iteration").is_between(first, last)))
+                bar.advance(task)
         if not frames:
             return pl.DataFrame(
                 schema={"iteration": pl.Int64, "position": pl.Int32, "sample": pl.Int64}
@@ -414,7 +424,7 @@ class MosaicReplayer:
         self, first: int, last: int, *, text: bool = False, progress: bool = True
     ) -> pl.DataFrame:
         self._check_window(first, last)
-        steps = self._steps(first, last).sort("iteration", "position")
+        steps = self._steps(first, last, progress=progress).sort("iteration", "position")
         stream, local = self._split_ids(steps["sample"].to_numpy())
         names = np.array(self.names, dtype=object)
         its = steps["iteration"].to_numpy()
