@@ -386,7 +386,6 @@ class MosaicData(StrictModel):
     streams: list[MosaicStream] = Field(min_length=1)
     text_field: str = "text"
     provenance_fields: list[str] = Field(default_factory=list)  # MDS columns; `shard` is added
-    tokens_dtype: str | None = None  # text_field holds token ids (ndarray/bytes): decode them
     epoch_size: int | None = Field(default=None, gt=0)
     sampling_method: Literal["balanced", "fixed"] = "balanced"
     sampling_granularity: int = Field(default=1, gt=0)
