@@ -104,3 +104,44 @@ def test_ordering_functions_equal_the_library(tmp_path: Path):
     # Refused by both: py1e with 8 canonical nodes over 7 samples, orig partitions whose node
     # counts do not divide one another (4 nodes vs 6 canonical; 2 vs 3, also under relaxed).
     assert refused == 5
+
+
+WRITE = """
+import sys
+sys.path.insert(0, {oracles!r})
+from mosaic_import import import_streaming_base
+base = import_streaming_base()
+columns = {{"text": "str", "uid": "int", "lang": "str", "score": "float32", "n": "uint16"}}
+with base.MDSWriter(out={out!r}, columns=columns, size_limit=4096) as writer:
+    for i in range(300):
+        writer.write({{"text": "caf\\u00e9 " * (i % 7) + str(i), "uid": i, "lang": "xx"[: i % 3],
+                      "score": i / 4, "n": i * 3}})
+"""
+
+
+def test_reads_what_streamings_mdswriter_wrote(tmp_path: Path):
+    """MDS written by the library's own MDSWriter (several shards, fixed and variable columns,
+    non-ASCII text) reads back value for value."""
+    import subprocess
+
+    from mosaic_support import ORACLES, oracle_python
+
+    from dataloaders.mosaic import mds
+
+    out = tmp_path / "mds"
+    code = WRITE.format(oracles=str(ORACLES), out=str(out))
+    done = subprocess.run([oracle_python(), "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    stream = mds.open_stream(out)
+    assert len(stream.shards) > 3 and int(stream.samples_per_shard.sum()) == 300
+    got: dict[str, list[str]] = {c: [] for c in ("text", "uid", "lang", "score", "n")}
+    for shard in stream.shards:
+        rows = np.arange(shard.samples)[::-1]  # any order
+        part = mds.read_columns(shard, rows, list(got))
+        for column, values in part.items():
+            got[column] += values[::-1]
+    assert got["text"] == ["caf\u00e9 " * (i % 7) + str(i) for i in range(300)]
+    assert got["uid"] == [str(i) for i in range(300)]
+    assert got["lang"] == ["xx"[: i % 3] for i in range(300)]
+    assert got["score"] == [str(i / 4) for i in range(300)]
+    assert got["n"] == [str(i * 3) for i in range(300)]
