@@ -115,6 +115,11 @@ class MosaicReplayer:
                 f"{where}streaming runs give restarts in data.resumes (state_dict) and have no "
                 "batch-size ramp"
             )
+        if getattr(training, "applied_skips", None):
+            raise ForensicsError(
+                f"{where}training.applied_skips: the streaming replay does not model trainer "
+                "skips a restart already applied; leave them out and read the block list"
+            )
         if data.streaming_version not in VALIDATED_VERSIONS:
             raise ForensicsError(
                 f"{where}data.streaming_version {data.streaming_version}: the replay transcribes "
