@@ -92,10 +92,16 @@ CASES = {
          "partition_algo": "orig", "epoch_size": 200},
         3, 2, False,
     ),
-    "no-shuffle-py1s-2ranks-2workers": (
+    "no-shuffle-epoch-size-unweighted-2ranks-2workers": (
         {"web": {}, "code": {}},
-        {"shuffle": False, "shuffle_algo": "py1s", "num_canonical_nodes": 4},
+        {"shuffle": False, "shuffle_algo": "py1s", "num_canonical_nodes": 4,
+         "epoch_size": 200, "sampling_granularity": 3},
         2, 2, False,
+    ),
+    "py1s-choose-1rank-1worker": (
+        {"web": {"choose": 100}, "books": {"repeat": 1.5}},
+        {"shuffle": True, "shuffle_algo": "py1s", "num_canonical_nodes": 3, "batch_size": 5},
+        1, 1, False,
     ),
 }  # fmt: skip
 
