@@ -1,7 +1,7 @@
-"""The library side of scripts/bench_mosaic_replay.py, run by the oracle venv (.venv-oracle):
+"""The library side of scripts/bench_mosaic_replay.py, run by the oracle venv (.venv-mosaic):
 iterate the real StreamingDataset + StreamingDataLoader up to a given batch and time it.
 
-    .venv-oracle/bin/python scripts/bench_mosaic_library.py SPEC.json
+    .venv-mosaic/bin/python scripts/bench_mosaic_library.py SPEC.json
 SPEC: {"local": dir, "dataset": StreamingDataset kwargs, "num_workers": int, "batches": N,
        "keep_from": first batch (1-based) whose uids to keep, "out": json path}
 """

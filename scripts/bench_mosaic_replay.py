@@ -102,7 +102,7 @@ def main() -> None:
         rows.append(("replay with text, from cache", _replay(config, Path(cache), text=True)))
 
     oracle = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "oracle_env.sh")], capture_output=True, text=True
+        ["bash", str(ROOT / "scripts" / "mosaic_oracle_env.sh")], capture_output=True, text=True
     )
     library = None
     if oracle.returncode == 0:

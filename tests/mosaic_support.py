@@ -1,5 +1,5 @@
 """Helpers for the MosaicML streaming tests: write small MDS streams, and run the real library
-(mosaicml-streaming 0.13.0 in .venv-oracle) as the oracle, one process per simulated rank."""
+(mosaicml-streaming 0.13.0 in .venv-mosaic) as the oracle, one process per simulated rank."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ ORACLES = ROOT / "tests" / "oracles"
 
 
 def oracle_python() -> str:
-    """The oracle venv's python (built on first use by scripts/oracle_env.sh); skip the test with
-    the reason when it cannot be built (no package index, no python3.11)."""
+    """The oracle venv's python (built on first use by scripts/mosaic_oracle_env.sh); skip the
+    test with the reason when it cannot be built (no package index, no python3.11)."""
     try:
         done = subprocess.run(
-            ["bash", str(ROOT / "scripts" / "oracle_env.sh")],
+            ["bash", str(ROOT / "scripts" / "mosaic_oracle_env.sh")],
             capture_output=True,
             text=True,
             timeout=900,

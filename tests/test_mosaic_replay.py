@@ -1,8 +1,9 @@
 """Replay of MosaicML streaming runs against the real library: for each configuration the real
-StreamingDataset (mosaicml-streaming 0.13.0, in the oracle venv built by scripts/oracle_env.sh)
-is iterated by its StreamingDataLoader (a torch DataLoader) on every simulated rank (one process
-per rank, RANK / WORLD_SIZE / LOCAL_WORLD_SIZE as torchrun sets them) for two epochs, and every
-sample of every iteration must be the one our replay puts at that iteration and position.
+StreamingDataset (mosaicml-streaming 0.13.0, in the oracle venv built by
+scripts/mosaic_oracle_env.sh) is iterated by its StreamingDataLoader (a torch DataLoader) on every
+simulated rank (one process per rank, RANK / WORLD_SIZE / LOCAL_WORLD_SIZE as torchrun sets them)
+for two epochs, and every sample of every iteration must be the one our replay puts at that
+iteration and position.
 
 Ranks are simulated on one node: two simulated nodes on one machine collide in streaming's
 shared-memory registry (both local leaders create /000NNN_locals), so multi-node partitions are

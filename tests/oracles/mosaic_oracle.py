@@ -1,8 +1,8 @@
 """A real MosaicML streaming run on one simulated node, for the tests: run by the oracle venv
-(.venv-oracle, scripts/oracle_env.sh). The parent imports streaming once, then forks one process
-per rank with RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT set
-as torchrun sets them (StreamingDataset joins them with gloo); forking after the import saves
-each rank the ~4 s import of torch and transformers.
+(.venv-mosaic, scripts/mosaic_oracle_env.sh). The parent imports streaming once, then forks one
+process per rank with RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / LOCAL_RANK / MASTER_ADDR /
+MASTER_PORT set as torchrun sets them (StreamingDataset joins them with gloo); forking after the
+import saves each rank the ~4 s import of torch and transformers.
 
     python mosaic_oracle.py SPEC.json RANKS PORT
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build .venv-oracle/: MosaicML streaming 0.13.0 with torch, the oracle for tests/test_mosaic_*.
+# Build .venv-mosaic/: MosaicML streaming 0.13.0 with torch, the oracle for tests/test_mosaic_*.
 #
 # streaming pins numpy<2.2 and transformers<5, which clash with the project's venv, so it gets its
 # own environment. torch is the same 2.13.0 (the CPU wheel pip finds on disk); the constraint file
@@ -8,14 +8,14 @@
 # imports those SDKs lazily) and without torchvision (PyPI's wheel is a CUDA build that fails to
 # load against CPU torch; tests/oracles/mosaic_import.py imports streaming.base without the
 # package __init__ that pulls streaming.vision). Idempotent: a second run only checks the stamp.
-#   scripts/oracle_env.sh        -> prints the oracle's python path on success
+#   scripts/mosaic_oracle_env.sh        -> prints the oracle's python path on success
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-venv=.venv-oracle
+venv=.venv-mosaic
 # One builder at a time (pytest -n 2 workers may both ask for it on a fresh machine).
-if command -v flock >/dev/null; then exec 9>".venv-oracle.lock"; flock 9; fi
+if command -v flock >/dev/null; then exec 9>".venv-mosaic.lock"; flock 9; fi
 stamp="$venv/.oracle-streaming-0.13.0-v2"
 if [ ! -f "$stamp" ]; then
   [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
