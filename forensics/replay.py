@@ -30,6 +30,10 @@ def open_replayer(config: RunConfig) -> Replayer:
         from dataloaders.olmo_core import open_olmo_core_replayer
 
         return open_olmo_core_replayer(config)
+    if fmt == "mosaic-streaming":
+        from dataloaders.mosaic import open_mosaic_replayer
+
+        return open_mosaic_replayer(config)
     raise ForensicsError(f"unknown data.format {fmt!r}")
 
 

@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 bash scripts/olmo_oracle_env.sh  # ai2-olmo-core in .venv-olmo: the OLMo-core tests' oracle
+# The MosaicML streaming oracle (its own venv: streaming pins numpy<2.2, transformers<5).
+bash scripts/mosaic_oracle_env.sh >/dev/null || echo "warning: no streaming oracle; its tests will skip"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 .venv/bin/python -m pytest -n 2 "$@"
 .venv/bin/ruff check .

@@ -1,0 +1,200 @@
+"""MDS shards (MosaicML streaming's format), read with numpy: the sample counts the order needs,
+and the text and provenance columns of given samples.
+
+index.json (format/index.py, format/mds/writer.py of mosaicml-streaming 0.13.0):
+    {"version": 2, "shards": [{"format": "mds", "samples": N, "column_names": [...],
+     "column_encodings": [...], "column_sizes": [size or null, ...],
+     "raw_data": {"basename": "shard.00000.mds", "bytes": B, ...}, "zip_data": ..., ...}]}
+A shard file (format/mds/writer.py:get_header_data, reader.py:get_sample_data):
+    uint32 num_samples, uint32 offsets[num_samples + 1] (byte offsets of every sample in the
+    file), then the samples. A sample: uint32 sizes of its variable-size columns (null
+    column_sizes), in column order, then every column's bytes in column order
+    (reader.py:decode_sample).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dataloaders.errors import ForensicsError
+
+INDEX = "index.json"
+
+# Encodings rendered as text for the text and provenance columns (format/mds/encodings.py).
+_NUMERIC = {
+    "int": "<i8",
+    "int8": "<i1",
+    "int16": "<i2",
+    "int32": "<i4",
+    "int64": "<i8",
+    "uint8": "<u1",
+    "uint16": "<u2",
+    "uint32": "<u4",
+    "uint64": "<u8",
+    "float16": "<f2",
+    "float32": "<f4",
+    "float64": "<f8",
+}
+_TEXT = {"str", "str_int", "str_float", "str_decimal", "json"}
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One MDS shard as index.json describes it."""
+
+    path: Path
+    samples: int
+    size: int  # raw_data.bytes
+    column_names: list[str]
+    column_encodings: list[str]
+    column_sizes: list[int | None]
+
+
+@dataclass(frozen=True)
+class MDSStream:
+    """A stream's directory: its shards in index.json order and the hash of index.json."""
+
+    local: Path
+    shards: list[Shard]
+    index_sha256: str
+
+    @property
+    def samples_per_shard(self) -> np.ndarray:
+        return np.array([s.samples for s in self.shards], dtype=np.int64)
+
+
+def open_stream(local: Path) -> MDSStream:
+    """Read and check a stream's index.json; every shard must be on disk with the byte size the
+    index gives (a missing or rewritten shard would silently move every later sample)."""
+    index = local / INDEX
+    if not index.is_file():
+        raise ForensicsError(f"{index}: not found (a MosaicML streaming directory has index.json)")
+    raw = index.read_bytes()
+    try:
+        obj = json.loads(raw)
+        infos = obj["shards"]
+        if obj.get("version") != 2:
+            raise ValueError(f"version {obj.get('version')!r}, expected 2")
+    except (ValueError, KeyError, TypeError) as err:
+        raise ForensicsError(f"{index}: not a streaming index ({err})") from None
+    shards = []
+    for k, info in enumerate(infos):
+        if info.get("format") != "mds":
+            raise ForensicsError(
+                f"{index}: shard {k} has format {info.get('format')!r}; only MDS is supported"
+            )
+        basename = info["raw_data"]["basename"]
+        path = local / basename
+        size = int(info["raw_data"]["bytes"])
+        if not path.is_file():
+            zipped = info.get("zip_data") or {}
+            hint = (
+                f" (only its compressed {zipped['basename']} is there: decompress it first)"
+                if zipped and (local / zipped["basename"]).is_file()
+                else ""
+            )
+            raise ForensicsError(f"{path}: shard missing, listed in {index}{hint}")
+        actual = path.stat().st_size
+        if actual != size:
+            raise ForensicsError(
+                f"{path}: {actual} bytes, but {index} says {size}: the shard changed since the "
+                "run, so its samples no longer sit where the run read them"
+            )
+        shards.append(
+            Shard(
+                path=path,
+                samples=int(info["samples"]),
+                size=size,
+                column_names=list(info["column_names"]),
+                column_encodings=list(info["column_encodings"]),
+                column_sizes=list(info["column_sizes"]),
+            )
+        )
+    if not shards:
+        raise ForensicsError(f"{index}: no shards")
+    return MDSStream(local=local, shards=shards, index_sha256=hashlib.sha256(raw).hexdigest())
+
+
+def check_columns(stream: MDSStream, columns: list[str], *, where: str) -> None:
+    """Every requested column exists in every shard with an encoding we can render as text."""
+    for shard in stream.shards:
+        for column in columns:
+            if column not in shard.column_names:
+                raise ForensicsError(
+                    f"{where}{shard.path}: no column {column!r} (it has {shard.column_names})"
+                )
+            enc = shard.column_encodings[shard.column_names.index(column)]
+            if enc not in _TEXT and enc not in _NUMERIC:
+                raise ForensicsError(
+                    f"{where}{shard.path}: column {column!r} is {enc!r}; text and provenance "
+                    f"columns must be str, str_int/float/decimal, json or a number"
+                )
+
+
+def _gather(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """uint8[len(starts), width]: `width` bytes at every start (vectorised fancy index)."""
+    return buf[starts[:, None] + np.arange(width, dtype=np.int64)[None, :]]
+
+
+def read_columns(shard: Shard, rows: np.ndarray, columns: list[str]) -> dict[str, list[str]]:
+    """The given columns (as text) of the given rows of one shard, in `rows` order. Offsets and
+    sizes are gathered with numpy for all rows at once; only the final decode is per value."""
+    import mmap
+
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) and (rows.min() < 0 or rows.max() >= shard.samples):
+        raise ForensicsError(f"{shard.path}: no sample {rows.max()} (it has {shard.samples})")
+    with open(shard.path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    buf = np.frombuffer(mm, dtype=np.uint8)
+    header = buf[: 4 * (shard.samples + 2)].view("<u4")
+    if int(header[0]) != shard.samples:
+        raise ForensicsError(
+            f"{shard.path}: holds {int(header[0])} samples, index.json says {shard.samples}"
+        )
+    begin = header[1:][rows].astype(np.int64)  # byte offset of every wanted sample
+    var_cols = [k for k, size in enumerate(shard.column_sizes) if size is None]
+    n_var = len(var_cols)
+    # lengths[:, c]: byte length of column c in every wanted sample (fixed, or the sample's
+    # uint32 size prefix for a variable-size column, in column order).
+    lengths = np.zeros((len(rows), len(shard.column_sizes)), dtype=np.int64)
+    if n_var:
+        prefix = _gather(buf, begin, 4 * n_var).view("<u4").reshape(len(rows), n_var)
+        lengths[:, var_cols] = prefix
+    for k, size in enumerate(shard.column_sizes):
+        if size is not None:
+            lengths[:, k] = size
+    starts = begin[:, None] + 4 * n_var + np.cumsum(lengths, axis=1) - lengths
+    out: dict[str, list[str]] = {}
+    for column in columns:
+        col = shard.column_names.index(column)
+        enc = shard.column_encodings[col]
+        if enc in _TEXT:
+            st, ln = starts[:, col].tolist(), lengths[:, col].tolist()
+            out[column] = [
+                mm[a : a + n].decode("utf-8", errors="replace") for a, n in zip(st, ln, strict=True)
+            ]
+        else:
+            dtype = np.dtype(_NUMERIC[enc])
+            values = _gather(buf, starts[:, col], dtype.itemsize).view(dtype).reshape(-1)
+            out[column] = [str(v) for v in values.tolist()]
+    del buf, header
+    mm.close()
+    return out
+
+
+def describe(stream: MDSStream) -> dict[str, Any]:
+    """The stream as a skip list's fingerprint records it."""
+    return {
+        "local": str(stream.local),
+        "index_sha256": stream.index_sha256,
+        "shards": [
+            {"file": s.path.name, "size": s.size, "samples": s.samples} for s in stream.shards
+        ],
+    }

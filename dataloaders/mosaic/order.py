@@ -1,0 +1,164 @@
+"""The order a MosaicML StreamingDataset + torch DataLoader run fed its samples, epoch by epoch.
+
+One epoch (batching_method "random", batching/random.py:23-80 of mosaicml-streaming 0.13.0):
+resample the streams (sampling.py), partition the epoch's positions over nodes, ranks, workers
+and batches from `sample_in_epoch` on (partition.py), map positions through the epoch's shuffle
+(shuffle.py), then resampled ids to underlying samples.
+
+Then what each rank's DataLoader yields. Worker w of a rank iterates its partition row
+`ids[node, rank_of_node, w].flatten()` skipping -1 (dataset.py:1055, 1430-1473); the DataLoader
+cuts each worker's stream into batches of batch_size (the last one short unless drop_last) and
+yields them round robin over the workers, skipping a worker once it is exhausted
+(torch/utils/data/dataloader.py, _MultiProcessingDataLoaderIter._next_data / _try_put_index:
+a worker that raises _IterableDatasetStopIteration is shut down and its turn passes on).
+With num_workers 0 the rank counts as one worker (World._get_worker_info, world.py).
+
+Arrays built here:
+    epoch_batches  list over ranks of list over batches of int64[<= batch_size] underlying
+                   sample ids (global over all streams: stream offset + index in the stream)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dataloaders.mosaic.partition import get_partitions
+from dataloaders.mosaic.sampling import apply_weights, resample_streams
+from dataloaders.mosaic.shuffle import get_shuffle
+
+
+@dataclass(frozen=True)
+class World:
+    """The run's world as StreamingDataset sees it (World.detect, world.py)."""
+
+    num_nodes: int
+    ranks_per_node: int
+    workers_per_rank: int  # DataLoader num_workers, or 1 without workers
+
+    @property
+    def num_ranks(self) -> int:
+        return self.num_nodes * self.ranks_per_node
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the epoch order depends on, resolved to the library's effective values."""
+
+    samples_per_shard: np.ndarray  # int64[shards], all streams' shards in stream order
+    shards_per_stream: np.ndarray  # int64[streams]
+    choose_per_stream: np.ndarray  # int64[streams] (apply_weights)
+    shuffle: bool
+    shuffle_algo: str
+    shuffle_seed: int
+    shuffle_block_size: int
+    num_canonical_nodes: int
+    partition_algo: str
+    sampling_method: str
+    sampling_granularity: int
+    batch_size: int
+    drop_last: bool
+
+    @property
+    def epoch_size(self) -> int:
+        return int(self.choose_per_stream.sum())
+
+
+def default_canonical_nodes(shuffle_algo: str, num_nodes: int) -> int:
+    """StreamingDataset._resume's default when num_canonical_nodes is None (dataset.py:702-716)."""
+    return 64 * num_nodes if shuffle_algo in ("py1s", "py2s") else num_nodes
+
+
+def default_block_size(num_canonical_nodes: int) -> int:
+    """_set_shuffle_block_size's default (dataset.py:681-689)."""
+    return max(4_000_000 // num_canonical_nodes, 1 << 18)
+
+
+def choose_per_stream(
+    weights: list[tuple[float | None, float | None, int | None]],
+    samples_per_stream: np.ndarray,
+    epoch_size: int | None,
+    seed: int,
+) -> np.ndarray:
+    return apply_weights(weights, samples_per_stream, epoch_size, seed)
+
+
+def epoch_partition(
+    plan: Plan,
+    world: World,
+    epoch: int,
+    sample_in_epoch: int,
+    initial_physical_nodes: int | None = None,
+) -> np.ndarray:
+    """Underlying sample ids, int64[nodes, ranks, workers, batches per worker, batch size], -1 =
+    padding (generate_work_random_batching, batching/random.py:23-80)."""
+    units, small_per_big = resample_streams(
+        plan.samples_per_shard,
+        plan.shards_per_stream,
+        plan.choose_per_stream,
+        seed=plan.shuffle_seed,
+        epoch=epoch,
+        sampling_method=plan.sampling_method,
+        granularity=plan.sampling_granularity,
+        epoch_seed_change=plan.shuffle and plan.sampling_method == "balanced",  # dataset.py:428
+    )
+    big = get_partitions(
+        plan.partition_algo,
+        plan.epoch_size,
+        plan.num_canonical_nodes,
+        world.num_nodes,
+        world.ranks_per_node,
+        world.workers_per_rank,
+        plan.batch_size,
+        sample_in_epoch,
+        initial_physical_nodes,
+    )
+    if plan.shuffle:
+        perm = get_shuffle(
+            plan.shuffle_algo,
+            units,
+            plan.num_canonical_nodes,
+            plan.shuffle_seed,
+            epoch,
+            plan.shuffle_block_size,
+        )
+        big = np.where(big != -1, perm[np.maximum(big, 0)], -1)
+    return np.where(big != -1, small_per_big[np.maximum(big, 0)], -1)
+
+
+def loader_batches(worker_rows: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:
+    """The batches one rank's DataLoader yields, given its workers' partition rows
+    int64[workers, batches per worker, batch size] (see the module docstring)."""
+    per_worker = []
+    for row in worker_rows:
+        stream = row.reshape(-1)
+        stream = stream[stream != -1]
+        n_full = len(stream) // batch_size
+        batches = [stream[k * batch_size : (k + 1) * batch_size] for k in range(n_full)]
+        if not drop_last and len(stream) % batch_size:
+            batches.append(stream[n_full * batch_size :])
+        per_worker.append(batches)
+    out: list[np.ndarray] = []
+    longest = max((len(b) for b in per_worker), default=0)
+    for k in range(longest):
+        for batches in per_worker:
+            if k < len(batches):
+                out.append(batches[k])
+    return out
+
+
+def epoch_batches(
+    plan: Plan,
+    world: World,
+    epoch: int,
+    sample_in_epoch: int = 0,
+    initial_physical_nodes: int | None = None,
+) -> list[list[np.ndarray]]:
+    """Per rank (node-major), the batches its DataLoader yields in this epoch."""
+    ids = epoch_partition(plan, world, epoch, sample_in_epoch, initial_physical_nodes)
+    return [
+        loader_batches(ids[node, local], plan.batch_size, plan.drop_last)
+        for node in range(world.num_nodes)
+        for local in range(world.ranks_per_node)
+    ]

@@ -1,0 +1,54 @@
+"""Call mosaicml-streaming's own ordering functions on a list of cases (run by the oracle venv).
+
+    python mosaic_functions.py CASES.json    -> writes results.json beside it
+
+A case: {"fn": "shuffle", "algo", "sizes", "ncn", "seed", "epoch", "block"} |
+        {"fn": "partition", "algo", "n", "ncn", "nodes", "ranks", "workers", "batch", "drop",
+         "ipn"} | {"fn": "sampling", "sizes", "choose", "gran", "seed", "epoch", "use_epoch"}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from mosaic_import import import_streaming_base  # noqa: E402
+
+
+def main() -> None:
+    import_streaming_base()
+    from streaming.base.partition import get_partitions
+    from streaming.base.sampling import get_sampling
+    from streaming.base.shuffle import get_shuffle
+
+    path = Path(sys.argv[1])
+    results = []
+    warnings.simplefilter("ignore")
+    for c in json.loads(path.read_text()):
+        try:
+            if c["fn"] == "shuffle":
+                sizes = np.array(c["sizes"], np.int64)
+                out = get_shuffle(c["algo"], sizes, c["ncn"], c["seed"], c["epoch"], c["block"])
+            elif c["fn"] == "partition":
+                out = get_partitions(
+                    c["algo"], c["n"], c["ncn"], c["nodes"], c["ranks"], c["workers"],
+                    c["batch"], c["drop"], c["ipn"],
+                )  # fmt: skip
+            else:
+                sizes = np.array(c["sizes"], np.int64)
+                out = get_sampling(
+                    sizes, c["choose"], c["gran"], c["seed"], c["epoch"], c["use_epoch"]
+                )
+            results.append({"shape": list(out.shape), "values": out.reshape(-1).tolist()})
+        except Exception as err:  # the library refusing a case is part of its behaviour
+            results.append({"error": type(err).__name__})
+    (path.parent / "results.json").write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
