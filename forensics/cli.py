@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from forensics.commands import check_skip, manifest, replay, score, spike, triage, watch
+from forensics.commands import check_skip, manifest, replay, scan, score, spike, triage, watch
 from forensics.errors import ForensicsError
 
 app = typer.Typer(
@@ -47,6 +47,7 @@ app.command("triage")(triage.triage_command)
 app.command("spike")(spike.spike_command)
 app.command("check-skip")(check_skip.check_skip_command)
 app.command("watch")(watch.watch_command)
+app.command("scan")(scan.scan_command)
 app.command("replay")(replay.replay_command)
 app.command("score")(score.score_command)
 app.command("manifest")(manifest.manifest_command)

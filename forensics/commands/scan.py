@@ -1,0 +1,93 @@
+"""`forensics scan`: score every document of iterations the run has not reached yet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from forensics.commands.options import ConfigOption, MegatronArgsOption
+
+
+def scan_command(
+    first: Annotated[int, typer.Option("--from", help="First iteration to scan (1-indexed).")],
+    last: Annotated[int, typer.Option("--to", help="Last iteration to scan (inclusive).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
+    config: ConfigOption = None,
+    megatron_args: MegatronArgsOption = None,
+    threshold: Annotated[
+        float,
+        typer.Option(
+            "--threshold",
+            help="Skip an iteration when more than this share of its samples is flagged.",
+        ),
+    ] = 0.2,
+    engine: Annotated[
+        str, typer.Option("--engine", help="local (a process pool) or ray (Ray Data).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="HOST:PORT of a Ray head (default: start one here)."),
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Worker processes.")] = 1,
+    shard_iterations: Annotated[
+        int | None,
+        typer.Option(
+            "--shard-iterations",
+            help="Iterations per shard (default: 8192 samples' worth). Parts and resumption "
+            "are per shard.",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rewrite finished outputs / start another scan over.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress and no summary.")] = False,
+) -> None:
+    """Replay iterations FROM..TO ahead of training, score every document (encoding garbage,
+    template spam, OLMo 2's repeated n-grams per document and per instance), and write
+    scan.parquet, a report, a block list and a preemptive skip.json for the dense stretches."""
+    from forensics.megatron_args import resolve_run_config
+    from forensics.scan.run import ScanOptions, run_scan
+
+    run = resolve_run_config(config, megatron_args)
+    result = run_scan(
+        run,
+        out,
+        ScanOptions(
+            first=first,
+            last=last,
+            threshold=threshold,
+            engine=engine,
+            workers=workers,
+            ray_address=ray_address,
+            shard_iterations=shard_iterations,
+            force=force,
+            progress=not quiet,
+        ),
+    )
+    if quiet:
+        return
+    from rich.markup import escape
+
+    from forensics.report.terminal import make_console
+
+    console = make_console()
+    scan = result.scan
+    flagged = int(scan["flagged_samples"].sum())
+    samples = int(scan["samples"].sum())
+    console.print(
+        f"scanned iterations {first}-{last} ({result.shards} shards, {result.resumed} resumed) "
+        f"in {result.seconds:.1f} s: {flagged:,} of {samples:,} samples flagged"
+    )
+    for s in result.skip["stretches"]:
+        console.print(
+            f"  [bold red]dense[/] {s['first']}-{s['last']}: "
+            f"{100 * s['flagged_share']:.0f}% flagged "
+            + escape(", ".join(f"{k} {100 * v:.0f}%" for k, v in s["kinds"].items()))
+        )
+    if not result.skip["stretches"]:
+        console.print(f"  no stretch above --threshold {threshold:g}")
+    for note in result.notes:
+        console.print(f"  [dim]note: {escape(note)}[/]")
+    console.print(f"scan.parquet, report, blocklist.json and skip.json in {escape(str(out))}/")
