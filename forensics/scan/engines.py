@@ -7,8 +7,8 @@ They return the shards that failed for good, so the caller can say exactly what 
 - local: a `spawn` process pool (no forked polars/tokenizers thread pools), at most two shards
   in flight per worker so memory stays flat; a worker that dies (killed, out of memory) breaks
   the pool, which is rebuilt and the unfinished shards resubmitted, up to RETRIES times.
-- ray: `ray.data.from_items(shards).map(scan_shard)` with one CPU per task and `concurrency`
-  workers; Ray retries a task whose worker died (`max_retries`), and results stream back with
+- ray: `ray.data.from_items(shards).map(scan_shard)` with one CPU per task and a task pool of
+  `workers`; Ray retries a task whose worker died (`max_retries`), and results stream back with
   `iter_rows` (a few numbers per shard, never text). Without an address a local Ray instance is
   started with workers + 1 CPUs: Ray Data needs a CPU beyond the map tasks' for its own
   operators, or the stream stalls.
@@ -16,8 +16,10 @@ They return the shards that failed for good, so the caller can say exactly what 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -150,6 +152,7 @@ def run_ray(
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ForensicsError(f"cannot start or reach Ray ({first})") from None
     try:
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
@@ -159,9 +162,16 @@ def run_ray(
             return scan_shard(config, int(row["first"]), int(row["last"]), parts_s).to_dict()
 
         items = [{"first": a, "last": b} for a, b in shards]
-        ds = ray.data.from_items(items, override_num_blocks=len(items)).map(
-            _task, num_cpus=1, concurrency=workers, max_retries=RETRIES
-        )
+        with warnings.catch_warnings():
+            # max_retries as a remote argument is deprecated (removal in Ray 2.64; we pin 2.60)
+            # but is the only bound: Ray Data's own default retries a dying worker forever.
+            warnings.simplefilter("ignore")
+            ds = ray.data.from_items(items, override_num_blocks=len(items)).map(
+                _task,
+                compute=ray.data.TaskPoolStrategy(size=workers),
+                num_cpus=1,
+                max_retries=RETRIES,
+            )
         seen: set[tuple[int, int]] = set()
         try:
             for row in ds.iter_rows():

@@ -234,7 +234,9 @@ def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
         pl.DataFrame({"h": salted[content], "i": content, "doc": tok.doc[content]})
         .group_by("h")
         .agg(cnt=pl.len(), i=pl.col("i").first(), doc=pl.col("doc").first())
-        .sort("cnt", descending=True)
+        # Ties in count go to the word seen first: group_by's group order is arbitrary, and an
+        # arbitrary tie-break made the keyword rule (and the scores) differ from run to run.
+        .sort(["cnt", "i"], descending=[True, False])
         .group_by("doc")
         .agg(cnt=pl.col("cnt").first(), i=pl.col("i").first())
     )

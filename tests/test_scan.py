@@ -1,0 +1,269 @@
+"""`forensics scan` end to end on a generated run with dirty stretches planted ahead.
+
+The run (forensics/scan/synthetic.py) has real text, a real BPE and real .bin/.idx files; three
+dirty datasets (mojibake, template spam, repeated n-grams) enter the blend at data stage starts
+and leave at the next, so the planted stretches are known exactly: 21-30, 51-60, 91-98.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from forensics.config import load_config
+from forensics.errors import ForensicsError
+from forensics.scan.run import ScanOptions, run_scan
+from forensics.scan.shard import FAULT_ENV
+from forensics.scan.synthetic import ScanRunSpec, build_scan_run
+
+SPEC = ScanRunSpec()
+PLANTED = {(a, b): kind for kind, a, b in SPEC.stretches}
+KIND_FLAG = {"mojibake": "garbage", "spam": "spam", "ngram": "ngram"}
+SHARD = 10
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("scan-run")
+    build_scan_run(out, SPEC)
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_result(run_dir, tmp_path_factory):
+    """The reference scan: local engine, two workers."""
+    out = tmp_path_factory.mktemp("scan-local") / "out"
+    result = run_scan(
+        run_dir / "forensics.yaml",
+        out,
+        ScanOptions(first=1, last=SPEC.train_iters, workers=2, shard_iterations=SHARD, progress=False),
+    )
+    return result
+
+
+def comparable(out: Path) -> tuple[pl.DataFrame, dict, pl.DataFrame]:
+    skip = json.loads((out / "skip.json").read_text())
+    skip.pop("notes")
+    return pl.read_parquet(out / "scan.parquet"), skip, pl.read_parquet(out / "blocklist.parquet")
+
+
+def assert_same_scan(a: Path, b: Path) -> None:
+    scan_a, skip_a, block_a = comparable(a)
+    scan_b, skip_b, block_b = comparable(b)
+    assert_frame_equal(scan_a, scan_b)
+    assert_frame_equal(block_a, block_b)
+    assert skip_a == skip_b
+
+
+def test_finds_every_planted_stretch_and_no_clean_one(local_result, run_dir) -> None:
+    from forensics.commands.check_skip import check_skip
+
+    scan, skip = local_result.scan, local_result.skip
+    assert scan.height == SPEC.train_iters
+    assert (scan["samples"] == SPEC.global_batch_size).all()
+    found = {(s["first"], s["last"]): s for s in skip["stretches"]}
+    assert set(found) == set(PLANTED), skip["stretches"]
+    for span, kind in PLANTED.items():
+        kinds = found[span]["kinds"]
+        assert max(kinds, key=kinds.get) == KIND_FLAG[kind], (span, kinds)
+    assert skip["iterations"] == [list(s) for s in sorted(PLANTED)]
+    planted = pl.any_horizontal(pl.col("iteration").is_between(a, b) for a, b in PLANTED)
+    clean = scan.filter(~planted)
+    assert clean["flagged_share"].max() <= ScanOptions(1, 1).threshold
+    # the instance rule fires only where repeated n-grams were planted
+    assert scan.filter(~planted)["instance_ngram_samples"].sum() == 0
+    assert scan.filter(pl.col("iteration").is_between(91, 98))["instance_ngram_samples"].sum() > 0
+    # the block list: the dirty datasets' documents, hardly any clean ones
+    block = json.loads((local_result.out / "blocklist.json").read_text())
+    assert set(block["documents"]) >= {"mojibake", "spam", "ngram"}
+    assert len(block["documents"].get("clean", [])) <= 0.05 * SPEC.clean_docs
+    # spike's skip format: check-skip accepts it for this run and no other
+    check_skip(local_result.out / "skip.json", run_dir / "forensics.yaml")
+    report = (local_result.out / "report.html").read_text()
+    assert "21-30" in report and "dirty-spam" in report and "<script" not in report
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ray_head():
+    """A Ray head on 127.0.0.1 started by this test (its own process group, ended by us).
+
+    Token authentication is off for this throwaway head: it listens on 127.0.0.1 only, and the
+    shared ~/.ray/auth_token is then neither read nor written."""
+    pytest.importorskip("ray")
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    ray_bin = Path(sys.executable).with_name("ray")
+    proc = subprocess.Popen(
+        [
+            str(ray_bin),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=3",
+            f"--temp-dir={temp}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"},
+    )
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("the Ray head did not come up in 90 s")
+        time.sleep(2)  # the GCS port opens before the raylet registers
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of our group is still there
+        except ProcessLookupError:
+            pass
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_ray_engine_matches_local_and_retries_a_dead_worker(
+    local_result, run_dir, ray_head, tmp_path, monkeypatch
+) -> None:
+    marker = tmp_path / "worker-died"
+    monkeypatch.setenv(FAULT_ENV, f"41:{marker}")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    out = tmp_path / "ray"
+    result = run_scan(
+        run_dir / "forensics.yaml",
+        out,
+        ScanOptions(
+            first=1,
+            last=SPEC.train_iters,
+            engine="ray",
+            ray_address=ray_head,
+            workers=2,
+            shard_iterations=SHARD,
+            progress=False,
+        ),
+    )
+    assert marker.is_file(), "the fault was not injected: the test proves nothing"
+    assert result.shards == SPEC.train_iters // SHARD
+    pids = {s.pid for s in result.summaries}
+    assert os.getpid() not in pids  # the shards ran in Ray workers, not in the driver
+    assert_same_scan(local_result.out, out)
+
+
+def test_killed_scan_resumes_to_the_same_result(local_result, run_dir, tmp_path) -> None:
+    out = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        "-m",
+        "forensics.cli",
+        "scan",
+        "--config",
+        str(run_dir / "forensics.yaml"),
+        "--from",
+        "1",
+        "--to",
+        str(SPEC.train_iters),
+        "--out",
+        str(out),
+        "--shard-iterations",
+        str(SHARD),
+        "--quiet",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    parts = out / ".scan" / "parts"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(parts.glob("*.done.json"))) < 3:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = len(list(parts.glob("*.done.json")))
+    total = SPEC.train_iters // SHARD
+    assert 3 <= done < total, f"{done} of {total} shards done when killed"
+    assert not (out / "skip.json").exists()
+    result = run_scan(
+        run_dir / "forensics.yaml",
+        out,
+        ScanOptions(first=1, last=SPEC.train_iters, shard_iterations=SHARD, progress=False),
+    )
+    assert result.resumed == done
+    assert_same_scan(local_result.out, out)
+    # finished: a rerun refuses to overwrite without --force
+    with pytest.raises(ForensicsError, match="already exists"):
+        run_scan(
+            run_dir / "forensics.yaml",
+            out,
+            ScanOptions(first=1, last=SPEC.train_iters, shard_iterations=SHARD, progress=False),
+        )
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "extra", "message"),
+    [
+        (50, 40, [], "--from 50 is after --to 40"),
+        (100, 500, [], "--to 500 is beyond the end of training (last iteration 120)"),
+        (1, 10, ["--engine", "ray", "--ray-address", "127.0.0.1:{port}"], "no Ray head reachable"),
+    ],
+)
+def test_bad_input_is_one_line(run_dir, tmp_path, first, last, extra, message) -> None:
+    port = _free_port()  # nothing listens there
+    cmd = [
+        sys.executable,
+        "-m",
+        "forensics.cli",
+        "scan",
+        "--config",
+        str(run_dir / "forensics.yaml"),
+        "--from",
+        str(first),
+        "--to",
+        str(last),
+        "--out",
+        str(tmp_path / "out"),
+        *[e.format(port=port) for e in extra],
+    ]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+    assert not (tmp_path / "out" / "skip.json").exists()
+
+
+def test_scan_of_another_config_in_the_same_directory_is_refused(local_result, run_dir) -> None:
+    config = load_config(run_dir / "forensics.yaml")
+    with pytest.raises(ForensicsError, match="holds another scan"):
+        run_scan(config, local_result.out, ScanOptions(first=1, last=20, progress=False))
