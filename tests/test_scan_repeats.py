@@ -110,8 +110,9 @@ def test_unicode_repeats_are_counted_in_tokens(olmo) -> None:
 
 def test_batched_equals_one_by_one() -> None:
     rng = np.random.default_rng(3)
-    rows = [planted(rng, int(rng.integers(1, 14)), 35, int(rng.integers(500, 3000)))
-            for _ in range(40)]
+    rows = [
+        planted(rng, int(rng.integers(1, 14)), 35, int(rng.integers(500, 3000))) for _ in range(40)
+    ]
     together = find_repeats(rows)
     for i, row in enumerate(rows):
         alone = find_repeats([row])

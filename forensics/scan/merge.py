@@ -95,7 +95,10 @@ def top_sources(parts: Path, shards: list[tuple[int, int]], top: int = TOP_SOURC
         .agg(pl.col("segments").sum(), pl.col("flagged_segments").sum())
         .with_columns((pl.col("flagged_segments") / pl.col("segments")).alias("flagged_share"))
         .filter(pl.col("flagged_segments") > 0)
-        .sort(["flagged_segments", "flagged_share", "facet", "key"], descending=[True, True, False, False])
+        .sort(
+            ["flagged_segments", "flagged_share", "facet", "key"],
+            descending=[True, True, False, False],
+        )
         .head(top)
     )
 
@@ -198,8 +201,7 @@ def write_outputs(
         "documents": blocklist,
         "count": docs.height,
         "by_kind": {
-            k: int(docs["kinds"].str.contains(k).sum()) if docs.height else 0
-            for k in DOC_KINDS
+            k: int(docs["kinds"].str.contains(k).sum()) if docs.height else 0 for k in DOC_KINDS
         },
         "fingerprint": fingerprint,
     }

@@ -116,9 +116,12 @@ def _token_view(replayer: Any, name: str) -> tuple[np.ndarray, np.ndarray, Any]:
         cache = replayer._scan_doc_starts = {}
     if name not in cache:
         first_seq = np.asarray(ds.document_indices[:-1], dtype=np.int64)
-        cache[name] = np.asarray(ds.sequence_pointers, dtype=np.int64)[
-            np.minimum(first_seq, max(ds.sequence_count - 1, 0))
-        ] // ds.dtype.itemsize
+        cache[name] = (
+            np.asarray(ds.sequence_pointers, dtype=np.int64)[
+                np.minimum(first_seq, max(ds.sequence_count - 1, 0))
+            ]
+            // ds.dtype.itemsize
+        )
     return ds.tokens, cache[name], ds
 
 
@@ -291,7 +294,9 @@ def scan_shard(
         segs.filter(pl.col("garbage") | pl.col("spam") | pl.col("ngram"))
         .select("iteration", "dataset", "doc_id", "severity")
         .unique()
-        .sort(["iteration", "severity", "dataset", "doc_id"], descending=[False, True, False, False])
+        .sort(
+            ["iteration", "severity", "dataset", "doc_id"], descending=[False, True, False, False]
+        )
         .group_by("iteration", maintain_order=True)
         .head(WORST_PER_ITERATION)
         .group_by("iteration", maintain_order=True)
@@ -314,9 +319,7 @@ def scan_shard(
         )
     )
     flagged_docs = flagged_docs.with_columns(
-        reason=pl.Series(
-            [_reason(r) for r in flagged_docs.iter_rows(named=True)], dtype=pl.Utf8
-        ),
+        reason=pl.Series([_reason(r) for r in flagged_docs.iter_rows(named=True)], dtype=pl.Utf8),
         kinds=pl.concat_str(
             [pl.when(pl.col(k)).then(pl.lit(k)) for k in ("garbage", "spam", "ngram")],
             separator=",",

@@ -86,7 +86,9 @@ def build_scan_run(out: Path, spec: ScanRunSpec | None = None) -> dict[str, Any]
     if len(clean) < 50 or not bodies:
         raise RuntimeError("too little text on this machine to generate a run")
     kinds = sorted({k for k, _, _ in spec.stretches})
-    dirty = {k: _dirty_pages(k, spec.dirty_docs, bodies, spec.seed + i) for i, k in enumerate(kinds)}
+    dirty = {
+        k: _dirty_pages(k, spec.dirty_docs, bodies, spec.seed + i) for i, k in enumerate(kinds)
+    }
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
