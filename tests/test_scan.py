@@ -279,3 +279,18 @@ def test_scan_of_another_config_in_the_same_directory_is_refused(local_result, r
     config = load_config(run_dir / "forensics.yaml")
     with pytest.raises(ForensicsError, match="holds another scan"):
         run_scan(config, local_result.out, ScanOptions(first=1, last=20, progress=False))
+
+
+def test_local_worker_dying_is_retried(local_result, run_dir, tmp_path, monkeypatch) -> None:
+    """A pool worker killed mid-scan breaks the pool; it is rebuilt and the shard redone."""
+    marker = tmp_path / "worker-died"
+    monkeypatch.setenv(FAULT_ENV, f"61:{marker}")
+    out = tmp_path / "local-fault"
+    result = run_scan(
+        run_dir / "forensics.yaml",
+        out,
+        ScanOptions(first=1, last=SPEC.train_iters, shard_iterations=SHARD, progress=False),
+    )
+    assert marker.is_file(), "the fault was not injected: the test proves nothing"
+    assert len({s.pid for s in result.summaries}) >= 2  # a second worker finished the scan
+    assert_same_scan(local_result.out, out)
