@@ -163,7 +163,7 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     from forensics.replay import open_replayer
     from forensics.scan.engines import ENGINES, check_ray_address, run_engine
     from forensics.skip import check_threshold
-    from forensics.spike import _config_and_origin, module_version
+    from forensics.spike import module_version
 
     opts = options
     t0 = time.perf_counter()
@@ -176,7 +176,7 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
         raise ForensicsError(f"--shard-iterations {opts.shard_iterations}: must be at least 1")
     if opts.ray_address and opts.engine != "ray":
         raise ForensicsError("--ray-address is for --engine ray")
-    run, origin = _config_and_origin(config)
+    run, origin = _load(config)
     if run.data.format != "megatron":
         raise ForensicsError(
             f"{origin}: forensics scan reads Megatron .bin/.idx runs; data.format is "
@@ -263,6 +263,15 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
         summaries=sorted(summaries, key=lambda s: s.first),
         notes=notes,
     )
+
+
+def _load(config: Any) -> tuple[Any, str]:
+    """(RunConfig, where it came from): a YAML path is loaded, a RunConfig taken as is."""
+    from forensics.config import RunConfig, load_config
+
+    if isinstance(config, RunConfig):
+        return config, str(config.source) if config.source is not None else "--megatron-args"
+    return load_config(config), str(Path(config).resolve())
 
 
 def _stages(replayer: Any, first: int, last: int) -> list[int]:
