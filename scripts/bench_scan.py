@@ -13,8 +13,9 @@ recombinations of it), then scans --iterations iterations of it with:
 Each configuration runs in a fresh Python process (so its driver's peak memory is its own) and
 writes into a fresh output directory (no resumption). Printed per row: wall seconds, documents/s
 (distinct documents decoded and scored), tokens/s (training tokens of the scanned samples) and
-document tokens/s (whole documents decoded), driver and worker peak RSS (Ray's own daemons,
-raylet and GCS, are not counted), and the speed relative to the plain loop.
+document tokens/s (whole documents decoded), driver and worker peak private memory (RssAnon,
+sampled; the mapped .bin/.idx pages, which are page cache, and Ray's own daemons, raylet and GCS,
+are not counted), and the speed relative to the plain loop.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -68,10 +68,12 @@ def build(run: Path, tokens: float) -> dict:
 def one(engine: str, workers: int, run: Path, out: Path, iterations: int, shard: int) -> dict:
     """Run one configuration here (called in a fresh process); returns its numbers."""
     from forensics.config import load_config
+    from forensics.scan.memory import AnonPeak
     from forensics.scan.run import ScanOptions, plan_shards, run_scan
     from forensics.scan.shard import scan_shard
 
     config = load_config(run / "forensics.yaml")
+    peak = AnonPeak().__enter__()
     t0 = time.perf_counter()
     if engine == "plain":
         from forensics.replay import open_replayer
@@ -96,6 +98,7 @@ def one(engine: str, workers: int, run: Path, out: Path, iterations: int, shard:
         )
         sums = result.summaries
     seconds = time.perf_counter() - t0
+    peak.__exit__()
     return {
         "engine": engine,
         "workers": workers,
@@ -103,7 +106,7 @@ def one(engine: str, workers: int, run: Path, out: Path, iterations: int, shard:
         "documents": sum(s.documents for s in sums),
         "tokens": sum(s.tokens for s in sums),
         "document_tokens": sum(s.document_tokens for s in sums),
-        "driver_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "driver_mb": peak.mb,
         "worker_mb": max(s.peak_rss_mb for s in sums),
         "worker_pids": len({s.pid for s in sums}),
     }

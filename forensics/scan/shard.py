@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +70,7 @@ class ShardSummary:
     flagged_samples: int
     seconds: float
     pid: int
-    peak_rss_mb: float
+    peak_rss_mb: float  # peak private (anonymous) memory, MB; mapped .bin pages not counted
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -198,14 +197,25 @@ def _reason(row: dict[str, Any]) -> str:
 def scan_shard(
     config: Any, first: int, last: int, parts: str | Path, *, score_threads: int = 1
 ) -> ShardSummary:
-    """Scan iterations first..last and write the shard's parts (see module doc)."""
-    from forensics.score import FLAG_THRESHOLD, score_table
+    """Scan iterations first..last and write the shard's parts (see module doc); a shard with a
+    done marker is not redone (its recorded summary is returned)."""
+    from forensics.scan.memory import AnonPeak
 
     parts = Path(parts)
     done = read_done(parts, first, last)
     if done is not None:
         return done
     _maybe_fail(first)
+    with AnonPeak() as peak:
+        summary = _scan(config, first, last, parts, score_threads)
+    summary = replace(summary, peak_rss_mb=round(peak.mb, 1))
+    write_json_atomic(done_path(parts, first, last), summary.to_dict())
+    return summary
+
+
+def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -> ShardSummary:
+    from forensics.score import FLAG_THRESHOLD, score_table
+
     t0 = time.perf_counter()
     rep = _replayer(config)
     if not hasattr(rep, "datasets"):
@@ -371,7 +381,6 @@ def scan_shard(
         flagged_samples=int(iters["flagged_samples"].sum()),
         seconds=time.perf_counter() - t0,
         pid=os.getpid(),
-        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        peak_rss_mb=0.0,  # set by scan_shard: the process's peak private memory in the shard
     )
-    write_json_atomic(done_path(parts, first, last), summary.to_dict())
     return summary
