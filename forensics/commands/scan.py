@@ -35,8 +35,8 @@ def scan_command(
         int | None,
         typer.Option(
             "--shard-iterations",
-            help="Iterations per shard (default: 8192 samples' worth). Parts and resumption "
-            "are per shard.",
+            help="Iterations per shard (default: about 4M training tokens' worth). Parts and "
+            "resumption are per shard; worker memory grows with it.",
         ),
     ] = None,
     force: Annotated[

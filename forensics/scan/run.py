@@ -1,11 +1,12 @@
 """`forensics scan`: look ahead before the run gets there.
 
 The replay knows the whole run's order, so the data of iterations the run has not reached yet is
-already fixed. `run_scan` cuts iterations A..B into shards (SHARD_SAMPLES samples each, or
---shard-iterations), runs them on an engine (forensics.scan.engines), and merges the parts into:
+already fixed. `run_scan` cuts iterations A..B into shards (about SHARD_TOKENS training tokens
+each, or --shard-iterations), runs them on an engine (forensics.scan.engines), and merges the
+parts into:
 
     scan.parquet      one row per iteration: samples, flagged samples per kind and their shares,
-                      tokens, documents, the worst documents (SCAN_COLUMNS)
+                      tokens, documents, the worst documents (merge.iteration_table)
     blocklist.json    every flagged document drawn in A..B, per dataset, with kinds and reasons
     skip.json         spike's format: the stretches whose flagged share exceeds --threshold, as
                       iteration ranges, sample ranges, Megatron-LM and Megatron-DeepSpeed flags
@@ -34,7 +35,10 @@ from forensics.atomic import write_json_atomic
 from forensics.errors import ForensicsError
 from forensics.scan.shard import KINDS, ShardSummary, read_done
 
-SHARD_SAMPLES = 8192  # samples per shard by default: bounded memory per worker
+# Training tokens per shard by default. A worker's private memory grows with its shard: about
+# 0.15 GB of indices and libraries plus 0.3 GB per million tokens (scripts/bench_scan.py), so 4M
+# tokens (one iteration of 1024 x 4096) stays near 1.5 GB per worker.
+SHARD_TOKENS = 4_000_000
 DEFAULT_THRESHOLD = 0.2  # a stretch is dense when more than a fifth of its samples are flagged
 STATE_DIR = ".scan"
 OUTPUTS = ("scan.parquet", "blocklist.json", "skip.json", "report.html", "report.md", "scan.png")
@@ -187,7 +191,8 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     if opts.engine == "ray" and opts.ray_address:
         check_ray_address(opts.ray_address)
     gbs = run.training.global_batch_size
-    per_shard = opts.shard_iterations or max(1, SHARD_SAMPLES // gbs)
+    tokens_per_iteration = gbs * (run.data.seq_length + 1)
+    per_shard = opts.shard_iterations or max(1, SHARD_TOKENS // tokens_per_iteration)
     out = Path(out)
     identity = {
         "first": opts.first,
