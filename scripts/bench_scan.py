@@ -12,8 +12,8 @@ recombinations of it), then scans --iterations iterations of it with:
 
 Each configuration runs in a fresh Python process (so its driver's peak memory is its own) and
 writes into a fresh output directory (no resumption). Printed per row: wall seconds, documents/s
-(distinct documents decoded and scored), tokens/s (training tokens of the scanned samples) and
-document tokens/s (whole documents decoded), driver and worker peak private memory (RssAnon,
+(distinct documents decoded and scored), tokens/s (training tokens of the scanned samples),
+document tokens/s (whole documents decoded), tokens per CPU-second of the workers, driver and worker peak private memory (RssAnon,
 sampled; the mapped .bin/.idx pages, which are page cache, and Ray's own daemons, raylet and GCS,
 are not counted), and the speed relative to the plain loop.
 """
@@ -106,6 +106,7 @@ def one(engine: str, workers: int, run: Path, out: Path, iterations: int, shard:
         "documents": sum(s.documents for s in sums),
         "tokens": sum(s.tokens for s in sums),
         "document_tokens": sum(s.document_tokens for s in sums),
+        "cpu_seconds": sum(s.cpu_seconds for s in sums),
         "driver_mb": peak.mb,
         "worker_mb": max(s.peak_rss_mb for s in sums),
         "worker_pids": len({s.pid for s in sums}),
@@ -137,7 +138,7 @@ def main() -> None:
 
     rep = open_replayer(load_config(run / "forensics.yaml"))
     total = sum(ds.bin_size // ds.dtype.itemsize for ds in rep.datasets.values())
-    console = Console()
+    console = Console(width=160)
     console.print(
         f"run: {total / 1e9:.2f}B tokens on disk ({rep.last_iteration:,} iterations of "
         f"{GBS} x {SEQ}), built in {truth.get('build_seconds', float('nan')):.0f} s; scanning "
@@ -172,6 +173,7 @@ def main() -> None:
         "docs/s",
         "tokens/s",
         "doc tokens/s",
+        "tokens/CPU-s",
         "driver MB",
         "worker MB",
         "vs plain",
@@ -186,11 +188,18 @@ def main() -> None:
             f"{r['documents'] / r['seconds']:,.0f}",
             f"{r['tokens'] / r['seconds']:,.0f}",
             f"{r['document_tokens'] / r['seconds']:,.0f}",
+            f"{r['tokens'] / r['cpu_seconds']:,.0f}",
             f"{r['driver_mb']:.0f}",
             f"{r['worker_mb']:.0f}",
             f"{ratio:.2f}x",
         )
     console.print(table)
+    load = os.getloadavg()
+    console.print(
+        f"load average during the runs: {load[0]:.1f} (1 min), {load[2]:.1f} (15 min) on "
+        f"{os.cpu_count()} cores; tokens/CPU-s: training tokens per CPU second of the shard "
+        "workers (all their threads), the rate that does not depend on the load"
+    )
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ class ShardSummary:
     document_tokens: int  # tokens of the whole documents decoded
     flagged_samples: int
     seconds: float
+    cpu_seconds: float  # CPU time of the worker process in the shard (all its threads)
     pid: int
     peak_rss_mb: float  # peak private (anonymous) memory, MB; mapped .bin pages not counted
 
@@ -206,9 +207,12 @@ def scan_shard(
     if done is not None:
         return done
     _maybe_fail(first)
+    cpu0 = time.process_time()
     with AnonPeak() as peak:
         summary = _scan(config, first, last, parts, score_threads)
-    summary = replace(summary, peak_rss_mb=round(peak.mb, 1))
+    summary = replace(
+        summary, peak_rss_mb=round(peak.mb, 1), cpu_seconds=time.process_time() - cpu0
+    )
     write_json_atomic(done_path(parts, first, last), summary.to_dict())
     return summary
 
@@ -380,6 +384,7 @@ def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -
         document_tokens=doc_tokens,
         flagged_samples=int(iters["flagged_samples"].sum()),
         seconds=time.perf_counter() - t0,
+        cpu_seconds=0.0,  # set by scan_shard
         pid=os.getpid(),
         peak_rss_mb=0.0,  # set by scan_shard: the process's peak private memory in the shard
     )
