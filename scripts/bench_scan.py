@@ -13,9 +13,10 @@ recombinations of it), then scans --iterations iterations of it with:
 Each configuration runs in a fresh Python process (so its driver's peak memory is its own) and
 writes into a fresh output directory (no resumption). Printed per row: wall seconds, documents/s
 (distinct documents decoded and scored), tokens/s (training tokens of the scanned samples),
-document tokens/s (whole documents decoded), tokens per CPU-second of the workers, driver and worker peak private memory (RssAnon,
-sampled; the mapped .bin/.idx pages, which are page cache, and Ray's own daemons, raylet and GCS,
-are not counted), and the speed relative to the plain loop.
+document tokens/s (whole documents decoded), tokens per CPU-second of the workers, driver and
+worker peak private memory (RssAnon, sampled; the mapped .bin/.idx pages, which are page cache,
+and Ray's own daemons, raylet and GCS, are not counted), and the speed relative to the plain
+loop.
 """
 
 from __future__ import annotations
