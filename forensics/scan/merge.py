@@ -132,6 +132,85 @@ def stretches(scan: pl.DataFrame, ranges: list[tuple[int, int]]) -> list[dict[st
     return out
 
 
+def skip_plan(
+    run: Any,
+    replayer: Any,
+    scan: pl.DataFrame,
+    docs: pl.DataFrame,
+    opts: Any,
+    fingerprint: dict[str, Any],
+    notes: list[str],
+) -> dict[str, Any]:
+    """skip.json for the dense stretches: a forensics.skip.plan.SkipPlan (spike's format, read
+    back by check-skip), plus `kind: scan` and the `stretches` with their share per kind.
+
+    A scan has no spike: `step` and `window` are the scanned range's last iteration and the
+    range; the restart it plans is from the latest checkpoint before the range (else from the
+    iteration before it, noted), which is where the flags are proven from."""
+    from dataloaders.schedule import Schedule
+    from forensics.skip import collateral, sample_ranges, select_iterations
+    from forensics.skip.plan import SkipPlan, plan_flags
+
+    exposure = scan.select("iteration", "samples", "flagged_samples")
+    chosen = select_iterations(exposure, opts.threshold)
+    before = [c for c in run.available_checkpoints() if c < opts.first]
+    checkpoint = before[-1] if before else opts.first - 1
+    if not before:
+        notes.append(
+            f"no checkpoint before iteration {opts.first} is known; the flags assume a restart "
+            f"from iteration {checkpoint}"
+        )
+    trainer = run.training.trainer
+    schedule = getattr(replayer, "schedule", None) or Schedule(run.training)
+    ranges, composed, joined, flags = plan_flags(trainer, chosen, schedule, checkpoint)
+    if ranges and flags[trainer].flag is None:
+        notes.append(
+            f"no exact {trainer} skip flag for these stretches ({flags[trainer].refusal}); "
+            "remove the block list's documents instead"
+        )
+    if composed:
+        notes.append(
+            f"{len(composed)} iterations were skipped by an earlier restart "
+            "(training.applied_skips) and are skipped again"
+        )
+    blocklist = by_dataset(docs)
+    span = (min(a for a, _ in ranges), max(b for _, b in ranges)) if ranges else None
+    plan = SkipPlan(
+        step=opts.last,
+        window=[opts.first, opts.last],
+        rollback={
+            "iteration": checkpoint,
+            "checkpoint": bool(before),
+            "rule": "scan",
+            "note": "the latest checkpoint before the scanned range",
+            "resume_iteration": checkpoint + 1,
+        },
+        scope=[opts.first, opts.last],
+        threshold=opts.threshold,
+        trainer=trainer,
+        iterations=[list(r) for r in ranges],
+        samples=sample_ranges(replayer.iteration_samples(*span), ranges) if span else [],
+        documents=blocklist,
+        culprit_clusters=[],
+        documents_seen_in_window=docs.height,
+        documents_flagged=blocklist,
+        flags=flags,
+        collateral=collateral(exposure, ranges) | {"iterations_joined_for_trainer": joined},
+        ahead={},
+        fingerprint=fingerprint,
+        notes=notes,
+        composed=composed,
+    )
+    exact = [(a, b) for a, b in _runs(chosen)]
+    return {"kind": "scan", **plan.to_dict(), "stretches": stretches(scan, exact)}
+
+
+def _runs(iterations: list[int]) -> list[tuple[int, int]]:
+    from forensics.skip import merge_ranges
+
+    return merge_ranges(iterations)
+
+
 def write_outputs(
     run: Any,
     replayer: Any,
@@ -141,64 +220,18 @@ def write_outputs(
     opts: Any,
     fingerprint: dict[str, Any],
     notes: list[str],
-    *,
-    force: bool,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Write every output of the scan; returns (scan table, skip dict)."""
     from forensics.scan.report import write_report
-    from forensics.skip import (
-        collateral,
-        deepspeed_representable,
-        expand,
-        megatron_deepspeed_flag,
-        megatron_lm_flag,
-        merge_ranges,
-        sample_ranges,
-        select_iterations,
-    )
-    from forensics.spike import deepspeed_caveat
 
     scan = iteration_table(parts, shards)
     docs = flagged_documents(parts, shards)
     sources = top_sources(parts, shards)
-    exposure = scan.select("iteration", "samples", "flagged_samples")
-    exact = merge_ranges(select_iterations(exposure, opts.threshold))
-    ranges = deepspeed_representable(exact)
-    joined = len(expand(ranges)) - len(expand(exact))
-    samples = sample_ranges(replayer.iteration_samples(opts.first, opts.last), ranges)
-    before = [c for c in run.available_checkpoints() if c < opts.first]
-    if before:
-        resume_from = before[-1]
-    else:
-        resume_from = opts.first - 1
-        notes.append(
-            f"no checkpoint before iteration {opts.first} is known; the Megatron-DeepSpeed flag "
-            f"assumes a restart from iteration {resume_from}"
-        )
-    blocklist = by_dataset(docs)
-    skip = {
-        "version": 1,
-        "kind": "scan",
-        "scope": [opts.first, opts.last],
-        "threshold": opts.threshold,
-        "iterations": [list(r) for r in ranges],
-        "samples": samples,
-        "stretches": stretches(scan, exact),
-        "documents": blocklist,
-        "megatron_lm": megatron_lm_flag(ranges),
-        "megatron_deepspeed": {
-            "flag": megatron_deepspeed_flag(ranges),
-            "resume_from": resume_from,
-            "caveat": deepspeed_caveat(run, ranges),
-        },
-        "collateral": collateral(exposure, ranges) | {"iterations_joined_for_deepspeed": joined},
-        "fingerprint": fingerprint,
-        "notes": notes,
-    }
+    skip = skip_plan(run, replayer, scan, docs, opts, fingerprint, notes)
     block = {
         "version": 1,
         "scope": [opts.first, opts.last],
-        "documents": blocklist,
+        "documents": skip["documents"],
         "count": docs.height,
         "by_kind": {
             k: int(docs["kinds"].str.contains(k).sum()) if docs.height else 0 for k in DOC_KINDS

@@ -100,8 +100,10 @@ def write_report(
             f"| {r['facet']} | {excerpt(r['key'], 80).replace('|', '/')} | {r['segments']:,} | "
             f"{r['flagged_segments']:,} | {100 * r['flagged_share']:.1f}% |"
         )
-    md += ["", f"Megatron-LM: `{skip['megatron_lm'] or '(nothing to skip)'}`"]
-    md += [f"Megatron-DeepSpeed: `{skip['megatron_deepspeed']['flag'] or '(nothing to skip)'}`"]
+    md += ["", f"Skip flags (restart from iteration {skip['rollback']['iteration']}):", ""]
+    for name, flag in skip["flags"].items():
+        shown = flag["flag"] or f"(none: {flag['refusal']})" if skip["iterations"] else "(none)"
+        md.append(f"- {name}: `{shown}`")
     md += ["", *[f"- note: {n}" for n in skip["notes"]], ""]
     write_text_atomic(out / "report.md", "\n".join(md))
 
@@ -121,9 +123,11 @@ def write_report(
         f"<img alt='flagged share' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
         "<h2>Top offending sources</h2><table><tr><th>facet</th><th>value</th><th>segments</th>"
         f"<th>flagged</th><th>share</th></tr>{rows}</table>"
-        f"<h2>Skip flags</h2><p>Megatron-LM: <code>{html_safe(skip['megatron_lm'], 100000)}</code>"
-        "</p><p>Megatron-DeepSpeed: <code>"
-        f"{html_safe(skip['megatron_deepspeed']['flag'], 100000)}</code></p>"
+        f"<h2>Skip flags (restart from iteration {skip['rollback']['iteration']})</h2>"
+        + "".join(
+            f"<p>{html_safe(name)}: <code>{html_safe(flag['flag'] or '(none)', 100000)}</code></p>"
+            for name, flag in skip["flags"].items()
+        )
         + "".join(f"<p>note: {html_safe(n, 1000)}</p>" for n in skip["notes"])
         + "</body></html>"
     )

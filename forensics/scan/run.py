@@ -255,9 +255,7 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
 
     from forensics.scan.merge import write_outputs
 
-    scan, skip = write_outputs(
-        run, replayer, out, parts, shards, opts, fingerprint, notes, force=opts.force
-    )
+    scan, skip = write_outputs(run, replayer, out, parts, shards, opts, fingerprint, notes)
     return ScanResult(
         out=out,
         scan=scan,
