@@ -36,8 +36,8 @@ from forensics.errors import ForensicsError
 from forensics.scan.shard import KINDS, ShardSummary, read_done
 
 # Training tokens per shard by default. A worker's private memory grows with its shard: about
-# 0.15 GB of indices and libraries plus 0.3 GB per million tokens (scripts/bench_scan.py), so 4M
-# tokens (one iteration of 1024 x 4096) stays near 1.5 GB per worker.
+# 0.15 GB of indices and libraries plus 0.4 GB per million tokens (scripts/bench_scan.py: 0.57 GB
+# for 1M-token shards), so 4M tokens (one iteration of 1024 x 4096) is about 1.8 GB per worker.
 SHARD_TOKENS = 4_000_000
 DEFAULT_THRESHOLD = 0.2  # a stretch is dense when more than a fifth of its samples are flagged
 STATE_DIR = ".scan"
