@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -88,6 +89,13 @@ def test_finds_every_planted_stretch_and_no_clean_one(local_result, run_dir) -> 
     # the instance rule fires only where repeated n-grams were planted
     assert scan.filter(~planted)["instance_ngram_samples"].sum() == 0
     assert scan.filter(pl.col("iteration").is_between(91, 98))["instance_ngram_samples"].sum() > 0
+    instances = pl.read_parquet(local_result.out / "instances.parquet")
+    assert instances.height == scan["instance_ngram_samples"].sum()
+    assert instances["iteration"].is_between(91, 98).all()
+    assert (instances["ngram_times"] >= 32).all()
+    assert (
+        instances["ngram_end"] - instances["ngram_start"] >= 32 * instances["ngram_period"]
+    ).all()
     # the block list: the dirty datasets' documents, hardly any clean ones
     block = json.loads((local_result.out / "blocklist.json").read_text())
     assert set(block["documents"]) >= {"mojibake", "spam", "ngram"}
@@ -294,3 +302,36 @@ def test_local_worker_dying_is_retried(local_result, run_dir, tmp_path, monkeypa
     assert marker.is_file(), "the fault was not injected: the test proves nothing"
     assert len({s.pid for s in result.summaries}) >= 2  # a second worker finished the scan
     assert_same_scan(local_result.out, out)
+
+
+def test_instance_flags_agree_with_olmo_core_on_the_replayed_samples(local_result, run_dir) -> None:
+    """Every sample of the n-gram stretch, rebuilt from the replay and checked by OLMo-core's own
+    `find_periodic_sequences` as its `_validate_instance` does (numpy_dataset.py:353-363)."""
+    from test_scan_repeats import load_olmo
+
+    from forensics.replay import open_replayer
+
+    olmo = load_olmo()
+    rep = open_replayer(load_config(run_dir / "forensics.yaml"))
+    table = rep.replay(91, 98, progress=False)
+    flagged = {
+        (i, p)
+        for i, p in pl.read_parquet(local_result.out / "instances.parquet")
+        .select("iteration", "position")
+        .iter_rows()
+    }
+    checked = 0
+    for (it, pos), seg in table.group_by(["iteration", "position"], maintain_order=True):
+        tokens = np.concatenate(
+            [
+                np.asarray(rep._doc_tokens(name, doc, start, end), dtype=np.int64)
+                for name, doc, start, end in seg.select(
+                    "dataset", "doc_id", "token_start", "token_end"
+                ).iter_rows()
+            ]
+        )
+        assert len(tokens) == SPEC.seq_length + 1
+        drop = any(m.times >= 32 for m in olmo(tokens, max_period=13, min_period=1))
+        assert drop == ((it, pos) in flagged), (it, pos)
+        checked += 1
+    assert checked == 8 * SPEC.global_batch_size and flagged

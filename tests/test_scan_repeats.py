@@ -31,6 +31,10 @@ ORACLE_NAMES = {
 
 @pytest.fixture(scope="module")
 def olmo():
+    return load_olmo()
+
+
+def load_olmo():
     """OLMo-core's find_periodic_sequences, run from the installed wheel's utils.py."""
     spec = importlib.util.find_spec("olmo_core")
     assert spec is not None, "ai2-olmo-core is not installed (scripts/bootstrap.sh installs it)"

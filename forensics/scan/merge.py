@@ -238,6 +238,8 @@ def write_outputs(
         },
         "fingerprint": fingerprint,
     }
+    instances = pl.concat([pl.read_parquet(f) for f in read_parts(parts, shards, "instances")])
+    write_parquet_atomic(instances.sort("iteration", "position"), out / "instances.parquet")
     write_parquet_atomic(scan, out / "scan.parquet")
     write_parquet_atomic(docs, out / "blocklist.parquet")
     write_json_atomic(out / "blocklist.json", block)

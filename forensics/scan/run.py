@@ -7,6 +7,8 @@ parts into:
 
     scan.parquet      one row per iteration: samples, flagged samples per kind and their shares,
                       tokens, documents, the worst documents (merge.iteration_table)
+    instances.parquet every training instance the repeated n-gram rule flags (OLMo-core would
+                      drop it): iteration, position, sample_index, times, period, token span
     blocklist.json    every flagged document drawn in A..B, per dataset, with kinds and reasons
     skip.json         spike's format: the stretches whose flagged share exceeds --threshold, as
                       iteration ranges, sample ranges, Megatron-LM and Megatron-DeepSpeed flags
@@ -41,7 +43,16 @@ from forensics.scan.shard import KINDS, ShardSummary, read_done
 SHARD_TOKENS = 4_000_000
 DEFAULT_THRESHOLD = 0.2  # a stretch is dense when more than a fifth of its samples are flagged
 STATE_DIR = ".scan"
-OUTPUTS = ("scan.parquet", "blocklist.json", "skip.json", "report.html", "report.md", "scan.png")
+OUTPUTS = (
+    "scan.parquet",
+    "instances.parquet",
+    "blocklist.json",
+    "blocklist.parquet",
+    "skip.json",
+    "report.html",
+    "report.md",
+    "scan.png",
+)
 
 
 @dataclass(frozen=True)

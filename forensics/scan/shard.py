@@ -7,6 +7,8 @@ passes through the driver; what comes back is a few numbers (`ShardSummary`). It
     parts/<first>-<last>.iters.parquet    one row per iteration (ITER_COLUMNS)
     parts/<first>-<last>.docs.parquet     one row per flagged document drawn in the shard
     parts/<first>-<last>.sources.parquet  per (facet, key): segments drawn and flagged
+    parts/<first>-<last>.instances.parquet  flagged training instances (iteration, position,
+                                          sample_index, the repetition's times, period, span)
     parts/<first>-<last>.done.json        written last: the shard is complete (its summary)
 
 Every file is written atomically and the done marker last, so a shard killed half-way leaves no
@@ -39,7 +41,7 @@ import polars as pl
 
 from forensics.atomic import write_json_atomic, write_parquet_atomic
 from forensics.errors import ForensicsError
-from forensics.score.repeats import MAX_COUNT, find_repeats
+from forensics.score.repeats import MAX_COUNT, Repeats, find_repeats
 
 KINDS = ("garbage", "spam", "ngram", "instance_ngram")
 WORST_PER_ITERATION = 3
@@ -138,8 +140,8 @@ def document_tokens(replayer: Any, docs: pl.DataFrame) -> list[np.ndarray]:
     return out
 
 
-def instance_repeats(replayer: Any, table: pl.DataFrame, n_samples: int) -> np.ndarray:
-    """int64 [n_samples]: the strongest repetition inside each sample (replay order).
+def instance_repeats(replayer: Any, table: pl.DataFrame, n_samples: int) -> Repeats:
+    """The strongest repetition inside each sample (replay order; int64 [n_samples] each).
 
     A sample's tokens are its segments' token ranges, concatenated in order; gathered
     INSTANCE_CHUNK samples at a time so memory stays bounded whatever the shard size."""
@@ -150,7 +152,7 @@ def instance_repeats(replayer: Any, table: pl.DataFrame, n_samples: int) -> np.n
     docs = seg["doc_id"].to_numpy()
     lo_tok = seg["token_start"].to_numpy()
     hi_tok = seg["token_end"].to_numpy()
-    times = np.zeros(n_samples, dtype=np.int64)
+    best = [np.zeros(n_samples, dtype=np.int64) for _ in range(4)]
     for c in range(len(bounds) - 1):
         a, b = int(bounds[c]), int(bounds[c + 1])
         if a == b:
@@ -167,8 +169,10 @@ def instance_repeats(replayer: Any, table: pl.DataFrame, n_samples: int) -> np.n
             pieces[-1].append(piece)
         rows = [np.concatenate(p) if len(p) > 1 else p[0] for p in pieces]
         ids = np.unique(sample[a:b])
-        times[ids] = find_repeats(rows).times
-    return times
+        found = find_repeats(rows)
+        for dst, src in zip(best, (found.times, found.period, found.start, found.end), strict=True):
+            dst[ids] = src
+    return Repeats(*best)
 
 
 def _maybe_fail(first: int) -> None:
@@ -282,7 +286,7 @@ def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -
             pl.col("ngram").any(),
         )
         .sort("_sample")
-        .with_columns(instance_ngram=pl.Series(inst >= MAX_COUNT))
+        .with_columns(instance_ngram=pl.Series(inst.flagged()))
         .with_columns(flagged=pl.any_horizontal(*KINDS))
     )
     docs_per_iter = (
@@ -371,7 +375,36 @@ def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -
         )
     sources = pl.concat(source_parts)
 
+    # Flagged training instances (OLMo-core would drop them): where, and the repetition.
+    keys = table.group_by("_sample").agg(
+        pl.col("iteration").first(), pl.col("position").first(), pl.col("sample_index").first()
+    )
+    hit = np.flatnonzero(inst.flagged())
+    instances = (
+        pl.DataFrame(
+            {
+                "_sample": pl.Series(hit, dtype=pl.Int64),
+                "ngram_times": pl.Series(inst.times[hit], dtype=pl.Int64),
+                "ngram_period": pl.Series(inst.period[hit], dtype=pl.Int64),
+                "ngram_start": pl.Series(inst.start[hit], dtype=pl.Int64),
+                "ngram_end": pl.Series(inst.end[hit], dtype=pl.Int64),
+            }
+        )
+        .join(keys, on="_sample")
+        .sort("_sample")
+        .select(
+            "iteration",
+            "position",
+            "sample_index",
+            "ngram_times",
+            "ngram_period",
+            "ngram_start",
+            "ngram_end",
+        )
+    )
+
     name = part_name(first, last)
+    write_parquet_atomic(instances, parts / f"{name}.instances.parquet")
     write_parquet_atomic(iters, parts / f"{name}.iters.parquet")
     write_parquet_atomic(flagged_docs, parts / f"{name}.docs.parquet")
     write_parquet_atomic(sources, parts / f"{name}.sources.parquet")
