@@ -237,6 +237,20 @@ def test_killed_scan_resumes_to_the_same_result(local_result, run_dir, tmp_path)
             out,
             ScanOptions(first=1, last=SPEC.train_iters, shard_iterations=SHARD, progress=False),
         )
+    # --force with another threshold reuses every shard and only redoes the outputs
+    again = run_scan(
+        run_dir / "forensics.yaml",
+        out,
+        ScanOptions(
+            first=1,
+            last=SPEC.train_iters,
+            shard_iterations=SHARD,
+            threshold=0.9,
+            force=True,
+            progress=False,
+        ),
+    )
+    assert again.resumed == total and again.skip["iterations"] == []
 
 
 @pytest.mark.parametrize(

@@ -148,7 +148,7 @@ def skip_plan(
     range; the restart it plans is from the latest checkpoint before the range (else from the
     iteration before it, noted), which is where the flags are proven from."""
     from dataloaders.schedule import Schedule
-    from forensics.skip import collateral, sample_ranges, select_iterations
+    from forensics.skip import collateral, merge_ranges, sample_ranges, select_iterations
     from forensics.skip.plan import SkipPlan, plan_flags
 
     exposure = scan.select("iteration", "samples", "flagged_samples")
@@ -201,14 +201,8 @@ def skip_plan(
         notes=notes,
         composed=composed,
     )
-    exact = [(a, b) for a, b in _runs(chosen)]
-    return {"kind": "scan", **plan.to_dict(), "stretches": stretches(scan, exact)}
-
-
-def _runs(iterations: list[int]) -> list[tuple[int, int]]:
-    from forensics.skip import merge_ranges
-
-    return merge_ranges(iterations)
+    # The stretches as found (plan.iterations may be widened for the trainer's syntax).
+    return {"kind": "scan", **plan.to_dict(), "stretches": stretches(scan, merge_ranges(chosen))}
 
 
 def write_outputs(
