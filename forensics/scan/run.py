@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,9 +219,10 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     notes: list[str] = []
 
     # Indices are built once here and cached, so every worker reads them instead of rebuilding.
-    for stage in _stages(replayer, opts.first, opts.last):
-        replayer.stage(stage)
-    replayer.save_cache()
+    with _status(opts.progress, "building the run's indices (once; the workers read them)"):
+        for stage in _stages(replayer, opts.first, opts.last):
+            replayer.stage(stage)
+        replayer.save_cache()
     fingerprint = json.loads(json.dumps(replayer.fingerprint(), default=str))
 
     shards = plan_shards(opts.first, opts.last, per_shard)
@@ -277,6 +280,18 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
         summaries=sorted(summaries, key=lambda s: s.first),
         notes=notes,
     )
+
+
+@contextmanager
+def _status(enabled: bool, what: str) -> Iterator[None]:
+    """A spinner on stderr while a step without its own progress runs."""
+    if not enabled:
+        yield
+        return
+    from forensics.report.terminal import make_console
+
+    with make_console(stderr=True).status(what):
+        yield
 
 
 def _load(config: Any) -> tuple[Any, str]:
