@@ -2,7 +2,7 @@
 
 The oracle is `find_periodic_sequences` from the installed ai2-olmo-core wheel (3.0.0; the same
 code as allenai/OLMo-core commit fa6c5014c9f6e9ee789da2d9c20d5126fee8df0d,
-src/olmo_core/data/utils.py:609-720), executed from the wheel's source file: importing
+src/olmo_core/data/utils.py:608-720), executed from the wheel's source file: importing
 `olmo_core.data.utils` would pull torch and cached-path's cloud clients for four numpy functions.
 The flag threshold (32) and periods (1-13) are `InstanceFilterConfig`'s defaults
 (src/olmo_core/data/numpy_dataset.py:100-104), applied as in `_validate_instance` (:353-363).

@@ -10,7 +10,7 @@ fa6c5014c9f6e9ee789da2d9c20d5126fee8df0d (identical in the ai2-olmo-core 3.0.0 w
   rows of p tokens; a row equal to the row before it (np.roll, so row 0 is compared with the
   padded last row) is "periodic"; each block of consecutive periodic rows is widened by the
   trailing equal positions of the row before it and the leading equal positions of the row after
-  it (`find_start_last_consecutive_true`, `find_end_first_consecutive_true`, lines 609-630), and
+  it (`find_start_last_consecutive_true`, `find_end_first_consecutive_true`, lines 608-631), and
   reported as (start, end, period, times = (end - start) // p) when times > 2.
 - `src/olmo_core/data/numpy_dataset.py:100` `InstanceFilterConfig`: max period 13, min period 1,
   max count 32; `numpy_dataset.py:353` `_validate_instance`: an instance is dropped when any
