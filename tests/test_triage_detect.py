@@ -125,6 +125,10 @@ def test_malignant_step_gets_rollback_and_next_command() -> None:
     )
     assert 0.3 < spike["evidence"]["recovered_fraction"] < 0.7
     assert not _kinds(r, "plateau") and not _kinds(r, "divergence")
+    # A config path the shell would split or expand is quoted, so the line pastes as it reads.
+    odd = RunInfo(checkpoints=(2940,), config_path="my runs/$(rm -rf x).yaml")
+    (spike,) = _kinds(triage(synthetic.make("malignant_step"), run=odd), "spike")
+    assert "--config 'my runs/$(rm -rf x).yaml' --step 3000" in spike["next_command"]
 
 
 def test_malignant_step_is_undecided_before_the_window_elapses() -> None:

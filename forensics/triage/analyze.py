@@ -221,8 +221,11 @@ def rollback_point(step: int, checkpoints: tuple[int, ...]) -> tuple[int, str]:
 def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | None]:
     """The `forensics spike` call that replays the window's documents, and a note if the user
     must fill in the config."""
+    import shlex
+
     window = max(100, step - rollback)
-    config = run.config_path or CONFIG_PLACEHOLDER
+    # Quoted for the shell: a path with a space, or `$(...)` in a name, must paste as one word.
+    config = shlex.quote(str(run.config_path)) if run.config_path else CONFIG_PLACEHOLDER
     cmd = f"forensics spike --config {config} --step {step} --window {window} --out spike-{step}/"
     note = None
     if run.config_path is None:
