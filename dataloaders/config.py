@@ -620,6 +620,46 @@ def config_from_dict(raw: dict[str, Any], *, base_dir: Path, source: Path | None
         raise ForensicsError(_format_validation_error(source or base_dir, err)) from None
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a run config is a page; a megabyte of YAML is not one
+MAX_CONFIG_NODES = 100_000  # values in the config with every alias expanded
+
+
+def _safe_yaml(text: str, path: Path) -> Any:
+    """yaml.safe_load that refuses a document whose aliases expand past MAX_CONFIG_NODES values:
+    each alias stands for its anchor's whole subtree, so a few hundred bytes of nested aliases
+    (the "billion laughs") become billions of values once anything walks them."""
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        weights: dict[int, int] = {}
+
+        def weight(n: Any) -> int:
+            if id(n) in weights:
+                return weights[id(n)]
+            weights[id(n)] = 1  # a recursive anchor counts once
+            total = 1
+            if isinstance(n, yaml.SequenceNode):
+                total += sum(weight(child) for child in n.value)
+            elif isinstance(n, yaml.MappingNode):
+                total += sum(weight(k) + weight(v) for k, v in n.value)
+            weights[id(n)] = total
+            if total > MAX_CONFIG_NODES:
+                raise ForensicsError(
+                    f"{path}: its YAML aliases expand to more than {MAX_CONFIG_NODES:,} values; "
+                    "write the config out without nested aliases"
+                )
+            return total
+
+        weight(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def load_config(path: str | os.PathLike[str]) -> RunConfig:
     """Read and validate a YAML run config; every problem is one line naming the file."""
     import yaml
@@ -627,8 +667,13 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
     path = Path(path)
     if not path.is_file():
         raise ForensicsError(f"{path}: config file not found")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ForensicsError(
+            f"{path}: {size:,} bytes is not a run config (at most {MAX_CONFIG_BYTES:,})"
+        )
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = _safe_yaml(path.read_text(encoding="utf-8"), path)
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ForensicsError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(raw, dict):

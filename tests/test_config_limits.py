@@ -1,0 +1,40 @@
+"""A run config is read with bounds: an alias bomb or a giant file is refused in milliseconds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from forensics.config import load_config
+from forensics.errors import ForensicsError
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+def test_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BOMB)
+    start = time.monotonic()
+    with pytest.raises(ForensicsError, match="aliases expand to more than"):
+        load_config(path)
+    assert time.monotonic() - start < 5
+
+
+def test_giant_config_is_refused_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("".join(f"key{i}: {i}\n" for i in range(200_000)))
+    with pytest.raises(ForensicsError, match="is not a run config"):
+        load_config(path)
+
+
+def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
+    path = tmp_path / "ok.yaml"
+    path.write_text(
+        "data:\n  format: megatron\n  seq_length: 8\n  blend: &b [{prefix: x}]\n"
+        "training: {global_batch_size: 8, train_iters: 10}\n"
+    )
+    assert load_config(path).data.blend[0].prefix.name == "x"
