@@ -52,10 +52,39 @@ CONFIG_ENV_VAR = "FORENSICS_CONFIG"
 DEFAULT_CONFIG_NAME = "forensics.yaml"
 
 
+def _is_number_type(annotation: Any) -> bool:
+    """int, float, or an optional one of them (not a Literal, a str, a list of numbers)."""
+    import types
+    import typing
+
+    if annotation in (int, float):
+        return True
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        return _is_number_type(args[0])
+    if origin in (typing.Union, types.UnionType):
+        real = [a for a in args if a is not type(None)]
+        return bool(real) and all(a in (int, float) for a in real)
+    return False
+
+
 class StrictModel(BaseModel):
-    """Unknown keys are errors; values are not silently coerced across types."""
+    """Unknown keys are errors; values are not silently coerced across types (`seed: true` is
+    not seed 1, `seed: "7"` not 7)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        for name, value in raw.items():
+            field = cls.model_fields.get(name)
+            numeric = field is not None and _is_number_type(field.annotation)
+            if numeric and isinstance(value, bool | str):
+                raise ValueError(f"{name}: expected a number, got {value!r}")
+        return raw
 
 
 class DatasetSpec(StrictModel):
@@ -107,7 +136,7 @@ class MegatronData(StrictModel):
     @classmethod
     def _split_numbers(cls, value: str) -> str:
         parts = re.findall(r"[.0-9]+", value)
-        if not parts or len(parts) > 3 or sum(float(p) for p in parts) <= 0:
+        if "-" in value or not parts or len(parts) > 3 or sum(float(p) for p in parts) <= 0:
             raise ValueError(f"split must be like '969,30,1', got {value!r}")
         return value
 

@@ -66,6 +66,11 @@ class Schedule:
                 f"micro_batch_size * data_parallel_size = {self.unit} (Megatron asserts this)"
             )
         self.last_iteration = self._train_iters()
+        if len(self.stage_starts) and int(self.stage_starts[-1]) > self.last_iteration:
+            raise ForensicsError(
+                f"data stage starting at iteration {int(self.stage_starts[-1])} is after the end "
+                f"of training ({self.last_iteration}); check start_iteration or train_iters"
+            )
         for resume in training.resumes:
             if resume.iteration > self.last_iteration:
                 raise ForensicsError(

@@ -38,3 +38,30 @@ def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
         "training: {global_batch_size: 8, train_iters: 10}\n"
     )
     assert load_config(path).data.blend[0].prefix.name == "x"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"seed": True}, "seed: expected a number, got True"),
+        ({"seed": "7"}, "seed: expected a number, got '7'"),
+        ({"split": "-98,2,0"}, "split must be like"),
+    ],
+)
+def test_values_are_not_coerced(tmp_path: Path, data: dict, message: str) -> None:
+    from forensics.config import config_from_dict
+
+    raw = {
+        "data": {"format": "megatron", "seq_length": 8, "blend": [{"prefix": "x"}], **data},
+        "training": {"global_batch_size": 8, "train_iters": 10},
+    }
+    with pytest.raises(ForensicsError, match=message):
+        config_from_dict(raw, base_dir=tmp_path, source=None)
+
+
+def test_a_stage_after_the_end_of_training_is_refused() -> None:
+    from dataloaders.schedule import Schedule
+    from forensics.config import TrainingSpec
+
+    with pytest.raises(ForensicsError, match="after the end of training"):
+        Schedule(TrainingSpec(global_batch_size=8, train_iters=100), [1, 150])
