@@ -91,7 +91,7 @@ class DatasetSpec(StrictModel):
     """One dataset of a blend: a Megatron path prefix (without .bin/.idx) and its weight."""
 
     prefix: Path
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     name: str | None = None
     manifest: Path | None = None  # Parquet, one row per document in .idx order (doc_id + facets)
 
@@ -150,6 +150,10 @@ class MegatronData(StrictModel):
                 raise ValueError(
                     f"data.stages must start at iteration 1 and increase strictly, got {starts}"
                 )
+        if self.blend is not None:
+            names = [d.display_name for d in self.blend]
+            if len(set(names)) != len(names):
+                raise ValueError(f"dataset names in a blend must be unique, got {names}")
         return self
 
     @property

@@ -67,6 +67,32 @@ def main() -> None:
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as err:  # our bug: one line for the user, the traceback kept in a file
+        sys.exit(_report_crash(err))
+
+
+def _report_crash(err: Exception) -> int:
+    """Save the traceback and say where; the user sees one line, not a stack."""
+    import tempfile
+    import time
+    import traceback
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    folder = Path(tempfile.gettempdir()) / "forensics-crashes"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{id(err):x}.log"
+    path.write_text(
+        f"forensics {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(err))
+    )
+    message = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]internal error:[/] {escape(message)}. This is a bug in forensics, not in "
+        f"your input; the traceback is in {escape(str(path))} (attach it to a report)."
+    )
+    return 3
 
 
 if __name__ == "__main__":

@@ -66,7 +66,10 @@ def split_megatron_args(text: str) -> list[str]:
         path = Path(text[1:]).expanduser()
         if not path.is_file():
             raise ForensicsError(f"{path}: Megatron arguments file not found")
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ForensicsError(f"{path}: not a text file of Megatron arguments") from None
     try:
         return shlex.split(text.replace("\\\n", " "), comments=True)
     except ValueError as err:

@@ -65,3 +65,42 @@ def test_a_stage_after_the_end_of_training_is_refused() -> None:
 
     with pytest.raises(ForensicsError, match="after the end of training"):
         Schedule(TrainingSpec(global_batch_size=8, train_iters=100), [1, 150])
+
+
+@pytest.mark.parametrize(
+    ("blend", "message"),
+    [
+        ([{"prefix": "x", "name": "a"}, {"prefix": "y", "name": "a"}], "must be unique"),
+        ([{"prefix": "x", "weight": float("inf")}], "finite number"),
+    ],
+)
+def test_blend_mistakes_are_one_line_errors(tmp_path: Path, blend: list, message: str) -> None:
+    from forensics.config import config_from_dict
+
+    raw = {
+        "data": {"format": "megatron", "seq_length": 8, "blend": blend},
+        "training": {"global_batch_size": 8, "train_iters": 10},
+    }
+    with pytest.raises(ForensicsError, match=message):
+        config_from_dict(raw, base_dir=tmp_path, source=None)
+
+
+def test_an_internal_error_is_one_line_and_a_saved_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import functools, sys, forensics.cli as c\n"
+        "command = c.app.registered_commands[0]\n"
+        "@functools.wraps(command.callback)\n"
+        "def boom(*a, **k): raise RuntimeError('kaboom')\n"
+        "command.callback = boom\n"
+        "sys.argv = ['forensics', 'triage', 'log', '--out', 'x']\n"
+        "c.main()\n"
+    )
+    env = {"PATH": "", "TMPDIR": str(tmp_path), "COLUMNS": "300"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert "internal error: RuntimeError: kaboom" in proc.stderr
+    (saved,) = (tmp_path / "forensics-crashes").glob("crash-*.log")
+    assert "RuntimeError: kaboom" in saved.read_text() and "Traceback" in saved.read_text()
