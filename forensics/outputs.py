@@ -71,3 +71,62 @@ def check_output_dir(out: Path, names: Iterable[str], *, force: bool) -> None:
             f"--out {out}: already holds {', '.join(present)}; pass --force to replace them, or "
             "choose another directory"
         )
+
+
+def hold_lock(folder: Path, what: str) -> Any:
+    """An exclusive lock on `folder` for this process's lifetime (the returned file): a second
+    command writing into the same folder is refused instead of interleaving its files."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / "lock", "a+")  # noqa: SIM115 - held until the process ends
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ForensicsError(
+            f"{folder.parent}: another {what} is writing into it right now; wait for it or "
+            "choose another --out"
+        ) from None
+    return handle
+
+
+def publish(staging: Path, out: Path, patterns: Iterable[str]) -> list[Path]:
+    """Move every file of `staging` into `out` as one step, and remove the outputs of an earlier
+    run (files in `out` matching `patterns`) that this run did not write.
+
+    SIGINT and SIGTERM wait until the moves are done, so an interrupted run leaves either the old
+    complete set or the new one; a full disk fails while staging, before anything is moved.
+    """
+    import os
+    import signal
+    import threading
+
+    new = sorted(p.name for p in staging.iterdir())
+    stale = [
+        p for pattern in patterns for p in out.glob(pattern) if p.is_file() and p.name not in new
+    ]
+    # Python runs signal handlers in the main thread: defer SIGINT/SIGTERM there (a thread mask
+    # would not do: another thread, torch's or rich's, would take the signal instead).
+    deferred: list[int] = []
+    main = threading.current_thread() is threading.main_thread()
+    saved = (
+        {
+            sig: signal.signal(sig, lambda n, _f: deferred.append(n))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        if main
+        else {}
+    )
+    try:
+        for name in new:
+            os.replace(staging / name, out / name)
+        for path in stale:
+            path.unlink(missing_ok=True)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        for sig in deferred:
+            os.kill(os.getpid(), sig)  # now, to the handler the program had
+    staging.rmdir()
+    return [out / name for name in new]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ from dataloaders.trainer_loops import check_trainer
 from forensics.atomic import write_json_atomic, write_parquet_atomic, write_text_atomic
 from forensics.config import RunConfig, load_config
 from forensics.errors import ForensicsError
+from forensics.outputs import hold_lock, publish
 from forensics.rollback import Rollback, recommend_rollback
 from forensics.skip import (
     check_threshold,
@@ -49,6 +51,9 @@ from forensics.skip.tracker import TRACKER_FILE, how_to_pass, tracker_text
 
 TRACKED_TRAINERS = ("megatron-lm", "megatron-lm-pre-0.17")  # read a tracker file of skips
 MARKER = "run.json"
+# What a spike run publishes into --out (an earlier run's extra files are removed on --force).
+OUTPUT_PATTERNS = ("report.json", "report.md", "report.html", "report_*.png", "skip.json",
+                   "megatron_args.txt", "iterations_to_skip.tracker")  # fmt: skip
 SKIP_FILE = "skip.json"
 ARGS_FILE = "megatron_args.txt"
 BASELINE_WINDOWS_BACK = 10  # default baseline: the same length, ending 10 windows earlier
@@ -204,7 +209,7 @@ def check_output_dir(out: Path, config_hash: str, step: int, force: bool) -> Non
                 f"{prior.get('config_hash')}), not step {step} of config {config_hash}; choose "
                 "another --out, or pass --force to write over its reports (other files are kept)"
             )
-    elif any(out.iterdir()):
+    elif any(p.name != ".cache" for p in out.iterdir()):  # .cache alone: an interrupted start
         raise ForensicsError(
             f"{out}: exists and holds files that are not a forensics spike run; choose another "
             "--out, or pass --force to write into it (nothing is deleted)"
@@ -398,6 +403,7 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
     config_hash = config.config_hash()
     out = Path(out)
     check_output_dir(out, config_hash, opts.step, opts.force)
+    lock = hold_lock(out / ".cache", "forensics spike")  # held until this function returns
     stages = Stages(opts.progress)
     hits: dict[str, bool] = {}
     notes: list[str] = []
@@ -614,14 +620,20 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
             rollback_note=rollback.note,
             notes=notes,
         )
-        write_report(report, out)
-        write_json_atomic(out / SKIP_FILE, skip.to_dict(), overwrite=opts.force)
-        write_text_atomic(out / ARGS_FILE, megatron_args_text(skip))
+        # Everything is written into a staging folder first and published as one step.
+        staging = cache / "staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        write_report(report, staging)
+        write_json_atomic(staging / SKIP_FILE, skip.to_dict())
+        write_text_atomic(staging / ARGS_FILE, megatron_args_text(skip))
         if tracker:
             when = time.strftime("%Y-%m-%d %H:%M:%S")
-            write_text_atomic(out / TRACKER_FILE, tracker_text(tracker, when))
+            write_text_atomic(staging / TRACKER_FILE, tracker_text(tracker, when))
+        publish(staging, out, OUTPUT_PATTERNS)
     if opts.progress:
         print_summary(report)
+    lock.close()
     return SpikeResult(
         out=out,
         skip=skip,
