@@ -403,7 +403,6 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
     config_hash = config.config_hash()
     out = Path(out)
     check_output_dir(out, config_hash, opts.step, opts.force)
-    lock = hold_lock(out / ".cache", "forensics spike")  # held until this function returns
     stages = Stages(opts.progress)
     hits: dict[str, bool] = {}
     notes: list[str] = []
@@ -418,7 +417,8 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
         fingerprint = json.loads(json.dumps(replayer.fingerprint(), default=str))
     notes.append(f"baseline {baseline[0]}-{baseline[1]}: {how}")
     cache = out / ".cache"
-    cache.mkdir(parents=True, exist_ok=True)
+    # After the inputs are checked (bad input leaves nothing behind); held until the return.
+    lock = hold_lock(cache, "forensics spike")
     write_json_atomic(
         cache / MARKER,
         {"config_hash": config_hash, "step": opts.step, "config": origin},
