@@ -1,0 +1,103 @@
+"""The exact token sequences a Megatron run fed: a gather over the replay table's segments.
+
+Why a separate module: the replay table says which document segments make up each sample
+(dataset, doc_id, token_start, token_end within the document, in order); the tokens themselves are
+one memory-mapped `.bin` per dataset. A sample is the concatenation of its segments, which
+megatron-core's GPTDataset builds as `seq_length + add_extra_token` tokens (`tokens = sample[:-1]`,
+`labels = sample[1:]`). Here that concatenation is a vectorised gather, chunked over samples so a
+300-iteration x 1024-sample x 4097-token window never builds a 5-billion-entry index in memory.
+
+No import from `forensics/`: a mismatch raises ValueError, the caller words it for the user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from dataloaders.megatron.indexed import IndexedDataset
+
+CHUNK_TOKENS = 1 << 25  # ~33M tokens per gather (index arrays ~270 MB)
+
+
+def document_starts(ds: IndexedDataset) -> np.ndarray:
+    """int64[num_documents]: the token offset in `.bin` (in tokens) where each document begins.
+
+    A document's first sequence's byte pointer divided by the token size; with
+    --split-sentences a document spans several consecutive sequences, stored back to back."""
+    first_seq = np.asarray(ds.document_indices[:-1], dtype=np.int64)
+    return np.asarray(ds.sequence_pointers, dtype=np.int64)[first_seq] // ds.dtype.itemsize
+
+
+def sample_offsets(rows: np.ndarray, token_start: np.ndarray, token_end: np.ndarray) -> np.ndarray:
+    """int64[n_segments]: where each segment begins inside its sample.
+
+    `rows` numbers the samples 0..n-1 and must be sorted (replay order: a sample's segments are
+    consecutive, in order)."""
+    lengths = token_end - token_start
+    cum = np.cumsum(lengths) - lengths  # segment start in the flat stream
+    first = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+    sample_base = np.repeat(cum[first], np.diff(np.r_[first, len(rows)]))
+    return cum - sample_base
+
+
+def gather_samples(
+    datasets: Mapping[str, IndexedDataset],
+    names: np.ndarray,
+    doc_id: np.ndarray,
+    token_start: np.ndarray,
+    token_end: np.ndarray,
+    rows: np.ndarray,
+    sample_length: int,
+    out: np.ndarray | None = None,
+    advance: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """tokens[n_samples, sample_length]: sample r = its segments' tokens, concatenated.
+
+    Segment arrays are aligned, one entry per replay-table row, `rows` sorted (0..n-1, each
+    sample's segments consecutive and in order). Every sample must add up to `sample_length`
+    tokens, else ValueError (the replay table is not a full-sample one). `out` may be a
+    preallocated (e.g. memory-mapped .npy) array; `advance(n)` is called per chunk of samples.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    start = np.asarray(token_start, dtype=np.int64)
+    end = np.asarray(token_end, dtype=np.int64)
+    n = int(rows[-1]) + 1 if len(rows) else 0
+    per_sample = np.bincount(rows, weights=end - start, minlength=n).astype(np.int64)
+    bad = np.flatnonzero(per_sample != sample_length)
+    if bad.size:
+        raise ValueError(
+            f"sample {int(bad[0])} has {int(per_sample[bad[0]])} tokens, expected {sample_length}"
+        )
+    dtype = np.result_type(*[ds.dtype for ds in datasets.values()]) if datasets else np.int32
+    if out is None:
+        out = np.empty((n, sample_length), dtype=dtype)
+    starts = {name: document_starts(ds) for name, ds in datasets.items()}
+    flat_pos = rows * sample_length + sample_offsets(rows, start, end)
+    names = np.asarray(names, dtype=object)
+    per_chunk = max(1, CHUNK_TOKENS // max(1, sample_length))
+    seg_bounds = np.searchsorted(rows, np.arange(0, n + per_chunk, per_chunk))
+    for c in range(len(seg_bounds) - 1):
+        lo, hi = int(seg_bounds[c]), int(seg_bounds[c + 1])
+        if lo == hi:
+            continue
+        r0 = int(rows[lo])
+        r1 = int(rows[hi - 1]) + 1
+        block = np.empty((r1 - r0) * sample_length, dtype=out.dtype)
+        for name in np.unique(names[lo:hi]):
+            pick = np.flatnonzero(names[lo:hi] == name) + lo
+            ds = datasets[str(name)]
+            length = end[pick] - start[pick]
+            src_begin = starts[str(name)][doc_id[pick]] + start[pick]
+            dst_begin = flat_pos[pick] - r0 * sample_length
+            local = np.arange(int(length.sum()), dtype=np.int64) - np.repeat(
+                np.cumsum(length) - length, length
+            )
+            block[np.repeat(dst_begin, length) + local] = ds.tokens[
+                np.repeat(src_begin, length) + local
+            ]
+        out[r0:r1] = block.reshape(r1 - r0, sample_length)
+        if advance is not None:
+            advance(r1 - r0)
+    return out
