@@ -303,7 +303,9 @@ def test_a_directory_that_is_not_a_causal_lm_is_refused(run: dict, tmp_path) -> 
                          num_attention_heads=2, intermediate_size=64)).save_pretrained(
         tmp_path / "bert"
     )  # fmt: skip
-    with pytest.raises(ForensicsError, match="'bert' model is not a causal language model"):
+    with pytest.raises(
+        ForensicsError, match="'bert' model \\(BertModel\\) is not a causal language model"
+    ):
         _scored({**run, "root": tmp_path}, "bert")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ForensicsError, match="no config.json"):

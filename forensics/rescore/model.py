@@ -80,6 +80,14 @@ def check_checkpoint(path: Path | str) -> dict[str, Any]:
         raise ForensicsError(f"{config_file}: not readable JSON ({err})") from None
     if not isinstance(config, dict) or "model_type" not in config:
         raise ForensicsError(f"{config_file}: has no model_type: not a transformers model config")
+    archs = config.get("architectures") or []
+    causal = ("ForCausalLM", "LMHeadModel")
+    if config.get("is_encoder_decoder") or (archs and not any(a.endswith(causal) for a in archs)):
+        raise ForensicsError(
+            f"{path}: a {config['model_type']!r} model ({', '.join(archs) or 'encoder-decoder'}) "
+            "is not a causal language model (no ...ForCausalLM / ...LMHeadModel head); pass the "
+            "pre-spike checkpoint of the model that was trained"
+        )
     if not any((path / name).is_file() for name in WEIGHT_FILES):
         raise ForensicsError(
             f"{path}: no weights ({', '.join(WEIGHT_FILES)}); save the model with save_pretrained"

@@ -20,7 +20,7 @@ import polars as pl
 
 from forensics.rescore.stage import Rescore
 
-MODEL_Z = 1.0  # the cluster's mean z must be at least this (one baseline sd) ...
+MODEL_Z = 0.5  # the cluster's mean z must be at least this (half a baseline sd) ...
 P_MAX = 1e-3  # ... and significant after Bonferroni
 MIN_UNITS = 3  # scored segments (or samples) a cluster needs for a model-side call
 MEASURES = ("loss_z", "max_token_z", "grad_norm_z")
@@ -162,8 +162,10 @@ def model_view(
     """The report's "what the model choked on" section, as plain data (text raw)."""
     from forensics.report.model import cluster_name
 
+    # ranked by the strength of the model's evidence (the test's p), then by loss z: a small
+    # cluster's mean z is noisy, so a raw-z ranking would put one-document clusters first
     scored = ranked.filter(pl.col("model_units") > 0).sort(
-        ["loss_z", "id"], descending=[True, False], nulls_last=True
+        ["model_p", "loss_z", "id"], descending=[False, True, False], nulls_last=True
     )
     clusters = [
         {
@@ -224,7 +226,7 @@ def model_view(
         agreement = (
             f"{cluster_name(c)}: {verdict_phrase(c)} (loss z {_fmt(c['loss_z'])}, worst-token z "
             f"{_fmt(c['max_token_z'])}, grad-norm z {_fmt(c['grad_norm_z'])}; rank "
-            f"{rank if rank else 'n/a'} of {len(ids)} clusters by loss z alone)"
+            f"{rank if rank else 'n/a'} of {len(ids)} clusters by model-side evidence alone)"
         )
     elif clusters and clusters[0]["evidence"] == "surprised":
         agreement = (
