@@ -353,8 +353,9 @@ def test_cli_replay_tokens_and_a_one_line_error(run: dict, tmp_path) -> None:
     assert samples["iteration"].min() == 236 and meta["window"] == [236, 240]
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
     assert again.returncode != 0 and "already exists" in again.stderr
-    bad = [sys.executable, "-m", "forensics.cli", "rescore", "--config", str(config), "--step",
-           "240", "--window", "30", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "o")]  # fmt: skip
+    bad = [sys.executable, "-m", "forensics.cli", "rescore", "--config", str(config),
+           "--step", "240", "--window", "30", "--checkpoint", str(tmp_path),
+           "--out", str(tmp_path / "o")]  # fmt: skip
     done = subprocess.run(bad, capture_output=True, text=True, cwd=ROOT, check=False)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "no config.json" in done.stderr
