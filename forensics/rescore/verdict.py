@@ -162,10 +162,17 @@ def model_view(
     """The report's "what the model choked on" section, as plain data (text raw)."""
     from forensics.report.model import cluster_name
 
-    # ranked by the strength of the model's evidence (the test's p), then by loss z: a small
-    # cluster's mean z is noisy, so a raw-z ranking would put one-document clusters first
-    scored = ranked.filter(pl.col("model_units") > 0).sort(
-        ["model_p", "loss_z", "id"], descending=[False, True, False], nulls_last=True
+    # ranked by the strength of the model's evidence (the test's p), then by loss z, clusters with
+    # too few scored segments last: a small cluster's mean z is noise
+    scored = (
+        ranked.filter(pl.col("model_units") > 0)
+        .with_columns((pl.col("model_units") < MIN_UNITS).alias("_few"))
+        .sort(
+            ["_few", "model_p", "loss_z", "id"],
+            descending=[False, False, True, False],
+            nulls_last=True,
+        )  # fmt: skip
+        .drop("_few")
     )
     clusters = [
         {
