@@ -96,7 +96,6 @@ def main() -> int:
         TinyModel,
         iteration_batches,
         megatron_log_line,
-        save,
         tiny_gpt2,
         train,
     )
