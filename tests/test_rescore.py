@@ -199,6 +199,26 @@ def test_cache_is_keyed_by_checkpoint_content(run: dict) -> None:
     assert c.samples["loss"].to_list() != a.samples["loss"].to_list()
 
 
+def test_grad_norm_is_torchs_total_norm_and_gets_a_z_score(run: dict) -> None:
+    """Per-sample gradient norm == torch.nn.utils.clip_grad_norm_'s total norm (what Megatron and
+    HF trainers log) of that sample's mean loss; --grad-norm puts it into rescore.parquet."""
+    from forensics.rescore.model import grad_norms
+
+    result = _scored(run, "trained", cap=12, grad_norm=True)
+    assert result.samples["grad_norm_z"].null_count() == 0
+    model = run["model"]
+    tokens = result.tokens[:2]
+    ours = grad_norms(model, tokens)
+    for i in range(2):
+        ids = torch.as_tensor(tokens[i : i + 1].astype(np.int64))
+        model.zero_grad(set_to_none=True)
+        logits = model(input_ids=ids[:, :-1]).logits
+        torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:]).backward()
+        ref = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+        assert ours[i] == pytest.approx(ref, rel=1e-4)
+    model.zero_grad(set_to_none=True)
+
+
 def test_stratified_cap_keeps_every_dataset(run: dict) -> None:
     result = _scored(run, "trained", cap=20)
     assert result.info["window_samples"] == 20 and result.info["baseline_samples"] == 20

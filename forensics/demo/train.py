@@ -46,6 +46,8 @@ def tiny_gpt2(vocab_size: int, seq_length: int, shape: TinyModel = TinyModel()) 
         embd_pdrop=0.0,
         attn_pdrop=0.0,
         tie_word_embeddings=True,
+        bos_token_id=0,  # the demo tokenizer's <|endoftext|> (GPT-2's 50256 is out of range)
+        eos_token_id=0,
     )
     return GPT2LMHeadModel(config)
 
