@@ -285,6 +285,23 @@ def test_losses_file_and_checkpoint_give_the_same_report(run: dict) -> None:
     assert "What the model choked on" in md and "\u27e6" in md
 
 
+def test_per_sample_losses_give_the_same_sample_z_scores(run: dict, tmp_path) -> None:
+    """--losses with one mean loss per sample: the same per-sample z's as the checkpoint's; no
+    segment losses (clusters then take the z of the samples holding their documents)."""
+    from forensics.rescore.verdict import _units
+
+    ckpt = _scored(run, "trained")
+    path = tmp_path / "per_sample.parquet"
+    ckpt.samples.select("iteration", "position", "loss").write_parquet(path)
+    mine = rescore(run["replayer"], run["replay"], RescoreOptions(losses=path, progress=False))
+    assert mine.info["level"] == "sample" and "loss" not in mine.segments.columns
+    a = ckpt.samples.sort("iteration", "position")
+    b = mine.samples.sort("iteration", "position")
+    np.testing.assert_allclose(b["loss_z"].to_numpy(), a["loss_z"].to_numpy(), rtol=1e-9)
+    units = _units(mine)
+    assert units.height and units["loss_z"].null_count() == 0
+
+
 def test_report_says_when_no_checkpoint_was_given(run: dict) -> None:
     _spike(run, run["root"] / "spike-none", None)
     report = json.loads((run["root"] / "spike-none" / "report.json").read_text())
