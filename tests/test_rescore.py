@@ -396,3 +396,11 @@ def test_cli_replay_tokens_and_a_one_line_error(run: dict, tmp_path) -> None:
     done = subprocess.run(bad, capture_output=True, text=True, cwd=ROOT, check=False)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "no config.json" in done.stderr
+    good = [*bad[:-4], "--checkpoint", str(run["root"] / "trained"), "--rescore-cap", "16",
+            "--baseline", f"{BASELINE[0]}-{BASELINE[1]}", "--out", str(tmp_path / "o"),
+            "--quiet"]  # fmt: skip
+    done = subprocess.run(good, capture_output=True, text=True, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    table = pl.read_parquet(tmp_path / "o" / "rescore.parquet")
+    assert table.height == 32 and table["segments"].list.len().min() >= 1
+    assert {"loss_z", "max_token_z", "grad_norm_z"} <= set(table.columns)
