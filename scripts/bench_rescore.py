@@ -15,7 +15,7 @@ vocab 50,257: 124M parameters with embeddings, ~85M without), randomly initialis
 only). The .bin files are sparse (their tokens read as zeros from the page cache), so the export
 time is the gather's, not the disk's.
 
-    .venv/bin/python scripts/bench_rescore.py [--samples 4] [--skip-export] [--threads 2]
+    .venv/bin/python scripts/bench_rescore.py [--samples 4] [--skip-export | --skip-models]
 """
 
 from __future__ import annotations
@@ -133,6 +133,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-export", action="store_true")
+    ap.add_argument("--skip-models", action="store_true")
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--gbs", type=int, default=1024)
     ap.add_argument("--export-seq", type=int, default=4096)
@@ -145,9 +146,10 @@ def main() -> None:
     rows: list[tuple[str, float, str]] = []
     tiny = GPT2Config(vocab_size=2000, n_positions=args.seq, n_embd=128, n_layer=2, n_head=4,
                       bos_token_id=0, eos_token_id=0)  # fmt: skip
-    rows += bench_model("tiny GPT-2", tiny, 32, 8, args.seq, grad=True)
-    small = GPT2Config(n_positions=args.seq)  # GPT-2 small's shape
-    rows += bench_model("GPT-2 small shape", small, args.samples, 1, args.seq, grad=True)
+    if not args.skip_models:
+        rows += bench_model("tiny GPT-2", tiny, 32, 8, args.seq, grad=True)
+        small = GPT2Config(n_positions=args.seq)  # GPT-2 small's shape
+        rows += bench_model("GPT-2 small shape", small, args.samples, 1, args.seq, grad=True)
     if not args.skip_export:
         work = Path(tempfile.mkdtemp(prefix="bench-rescore-"))
         try:
