@@ -105,27 +105,29 @@ def gather_samples(
     dtype = np.result_type(*[ds.dtype for ds in datasets.values()]) if datasets else np.int32
     if out is None:
         out = np.empty((n, sample_length), dtype=dtype)
-    starts = {name: document_starts(ds) for name, ds in datasets.items()}
+    flat = out.reshape(-1)  # a view for a C-contiguous out (np.empty, an .npy memmap)
+    if not np.shares_memory(flat, out):
+        raise ValueError("gather_samples: `out` must be C-contiguous")
     flat_pos = rows * sample_length + sample_offsets(rows, start, end)
-    names = np.asarray(names, dtype=object)
+    # per segment: its dataset as a small integer, and where its run starts in that .bin
+    keys, code = np.unique(np.asarray(names, dtype=object), return_inverse=True)
+    src_pos = np.empty(len(rows), dtype=np.int64)
+    for k, name in enumerate(keys):
+        pick = code == k
+        src_pos[pick] = document_starts(datasets[str(name)])[doc_id[pick]] + start[pick]
+    length = end - start
+    copy = _copy_compiled or _copy_runs_python  # compiled once per dtype pair
     per_chunk = max(1, CHUNK_TOKENS // max(1, sample_length))
     seg_bounds = np.searchsorted(rows, np.arange(0, n + per_chunk, per_chunk))
     for c in range(len(seg_bounds) - 1):
         lo, hi = int(seg_bounds[c]), int(seg_bounds[c + 1])
         if lo == hi:
             continue
-        r0 = int(rows[lo])
-        r1 = int(rows[hi - 1]) + 1
-        block = np.empty((r1 - r0) * sample_length, dtype=out.dtype)
-        for name in np.unique(names[lo:hi]):
-            pick = np.flatnonzero(names[lo:hi] == name) + lo
-            ds = datasets[str(name)]
-            length = end[pick] - start[pick]
-            src_begin = starts[str(name)][doc_id[pick]] + start[pick]
-            dst_begin = flat_pos[pick] - r0 * sample_length
-            copy = _copy_compiled or _copy_runs_python  # compiled once per dtype pair
-            copy(np.asarray(ds.tokens), src_begin, length, block, dst_begin)
-        out[r0:r1] = block.reshape(r1 - r0, sample_length)
+        for k, name in enumerate(keys):
+            pick = np.flatnonzero(code[lo:hi] == k) + lo
+            if pick.size:
+                tokens = np.asarray(datasets[str(name)].tokens)
+                copy(tokens, src_pos[pick], length[pick], flat, flat_pos[pick])
         if advance is not None:
-            advance(r1 - r0)
+            advance(int(rows[hi - 1]) + 1 - int(rows[lo]))
     return out
