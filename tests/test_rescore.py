@@ -274,7 +274,7 @@ def test_losses_file_and_checkpoint_give_the_same_report(run: dict) -> None:
         assert x["id"] == y["id"] and x["combined"] == y["combined"]
         assert x["loss_z"] == pytest.approx(y["loss_z"], abs=1e-4)
     assert a["model"]["agreement"].split("(")[0] == b["model"]["agreement"].split("(")[0]
-    assert with_ckpt.skip["iterations"] == with_file.skip["iterations"]
+    assert with_ckpt.skip.iterations == with_file.skip.iterations
     assert (root / "spike-ckpt" / "rescore.parquet").is_file()
     # the data-side culprit (the dirty crawl batch) is confirmed by the trained model
     top = a["culprit"]
@@ -321,7 +321,7 @@ def test_random_model_demotes_the_culprit_to_a_suspect(run: dict) -> None:
     row = next(c for c in report["model"]["clusters"] if c["name"] == batch)
     assert row["combined"] == "suspect: new and dirty, but the model was not surprised"
     assert report["culprit"] != row["id"]
-    assert result.skip["culprit_clusters"] == [] or row["id"] not in result.skip["culprit_clusters"]
+    assert row["id"] not in result.skip.culprit_clusters
 
 
 # -- bad input ----------------------------------------------------------------------------------
