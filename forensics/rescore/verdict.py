@@ -5,8 +5,10 @@ Each cluster gets, over the scored window samples holding its documents:
 - max_token_z:   mean z of their worst-token losses,
 - grad_norm_z:   mean z of the gradient norms of the samples holding them (--grad-norm).
 Under "no different from the baseline" a mean of n unit-variance z's has sd 1/sqrt(n), so the
-cluster's surprise is tested with z_mean * sqrt(n) (one-sided, Bonferroni over the three measures
-and the clusters). Segments of one sample are not independent, so the test is an approximation;
+cluster's surprise is tested with z_mean * sqrt(n), one-sided, Bonferroni over the measures at
+hand; for a data-side culprit that is all (one hypothesis, chosen before the model ran), any
+other cluster is also corrected for the number of clusters tested (a search). Segments of one
+sample are not independent, so the test is an approximation;
 the effect size threshold (MODEL_Z) keeps big, barely-different clusters from counting.
 """
 
@@ -28,8 +30,9 @@ MEASURES = ("loss_z", "max_token_z", "grad_norm_z")
 MODEL_RULE = (
     f"model-side: a cluster surprised the model when the mean z (vs the baseline samples scored by "
     f"the same checkpoint) of its segment loss, worst-token loss or sample gradient norm is >= "
-    f"{MODEL_Z:g} and z_mean x sqrt(n) is significant (one-sided, Bonferroni over measures and "
-    f"clusters, p < {P_MAX:g}), with at least {MIN_UNITS} scored segments. Combined: a data-side "
+    f"{MODEL_Z:g} and z_mean x sqrt(n) is significant (one-sided, p < {P_MAX:g}, Bonferroni over "
+    "the measures; for clusters other than the data-side culprits also over the clusters tested), "
+    f"with at least {MIN_UNITS} scored segments. Combined: a data-side "
     "culprit the model was surprised by is 'culprit, confirmed by the model'; a data-side culprit "
     "the model was not surprised by becomes 'suspect: new and dirty, but the model was not "
     "surprised' (not blamed, not skipped); suspects and clean clusters keep their verdict, with "
@@ -61,7 +64,8 @@ def _p(mean: float | None, n: int) -> float:
 def cluster_evidence(
     ranked: pl.DataFrame, window_docs: pl.DataFrame, result: Rescore
 ) -> pl.DataFrame:
-    """`ranked` plus loss_z, max_token_z, grad_norm_z, model_units, model_p, model_evidence
+    """`ranked` plus loss_z, max_token_z, grad_norm_z, model_units, model_p (the smallest
+    uncorrected one-sided p of the measures: the ranking key), model_evidence
     ("surprised" / "not surprised" / "too few scored"), data_verdict, and the combined verdict."""
     units = _units(result)
     docs = window_docs.select("dataset", "doc_id").with_row_index("_m")
@@ -87,17 +91,21 @@ def cluster_evidence(
     out = ranked.join(stats, on="id", how="left").with_columns(
         pl.col("model_units").fill_null(0), pl.col("_rows").fill_null(0)
     )
-    tests = max(1, out.height) * len(MEASURES)
+    measures = sum(1 for m in MEASURES if out[m].null_count() < out.height) or 1
+    tested = max(1, int((out["model_units"] >= MIN_UNITS).sum()))
     evidence, best_p = [], []
-    for r in out.select(*MEASURES, "model_units", "_rows").iter_rows(named=True):
+    rows = out.select(*MEASURES, "model_units", "_rows", "verdict").iter_rows(named=True)
+    for r in rows:
         n_units, n_rows = int(r["model_units"]), int(r["_rows"])
         ps = [
             _p(r["loss_z"], n_units),
             _p(r["max_token_z"], n_units),
             _p(r["grad_norm_z"], n_rows),
         ]
-        p = min(1.0, min(ps) * tests)
-        best_p.append(p)
+        # Confirming a data-side culprit tests one hypothesis chosen before the model was run:
+        # corrected over the measures only. Any other cluster is a search over all of them.
+        p = min(1.0, min(ps) * measures * (1 if r["verdict"] == "culprit" else tested))
+        best_p.append(min(ps))  # uncorrected: ranks every cluster on the same footing
         big = any(r[m] is not None and r[m] >= MODEL_Z for m in MEASURES)
         if n_units < MIN_UNITS:
             evidence.append("too few scored")
