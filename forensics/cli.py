@@ -12,7 +12,17 @@ import sys
 
 import typer
 
-from forensics.commands import check_skip, manifest, replay, scan, score, spike, triage, watch
+from forensics.commands import (
+    check_skip,
+    manifest,
+    replay,
+    rescore,
+    scan,
+    score,
+    spike,
+    triage,
+    watch,
+)
 from forensics.errors import ForensicsError
 
 app = typer.Typer(
@@ -51,6 +61,7 @@ app.command("scan")(scan.scan_command)
 app.command("replay")(replay.replay_command)
 app.command("score")(score.score_command)
 app.command("manifest")(manifest.manifest_command)
+app.command("rescore")(rescore.rescore_command)
 
 
 def main() -> None:

@@ -77,6 +77,7 @@ class SpikeOptions:
     embed_model: str | None = None  # a local sentence-transformers directory (None: MiniLM)
     device: str = "cpu"  # torch device for the embeddings ("cuda" on a GPU machine)
     trainer: str | None = None  # the loop that reads the skip flags (None: training.trainer)
+    rescore: Any = None  # forensics.rescore.RescoreOptions: the model's view (None: data only)
     force: bool = False
     progress: bool = True
 
@@ -403,6 +404,8 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
     config_hash = config.config_hash()
     out = Path(out)
     check_output_dir(out, config_hash, opts.step, opts.force)
+    if opts.rescore is not None:  # a wrong checkpoint or losses path fails before any work
+        opts.rescore.check()
     stages = Stages(opts.progress)
     hits: dict[str, bool] = {}
     notes: list[str] = []
@@ -509,6 +512,14 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
         unknown = sorted(set(opts.culprits) - set(ranked["id"].to_list()))
         if unknown:
             raise ForensicsError(f"--culprit {', '.join(unknown)}: no such cluster in this window")
+    model_view = None
+    if opts.rescore is not None:  # the model's evidence may demote a data-side culprit
+        from forensics.rescore import rescore_stage
+
+        with stages.stage("rescore", "the window's samples with the checkpoint"):
+            ranked, model_view = rescore_stage(
+                replayer, replay, ranked, window_docs, opts.rescore, cache, out, fingerprint, hits
+            )
     seen = culprit_docs(ranked, window_docs, only=list(opts.culprits) if opts.culprits else None)
     blamed = sorted(seen["cluster"].unique().to_list()) if seen.height else []
     culprit = (
@@ -619,6 +630,7 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
             skip=report_skip(skip),
             rollback_note=rollback.note,
             notes=notes,
+            model=model_view,
         )
         # Everything is written into a staging folder first and published as one step.
         staging = cache / "staging"

@@ -28,7 +28,17 @@ def replay_command(
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Progress bars.")
     ] = True,
-    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace OUT (and a --tokens export) if it exists.")
+    ] = False,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens",
+            help="Also write the exact token sequences (seq_length+1 per sample) to this "
+            "directory: tokens.npy, samples.parquet, segments.parquet, meta.json.",
+        ),
+    ] = None,
 ) -> None:
     """Replay the run's data order: one row per (iteration, batch position, document segment)."""
     from rich.console import Console
@@ -46,9 +56,25 @@ def replay_command(
     check_output_file(out, force=force, inputs=run_inputs(run), suffix=".parquet")
     replayer = open_replayer(run)
     first, last = check_window(replayer, step, window)
+    if tokens is not None:  # refuse before the replay: a wrong path costs nothing
+        from forensics.rescore.export import check_export_target, require_megatron
+
+        require_megatron(replayer)
+        check_export_target(tokens, force)
     table = replayer.replay(first, last, text=text, progress=progress)
     write_parquet_atomic(table, out, overwrite=True)
     console = Console(stderr=True, highlight=False)
+    if tokens is not None:
+        import json
+
+        from forensics.rescore.export import write_export
+
+        fingerprint = json.loads(json.dumps(replayer.fingerprint(), default=str))
+        meta = {"step": step, "window": [first, last], "fingerprint": fingerprint}
+        info = write_export(replayer, table, tokens, meta, force=force, progress=progress)
+        console.print(
+            f"tokens: {info['samples']} samples x {info['sample_length']} -> {escape(str(tokens))}"
+        )
     save = getattr(replayer, "save_cache", None)
     if save is not None:  # warm our index cache for the next replay (after the output is safe)
         if progress:

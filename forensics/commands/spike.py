@@ -12,6 +12,15 @@ from typing import Annotated
 import typer
 
 from forensics.commands.options import ConfigOption, MegatronArgsOption, TrainerOption
+from forensics.commands.rescore import (
+    BatchOption,
+    CapOption,
+    CheckpointOption,
+    DtypeOption,
+    GradOption,
+    LossesOption,
+    rescore_options,
+)
 
 
 def spike_command(
@@ -80,9 +89,16 @@ def spike_command(
         ),
     ] = None,
     device: Annotated[
-        str, typer.Option("--device", help="Torch device for the embeddings, e.g. cuda.")
+        str,
+        typer.Option("--device", help="Torch device for the embeddings and rescoring, e.g. cuda."),
     ] = "cpu",
     trainer: TrainerOption = None,
+    checkpoint: CheckpointOption = None,
+    losses: LossesOption = None,
+    dtype: DtypeOption = "float32",
+    batch_size: BatchOption = 8,
+    rescore_cap: CapOption = 512,
+    grad_norm: GradOption = False,
     force: Annotated[
         bool,
         typer.Option(
@@ -111,6 +127,9 @@ def spike_command(
         embed_model=embed_model,
         device=device,
         trainer=trainer,
+        rescore=rescore_options(
+            checkpoint, losses, device, dtype, batch_size, rescore_cap, grad_norm, not quiet
+        ),
         force=force,
         progress=not quiet,
     )

@@ -53,6 +53,8 @@ class SpikeReport:
     # it could not read): shown under the summary, since it changes how the verdict reads
     notes: list[str] = field(default_factory=list)
     rules: dict[str, str] = field(default_factory=rule_text)
+    # the model's view (forensics.rescore.verdict.model_view), None when no checkpoint was given
+    model: dict[str, Any] | None = None
 
     @property
     def culprit(self) -> dict[str, Any] | None:
@@ -204,6 +206,7 @@ def build_report(
     skip: dict[str, Any] | None = None,
     rollback_note: str = "",
     notes: list[str] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> SpikeReport:
     """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call)."""
     examples = pick_examples(ranked, window_docs)
@@ -246,6 +249,8 @@ def build_report(
         skip=skip,
         culprit_first_iteration=first_seen,
         notes=list(notes or []),
+        model=model,
+        rules=rule_text() | ({"model_rule": model["rule"]} if model else {}),
     )
 
 
@@ -359,6 +364,9 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
         dataset = _dominant_dataset(top)
         out.append(("CULPRIT", label + (f" (dataset {dataset})" if dataset else "")))
         out.extend(("why" if i == 0 else "", line) for i, line in enumerate(_why(report, top)))
+    from forensics.report.model_view import model_summary
+
+    out.extend(model_summary(report))
     if report.rollback_iteration is not None:
         text = f"to iteration {report.rollback_iteration}"
         text += f" ({report.step - report.rollback_iteration} iterations before the spike)"

@@ -171,6 +171,10 @@ def render_html(report: SpikeReport, plots: dict[str, bytes]) -> str:
         f"<p><b>Verdict rule.</b> {html_safe(report.rules['verdict_rule'], 2000)}</p>"
         f"<p><b>Suspicion.</b> {html_safe(report.rules['suspicion_formula'], 2000)}</p>"
     )
+    if report.rules.get("model_rule"):
+        rules += f"<p><b>Model side.</b> {html_safe(report.rules['model_rule'], 2000)}</p>"
+    from forensics.report.model_view import html_section
+
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
@@ -178,6 +182,6 @@ def render_html(report: SpikeReport, plots: dict[str, bytes]) -> str:
         f"<h1>Spike report: iteration {report.step}</h1>{_summary(report)}{_notes(report)}"
         f"<h2>Plots</h2>{figures or '<p>No plots (no data for them).</p>'}"
         f"<h2>Clusters</h2>{_table(report)}{note}"
-        f"<h2>Examples</h2>{_examples(report)}"
+        f"<h2>Examples</h2>{_examples(report)}{html_section(report)}"
         f"{_skip(report)}<h2>How the verdicts are made</h2>{rules}</body></html>\n"
     )

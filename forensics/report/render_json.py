@@ -68,6 +68,7 @@ def report_dict(report: SpikeReport) -> dict[str, Any]:
             "skip": report.skip,
             "culprit_share": share,
             "clusters": clusters,
+            "model": report.model,  # what the model choked on; null without a checkpoint
         }
     )
 

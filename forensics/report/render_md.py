@@ -117,6 +117,9 @@ def render_markdown(report: SpikeReport, plot_files: dict[str, str] | None = Non
     if report.embedding_note:
         parts.append(f"Embedding sample: {md_safe(report.embedding_note.get('text', ''), 600)}.\n")
     parts += ["## Examples\n", _examples(report)]
+    from forensics.report.model_view import markdown_section
+
+    parts.append(markdown_section(report))
     if plot_files:
         parts.append("## Plots\n")
         titles = {
@@ -131,4 +134,6 @@ def render_markdown(report: SpikeReport, plot_files: dict[str, str] | None = Non
         f"- Verdict rule: {md_safe(report.rules['verdict_rule'], 2000)}",
         f"- Suspicion: {md_safe(report.rules['suspicion_formula'], 2000)}\n",
     ]
+    if report.rules.get("model_rule"):
+        parts.append(f"- Model side: {md_safe(report.rules['model_rule'], 2000)}\n")
     return "\n".join(parts)
