@@ -30,6 +30,7 @@ SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_
 LOCALE_DIR = Path("/usr/share/locale")
 LANGS = ("zh_CN", "zh_TW", "ja", "ko", "ru", "uk", "ar", "he", "el", "fr", "de", "es", "pl", "cs",
          "vi", "pt_BR", "tr", "hu")  # fmt: skip
+EUROPEAN = ("fr", "de", "es", "pl", "cs", "vi", "pt_BR", "tr", "hu")
 
 
 def _prose(text: str) -> bool:
@@ -302,6 +303,113 @@ def garbage_docs(sources: list[str], per_kind: int, rnd: random.Random) -> list[
     return out
 
 
+# ------------------------------------------------- the held-out kinds (issue 15)
+# Corruptions that touch only a few characters of a long document: what the whole-document
+# kinds above do not exercise. Each keeps the rest of the document clean.
+
+_LETTER_PAIR = re.compile(r"(?<=[^\W\d_])(?=[^\W\d_])")
+_SPARSE_POOL = (
+    [chr(c) for c in range(1, 32) if c not in (9, 10, 13)]
+    + ["\x7f"]
+    + [chr(c) for c in range(0x80, 0xA0)]
+)
+
+
+def sparse_controls(s: str, rnd: random.Random) -> str:
+    """A handful (3-8) of C0/C1 control characters, each inside a word (a broken pipeline)."""
+    spots = [m.start() for m in _LETTER_PAIR.finditer(s)]
+    for p in sorted(rnd.sample(spots, min(len(spots), rnd.randint(3, 8))), reverse=True):
+        s = s[:p] + rnd.choice(_SPARSE_POOL) + s[p:]
+    return s
+
+
+_ACCENTED_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]*[\u00c0-\u024f][A-Za-z\u00c0-\u024f]*")
+
+
+def _span(codec: str):
+    """UTF-8 read as `codec` in one span only: one accented word, or up to ~40 characters."""
+
+    def f(s: str, rnd: random.Random) -> str:
+        words = [m for m in _ACCENTED_WORD.finditer(s) if len(m.group(0)) >= 3]
+        if not words:
+            return s
+        m = rnd.choice(words)
+        start, end = m.start(), m.end()
+        if rnd.random() < 0.4:
+            end = min(len(s), end + rnd.randint(5, 30))
+        bad = s[start:end].encode("utf-8").decode(codec, errors="replace")
+        return s[:start] + bad + s[end:]
+
+    f.__name__ = f"{codec}_span"
+    return f
+
+
+SPAN_KINDS = {
+    "sparse_controls": sparse_controls,
+    "gbk_span": _span("gbk"),
+    "cp1252_span": _span("cp1252"),
+}
+
+
+def latin_accented(docs: list[str]) -> list[str]:
+    """Mostly-Latin documents with at least one accented word (names, French, Spanish...)."""
+    out = []
+    for d in docs:
+        if _non_ascii(d) == 0 or re.search(r"[\u0370-\u1fff\u3000-\uffff]", d):
+            continue
+        if any(len(m.group(0)) >= 3 for m in _ACCENTED_WORD.finditer(d)):
+            out.append(d)
+    return out
+
+
+def span_docs(
+    plain: list[str], accented: list[str], per_kind: int, rnd: random.Random
+) -> list[dict]:
+    """The held-out garbage kinds on 600-5,000 character documents (whole documents only: the
+    corruption is already confined to a few characters)."""
+    out: list[dict] = []
+    for kind, fn in SPAN_KINDS.items():
+        pool = plain if kind == "sparse_controls" else accented
+        for _ in range(per_kind):
+            src = rnd.choice(pool)
+            text = src[: rnd.randint(600, 5000)]
+            bad = fn(text, rnd)
+            if bad == text:
+                bad = fn(src, rnd)
+            if bad != text and bad != src:
+                out.append({"text": bad, "label": "garbage", "kind": kind, "partial": False})
+    return out
+
+
+PRODUCTS = ["running shoes", "cheap flights", "payday loans", "weight loss pills", "vpn service",
+            "car insurance", "web hosting", "online casino", "diet supplements", "seo services",
+            "wedding dresses", "bitcoin wallet", "dental implants", "hair extensions", "used cars",
+            "garage doors", "roof repair", "essay writing", "dog food", "led lights"]  # fmt: skip
+
+
+def doorway_frames(sents: list[str], n: int, rnd: random.Random) -> list[dict]:
+    """Doorway pages: real prose with one product keyword forced into every sentence.
+
+    Unlike `doorway_pages` (a list of short keyword phrases), each sentence is a real one from a
+    different context, with the keyword inserted at a random word position.
+    """
+    out = []
+    for _ in range(n):
+        kw = rnd.choice(PRODUCTS)
+        if rnd.random() < 0.3:
+            kw = f"{rnd.choice(['best', 'cheap', 'buy', 'top'])} {kw}"
+        body = []
+        for s in rnd.sample(sents, rnd.randint(8, 25)):
+            words = s.split()
+            words.insert(rnd.randrange(1, len(words)), kw)
+            body.append(" ".join(words))
+        title = rnd.choice([kw.title(), f"{kw.title()} - Official Site", f"Best {kw}"])
+        sep = rnd.choice([" ", "\n", "\n\n"])
+        text = title + "\n\n" + sep.join(body)
+        out.append({"text": text, "label": "spam", "kind": "doorway_frames", "partial": False})
+    return out
+
+
 # ---------------------------------------------------------------- spam
 
 
@@ -496,6 +604,11 @@ def build(
     rows += doorway_pages(sents, per_kind, rnd)
     rows += link_farms(sents, per_kind, rnd)
     rows += repeated_lines(sents, per_kind, rnd)
+    # The held-out kinds draw from their own stream: the documents above stay as they were.
+    extra = random.Random(seed + 15)
+    accented = latin_accented(eng + [d for lang, d in multi if lang in EUROPEAN])
+    rows += span_docs(eng, accented, per_kind, extra)
+    rows += doorway_frames(sents, per_kind, extra)
     return pl.DataFrame(rows).with_row_index("id")
 
 

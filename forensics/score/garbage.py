@@ -29,6 +29,7 @@ import polars as pl
 from forensics.safe_text import excerpt
 from forensics.score import patterns as P
 from forensics.score.legacy_codecs import CODEC_NAMES, SEGMENT_SHARE, legacy_evidence
+from forensics.score.mixed_script import MixedScriptWords
 
 CHUNK_CHARS = 512
 # Corrupted fraction at which a flagged signal's score saturates at 1.0.
@@ -53,13 +54,23 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("utf8_as_cp1252", P.UTF8_AS_CP1252, 1, 2),
     Signal("ftfy", P.ftfy_badness_pattern(), 1, 3),
     Signal("c0", P.C0_CONTROLS, 3, 4),
+    Signal("ctrl_in_word", P.CONTROL_IN_WORD, 1, 2),
+    Signal("cp1252_in_word", P.UTF8_AS_CP1252_IN_WORD, 1, 1),
     Signal("c1", P.C1_CONTROLS, 3, 4),
     Signal("fffd", P.REPLACEMENT, 2, 3),
     Signal("pua", P.PRIVATE_OR_UNASSIGNED_RS, 3, 4),
 )
 # Order in which a flagged signal names the reason: the most specific explanation first.
-_PRIORITY = ("legacy", "c0", "utf8_as_cp1252", "ftfy", "fffd", "c1", "pua")
-_AUX = {"nul": P.NUL, "utf16": P.UTF16_INTERLEAVED, "east_asian": P.EAST_ASIAN_RS}
+_PRIORITY = (
+    "legacy", "mixed_script", "c0", "utf8_as_cp1252", "cp1252_in_word", "ftfy", "fffd", "c1",
+    "ctrl_in_word", "pua",
+)  # fmt: skip
+_AUX = {
+    "nul": P.NUL,
+    "utf16": P.UTF16_INTERLEAVED,
+    "east_asian": P.EAST_ASIAN_RS,
+    "mixed_candidates": MixedScriptWords.pattern,
+}
 
 
 def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
@@ -71,6 +82,12 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
     crawl) are cut into chunks to locate it.
     """
     frame = pl.DataFrame({"text": texts}).with_row_index("doc")
+    n_chars = frame.select(pl.col("text").str.len_chars().fill_null(0))["text"]
+    frame = frame.with_columns(
+        pl.when(pl.col("text").str.contains(r"[\x00\x0C]"))
+        .then(pl.col("text").str.replace_all(P.FORMAT_CONTROLS, ""))
+        .otherwise(pl.col("text"))
+    )
     # Every pattern needs a character outside printable ASCII (tab, LF and CR excepted), so
     # plain-ASCII documents skip the regex passes; their counts are zero.
     plain = frame.select(
@@ -89,7 +106,7 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
         ],
     )
     whole = (
-        frame.select("doc", pl.col("text").str.len_chars().fill_null(0).alias("n_chars"))
+        frame.select("doc", n_chars.alias("n_chars"))
         .join(counted, on="doc", how="left")
         .with_columns(pl.col(c).fill_null(0) for c in names)
     )
@@ -231,6 +248,20 @@ def score_garbage(texts: pl.Series) -> pl.DataFrame:
             legacy_score[i] = 0.45 * min(1.0, share / SEGMENT_SHARE)
     scores["legacy"] = legacy_score
 
+    # Mixed-script words: Python, only for documents with a Latin letter glued to CJK.
+    mixed_score = np.zeros(n)
+    mixed_info: dict[int, list] = {}
+    rule = MixedScriptWords()
+    candidates = np.flatnonzero(c["mixed_candidates_n"].to_numpy() > 0)
+    candidate_texts = texts.gather(candidates).to_list() if len(candidates) else []
+    for i, text in zip(candidates, candidate_texts, strict=True):
+        words = rule.find(text)
+        if words:
+            # One undone word flags the document; more of them raise the score.
+            mixed_score[i] = min(1.0, 0.55 + 0.05 * len(words))
+            mixed_info[int(i)] = words
+    scores["mixed_script"] = mixed_score
+
     names = list(scores)
     matrix = np.column_stack([scores[k] for k in names])
     final = matrix.max(axis=1)
@@ -252,6 +283,9 @@ def score_garbage(texts: pl.Series) -> pl.DataFrame:
     flagged_rows = np.flatnonzero(final >= 0.5)
     flagged_texts = texts.gather(flagged_rows).to_list() if len(flagged_rows) else []
     for i, text in zip(flagged_rows, flagged_texts, strict=True):
+        if names[best[i]] == "mixed_script":
+            reasons[i] = rule.reason(mixed_info[int(i)])
+            continue
         reasons[i] = _reason(text, names[best[i]], c, int(i), fracs, legacy_info)
     return pl.DataFrame(
         {
@@ -292,6 +326,12 @@ def _reason(text: str, signal: str, c: pl.DataFrame, i: int, fracs: dict, legacy
         nul = int(c["nul_n"][i])
         ex = _first(P.C0_CONTROLS, text)
         return f"{n} C0 control characters ({nul} NUL) like '{_show(ex)}'{where}"
+    if signal == "ctrl_in_word":
+        ex = _first(P.CONTROL_IN_WORD, text)
+        return f"{n} control characters inside words like '{_show(ex)}'{where}"
+    if signal == "cp1252_in_word":
+        ex = _first(P.UTF8_AS_CP1252_IN_WORD, text)
+        return f"UTF-8 decoded as cp1252 inside words: {n} like '{_show(ex)}'{where}"
     if signal == "c1":
         return f"{n} C1 control characters like '{_show(_first(P.C1_CONTROLS, text))}'{where}"
     if signal == "fffd":

@@ -96,3 +96,16 @@ PRIVATE_OR_UNASSIGNED_RS = r"[\p{Co}\p{Cn}]"
 EAST_ASIAN_RS = r"[\p{Han}\p{Hangul}\p{Hiragana}\p{Katakana}\uFF61-\uFF9F]"
 # UTF-16-LE text read byte-wise: every other character is NUL.
 UTF16_INTERLEAVED = r"(?:[^\x00]\x00){4,}"
+
+# Where a control character sits tells what put it there (issue 15). Between two letters it is
+# a broken pipeline's damage: one or two in a whole page are evidence. At a line edge or next
+# to another control it is often a format's own markup (a form feed before a section, Info's
+# NUL+backspace index markers): those are counted only when they are dense.
+CONTROL_IN_WORD = r"[^\W\d_][\x00-\x08\x0B\x0C\x0E-\x1F\x7F\x80-\x9F][^\W\d_]"
+# A format's own control markup, removed before counting: GNU Info's index markers
+# (NUL, backspace, "[index", NUL, backspace, "]") and form feeds on a line of their own
+# (page breaks in GNU sources and manuals).
+FORMAT_CONTROLS = r"\x00\x08\[[^\x00\]\n]{0,20}\x00\x08\]|(?m)^\x0C+[ \t]*$"
+# UTF-8 read as cp1252 glued to a lowercase ASCII letter ("AntÃ³nio", "donâ€™t"): a single one
+# is evidence, where a free-standing "Ã©" needs company.
+UTF8_AS_CP1252_IN_WORD = f"[a-z](?:{UTF8_AS_CP1252})|(?:{UTF8_AS_CP1252})[a-z]"

@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from forensics.safe_text import excerpt
+from forensics.score.doorway import MIN_KEYWORD_SHARE, DoorwayFrames
 from forensics.score.code import SYMBOLS, code_likeness, code_line_exprs, prose_likeness
 from forensics.score.tokens import WORD, Tokens, ngram_series
 
@@ -52,7 +53,9 @@ SEPARATORS = r"\s[|»›·•/>]\s"
 TABLE_ROW = r"^\|.*\|$"
 # Rules that measure natural-language repetition: weighed by prose-likeness (see `code.py`),
 # since identifiers in source code repeat like a stuffed keyword.
-PROSE_RULES = ("top_2gram", "top_3gram", "top_4gram", "dup_6gram", "keyword", "keyword_density")
+PROSE_RULES = (
+    "top_2gram", "top_3gram", "top_4gram", "dup_6gram", "keyword", "keyword_density", "doorway"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("link_lines", 0.50, 0.85, "link farm: {v} of lines are bare links ({links} URLs)"),
     Rule("boilerplate", 0.45, 0.80, "navigation/footer boilerplate: {v} of lines"),
+    Rule("doorway", 0.80, 0.95, DoorwayFrames.describe),
 )
 
 
@@ -324,6 +328,25 @@ def _keyword_fragments(
     return share, keywords
 
 
+def _doorway(
+    texts: pl.Series, tok: Tokens, words: dict[str, np.ndarray], keywords: dict[int, str]
+) -> np.ndarray:
+    """`DoorwayFrames` on the pages whose top content word is >= MIN_KEYWORD_SHARE of words.
+
+    Keywords already found by the phrase check are reused; the others are looked up (and
+    added to `keywords`, so the reason can name them).
+    """
+    idx = words["keyword_index"]
+    cand = np.flatnonzero(
+        (words["keyword_share"] >= MIN_KEYWORD_SHARE) & (words["n_words"] >= MIN_WORDS) & (idx >= 0)
+    )
+    if len(cand) == 0:
+        return np.zeros(tok.n_docs)
+    frame = _keyword_frame(texts, tok, idx, cand).select("row", "text", "kw")
+    keywords.update((r, k) for r, k in zip(frame["row"], frame["kw"], strict=True) if k)
+    return DoorwayFrames().scores(tok.n_docs, frame.drop_nulls("kw"))
+
+
 def _rule_score(value: np.ndarray, rule: Rule) -> np.ndarray:
     below = 0.5 * np.minimum(value / rule.threshold, 1.0) * 0.9
     above = 0.5 + 0.5 * np.clip((value - rule.threshold) / (rule.full - rule.threshold), 0, 1)
@@ -345,6 +368,7 @@ def spam_signals(
     """
     words = _word_stats(tok, texts)
     kw_share, keywords = _keyword_fragments(texts, tok, words)
+    doorway = _doorway(texts, tok, words, keywords)
     lines = lines() if lines is not None else _line_stats(texts)
     line_chars = lines["line_chars"].to_numpy().astype(float)
     n_lines = lines["n_lines"].to_numpy().astype(float)
@@ -367,6 +391,7 @@ def spam_signals(
         ),
         "link_lines": lines["link_lines"].to_numpy() / np.maximum(n_lines, 1),
         "boilerplate": lines["boiler_lines"].to_numpy() / np.maximum(n_lines, 1),
+        "doorway": doorway,
     }
     # Line-shaped signals need enough lines to mean anything.
     few_lines = n_lines < 8

@@ -1,0 +1,184 @@
+"""The signals of issue 15, each with the clean look-alike it must leave alone.
+
+- mixed-script words (one name read as GBK / Shift-JIS / EUC-KR inside Latin text) vs a
+  Japanese word in an English sentence, Chinese text with commands glued to Han, Japanese with
+  Latin glued to kana;
+- controls inside words vs a format's own controls (Info index markers, form-feed lines);
+- cp1252 mojibake glued to a word vs uppercase Portuguese;
+- doorway pages (a keyword forced into varied sentence frames) vs a function reference table
+  and a generated symbol list where one word recurs in every line.
+Documents are built here, not taken from the benchmark's sets.
+"""
+
+from __future__ import annotations
+
+import random
+
+import polars as pl
+
+from forensics.score import FLAG_THRESHOLD, score_table
+from forensics.score.doorway import DoorwayFrames
+from forensics.score.mixed_script import MixedScriptWords
+
+PROSE = [
+    "The scheduler assigns each job to the least loaded worker and records the decision.",
+    "When a worker fails, its jobs return to the queue with their retry count incremented.",
+    "The operator sees one line per failure in the log, with the time and the host name.",
+    "A restart replays the recorded decisions so that no job runs twice on the same data.",
+    "Configuration is read once at startup from a file in the user's home directory.",
+    "Each request carries a deadline, and the server drops work whose deadline has passed.",
+    "The cache keeps the most recent results in memory and writes older ones to disk.",
+    "Metrics are exported every ten seconds and kept for a week on the monitoring host.",
+    "Long reports are split into pages, and each page starts with a short summary table.",
+    "The command line tool prints a usage message when it is called without arguments.",
+    "Backups run at night, when the load is low and the network is mostly idle anyway.",
+    "A lock file prevents two copies of the daemon from writing to the same directory.",
+    "The parser accepts comments that start with a hash sign and run to the end of line.",
+    "Old log files are compressed after a day and removed after a month by a cron job.",
+]
+ENGLISH = " ".join(PROSE) + "\n"
+
+
+def _score(texts: list[str]) -> pl.DataFrame:
+    return score_table(pl.DataFrame({"text": texts}, schema={"text": pl.Utf8}))
+
+
+def _flagged(out: pl.DataFrame, family: str) -> list[bool]:
+    return (out[f"{family}_score"] >= FLAG_THRESHOLD).to_list()
+
+
+def _name_as(codec: str, name: str = "António Guterres") -> str:
+    return name.encode("utf-8").decode(codec, errors="replace")
+
+
+# ---------------------------------------------------------------- mixed-script words
+
+
+def test_one_name_read_as_a_legacy_codec_is_flagged() -> None:
+    docs = [
+        f"{ENGLISH}The report was presented by {_name_as(codec)} at the meeting.\n{ENGLISH}"
+        for codec in ("gbk", "shift_jis", "euc_kr", "big5")
+    ]
+    assert "Ant贸nio" in docs[0] and "Antﾃｳnio" in docs[1]
+    out = _score(docs)
+    assert all(_flagged(out, "garbage")), out
+    reasons = out["garbage_reason"].to_list()
+    assert "GBK inside Latin words" in reasons[0] and "António" in reasons[0]
+    assert "Shift-JIS" in reasons[1]
+
+
+def test_mixed_script_clean_look_alikes_are_not_flagged() -> None:
+    docs = [
+        # A Japanese word in an English sentence (spaces around it).
+        f"{ENGLISH}The word 日本語 means Japanese, and 東京 is its capital.\n{ENGLISH}",
+        # Chinese manual text with commands glued to Han characters.
+        "使用ls和cat命令查看文件。在upgrade之前请备份数据，然后运行X服务器。" * 6,
+        # Japanese with Latin glued to kana and Han.
+        "環境変数PATHを設定し、HOMEとSHELLを確認してからbashを起動する。" * 6,
+        # Accented Latin that is correct.
+        f"{ENGLISH}Le café de António est près de la gare; señor Muñoz paie 2,50 €.\n",
+    ]
+    out = _score(docs)
+    assert not any(_flagged(out, "garbage")), out
+
+
+def test_undo_needs_latin_text_back() -> None:
+    rule = MixedScriptWords()
+    assert rule.undo("Ant贸nio").fixed == "António"
+    assert rule.undo("ls和cat") is None
+    assert rule.undo("upgrade之前") is None  # re-encodes to Armenian + Latin Extended-B
+
+
+# ---------------------------------------------------------------- controls by position
+
+
+def _insert_in_words(text: str, controls: str, seed: int) -> str:
+    rnd = random.Random(seed)
+    spots = [i for i in range(1, len(text)) if text[i - 1].isalpha() and text[i].isalpha()]
+    for pos, ch in zip(sorted(rnd.sample(spots, len(controls)), reverse=True), controls):
+        text = text[:pos] + ch + text[pos:]
+    return text
+
+
+def test_a_handful_of_controls_inside_words_is_flagged() -> None:
+    long = ENGLISH * 3  # ~3,600 characters: 3 controls are far below any density floor
+    docs = [_insert_in_words(long, "\x01\x1b\x7f", 1), _insert_in_words(long, "\x85\x92\x9c", 2)]
+    out = _score(docs)
+    assert all(_flagged(out, "garbage")), out
+    assert "inside words" in out["garbage_reason"][0]
+
+
+def test_format_controls_at_line_edges_are_not_flagged() -> None:
+    info = "\n".join(
+        f"\x00\x08[index\x00\x08]\n* {p[:30]}: node {i}.\n{p}" for i, p in enumerate(PROSE[:4])
+    )
+    form_feeds = "\n\x0c\n".join(PROSE) + "\n"
+    one_escape = ENGLISH + "\x1b[1mWarning:\x1b[0m check the log.\n" + ENGLISH
+    out = _score([info, form_feeds, one_escape])
+    assert not any(_flagged(out, "garbage")), out
+
+
+# ---------------------------------------------------------------- cp1252 glued to a word
+
+
+def test_one_cp1252_word_is_flagged_uppercase_portuguese_is_not() -> None:
+    bad = f"{ENGLISH}The report was presented by {_name_as('cp1252')}.\n{ENGLISH}"
+    assert "AntÃ³nio" in bad
+    clean = f"{ENGLISH}Our office in SÃO PAULO moved; the CHÂTEAU team joined.\n{ENGLISH}"
+    out = _score([bad, clean])
+    assert _flagged(out, "garbage") == [True, False], out
+    assert "inside words" in out["garbage_reason"][0]
+
+
+# ---------------------------------------------------------------- doorway pages
+
+
+def _doorway(keyword: str, seed: int) -> str:
+    rnd = random.Random(seed)
+    body = []
+    for s in PROSE:
+        words = s.split()
+        words.insert(rnd.randrange(1, len(words)), keyword)
+        body.append(" ".join(words))
+    return keyword.title() + "\n\n" + " ".join(body)
+
+
+FUNCTION_TABLE = "\n".join(
+    f"{name}(value) → text  Converts the given {what} to text using the current locale."
+    for name, what in [
+        ("to_text", "value"), ("from_int", "integer"), ("from_float", "float number"),
+        ("from_date", "date"), ("from_time", "time of day"), ("from_bool", "boolean"),
+        ("from_bytes", "byte string"), ("from_list", "list of values"), ("from_map", "mapping"),
+        ("from_uuid", "identifier"), ("from_path", "file path"), ("from_url", "address"),
+    ]
+)  # fmt: skip
+SYMBOL_LIST = "\n\n".join(
+    f"{sym}\n    This symbol, if defined, indicates that the {what} is available.\n"
+    f"    Found in file config.h"
+    for sym, what in [
+        ("HAS_ALARM", "alarm routine"), ("HAS_BCOPY", "bcopy routine"),
+        ("HAS_CHOWN", "chown routine"), ("HAS_CHROOT", "chroot routine"),
+        ("HAS_DUP2", "dup2 routine"), ("HAS_FCHMOD", "fchmod routine"),
+        ("HAS_FORK", "fork routine"), ("HAS_GETPPID", "getppid routine"),
+        ("HAS_LINK", "link routine"), ("HAS_LSTAT", "lstat routine"),
+        ("HAS_MKDIR", "mkdir routine"), ("HAS_PIPE", "pipe routine"),
+    ]
+)  # fmt: skip
+
+
+def test_doorway_page_is_flagged() -> None:
+    out = _score([_doorway("running shoes", 1), _doorway("payday loans", 2)])
+    assert all(_flagged(out, "spam")), out
+    assert "doorway page" in out["spam_reason"][0]
+
+
+def test_reference_tables_with_a_recurring_word_are_not_doorways() -> None:
+    out = _score([FUNCTION_TABLE, SYMBOL_LIST, ENGLISH * 2])
+    reasons = out["spam_reason"].to_list()
+    assert not any("doorway" in r for r in reasons), reasons
+    frame = pl.DataFrame(
+        {"row": [0, 1], "text": [FUNCTION_TABLE, SYMBOL_LIST], "kw": ["text", "symbol"]}
+    )
+    values = DoorwayFrames().values(frame)
+    # The recurring word sits at the same place of a repeated frame: no spread, no doorway.
+    assert (values["doorway"] == 0).all(), values
