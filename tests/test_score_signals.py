@@ -95,7 +95,8 @@ def test_undo_needs_latin_text_back() -> None:
 def _insert_in_words(text: str, controls: str, seed: int) -> str:
     rnd = random.Random(seed)
     spots = [i for i in range(1, len(text)) if text[i - 1].isalpha() and text[i].isalpha()]
-    for pos, ch in zip(sorted(rnd.sample(spots, len(controls)), reverse=True), controls):
+    picks = sorted(rnd.sample(spots, len(controls)), reverse=True)
+    for pos, ch in zip(picks, controls, strict=True):
         text = text[:pos] + ch + text[pos:]
     return text
 

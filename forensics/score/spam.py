@@ -16,8 +16,8 @@ import numpy as np
 import polars as pl
 
 from forensics.safe_text import excerpt
-from forensics.score.doorway import MIN_KEYWORD_SHARE, DoorwayFrames
 from forensics.score.code import SYMBOLS, code_likeness, code_line_exprs, prose_likeness
+from forensics.score.doorway import MIN_KEYWORD_SHARE, DoorwayFrames
 from forensics.score.tokens import WORD, Tokens, ngram_series
 
 # Documents with fewer words are scored with proportionally damped per-document signals:
