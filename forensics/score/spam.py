@@ -17,7 +17,7 @@ import polars as pl
 
 from forensics.safe_text import excerpt
 from forensics.score.code import SYMBOLS, code_likeness, code_line_exprs, prose_likeness
-from forensics.score.doorway import MIN_KEYWORD_SHARE, DoorwayFrames
+from forensics.score.doorway import MIN_KEYWORD_SHARE, MIN_SENTENCES, DoorwayFrames
 from forensics.score.tokens import WORD, Tokens, ngram_series
 
 # Documents with fewer words are scored with proportionally damped per-document signals:
@@ -337,9 +337,20 @@ def _doorway(
     added to `keywords`, so the reason can name them).
     """
     idx = words["keyword_index"]
+    kw_count = words["keyword_share"] * words["n_words"]
     cand = np.flatnonzero(
-        (words["keyword_share"] >= MIN_KEYWORD_SHARE) & (words["n_words"] >= MIN_WORDS) & (idx >= 0)
+        (words["keyword_share"] >= MIN_KEYWORD_SHARE)
+        & (words["n_words"] >= MIN_WORDS)
+        & (idx >= 0)
+        & (kw_count >= 0.8 * MIN_SENTENCES)
     )
+    if len(cand) == 0:
+        return np.zeros(tok.n_docs)
+    # A page can only have its keyword in 80% of its sentences if the keyword occurs at least
+    # half as often as there are sentence breaks (titles and short lines included): one cheap
+    # native count drops most pages before the per-sentence work.
+    breaks = texts.gather(cand).str.count_matches(r"[.!?\n]+").fill_null(0).to_numpy()
+    cand = cand[kw_count[cand] >= 0.5 * breaks]
     if len(cand) == 0:
         return np.zeros(tok.n_docs)
     frame = _keyword_frame(texts, tok, idx, cand).select("row", "text", "kw")
