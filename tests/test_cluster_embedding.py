@@ -175,3 +175,27 @@ def _stable_seed(text: str) -> int:
     import hashlib
 
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=4).digest(), "little")
+
+
+def test_embedder_choice_and_caps(tmp_path):
+    """The static model is the CPU default with the large cap; MiniLM is the GPU default and
+    keeps the small one; a model2vec directory is told from a sentence-transformers one by its
+    config; the static model refuses a GPU in one line."""
+    import json
+
+    from forensics.cluster.embedding import DEFAULT_CAP, MINILM_CAP, default_cap, make_embedder
+    from forensics.cluster.static_model import is_static_model_dir
+
+    assert default_cap(None, "cpu") == DEFAULT_CAP > MINILM_CAP
+    assert default_cap("static") == DEFAULT_CAP
+    assert default_cap("minilm") == default_cap(None, "cuda") == MINILM_CAP
+    m2v = tmp_path / "m2v"
+    m2v.mkdir()
+    (m2v / "config.json").write_text(json.dumps({"model_type": "model2vec"}))
+    st = tmp_path / "st"
+    st.mkdir()
+    (st / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    assert is_static_model_dir(m2v) and not is_static_model_dir(st)
+    assert default_cap(str(m2v)) == DEFAULT_CAP and default_cap(str(st)) == MINILM_CAP
+    with pytest.raises(ForensicsError, match="static model runs on the CPU"):
+        make_embedder("static", device="cuda")
