@@ -178,10 +178,10 @@ def main() -> None:
         SpikeOptions(step=SPEC.spike_iteration, window=WINDOW, embed_cap=0, progress=False,
                      force=True),
     )  # fmt: skip
+    docs = pl.read_parquet(next((out / ".cache").glob("docs-*.parquet")), columns=["text"])
     texts = (
-        pl.read_parquet(next((out / ".cache").glob("replay-*.parquet")))
-        .filter(pl.col("text").str.len_chars() > 0)["text"]
-        .head(args.speed_docs)
+        docs.filter(pl.col("text").str.len_chars() > 0)
+        .sample(min(args.speed_docs, docs.height), seed=0)["text"]
         .to_list()
     )
     names = ["minilm", ONNX, "static"]

@@ -6,7 +6,8 @@ text on this machine, recombined past what the machine has; a mixed dirty crawl 
 60 iterations before the spike) is built once under --work and reused.
 
 Prints the time of each stage for a cold run (empty output directory) and for a warm rerun with
-another threshold (what the cache saves). Goal: the cold run under 5 minutes on 2 cores.
+another threshold (what the cache saves). Goal: the cold run under 120 s on 2 cores, its
+embed stage under 20 s (issue 15), with the culprit unchanged.
 
     .venv/bin/python scripts/bench_spike.py [--work /tmp/forensics-bench] [--embed-cap 3000]
 """
@@ -114,7 +115,13 @@ def main() -> None:
         f"{skip['collateral']['culprit_samples_missed']:,} | ahead "
         f"{100 * skip['ahead']['share_of_remaining_samples']:.1f}% of remaining samples",
     )
-    print(f"goal: cold run under 300 s: {'met' if cold_total < 300 else 'NOT met'}")
+    embed = cold.timings.get("embed", 0.0)
+    print(
+        f"goals (issue 15, 2 cores): cold run under 120 s: "
+        f"{'met' if cold_total < 120 else 'NOT met'}; embed stage under 20 s: "
+        f"{'met' if embed < 20 else 'NOT met'} (load average {os.getloadavg()[0]:.1f}: "
+        "numbers on a shared machine overstate a quiet one's)"
+    )
 
 
 if __name__ == "__main__":

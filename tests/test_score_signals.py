@@ -183,3 +183,25 @@ def test_reference_tables_with_a_recurring_word_are_not_doorways() -> None:
     values = DoorwayFrames().values(frame)
     # The recurring word sits at the same place of a repeated frame: no spread, no doorway.
     assert (values["doorway"] == 0).all(), values
+
+
+def test_machine_readable_rule_keys_beside_the_reasons() -> None:
+    from forensics.score import score_texts
+
+    long = ENGLISH * 3
+    texts = pl.Series(
+        [
+            f"{ENGLISH}Presented by {_name_as('gbk')}.\n{ENGLISH}",
+            _insert_in_words(long, "\x01\x1b\x7f", 1),
+            f"{ENGLISH}Presented by {_name_as('cp1252')}.\n{ENGLISH}",
+            _doorway("running shoes", 1),
+            ENGLISH,
+        ]
+    )
+    out = score_texts(texts, keys=True)
+    assert out["garbage_rule"].to_list()[:3] == ["mixed_script", "ctrl_in_word", "cp1252_in_word"]
+    assert out["spam_rule"][3] == "doorway"
+    assert out["garbage_rule"][4] == "" and out["spam_rule"][4] == ""
+    assert score_texts(texts).columns == [
+        "garbage_score", "spam_score", "garbage_reason", "spam_reason"
+    ]  # fmt: skip

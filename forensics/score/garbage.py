@@ -214,8 +214,10 @@ def score_garbage(texts: pl.Series) -> pl.DataFrame:
     """Score each text for encoding garbage.
 
     Returns a DataFrame with one row per input row (order kept): `garbage_score` (Float64 in
-    [0, 1]; >= 0.5 means flagged) and `garbage_reason` (Utf8, "" when not flagged). Null texts
-    score 0.0 with reason "".
+    [0, 1]; >= 0.5 means flagged), `garbage_reason` (Utf8, "" when not flagged) and
+    `garbage_rule` (the machine-readable key of the signal the reason names: a `Signal` name,
+    "legacy", "mixed_script", "binary_junk" or "utf16"; "" when not flagged). Null texts score
+    0.0 with reason "".
     """
     texts = texts.cast(pl.Utf8)
     c = _chunk_counts(texts)
@@ -280,17 +282,25 @@ def score_garbage(texts: pl.Series) -> pl.DataFrame:
     )
     best[fffd_wins] = i_fffd
     reasons = [""] * n
+    keys = [""] * n
     flagged_rows = np.flatnonzero(final >= 0.5)
     flagged_texts = texts.gather(flagged_rows).to_list() if len(flagged_rows) else []
     for i, text in zip(flagged_rows, flagged_texts, strict=True):
-        if names[best[i]] == "mixed_script":
+        keys[i] = names[best[i]]
+        if keys[i] == "mixed_script":
             reasons[i] = rule.reason(mixed_info[int(i)])
             continue
         reasons[i] = _reason(text, names[best[i]], c, int(i), fracs, legacy_info)
+        # The combined explanations `_reason` may give get keys of their own.
+        if reasons[i].startswith("binary junk"):
+            keys[i] = "binary_junk"
+        elif reasons[i].startswith("UTF-16"):
+            keys[i] = "utf16"
     return pl.DataFrame(
         {
             "garbage_score": np.clip(final, 0.0, 1.0).astype(np.float64),
             "garbage_reason": pl.Series(reasons, dtype=pl.Utf8),
+            "garbage_rule": pl.Series(keys, dtype=pl.Utf8),
         }
     )
 

@@ -444,9 +444,12 @@ def spam_signals(
     if len(missing):
         extra = _keyword_frame(texts, tok, words["keyword_index"], missing)
         keywords.update(zip(extra["row"].to_list(), extra["kw"].to_list(), strict=True))
+    keys = [""] * len(score)
     for i in flagged:
         rule = RULES[best[i]]
         v = f"{100 * values[rule.name][i]:.0f}%"
         kw = excerpt(keywords.get(int(i)) or "", 30)
         reasons[i] = rule.describe.format(v=v, kw=kw, links=int(urls[i]))
+        keys[i] = rule.name
+    values["rule"] = keys  # the machine-readable key beside each reason ("" when not flagged)
     return score, reasons, values

@@ -71,8 +71,13 @@ def score_texts(
     *,
     on_batch: Callable[[int], None] | None = None,
     workers: int | None = None,
+    keys: bool = False,
 ) -> pl.DataFrame:
     """Score a Utf8 series; returns the four output columns, one row per text, order kept.
+
+    `keys`: also `garbage_rule` and `spam_rule`, the machine-readable keys of the rules the
+    reasons name (datatrove style: a garbage `Signal` name, "legacy", "mixed_script", ...; a
+    spam `Rule` name and/or "skeleton", joined by ";"), "" when not flagged.
 
     With more than one worker, the garbage scorer, the line statistics and (for a table of one
     batch) the skeleton index run in two more threads while this one does tokens and n-grams:
@@ -97,6 +102,7 @@ def score_texts(
     garbage_parts: list[pl.DataFrame] = []
     spam_scores: list[np.ndarray] = []
     spam_reasons: list[str] = []
+    spam_rules: list[str] = []
     signature_parts: list[Signatures] = []  # per batch; tokens are dropped as we go
     threads = workers if workers is not None else (os.cpu_count() or 1)
     pool = ThreadPoolExecutor(max_workers=2) if threads > 1 else None
@@ -114,18 +120,19 @@ def score_texts(
                 pending_clusters = pool.submit(find_clusters, tok, text_hash)
             else:
                 pending_signatures = pool.submit(Signatures.of, tok)
-            score, reasons, _ = spam_signals(batch, tok, pending_lines.result)
+            score, reasons, values = spam_signals(batch, tok, pending_lines.result)
             garbage_parts.append(pending_garbage.result())
             if not single:
                 signature_parts.append(pending_signatures.result())
         else:
             tok = tokenize(batch)
-            score, reasons, _ = spam_signals(batch, tok)
+            score, reasons, values = spam_signals(batch, tok)
             garbage_parts.append(score_garbage(batch))
             if not single:
                 signature_parts.append(Signatures.of(tok))
         spam_scores.append(score)
         spam_reasons.extend(reasons)
+        spam_rules.extend(values["rule"])
         if on_batch is not None:
             on_batch(len(batch))
     if pending_clusters is not None:
@@ -148,6 +155,24 @@ def score_texts(
     ]
     empty = texts.is_null().to_numpy() | (texts.str.len_chars().fill_null(0).to_numpy() == 0)
     spam[empty] = 0.0
+    if keys:
+        rules = [
+            ";".join(k for k in (pr, "skeleton" if sr else "") if k)
+            for pr, sr in zip(spam_rules, skel_reason, strict=True)
+        ]
+        return pl.DataFrame(
+            {
+                "garbage_score": garbage["garbage_score"] if garbage is not None else [],
+                "spam_score": np.clip(spam, 0.0, 1.0).astype(np.float64),
+                "garbage_reason": garbage["garbage_reason"] if garbage is not None else [],
+                "spam_reason": pl.Series(reasons, dtype=pl.Utf8),
+                "garbage_rule": garbage["garbage_rule"] if garbage is not None else [],
+                "spam_rule": pl.Series(rules, dtype=pl.Utf8),
+            },
+            schema={**dict.fromkeys(("garbage_score", "spam_score"), pl.Float64),
+                    **dict.fromkeys(("garbage_reason", "spam_reason", "garbage_rule",
+                                     "spam_rule"), pl.Utf8)},
+        )  # fmt: skip
     return pl.DataFrame(
         {
             "garbage_score": garbage["garbage_score"] if garbage is not None else [],
