@@ -42,7 +42,7 @@ from forensics.errors import ForensicsError
 # from MiniLM, `static_model.py`) embeds thousands of documents per CPU-second, so it reads a
 # large share of a window in seconds; MiniLM through sentence-transformers (~66 docs/s on 2
 # cores at 128 tokens) keeps the old cap of ~45 s of embedding (scripts/bench_embed.py).
-DEFAULT_CAP = 20000
+DEFAULT_CAP = 10000
 MINILM_CAP = 3000
 # --embed-model values that name a packaged model rather than a directory.
 STATIC = "static"
