@@ -168,6 +168,10 @@ def test_real_models_separate_spam_from_prose_and_cache(tmp_path, monkeypatch, m
     assert len(shards) == 1
     cached = pl.read_parquet(shards[0])
     assert cached.height == 40 and cached["embedding"].dtype == pl.Array(pl.Float32, dims)
+    if model != "minilm":
+        from forensics.cluster.static_model import is_static_model_dir, static_model_dir
+
+        assert is_static_model_dir(static_model_dir())  # what model2vec really wrote
 
 
 def _stable_seed(text: str) -> int:
@@ -180,7 +184,10 @@ def _stable_seed(text: str) -> int:
 def test_embedder_choice_and_caps(tmp_path):
     """The static model is the CPU default with the large cap; MiniLM is the GPU default and
     keeps the small one; a model2vec directory is told from a sentence-transformers one by its
-    config; the static model refuses a GPU in one line."""
+    config (`"model_type": "model2vec"`, written by MinishLab/model2vec
+    c90140706ed2162c75c6f004b66e37a342fd8f1a model2vec/distill/distillation.py:129; the real
+    distilled model is exercised by test_real_models_separate_spam_from_prose_and_cache); the
+    static model refuses a GPU in one line."""
     import json
 
     from forensics.cluster.embedding import DEFAULT_CAP, MINILM_CAP, default_cap, make_embedder

@@ -148,7 +148,12 @@ class StaticEmbedder:
 
 
 def is_static_model_dir(path: Path) -> bool:
-    """A model2vec directory (its config names the model type), not a sentence-transformers one."""
+    """A model2vec directory (its config names the model type), not a sentence-transformers one.
+
+    model2vec's distillation writes `"model_type": "model2vec"` into config.json
+    (MinishLab/model2vec c90140706ed2162c75c6f004b66e37a342fd8f1a,
+    model2vec/distill/distillation.py:129).
+    """
     import json
 
     config = path / "config.json"
