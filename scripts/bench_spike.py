@@ -110,10 +110,10 @@ def main() -> None:
     skip = cold.skip
     print(
         f"\nculprit: {top['facet']}={top['key']}" if top else "\nculprit: none",
-        f"| skip {skip['iterations']} | clean samples skipped "
-        f"{skip['collateral']['clean_samples_skipped']:,}, culprit samples missed "
-        f"{skip['collateral']['culprit_samples_missed']:,} | ahead "
-        f"{100 * skip['ahead']['share_of_remaining_samples']:.1f}% of remaining samples",
+        f"| skip {skip.iterations} | clean samples skipped "
+        f"{skip.collateral['clean_samples_skipped']:,}, culprit samples missed "
+        f"{skip.collateral['culprit_samples_missed']:,} | ahead "
+        f"{100 * skip.ahead['share_of_remaining_samples']:.1f}% of remaining samples",
     )
     embed = cold.timings.get("embed", 0.0)
     print(
