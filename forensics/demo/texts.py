@@ -37,7 +37,7 @@ HARVESTED = frozenset(
         "huggingface_hub", "transformers", "sentence_transformers", "torch", "pytest", "megatron",
         "megatron_core", "joblib", "packaging", "requests", "urllib3", "jinja2", "markupsafe",
         "pygments", "markdown_it", "mdurl", "wcwidth", "dill", "multiprocess", "xxhash", "tqdm",
-        "aiohttp", "idna", "certifi", "charset_normalizer", "attrs", "six", "dateutil",
+        "aiohttp", "idna", "certifi", "charset_normalizer", "attrs", "dateutil",
         "python_dateutil", "pytz", "filelock", "networkx", "sympy", "mpmath", "setuptools",
     }
 )  # fmt: skip
