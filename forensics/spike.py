@@ -53,7 +53,8 @@ TRACKED_TRAINERS = ("megatron-lm", "megatron-lm-pre-0.17")  # read a tracker fil
 MARKER = "run.json"
 # What a spike run publishes into --out (an earlier run's extra files are removed on --force).
 OUTPUT_PATTERNS = ("report.json", "report.md", "report.html", "report_*.png", "skip.json",
-                   "megatron_args.txt", "iterations_to_skip.tracker")  # fmt: skip
+                   "megatron_args.txt", "iterations_to_skip.tracker",
+                   "restart-*.flags")  # fmt: skip
 SKIP_FILE = "skip.json"
 ARGS_FILE = "megatron_args.txt"
 BASELINE_WINDOWS_BACK = 10  # default baseline: the same length, ending 10 windows earlier
@@ -641,6 +642,8 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
         write_report(report, staging)
         write_json_atomic(staging / SKIP_FILE, skip.to_dict())
         write_text_atomic(staging / ARGS_FILE, megatron_args_text(skip))
+        for name, text in restart_flag_files(skip).items():
+            write_text_atomic(staging / name, text)
         if tracker:
             when = time.strftime("%Y-%m-%d %H:%M:%S")
             write_text_atomic(staging / TRACKER_FILE, tracker_text(tracker, when))
@@ -729,6 +732,18 @@ def report_skip(skip: SkipPlan) -> dict[str, Any]:
         "flags": {name: flag.to_dict() for name, flag in skip.flags.items()},
         "tracker_file": skip.tracker_file,
     }
+
+
+def restart_flag_files(skip: SkipPlan) -> dict[str, str]:
+    """restart-<trainer>.flags: only flags, no comments, the checkpoint pin first where it is a
+    flag, so `$(cat restart-megatron-lm.flags)` can go into the launch command as it is."""
+    out = {}
+    for name, flag in skip.flags.items():
+        if not skip.iterations or not flag.flag:
+            continue
+        pin = f"{flag.pin} " if flag.pin and flag.pin.startswith("--") else ""
+        out[f"restart-{name}.flags"] = f"{pin}{flag.flag}\n"
+    return out
 
 
 def megatron_args_text(skip: SkipPlan) -> str:

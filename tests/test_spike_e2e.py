@@ -145,6 +145,17 @@ def test_flag_strings_drop_exactly_the_skipped_batches(run: dict) -> None:
     assert args.index("megatron-core >= 0.17") < args.index("BigScience")
     # The paste line pins the rollback checkpoint (a plain --load resumes from the latest).
     assert f"--ckpt-step {checkpoint} --iterations-to-skip {min(want)} " in args
+    # Flags-only files, one per trainer that has a flag, parse back to the same batches.
+    flags_only = (run["out"] / "restart-megatron-lm.flags").read_text().split()
+    assert flags_only[:2] == ["--ckpt-step", str(checkpoint)]
+    assert (
+        verify_flag(
+            "megatron-lm", " ".join(flags_only[2:]), skip["iterations"], schedule, checkpoint
+        )
+        is None
+    )
+    olmo = (run["out"] / "restart-olmo-core.flags").read_text().strip()
+    assert verify_flag("olmo-core", olmo, skip["iterations"], schedule, checkpoint) is None
     tracker = (run["out"] / skip["tracker_file"]).read_text()
     assert tracker.count("iteration=") == 2 * len(want)
 

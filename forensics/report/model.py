@@ -20,7 +20,7 @@ from forensics.safe_text import excerpt
 EXAMPLES_PER_CLUSTER = 3
 EXAMPLE_CLUSTERS = 12  # culprits and suspects (then the top clusters) that get examples
 EXCERPT_CHARS = 300
-FLAG_CHARS = 160  # a pasted flag longer than this is cut in the summary (full in skip dict)
+FLAG_CHARS = 160  # a longer paste line is shown as $(cat restart-<trainer>.flags), never cut
 NO_CULPRIT_ADVICE = (
     "no cluster stands out: the spike is then more likely numerical (a hard batch, a bf16 "
     "overflow, a hardware glitch). If it is benign, do nothing; if spikes keep coming and no "
@@ -285,10 +285,6 @@ def _ranges(iterations: list[list[int]] | list[tuple[int, int]]) -> tuple[str, i
     return shown, total
 
 
-def _cut(text: str, limit: int = FLAG_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
 def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     lines = []
     name = "this cluster" if top["kind"] == "embedding" else f"this {top['facet']}"
@@ -397,7 +393,12 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
         if chosen.get("flag"):
             pin = chosen.get("pin") or ""
             paste = f"{pin} {chosen['flag']}" if pin.startswith("--") else str(chosen["flag"])
-            out.append(("PASTE", f"{skip['trainer']}: " + _cut(paste)))
+            if len(paste) <= FLAG_CHARS:
+                out.append(("PASTE", f"{skip['trainer']}: {paste}"))
+            else:  # never a cut line: the whole one is in a file beside the report
+                out.append(("PASTE", f"{skip['trainer']}: $(cat restart-{skip['trainer']}.flags)"))
+                whole = f"{len(paste):,} characters"
+                out.append(("", f"(the file beside this report holds the whole line, {whole})"))
             if pin and not pin.startswith("--"):
                 out.append(("", f"load the rollback checkpoint: {pin}"))
             out.append(("", f"({chosen.get('semantics', '')}; then {chosen.get('consequence')})"))
