@@ -69,3 +69,22 @@ def test_a_manifest_cannot_replace_replay_columns(tmp_path: Path, column: str) -
     pl.DataFrame({"doc_id": [0, 1], column: ["a", "b"]}).write_parquet(path)
     with pytest.raises(ForensicsError, match=f"manifest column '{column}' would replace"):
         load_manifest(path, 2)
+
+
+def test_score_names_the_bad_jsonl_line_and_refuses_a_directory(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "hello world"}\nnot json\n')
+    (tmp_path / "outdir").mkdir()
+    cli = [sys.executable, "-m", "forensics.cli", "score", str(src), "--quiet", "--out"]
+    env = {"PATH": "", "COLUMNS": "300"}
+    bad = subprocess.run(
+        [*cli, str(tmp_path / "o.parquet")], capture_output=True, text=True, env=env
+    )
+    assert bad.returncode == 2 and f"{src}:2: not a JSON object" in bad.stderr
+    folder = subprocess.run(
+        [*cli, str(tmp_path / "outdir"), "--force"], capture_output=True, text=True, env=env
+    )
+    assert folder.returncode == 2 and "is a directory; give a file path" in folder.stderr

@@ -10,6 +10,23 @@ import typer
 from forensics.errors import ForensicsError
 
 
+def _first_bad_json_line(path: Path) -> tuple[int, str] | None:
+    """(line number, problem) of the first line that is not a JSON object, for the message."""
+    import json
+
+    with path.open(encoding="utf-8", errors="replace") as stream:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as err:
+                return number, err.msg
+            if not isinstance(value, dict):
+                return number, f"a JSON {type(value).__name__}"
+    return None
+
+
 def _read_table(path: Path):
     """Read Parquet or JSONL (by suffix, else by sniffing the first byte) as a polars DataFrame."""
     import polars as pl
@@ -29,6 +46,9 @@ def _read_table(path: Path):
                 return pl.DataFrame()
             return pl.read_ndjson(path, infer_schema_length=None)
     except (pl.exceptions.PolarsError, OSError, ValueError) as err:
+        bad = _first_bad_json_line(path) if suffix != ".parquet" and head != b"PAR1" else None
+        if bad is not None:
+            raise ForensicsError(f"{path}:{bad[0]}: not a JSON object ({bad[1]})") from None
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ForensicsError(f"{path}: cannot read as {suffix or 'table'}: {first}") from err
     raise ForensicsError(f"{path}: unknown format; expected .parquet or .jsonl")
@@ -50,10 +70,10 @@ def score_command(
     across all rows of INPUT, so score a whole batch at once.
     """
     from forensics.atomic import write_parquet_atomic
+    from forensics.outputs import check_output_file
     from forensics.score import FLAG_THRESHOLD, score_table
 
-    if out.exists() and not force:
-        raise ForensicsError(f"{out}: already exists; pass --force to overwrite it")
+    check_output_file(out, force=force, inputs=[input])
     df = _read_table(input)
     if df.width == 0:
         raise ForensicsError(f"{input}: no rows or columns to score")
