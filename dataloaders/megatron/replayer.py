@@ -9,8 +9,6 @@ Everything is vectorised over the whole window; nothing loops per sample in Pyth
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,30 +21,10 @@ from dataloaders.errors import ForensicsError
 from dataloaders.megatron.gpt_indices import split_range
 from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.megatron.sources import GPTSource, Stage
+from dataloaders.progress import progress_bar as _progress
 from dataloaders.schedule import Schedule
 
 EXPOSURE_CHUNK = 4_000_000  # samples per vectorised chunk when scanning long ranges
-
-
-@contextlib.contextmanager
-def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
-    """A rich progress bar on stderr (a no-op callable when disabled)."""
-    if not enabled:
-        yield lambda n=1: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n=1: bar.advance(task, n)
 
 
 def load_manifest(path: Path, num_documents: int) -> pl.DataFrame:

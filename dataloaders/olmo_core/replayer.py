@@ -23,8 +23,6 @@ index in its dataset. An epoch whose batches are already all processed yields no
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -36,32 +34,12 @@ from dataloaders.base import REPLAY_KEY_COLUMNS
 from dataloaders.errors import ForensicsError
 from dataloaders.olmo_core import cache, files, order
 from dataloaders.olmo_core.repetition import masked_instances
+from dataloaders.progress import progress_bar as _progress
 from dataloaders.schedule import Schedule
 
 FILE_FACET = "file"
 MASK_COLUMN = "instance_masked"
 DOC_SHIFT = 40  # doc_id = file_in_source << 40 | document number in the file
-
-
-@contextmanager
-def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
-    """A rich progress bar on stderr (a no-op callable when disabled)."""
-    if not enabled:
-        yield lambda n=1: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n=1: bar.advance(task, n)
 
 
 class Stage:

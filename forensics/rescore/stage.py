@@ -160,7 +160,7 @@ def _model_losses(
                 return losses, norms
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache file is recomputed, never trusted
-    from dataloaders.megatron.replayer import _progress
+    from dataloaders.progress import progress_bar as _progress
     from forensics.rescore.model import check_vocab, grad_norms, load_causal_lm, token_losses
 
     model = load_causal_lm(options.checkpoint, options.device, options.dtype)  # type: ignore[arg-type]

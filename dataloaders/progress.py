@@ -1,0 +1,28 @@
+"""The replayers' progress bar: rich, on stderr, gone when done; a no-op when disabled."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool, total: int, label: str) -> Iterator[Any]:
+    """Yields advance(n=1); a no-op callable when disabled."""
+    if not enabled:
+        yield lambda n=1: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n=1: bar.advance(task, n)
