@@ -84,8 +84,8 @@ def gather_tokens(
     replayer: Any, segments: pl.DataFrame, out: np.ndarray | None = None, progress: bool = False
 ) -> np.ndarray:
     """tokens[n_samples, sample_length] for the segments table (rows 0..n-1, in order)."""
-    from dataloaders.progress import progress_bar as _progress
     from dataloaders.megatron.tokens import gather_samples
+    from dataloaders.progress import progress_bar as _progress
 
     require_megatron(replayer)
     datasets = {name: replayer.datasets[spec.prefix] for name, spec in replayer.specs.items()}
