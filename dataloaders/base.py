@@ -80,3 +80,22 @@ class Replayer(Protocol):
         """What a skip list made from this replay is valid for: config hash, data file sizes and
         index hashes."""
         ...
+
+
+def exposure_counts(
+    samples: pl.DataFrame, hits: pl.DataFrame, first: int, last: int
+) -> pl.DataFrame:
+    """Replayer.exposure's table from one row per sample (`samples`) and one per sample holding
+    a culprit document (`hits`), both with an iteration column: every iteration first..last,
+    zero where it drew nothing."""
+    import numpy as np
+
+    counts = samples.group_by("iteration").agg(pl.len().alias("samples"))
+    flagged_counts = hits.group_by("iteration").agg(pl.len().alias("flagged_samples"))
+    full = pl.DataFrame({"iteration": np.arange(first, last + 1, dtype=np.int64)})
+    return (
+        full.join(counts, on="iteration", how="left")
+        .join(flagged_counts, on="iteration", how="left")
+        .with_columns(pl.col("samples", "flagged_samples").fill_null(0).cast(pl.Int64))
+        .sort("iteration")
+    )

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS
+from dataloaders.base import REPLAY_KEY_COLUMNS, exposure_counts
 from dataloaders.errors import ForensicsError
 from dataloaders.hf import cache, order, packing, rows
 from dataloaders.hf.shards import (
@@ -391,15 +391,7 @@ class HFReplayer:
         else:
             bad = segments.join(flagged, on="doc_id", how="semi").select("sample").unique()
             hits = window.join(bad, on="sample", how="semi")
-        counts = window.group_by("iteration").agg(pl.len().alias("samples"))
-        flagged_counts = hits.group_by("iteration").agg(pl.len().alias("flagged_samples"))
-        full = pl.DataFrame({"iteration": np.arange(first, last + 1, dtype=np.int64)})
-        return (
-            full.join(counts, on="iteration", how="left")
-            .join(flagged_counts, on="iteration", how="left")
-            .with_columns(pl.col("samples", "flagged_samples").fill_null(0).cast(pl.Int64))
-            .sort("iteration")
-        )
+        return exposure_counts(window, hits, first, last)
 
     def fingerprint(self) -> dict[str, Any]:
         return {

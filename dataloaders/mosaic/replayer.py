@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS
+from dataloaders.base import REPLAY_KEY_COLUMNS, exposure_counts
 from dataloaders.errors import ForensicsError
 from dataloaders.mosaic import cache, mds
 from dataloaders.mosaic.order import (
@@ -502,15 +502,7 @@ class MosaicReplayer:
         )
         flagged = docs.select(pl.col("dataset"), pl.col("doc_id").cast(pl.Int64)).unique()
         hits = steps.join(flagged, on=["dataset", "doc_id"], how="semi")
-        counts = steps.group_by("iteration").agg(pl.len().alias("samples"))
-        flagged_counts = hits.group_by("iteration").agg(pl.len().alias("flagged_samples"))
-        full = pl.DataFrame({"iteration": np.arange(first, last + 1, dtype=np.int64)})
-        return (
-            full.join(counts, on="iteration", how="left")
-            .join(flagged_counts, on="iteration", how="left")
-            .with_columns(pl.col("samples", "flagged_samples").fill_null(0).cast(pl.Int64))
-            .sort("iteration")
-        )
+        return exposure_counts(steps, hits, first, last)
 
     def fingerprint(self) -> dict[str, Any]:
         return {
