@@ -76,6 +76,13 @@ class Replayer(Protocol):
         training for the forward-exposure estimate."""
         ...
 
+    def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
+        """Every document of the run (dataset, doc_id) whose provenance `facet` is `key` (None:
+        no value; facet "dataset": the whole dataset), drawn by a window or not. None when the
+        family cannot list them without reading the whole corpus (then the block list holds
+        only the documents the window drew, and the spike report says so)."""
+        ...
+
     def fingerprint(self) -> dict[str, Any]:
         """What a skip list made from this replay is valid for: config hash, data file sizes and
         index hashes."""

@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from forensics.demo.build import DemoSpec, build_run  # noqa: E402
-from forensics.spike import SpikeOptions, module_version, run_spike  # noqa: E402
+from forensics.pipeline import module_version  # noqa: E402
+from forensics.spike import SpikeOptions, run_spike  # noqa: E402
 
 SPEC = DemoSpec(
     name="bench",

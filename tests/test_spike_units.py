@@ -10,11 +10,11 @@ import polars as pl
 import pytest
 
 from forensics.errors import ForensicsError
+from forensics.pipeline import cache_key
 from forensics.spike import (
     MARKER,
     ahead_advice,
     ahead_summary,
-    cache_key,
     check_output_dir,
     crossings,
     documents_by_dataset,

@@ -370,6 +370,11 @@ class HFReplayer:
             out.append(tok.decode(ids[start:end]))
         return out
 
+    def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
+        """Not listed: a source's documents the window did not draw would mean reading every
+        shard; the block list then holds the documents the window drew (the report says so)."""
+        return None
+
     def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
         mine = docs.filter(pl.col("dataset") == self.data.name)
         if len(mine) != len(docs):

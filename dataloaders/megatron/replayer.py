@@ -262,6 +262,34 @@ class MegatronReplayer:
             )
         return table.with_columns(pl.lit(True).alias("exact"))
 
+    def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
+        """Every document of the run whose `facet` is `key` (None: the facet has no value), as
+        dataset, doc_id, whether or not a window drew it: a blamed crawl batch's documents that
+        come later in the run belong in the block list. facet "dataset": the whole dataset."""
+        frames = []
+        for name, spec in self.specs.items():
+            if facet == "dataset":
+                if key != name:
+                    continue
+                n = self.datasets[spec.prefix].num_documents
+                doc_ids = pl.Series("doc_id", np.arange(n, dtype=np.int64))
+            else:
+                manifest = self._manifest(name)
+                if manifest is None or facet not in manifest.columns:
+                    continue
+                column = pl.col(facet).cast(pl.Utf8)
+                match = column.is_null() if key is None else column == key
+                # load_manifest keeps the facets in .idx order: the row number is the doc_id
+                doc_ids = pl.Series(
+                    "doc_id", np.flatnonzero(manifest.select(match.fill_null(False)).to_series())
+                )
+            frames.append(
+                doc_ids.to_frame("doc_id").select(pl.lit(name).alias("dataset"), "doc_id")
+            )
+        if not frames:
+            return pl.DataFrame(schema={"dataset": pl.Utf8, "doc_id": pl.Int64})
+        return pl.concat(frames)
+
     # -- facets and text -------------------------------------------------------------------
 
     def _manifest(self, name: str) -> pl.DataFrame | None:

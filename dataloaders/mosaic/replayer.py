@@ -486,6 +486,11 @@ class MosaicReplayer:
             frame = frame.rename({self.data.text_field: "text"})
         return frame.unique(["dataset", "doc_id"], maintain_order=True)
 
+    def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
+        """Not listed: a source's documents the window did not draw would mean reading every
+        shard; the block list then holds the documents the window drew (the report says so)."""
+        return None
+
     def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
         keys = docs.select(pl.col("dataset"), pl.col("doc_id").cast(pl.Int64))
         info = self._doc_info(keys.unique(), text=True)

@@ -466,6 +466,11 @@ class OlmoCoreReplayer:
             ids.append(files.read_tokens(self.files[k], start + a, start + b, self.data).tolist())
         return self._tokenizer.decode_batch(ids, skip_special_tokens=False) if ids else []
 
+    def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
+        """Not listed: a source's documents the window did not draw would mean reading every
+        shard; the block list then holds the documents the window drew (the report says so)."""
+        return None
+
     def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
         base = docs.select("dataset", pl.col("doc_id").cast(pl.Int64)).unique(maintain_order=True)
         frames = []

@@ -288,7 +288,7 @@ def build_run(out: Path, spec: DemoSpec | None = None, *, progress: bool = True)
 
     from forensics.atomic import write_json_atomic, write_text_atomic
     from forensics.errors import ForensicsError
-    from forensics.spike import module_version
+    from forensics.pipeline import module_version
 
     spec = spec or DemoSpec()
     out = Path(out)

@@ -41,7 +41,7 @@ def run_rescore_command(
     from forensics.megatron_args import resolve_run_config
     from forensics.replay import check_window, open_replayer
     from forensics.rescore.export import check_export_target, require_megatron
-    from forensics.spike import plan_baseline, stage_starts
+    from forensics.spike.window import plan_baseline, stage_starts
 
     if export_tokens is None and options is None:
         raise ForensicsError("pass --checkpoint DIR, --losses FILE or --export-tokens DIR")

@@ -177,10 +177,10 @@ def _progress(enabled: bool, total_iterations: int, done_iterations: int):
 
 def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     """The whole command (see module doc). Bad input raises ForensicsError before any work."""
+    from forensics.pipeline import module_version
     from forensics.replay import open_replayer
     from forensics.scan.engines import ENGINES, check_ray_address, run_engine
     from forensics.skip import check_threshold
-    from forensics.spike import module_version
 
     opts = options
     t0 = time.perf_counter()

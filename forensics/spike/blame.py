@@ -1,0 +1,108 @@
+"""The culprit documents: those of the blamed clusters the window drew, plus every other
+document of a blamed source (the block list), and the rollback that goes before them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from forensics.rollback import Rollback, recommend_rollback
+from forensics.spike.exposure import onset_iteration
+from forensics.spike.run_context import SpikeRun
+
+DOCS_SCHEMA = {"dataset": pl.Utf8, "doc_id": pl.Int64}
+
+
+@dataclass
+class Blame:
+    """seen: culprit documents the window drew (dataset, doc_id, cluster); culprit: those plus
+    the blamed sources' other documents (the block list); clusters: the blamed cluster ids."""
+
+    seen: pl.DataFrame
+    culprit: pl.DataFrame
+    clusters: list[str]
+
+
+def documents_by_dataset(culprit: pl.DataFrame) -> dict[str, list[int]]:
+    """The block list: per dataset, sorted culprit doc_ids."""
+    out: dict[str, list[int]] = {}
+    for (name,), part in culprit.group_by(["dataset"], maintain_order=True):
+        out[str(name)] = sorted(int(d) for d in part["doc_id"].unique())
+    return dict(sorted(out.items()))
+
+
+def flagged_documents(seen: pl.DataFrame, window_docs: pl.DataFrame) -> pl.DataFrame:
+    """The culprit documents of the window whose garbage or spam score is flagged."""
+    from forensics.score import FLAG_THRESHOLD
+
+    if not seen.height:
+        return seen.select("dataset", "doc_id")
+    scores = window_docs.select("dataset", "doc_id", "garbage_score", "spam_score")
+    return (
+        seen.select("dataset", "doc_id")
+        .join(scores, on=["dataset", "doc_id"], how="inner")
+        .filter(
+            (pl.col("garbage_score") >= FLAG_THRESHOLD) | (pl.col("spam_score") >= FLAG_THRESHOLD)
+        )
+        .select("dataset", "doc_id")
+    )
+
+
+def source_documents(
+    replayer: object, ranked: pl.DataFrame, ids: list[str], notes: list[str]
+) -> pl.DataFrame:
+    """Every document of the blamed *sources*, not only those the window happened to hold.
+
+    A culprit crawl batch has documents the window never drew; they come later in the run (the
+    forward exposure must count them) and belong in the block list. The replayer lists them
+    (`documents_by_facet`); a family that cannot says so in `notes`. Embedding clusters have no
+    such definition and add nothing here. Returns dataset, doc_id, cluster.
+    """
+    from forensics.cluster.source import MISSING_KEY
+
+    frames = []
+    chosen = ranked.filter(pl.col("id").is_in(ids) & (pl.col("kind") == "source"))
+    for row in chosen.select("id", "facet", "key").iter_rows(named=True):
+        key = None if row["key"] == MISSING_KEY else row["key"]
+        docs = replayer.documents_by_facet(row["facet"], key)  # type: ignore[attr-defined]
+        if docs is None:
+            notes.append(
+                f"the block list holds the documents of {row['id']} the window drew: this data "
+                "family cannot list the source's other documents without reading every shard"
+            )
+            continue
+        frames.append(docs.with_columns(pl.lit(row["id"]).alias("cluster")))
+    if not frames:
+        return pl.DataFrame(schema={**DOCS_SCHEMA, "cluster": pl.Utf8})
+    return pl.concat(frames).select("dataset", "doc_id", "cluster")
+
+
+def blame_stage(run: SpikeRun, ranked: pl.DataFrame, window_docs: pl.DataFrame) -> Blame:
+    """The culprit documents, from the verdicts (or `--culprit`)."""
+    from forensics.cluster import culprit_docs
+
+    only = list(run.options.culprits) if run.options.culprits else None
+    seen = culprit_docs(ranked, window_docs, only=only)
+    blamed = sorted(seen["cluster"].unique().to_list()) if seen.height else []
+    culprit = (
+        pl.concat([seen, source_documents(run.replayer, ranked, blamed, run.notes)])
+        .unique(["dataset", "doc_id"], keep="first", maintain_order=True)
+        .sort("dataset", "doc_id")
+    )
+    return Blame(seen, culprit, blamed)
+
+
+def rollback_stage(
+    run: SpikeRun, ranked: pl.DataFrame, blame: Blame, replay: pl.DataFrame
+) -> Rollback:
+    """The checkpoint to restart from (forensics.rollback's rule).
+
+    The culprit's onset matters only when the blamed data is new in the window (a mixture
+    switch); data that was always there has no onset to roll back before."""
+    window_replay = replay.filter(pl.col("side") == "window")
+    onset = onset_iteration(window_replay, blame.culprit) if blame.culprit.height else None
+    new = bool(ranked.filter(pl.col("id").is_in(blame.clusters))["new_in_window"].any())
+    return recommend_rollback(
+        run.options.step, run.config.available_checkpoints(), onset=onset if new else None
+    )

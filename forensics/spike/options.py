@@ -1,0 +1,64 @@
+"""What `forensics spike` takes and what it gives back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dataloaders.trainer_loops import check_trainer
+from forensics.errors import ForensicsError
+from forensics.rollback import Rollback
+from forensics.skip import check_threshold
+from forensics.skip.plan import SkipPlan
+
+
+@dataclass(frozen=True)
+class SpikeOptions:
+    """Everything `forensics spike` takes besides the config and the output directory."""
+
+    step: int
+    window: int = 300
+    baseline: str | None = None  # "FIRST-LAST", or "stage" (start of the window's data stage)
+    baseline_offset: int | None = None  # baseline ends this many iterations before the window
+    after: int = 0  # also skip this many iterations past the spike
+    threshold: float = 0.0  # skip an iteration when its culprit share exceeds this (0: any)
+    skip_ahead: bool = False  # add the densest iterations ahead to the skip ranges
+    ahead_share: float = 0.25  # "dense" ahead: at least this share of the batch is culprit
+    culprits: tuple[str, ...] | None = None  # cluster ids to blame instead of the verdicts
+    embed_cap: int | None = None  # documents embedded (None: the embedder's default; 0: skip)
+    # "static" (model2vec distilled from MiniLM; the CPU default), "minilm", or a local
+    # model2vec / sentence-transformers directory (None: static on a CPU, MiniLM on a GPU)
+    embed_model: str | None = None
+    device: str = "cpu"  # torch device for the embeddings ("cuda" on a GPU machine)
+    trainer: str | None = None  # the loop that reads the skip flags (None: training.trainer)
+    rescore: Any = None  # forensics.rescore.RescoreOptions: the model's view (None: data only)
+    force: bool = False
+    progress: bool = True
+
+    def check(self) -> None:
+        """Bad values, before anything is opened or written."""
+        if self.after < 0:
+            raise ForensicsError(f"--after {self.after}: must be >= 0")
+        if not 0.0 <= self.ahead_share <= 1.0:
+            raise ForensicsError(f"--ahead-share {self.ahead_share}: must be in [0, 1]")
+        check_threshold(self.threshold)
+        if self.trainer is not None:
+            check_trainer(self.trainer)
+        if self.rescore is not None:  # a wrong checkpoint or losses path fails before any work
+            self.rescore.check()
+
+
+@dataclass
+class SpikeResult:
+    """What a run produced: paths, the skip plan as written, the report, stage timings."""
+
+    out: Path
+    skip: SkipPlan
+    report: Any
+    rollback: Rollback
+    window: tuple[int, int]
+    baseline: tuple[int, int]
+    timings: dict[str, float] = field(default_factory=dict)
+    cached: dict[str, bool] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)

@@ -1,0 +1,71 @@
+"""The restart files a user pastes from: `restart-<trainer>.flags` and `megatron_args.txt`, and
+the skip plan as the report's first screen shows it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forensics.skip.plan import SkipPlan
+from forensics.skip.tracker import how_to_pass
+
+
+def report_skip(skip: SkipPlan) -> dict[str, Any]:
+    """The skip plan as the report's first screen shows it (counts, not the block list)."""
+    coll = skip.collateral
+    shown = {
+        "clean_samples_skipped": coll["clean_samples_skipped"],
+        "culprit_samples_missed": coll["culprit_samples_missed"],
+    }
+    return {
+        "iterations": skip.iterations,
+        "collateral": shown,
+        "documents": sum(len(v) for v in skip.documents.values()),
+        "ahead": skip.ahead["advice"],
+        "trainer": skip.trainer,
+        "flags": {name: flag.to_dict() for name, flag in skip.flags.items()},
+        "tracker_file": skip.tracker_file,
+    }
+
+
+def restart_flag_files(skip: SkipPlan) -> dict[str, str]:
+    """restart-<trainer>.flags: only flags, no comments, the checkpoint pin first where it is a
+    flag, so `$(cat restart-megatron-lm.flags)` can go into the launch command as it is."""
+    out = {}
+    for name, flag in skip.flags.items():
+        if not skip.iterations or not flag.flag:
+            continue
+        pin = f"{flag.pin} " if flag.pin and flag.pin.startswith("--") else ""
+        out[f"restart-{name}.flags"] = f"{pin}{flag.flag}\n"
+    return out
+
+
+def megatron_args_text(skip: SkipPlan) -> str:
+    """megatron_args.txt: each trainer's flag, ready to paste, the chosen trainer first, with
+    what its numbers mean and what the restart then does differently."""
+    rb = skip.rollback
+    lines = [
+        f"# forensics spike at iteration {skip.step}: restart from checkpoint iteration "
+        f"{rb['iteration']} (the job runs {rb['resume_iteration']} first).",
+        "# Valid only for the run fingerprinted in skip.json (check: forensics check-skip).",
+    ]
+    for name, flag in skip.flags.items():
+        chosen = " (this run's trainer)" if name == skip.trainer else ""
+        lines += ["", f"# {flag.semantics}{chosen}"]
+        if not skip.iterations:
+            lines.append("# (nothing to skip)")
+        elif flag.flag is None:
+            lines.append(f"# NO EXACT FLAG: {flag.refusal}.")
+            lines.append("# Remove the block list's documents (skip.json: documents) instead.")
+        else:
+            if flag.pin and flag.pin.startswith("--"):
+                lines.append(f"{flag.pin} {flag.flag}")
+            else:
+                lines.append(flag.flag)
+                lines.append(f"# load the rollback checkpoint: {flag.pin}")
+            lines.append(f"# then: {flag.consequence}")
+        if name == skip.trainer and skip.tracker_file and flag.flag:
+            lines.append(
+                f"# or, instead of the list: {how_to_pass(skip.tracker_file)} (pass a copy: "
+                "the job appends to it)"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,57 @@
+"""`forensics spike`, as the runbook reads: replay the window, decode and score its documents,
+cluster them against the baseline, blame, roll back, measure the culprit's exposure, plan the
+skip, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dataloaders.config import RunConfig
+from forensics.spike.blame import blame_stage, rollback_stage
+from forensics.spike.exposure import exposure_stage
+from forensics.spike.options import SpikeOptions, SpikeResult
+from forensics.spike.reporting import report_stage
+from forensics.spike.run_context import open_run
+from forensics.spike.skipping import plan_skip
+from forensics.spike.stages import (
+    cluster_stage,
+    decode_stage,
+    model_stage,
+    replay_stage,
+    score_stage,
+    split_sides,
+)
+
+
+def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -> SpikeResult:
+    """The whole command. Raises ForensicsError for bad input before writing anything.
+
+    `config`: a YAML config path, or a RunConfig built elsewhere (the training job's Megatron
+    arguments, `forensics.megatron_args.resolve_run_config`)."""
+    options.check()
+    with open_run(config, out, options) as run:
+        replay = replay_stage(run)
+        scored = score_stage(run, decode_stage(run, replay))
+        window_docs, baseline_docs = split_sides(replay, scored)
+        clusters = cluster_stage(run, window_docs, baseline_docs)
+        clusters = model_stage(run, replay, clusters, window_docs)
+        blame = blame_stage(run, clusters.ranked, window_docs)
+        rollback = rollback_stage(run, clusters.ranked, blame, replay)
+        exposure, ahead, scope = exposure_stage(run, blame.culprit, rollback.resume_iteration)
+        skip = plan_skip(run, rollback, blame, exposure, ahead, scope, window_docs)
+        report = report_stage(run, replay, clusters, window_docs, baseline_docs, rollback, skip)
+    if options.progress:
+        from forensics.report import print_summary
+
+        print_summary(report)
+    return SpikeResult(
+        out=run.out,
+        skip=skip,
+        report=report,
+        rollback=rollback,
+        window=run.plan.window,
+        baseline=run.plan.baseline,
+        timings=run.clock.timings,
+        cached=run.hits,
+        notes=run.notes,
+    )

@@ -1,0 +1,96 @@
+"""One spike investigation in progress: what every stage reads besides its input tables."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dataloaders.config import RunConfig, load_config
+from forensics.outputs import hold_lock
+from forensics.pipeline import StageClock, cache_key
+from forensics.spike.options import SpikeOptions
+from forensics.spike.outdir import check_output_dir, write_marker
+from forensics.spike.window import WindowPlan, plan_windows
+
+
+@dataclass
+class SpikeRun:
+    """The config, the opened replayer, the windows, and the run's cache, clock and notes.
+
+    `key` names the expensive stages' cache files: everything their tables depend on (config,
+    data fingerprint, window, baseline); the cheap options (threshold, --after) are not in it.
+    """
+
+    config: RunConfig
+    origin: str  # where the config came from: a YAML path, or "--megatron-args"
+    options: SpikeOptions
+    out: Path
+    replayer: Any  # dataloaders.base.Replayer
+    plan: WindowPlan
+    fingerprint: dict[str, Any]
+    clock: StageClock
+    hits: dict[str, bool] = field(default_factory=dict)  # stage -> read from the cache
+    notes: list[str] = field(default_factory=list)  # said in the report and skip.json
+    _lock: Any = None
+
+    @property
+    def cache(self) -> Path:
+        return self.out / ".cache"
+
+    @property
+    def config_hash(self) -> str:
+        return self.config.config_hash()
+
+    @property
+    def key(self) -> str:
+        return cache_key(
+            config=self.config_hash,
+            data=self.fingerprint,
+            window=self.plan.window,
+            baseline=self.plan.baseline,
+        )
+
+    def __enter__(self) -> SpikeRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lock is not None:
+            self._lock.close()
+
+
+def _config_and_origin(config: Path | str | RunConfig) -> tuple[RunConfig, str]:
+    """The run config and a few words saying where it came from (for the marker and messages):
+    a YAML path is loaded; a RunConfig (e.g. from --megatron-args) is taken as is."""
+    if isinstance(config, RunConfig):
+        origin = str(config.source) if config.source is not None else "--megatron-args"
+        return config, origin
+    return load_config(config), str(Path(config).resolve())
+
+
+def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -> SpikeRun:
+    """Load and check everything, then take the output directory's lock.
+
+    Bad input raises ForensicsError before anything is written (the lock and the marker come
+    last), so a refusal leaves the output directory as it was."""
+    from forensics.replay import open_replayer
+
+    config, origin = _config_and_origin(config)
+    out = Path(out)
+    check_output_dir(out, config.config_hash(), options.step, options.force)
+    clock = StageClock(options.progress)
+    with clock.stage("open", f"config {origin}", spinner=True):
+        replayer = open_replayer(config)
+        plan = plan_windows(
+            replayer, config, options.step, options.window, options.baseline,
+            options.baseline_offset,
+        )  # fmt: skip
+        fingerprint = json.loads(json.dumps(replayer.fingerprint(), default=str))
+    run = SpikeRun(config, origin, options, out, replayer, plan, fingerprint, clock)
+    run.notes += [f"the window crosses the start of a data stage at iteration {s}"
+                  for s in plan.crossings]  # fmt: skip
+    run.notes.append(f"baseline {plan.baseline[0]}-{plan.baseline[1]}: {plan.baseline_how}")
+    run._lock = hold_lock(run.cache, "forensics spike")  # held until the run's `with` ends
+    write_marker(run.cache, run.config_hash, options.step, origin)
+    return run

@@ -1,0 +1,164 @@
+"""The spike pipeline's data stages: tables in, one table out, each cached, timed and shown.
+
+    stage      in                      out                                  cache file
+    replay     the run                 replay table (+ side)                replay-<key>.parquet
+    decode     replay                  documents (text, facets)             docs-<key>.parquet
+    score      documents               + garbage/spam scores and reasons    scores-<key>-<v>.parquet
+    cluster    window, baseline docs   ranked clusters with verdicts        embeddings/ (per text)
+    model      replay, clusters        clusters with the model's evidence   rescore-<k>.npz
+
+The key (SpikeRun.key) hashes the config, the data fingerprint, the window and the baseline;
+<v> is a hash of the scorer's source, so a changed scorer rescores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from forensics.errors import ForensicsError
+from forensics.pipeline import cached_table, module_version
+from forensics.spike.run_context import SpikeRun
+
+
+def replay_stage(run: SpikeRun) -> pl.DataFrame:
+    """Which samples (and document segments) each iteration of the window and the baseline
+    consumed; `side` says which ("window" / "baseline")."""
+    window, baseline = run.plan.window, run.plan.baseline
+    progress = run.options.progress
+
+    def replay() -> pl.DataFrame:
+        parts = [
+            run.replayer.replay(a, b, text=False, progress=progress).with_columns(
+                pl.lit(side).alias("side")
+            )
+            for side, (a, b) in (("window", window), ("baseline", baseline))
+        ]
+        return pl.concat(parts, how="diagonal_relaxed")
+
+    what = f"window {window[0]}-{window[1]}, baseline {baseline[0]}-{baseline[1]}"
+    with run.clock.stage("replay", what):
+        table = cached_table(run.cache / f"replay-{run.key}.parquet", replay, run.hits, "replay")
+        if hasattr(run.replayer, "save_cache"):
+            run.replayer.save_cache()
+    return table
+
+
+def decode_stage(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
+    """Each distinct document of the replay decoded once, whole (scoring reads the whole
+    document, not the segment a sample held)."""
+    distinct = replay.select("dataset", "doc_id").unique().sort("dataset", "doc_id")
+    with run.clock.stage("decode", f"{distinct.height:,} distinct documents"):
+        return cached_table(
+            run.cache / f"docs-{run.key}.parquet",
+            lambda: run.replayer.documents(distinct, progress=run.options.progress),
+            run.hits,
+            "decode",
+        )
+
+
+def score_stage(run: SpikeRun, docs: pl.DataFrame) -> pl.DataFrame:
+    """Garbage and spam scores with their reasons, once per document."""
+    from forensics.score import score_table
+
+    cache, key = run.cache, run.key
+    with run.clock.stage("score", f"{docs.height:,} documents"):
+        score_file = cache / f"scores-{key}-{module_version('forensics.score')}.parquet"
+        scored = cached_table(
+            score_file,
+            lambda: score_table(docs, "text", progress=run.options.progress),
+            run.hits,
+            "score",
+        )
+        for stale in cache.glob(f"scores-{key}-*.parquet"):  # an older scorer's, never read again
+            if stale != score_file:
+                stale.unlink(missing_ok=True)
+    return scored
+
+
+def split_sides(replay: pl.DataFrame, scored: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The scored documents the window drew, and those the baseline drew (a document drawn by
+    both is in both)."""
+    sides = replay.select("side", "dataset", "doc_id").unique()
+
+    def side(name: str) -> pl.DataFrame:
+        drawn = sides.filter(pl.col("side") == name).drop("side")
+        return scored.join(drawn, on=["dataset", "doc_id"]).sort("dataset", "doc_id")
+
+    return side("window"), side("baseline")
+
+
+@dataclass
+class Clusters:
+    """The ranked clusters (source facets and embeddings) with verdicts, and the embedding
+    assignment of each sampled document (None when embedding is off)."""
+
+    ranked: pl.DataFrame
+    assignments: pl.DataFrame | None = None
+    embedding_note: str | None = None
+    model_view: Any = None  # forensics.rescore's verdict, when a checkpoint was rescored
+
+
+def cluster_stage(
+    run: SpikeRun, window_docs: pl.DataFrame, baseline_docs: pl.DataFrame
+) -> Clusters:
+    """Groups of window documents (by source facet, and by embedding k-means) compared with the
+    baseline, ranked, with a verdict each."""
+    from forensics.cluster import (
+        assign_verdicts,
+        cluster_embeddings,
+        cluster_sources,
+        describe_sample,
+    )
+    from forensics.cluster.embedding import default_cap
+
+    opts = run.options
+    with run.clock.stage("cluster", "by source facet", spinner=True):
+        parts = [cluster_sources(window_docs, baseline_docs)]
+    cap = default_cap(opts.embed_model, opts.device) if opts.embed_cap is None else opts.embed_cap
+    assignments, note = None, None
+    if cap > 0:
+        with run.clock.stage("embed", f"up to {cap:,} documents, then k-means"):
+            embedded, assignments = cluster_embeddings(
+                window_docs,
+                baseline_docs,
+                cap=cap,
+                model=opts.embed_model,
+                device=opts.device,
+                cache_dir=run.cache / "embeddings",
+                progress=opts.progress,
+            )
+            note = describe_sample(assignments, cap)
+        parts.append(embedded)
+    ranked = assign_verdicts(pl.concat(parts, how="diagonal_relaxed"))
+    if opts.culprits:
+        unknown = sorted(set(opts.culprits) - set(ranked["id"].to_list()))
+        if unknown:
+            raise ForensicsError(f"--culprit {', '.join(unknown)}: no such cluster in this window")
+    return Clusters(ranked, assignments, note)
+
+
+def model_stage(
+    run: SpikeRun, replay: pl.DataFrame, clusters: Clusters, window_docs: pl.DataFrame
+) -> Clusters:
+    """The model's view (`--checkpoint` / `--losses`): the window's samples rescored with the
+    pre-spike checkpoint; its evidence may demote a data-side culprit. A no-op without it."""
+    if run.options.rescore is None:
+        return clusters
+    from forensics.rescore import rescore_stage
+
+    with run.clock.stage("rescore", "the window's samples with the checkpoint"):
+        ranked, view = rescore_stage(
+            run.replayer,
+            replay,
+            clusters.ranked,
+            window_docs,
+            run.options.rescore,
+            run.cache,
+            run.out,
+            run.fingerprint,
+            run.hits,
+        )
+    return Clusters(ranked, clusters.assignments, clusters.embedding_note, view)
