@@ -22,77 +22,110 @@ from forensics.commands.rescore import (
     rescore_options,
 )
 
+StepOption = Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")]
+
+WindowOption = Annotated[
+    int, typer.Option("--window", help="Iterations replayed before the spike, inclusive.")
+]
+
+OutOption = Annotated[
+    Path | None,
+    typer.Option("--out", help="Output directory. Default: ./spike-<step>/."),
+]
+
+BaselineOption = Annotated[
+    str | None,
+    typer.Option(
+        "--baseline",
+        help="Baseline iterations FIRST-LAST, or 'stage' (start of the spike's data stage). "
+        "Default: as long as the window, ending 10 windows earlier (clamped at 1).",
+    ),
+]
+
+BaselineOffsetOption = Annotated[
+    int | None,
+    typer.Option("--baseline-offset", help="Baseline ends this many iterations before the window."),
+]
+
+AfterOption = Annotated[
+    int, typer.Option("--after", help="Also skip up to this many iterations past the spike.")
+]
+
+ThresholdOption = Annotated[
+    float,
+    typer.Option(
+        "--threshold",
+        help="Skip an iteration when its share of samples holding culprit documents exceeds "
+        "this (default 0: any).",
+    ),
+]
+
+SkipAheadOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-ahead", help="Add the densest iterations ahead (see --ahead-share) to the skip."
+    ),
+]
+
+AheadShareOption = Annotated[
+    float,
+    typer.Option("--ahead-share", help="An iteration ahead is dense from this culprit share."),
+]
+
+CulpritOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--culprit",
+        help="Blame these cluster ids (from report.json) instead of the verdicts; repeatable.",
+    ),
+]
+
+EmbedCapOption = Annotated[
+    int | None,
+    typer.Option("--embed-cap", help="Documents to embed (0: no embedding clusters)."),
+]
+
+EmbedModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--embed-model",
+        help="'static' (default on a CPU: a model2vec model distilled once from the "
+        "packaged all-MiniLM-L6-v2), 'minilm' (all-MiniLM-L6-v2 itself; the default with "
+        "--device cuda), or a local model2vec or sentence-transformers directory.",
+    ),
+]
+
+DeviceOption = Annotated[
+    str,
+    typer.Option("--device", help="Torch device for the embeddings and rescoring, e.g. cuda."),
+]
+
+ForceOption = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Overwrite skip.json / write into a directory holding another run."
+    ),
+]
+
+QuietOption = Annotated[bool, typer.Option("--quiet", help="No progress and no summary.")]
+
 
 def spike_command(
-    step: Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")],
+    step: StepOption,
     config: ConfigOption = None,
     megatron_args: MegatronArgsOption = None,
-    window: Annotated[
-        int, typer.Option("--window", help="Iterations replayed before the spike, inclusive.")
-    ] = 300,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Output directory. Default: ./spike-<step>/."),
-    ] = None,
-    baseline: Annotated[
-        str | None,
-        typer.Option(
-            "--baseline",
-            help="Baseline iterations FIRST-LAST, or 'stage' (start of the spike's data stage). "
-            "Default: as long as the window, ending 10 windows earlier (clamped at 1).",
-        ),
-    ] = None,
-    baseline_offset: Annotated[
-        int | None,
-        typer.Option(
-            "--baseline-offset", help="Baseline ends this many iterations before the window."
-        ),
-    ] = None,
-    after: Annotated[
-        int, typer.Option("--after", help="Also skip up to this many iterations past the spike.")
-    ] = 0,
-    threshold: Annotated[
-        float,
-        typer.Option(
-            "--threshold",
-            help="Skip an iteration when its share of samples holding culprit documents exceeds "
-            "this (default 0: any).",
-        ),
-    ] = 0.0,
-    skip_ahead: Annotated[
-        bool,
-        typer.Option(
-            "--skip-ahead", help="Add the densest iterations ahead (see --ahead-share) to the skip."
-        ),
-    ] = False,
-    ahead_share: Annotated[
-        float,
-        typer.Option("--ahead-share", help="An iteration ahead is dense from this culprit share."),
-    ] = 0.25,
-    culprit: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--culprit",
-            help="Blame these cluster ids (from report.json) instead of the verdicts; repeatable.",
-        ),
-    ] = None,
-    embed_cap: Annotated[
-        int | None,
-        typer.Option("--embed-cap", help="Documents to embed (0: no embedding clusters)."),
-    ] = None,
-    embed_model: Annotated[
-        str | None,
-        typer.Option(
-            "--embed-model",
-            help="'static' (default on a CPU: a model2vec model distilled once from the "
-            "packaged all-MiniLM-L6-v2), 'minilm' (all-MiniLM-L6-v2 itself; the default with "
-            "--device cuda), or a local model2vec or sentence-transformers directory.",
-        ),
-    ] = None,
-    device: Annotated[
-        str,
-        typer.Option("--device", help="Torch device for the embeddings and rescoring, e.g. cuda."),
-    ] = "cpu",
+    window: WindowOption = 300,
+    out: OutOption = None,
+    baseline: BaselineOption = None,
+    baseline_offset: BaselineOffsetOption = None,
+    after: AfterOption = 0,
+    threshold: ThresholdOption = 0.0,
+    skip_ahead: SkipAheadOption = False,
+    ahead_share: AheadShareOption = 0.25,
+    culprit: CulpritOption = None,
+    embed_cap: EmbedCapOption = None,
+    embed_model: EmbedModelOption = None,
+    device: DeviceOption = "cpu",
     trainer: TrainerOption = None,
     checkpoint: CheckpointOption = None,
     losses: LossesOption = None,
@@ -100,13 +133,8 @@ def spike_command(
     batch_size: BatchOption = 8,
     rescore_cap: CapOption = 512,
     grad_norm: GradOption = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force", help="Overwrite skip.json / write into a directory holding another run."
-        ),
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress and no summary.")] = False,
+    force: ForceOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Replay the iterations before a loss spike, find the data to blame, and write the report,
     the rollback point and the skip list (skip.json, megatron_args.txt)."""
