@@ -9,6 +9,7 @@ start fast.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -64,10 +65,25 @@ app.command("manifest")(manifest.manifest_command)
 app.command("rescore")(rescore.rescore_command)
 
 
+def _show_flags_as_switches(command: Any) -> None:
+    """--help shows a switch (`--force`) bare, not as `--force <bool>` which reads as if it took a
+    value: typer prints the type of every option unless it has a metavar."""
+    import click
+
+    context = click.Context(command, help_option_names=["-h", "--help"])
+    for param in [*command.params, command.get_help_option(context)]:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _show_flags_as_switches(sub)
+
+
 def main() -> None:
     """Entry point: user errors become one red line on stderr and exit code 2."""
     try:
-        app()
+        command = typer.main.get_command(app)
+        _show_flags_as_switches(command)
+        command(prog_name="forensics")
     except ForensicsError as err:
         from rich.console import Console
         from rich.markup import escape

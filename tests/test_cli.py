@@ -26,3 +26,18 @@ def test_commands_in_runbook_order() -> None:
     listed = re.findall(r"^\W+([a-z][a-z-]+)\s{2,}\S", _cli("--help").stdout, re.M)
     order = ["triage", "spike", "check-skip", "watch", "replay", "score", "manifest"]
     assert [name for name in listed if name in order] == order
+
+
+def test_switches_are_shown_as_switches() -> None:
+    """`--force` takes no value: --help must not print it as `--force <bool>` (typer's default),
+    nor -h/--help, on the top level and on every command."""
+    import re
+
+    commands = _cli("--help").stdout.split("Commands")[1]
+    listed = re.findall(r"^\W+([a-z][a-z-]+)\s{2,}\S", commands, re.M)
+    assert "spike" in listed
+    for name in ["", *listed]:
+        text = _cli(*([name] if name else []), "-h").stdout
+        assert "--help" in text and "<bool>" not in text, name
+    spike = _cli("spike", "-h").stdout
+    assert re.search(r"--window\s+<int>", spike)  # options with values keep their type
