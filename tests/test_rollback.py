@@ -40,3 +40,19 @@ def test_onset_before_checkpoint_names_an_earlier_clean_one() -> None:
     assert "iter_0001000" in rb.note
     clean = recommend_rollback(1234, [900, 1000, 1150], onset=1190)
     assert clean.earlier is None and "onset" not in clean.note
+
+
+def test_triage_and_spike_agree_on_the_window() -> None:
+    """triage's `next_command`, the watcher and spike's default use one rule (spike_window)."""
+    from forensics.rollback import SPIKE_WINDOW, spike_window
+    from forensics.spike import SpikeOptions
+
+    assert SpikeOptions(step=5000).window == SPIKE_WINDOW
+    window, why = spike_window(5000, 4940)
+    assert window == SPIKE_WINDOW and "60 iterations since the rollback checkpoint 4940" in why
+    window, why = spike_window(5000, 4500)  # a rollback further back than the default window
+    assert window == 500 and "back to the rollback checkpoint 4500" in why
+    window, why = spike_window(250, 180)  # early: the window leaves a baseline before it
+    assert window == 125 and 250 - window >= 1 and "before iteration 1" in why
+    window, _ = spike_window(40, 0)  # rollback to scratch: still at most step - 1
+    assert 1 <= window <= 39

@@ -50,7 +50,7 @@ def test_cli_malignant_run_writes_all_outputs(tmp_path: Path) -> None:
     (spike,) = [e for e in events if e["kind"] == "spike"]
     assert spike["rollback_iteration"] == 2950
     assert spike["next_command"] == (
-        "forensics spike --config cfg.yaml --step 3000 --window 100 --out spike-3000/"
+        "forensics spike --config cfg.yaml --step 3000 --window 300 --out spike-3000/"
     )
     png = (out / "triage.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 20_000

@@ -121,7 +121,7 @@ def test_malignant_step_gets_rollback_and_next_command() -> None:
     assert spike["verdict"] == "malignant"
     assert spike["rollback_iteration"] == 2940  # latest checkpoint in [S-100, S-50]
     assert spike["next_command"] == (
-        "forensics spike --config run.yaml --step 3000 --window 100 --out spike-3000/"
+        "forensics spike --config run.yaml --step 3000 --window 300 --out spike-3000/"
     )
     assert 0.3 < spike["evidence"]["recovered_fraction"] < 0.7
     assert not _kinds(r, "plateau") and not _kinds(r, "divergence")

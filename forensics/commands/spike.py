@@ -21,6 +21,7 @@ from forensics.commands.rescore import (
     LossesOption,
     rescore_options,
 )
+from forensics.rollback import SPIKE_WINDOW
 
 StepOption = Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")]
 
@@ -114,7 +115,7 @@ def spike_command(
     step: StepOption,
     config: ConfigOption = None,
     megatron_args: MegatronArgsOption = None,
-    window: WindowOption = 300,
+    window: WindowOption = SPIKE_WINDOW,
     out: OutOption = None,
     baseline: BaselineOption = None,
     baseline_offset: BaselineOffsetOption = None,

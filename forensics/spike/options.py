@@ -8,7 +8,7 @@ from typing import Any
 
 from dataloaders.trainer_loops import check_trainer
 from forensics.errors import ForensicsError
-from forensics.rollback import Rollback
+from forensics.rollback import SPIKE_WINDOW, Rollback
 from forensics.skip import check_threshold
 from forensics.skip.plan import SkipPlan
 
@@ -18,7 +18,7 @@ class SpikeOptions:
     """Everything `forensics spike` takes besides the config and the output directory."""
 
     step: int
-    window: int = 300
+    window: int = SPIKE_WINDOW  # iterations replayed before the spike (rollback.spike_window)
     baseline: str | None = None  # "FIRST-LAST", or "stage" (start of the window's data stage)
     baseline_offset: int | None = None  # baseline ends this many iterations before the window
     after: int = 0  # also skip this many iterations past the spike

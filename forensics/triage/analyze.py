@@ -219,18 +219,19 @@ def rollback_point(step: int, checkpoints: tuple[int, ...]) -> tuple[int, str]:
 
 
 def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | None]:
-    """The `forensics spike` call that replays the window's documents, and a note if the user
-    must fill in the config."""
+    """The `forensics spike` call that replays the window's documents, and a note: why this
+    window, and whether the user must fill in the config."""
     import shlex
 
-    window = max(100, step - rollback)
+    from forensics.rollback import spike_window
+
+    window, why = spike_window(step, rollback)
     # Quoted for the shell: a path with a space, or `$(...)` in a name, must paste as one word.
     config = shlex.quote(str(run.config_path)) if run.config_path else CONFIG_PLACEHOLDER
     cmd = f"forensics spike --config {config} --step {step} --window {window} --out spike-{step}/"
-    note = None
     if run.config_path is None:
-        note = f"replace {CONFIG_PLACEHOLDER} with the run's config (or pass --config to triage)"
-    return cmd, note
+        why += f"; replace {CONFIG_PLACEHOLDER} with the run's config (or pass --config to triage)"
+    return cmd, why
 
 
 # --------------------------------------------------------------------------- events

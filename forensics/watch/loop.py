@@ -334,7 +334,9 @@ class Watcher:
         step = int(ev["step"])
         if step in self.jobs or self.book.has("forensics_started", step=step):
             return []
-        window = max(100, step - int(ev.get("rollback_iteration", step - 100)))
+        from forensics.rollback import FAR, spike_window
+
+        window, _why = spike_window(step, int(ev.get("rollback_iteration", step - FAR)))
         self.jobs[step] = start_spike(
             self.opts.config, step, window, self.out, extra=self.opts.spike_args
         )
