@@ -111,3 +111,15 @@ def test_block_list_and_onset() -> None:
 def test_cache_key_is_stable_and_sensitive() -> None:
     assert cache_key(a=1, b=(2, 3)) == cache_key(b=[2, 3], a=1)
     assert cache_key(a=1) != cache_key(a=2)
+
+
+def test_spike_notes_carry_triages_events_around_the_window() -> None:
+    """The spike report tells triage's story: the malignant spike's verdict is a note, events
+    far before the window are not."""
+    from forensics.spike.reporting import triage_notes
+    from forensics.triage import synthetic
+
+    frame = synthetic.make("malignant_step")  # a malignant spike at step 3000
+    notes = triage_notes(frame, (2701, 3000))
+    assert any(n.startswith("triage: spike (malignant) at 3000") for n in notes), notes
+    assert triage_notes(frame, (1001, 1300), late=100) == []

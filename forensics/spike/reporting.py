@@ -16,20 +16,45 @@ from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import Clusters
 
 
-def loss_curve(config: RunConfig, notes: list[str]) -> pl.DataFrame | None:
-    """The training log's loss (for the report's overlay), or None with a note."""
+def log_evidence(
+    config: RunConfig, window: tuple[int, int], notes: list[str]
+) -> pl.DataFrame | None:
+    """The training log's loss (for the report's overlay), or None with a note; and what
+    `forensics triage` finds in the log around the window (an alarm before the spike, the
+    spike's verdict), as notes, so the spike report and triage tell one story."""
     if config.log is None:
         return None
     try:
         from forensics.triage.readers import read_log
 
         frame = read_log(config.log)
-        return frame.select("step", "loss")
     except ForensicsError as err:
         notes.append(f"training log not overlaid: {err}")
+        return None
     except ImportError:
         notes.append("training log not overlaid: the log reader is not installed")
-    return None
+        return None
+    notes.extend(triage_notes(frame, window))
+    return frame.select("step", "loss")
+
+
+def triage_notes(frame: pl.DataFrame, window: tuple[int, int], late: int = 100) -> list[str]:
+    """triage's events from the window's start to `late` iterations past the spike, one line
+    each ("triage: grad_norm_alarm at 2258: ...")."""
+    from forensics.triage.analyze import triage
+
+    try:
+        result = triage(frame)
+    except ForensicsError as err:
+        return [f"triage of the training log failed: {err}"]
+    lines = []
+    for event in result.events:
+        if not window[0] <= int(event["step"]) <= window[1] + late:
+            continue
+        verdict = f" ({event['verdict']})" if event.get("verdict") else ""
+        summary = str(event.get("evidence", {}).get("summary") or "")
+        lines.append(f"triage: {event['kind']}{verdict} at {event['step']}: {summary}")
+    return lines
 
 
 def report_stage(
@@ -44,7 +69,7 @@ def report_stage(
     """Build the report and publish it with skip.json and the restart files, as one step."""
     from forensics.report import build_report
 
-    loss = loss_curve(run.config, run.notes)
+    loss = log_evidence(run.config, run.plan.window, run.notes)
     with run.clock.stage("report", f"to {run.out}", spinner=True):
         report = build_report(
             run.options.step,
