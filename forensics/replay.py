@@ -37,6 +37,18 @@ def open_replayer(config: RunConfig) -> Replayer:
     raise ForensicsError(f"unknown data.format {fmt!r}")
 
 
+_OPENED: dict[str, Replayer] = {}  # one replayer per run config per worker process
+
+
+def cached_replayer(config: RunConfig) -> Replayer:
+    """`open_replayer`, once per config per process: an engine's worker handles many parts of
+    one run, and opening (index validation, the shuffle) is the expensive part."""
+    key = config.config_hash()
+    if key not in _OPENED:
+        _OPENED[key] = open_replayer(config)
+    return _OPENED[key]
+
+
 def window_bounds(step: int, window: int) -> tuple[int, int]:
     """Window W ending at step S: iterations S-W+1 .. S."""
     if window < 1:

@@ -7,6 +7,14 @@ harmless Transformer Engine / Apex warnings silenced; tests that need it take th
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +23,7 @@ import numpy as np
 import pytest
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -116,3 +125,68 @@ def _private_forensics_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     folder = tmp_path / "forensics-cache"
     monkeypatch.setenv("FORENSICS_CACHE", str(folder))
     return folder
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a Ray head, or to prove an
+    unreachable address is refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ray_head():
+    """A Ray head on 127.0.0.1 started by this test (its own process group, ended by us).
+
+    Token authentication is off for this throwaway head: it listens on 127.0.0.1 only, and the
+    shared ~/.ray/auth_token is then neither read nor written."""
+    pytest.importorskip("ray")
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    ray_bin = Path(sys.executable).with_name("ray")
+    proc = subprocess.Popen(
+        [
+            str(ray_bin),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=3",
+            f"--temp-dir={temp}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            "RAY_AUTH_MODE": "disabled",
+        },
+    )
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("the Ray head did not come up in 90 s")
+        time.sleep(2)  # the GCS port opens before the raylet registers
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of our group is still there
+        except ProcessLookupError:
+            pass
+        shutil.rmtree(temp, ignore_errors=True)

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from conftest import free_port
 from polars.testing import assert_frame_equal
 
 from forensics.config import load_config
@@ -104,65 +102,6 @@ def test_finds_every_planted_stretch_and_no_clean_one(local_result, run_dir) -> 
     check_skip(local_result.out / "skip.json", run_dir / "forensics.yaml")
     report = (local_result.out / "report.html").read_text()
     assert "21-30" in report and "dirty-spam" in report and "<script" not in report
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def ray_head():
-    """A Ray head on 127.0.0.1 started by this test (its own process group, ended by us).
-
-    Token authentication is off for this throwaway head: it listens on 127.0.0.1 only, and the
-    shared ~/.ray/auth_token is then neither read nor written."""
-    pytest.importorskip("ray")
-    port = _free_port()
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    ray_bin = Path(sys.executable).with_name("ray")
-    proc = subprocess.Popen(
-        [
-            str(ray_bin),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--num-cpus=3",
-            f"--temp-dir={temp}",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"},
-    )
-    try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("the Ray head did not come up in 90 s")
-        time.sleep(2)  # the GCS port opens before the raylet registers
-        yield f"127.0.0.1:{port}"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever of our group is still there
-        except ProcessLookupError:
-            pass
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_ray_engine_matches_local_and_retries_a_dead_worker(
@@ -270,7 +209,7 @@ def test_bad_range_is_refused_before_any_work(run_dir, tmp_path, first, last, me
 
 def test_unreachable_ray_address_is_one_red_line(run_dir, tmp_path) -> None:
     """Through the CLI: exit code 2, one line on stderr, nothing written, in seconds."""
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     cmd = [
         sys.executable,
         "-m",

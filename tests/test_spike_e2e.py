@@ -520,3 +520,54 @@ def test_flagged_block_list_is_the_narrow_alternative(run: dict) -> None:
         .to_list()
     )
     assert len(flagged & dirty_seen) >= 0.8 * len(dirty_seen)
+
+
+def _scores(out: Path) -> pl.DataFrame:
+    (path,) = sorted((out / ".cache").glob("scores-*.parquet"))
+    return pl.read_parquet(path).sort("dataset", "doc_id")
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_engines_decode_and_score_in_parts_with_the_same_result(
+    run: dict, engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request
+) -> None:
+    """`--engine local --workers 2` (a process pool) and `--engine ray` (a Ray head on
+    127.0.0.1 started here) decode and score the window in parts, and give the table the
+    in-process stages give, score for score, and the same skip plan."""
+    import forensics.spike.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "PART_DOCUMENTS", 300)  # several parts, not one
+    address = None
+    if engine == "ray":
+        address = request.getfixturevalue("ray_head")
+        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    out = tmp_path / engine
+    options = SpikeOptions(
+        step=SPEC.spike_iteration,
+        window=WINDOW,
+        embed_cap=EMBED_CAP,
+        engine=engine,
+        workers=2,
+        ray_address=address,
+        progress=False,
+    )
+    result = run_spike(run["root"] / "run" / "forensics.yaml", out, options)
+    ours, reference = _scores(out), _scores(run["out"])
+    assert ours.height == reference.height > 600  # more than two parts' worth
+    assert ours.equals(reference.select(ours.columns))
+    assert not list((out / ".cache").glob("parts-*")), "the parts are merged and removed"
+    assert result.skip.iterations == run["result"].skip.iterations
+    assert result.skip.documents == run["result"].skip.documents
+
+
+def test_bad_engine_options_are_refused_before_any_work(run: dict, tmp_path: Path) -> None:
+    cfg = run["root"] / "run" / "forensics.yaml"
+    for options, message in (
+        ({"engine": "spark"}, "--engine 'spark': choose one of local, ray"),
+        ({"workers": 0}, "--workers 0: must be >= 1"),
+        ({"ray_address": "127.0.0.1:1"}, "--ray-address needs --engine ray"),
+        ({"engine": "ray", "ray_address": "nohost"}, "expected HOST:PORT"),
+    ):
+        with pytest.raises(ForensicsError, match=message.replace("(", r"\(")):
+            run_spike(cfg, tmp_path / "x", SpikeOptions(step=SPEC.spike_iteration, **options))
+        assert not (tmp_path / "x").exists()

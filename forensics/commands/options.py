@@ -32,3 +32,19 @@ TrainerOption = Annotated[
         "olmo-core. Default: the config's training.trainer (megatron-lm).",
     ),
 ]
+
+EngineOption = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Where decoding and scoring run: local (this machine; a process pool with "
+        "--workers > 1) or ray (Ray Data, on --ray-address or a local Ray instance).",
+    ),
+]
+
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option("--ray-address", help="HOST:PORT of a Ray head (default: start one here)."),
+]
+
+WorkersOption = Annotated[int, typer.Option("--workers", help="Worker processes.")]

@@ -11,7 +11,14 @@ from typing import Annotated
 
 import typer
 
-from forensics.commands.options import ConfigOption, MegatronArgsOption, TrainerOption
+from forensics.commands.options import (
+    ConfigOption,
+    EngineOption,
+    MegatronArgsOption,
+    RayAddressOption,
+    TrainerOption,
+    WorkersOption,
+)
 from forensics.commands.rescore import (
     BatchOption,
     CapOption,
@@ -128,6 +135,9 @@ def spike_command(
     embed_model: EmbedModelOption = None,
     device: DeviceOption = "cpu",
     trainer: TrainerOption = None,
+    engine: EngineOption = "local",
+    workers: WorkersOption = 1,
+    ray_address: RayAddressOption = None,
     checkpoint: CheckpointOption = None,
     losses: LossesOption = None,
     dtype: DtypeOption = "float32",
@@ -157,6 +167,9 @@ def spike_command(
         embed_model=embed_model,
         device=device,
         trainer=trainer,
+        engine=engine,
+        workers=workers,
+        ray_address=ray_address,
         rescore=rescore_options(
             checkpoint, losses, device, dtype, batch_size, rescore_cap, grad_norm, not quiet
         ),

@@ -32,6 +32,11 @@ class SpikeOptions:
     embed_model: str | None = None
     device: str = "cpu"  # torch device for the embeddings ("cuda" on a GPU machine)
     trainer: str | None = None  # the loop that reads the skip flags (None: training.trainer)
+    # Where decode and score run: "local" (this process with workers=1, else a process pool of
+    # `workers`) or "ray" (Ray Data; `ray_address` HOST:PORT, None: a local Ray instance).
+    engine: str = "local"
+    workers: int = 1
+    ray_address: str | None = None
     rescore: Any = None  # forensics.rescore.RescoreOptions: the model's view (None: data only)
     force: bool = False
     progress: bool = True
@@ -45,6 +50,9 @@ class SpikeOptions:
         check_threshold(self.threshold)
         if self.trainer is not None:
             check_trainer(self.trainer)
+        from forensics.pipeline.engines import check_engine
+
+        check_engine(self.engine, self.workers, self.ray_address)
         if self.rescore is not None:  # a wrong checkpoint or losses path fails before any work
             self.rescore.check()
 

@@ -15,10 +15,9 @@ from forensics.spike.run_context import open_run
 from forensics.spike.skipping import plan_skip
 from forensics.spike.stages import (
     cluster_stage,
-    decode_stage,
+    document_stages,
     model_stage,
     replay_stage,
-    score_stage,
     split_sides,
 )
 
@@ -31,7 +30,7 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
     options.check()
     with open_run(config, out, options) as run:
         replay = replay_stage(run)
-        scored = score_stage(run, decode_stage(run, replay))
+        scored = document_stages(run, replay)
         window_docs, baseline_docs = split_sides(replay, scored)
         clusters = cluster_stage(run, window_docs, baseline_docs)
         clusters = model_stage(run, replay, clusters, window_docs)

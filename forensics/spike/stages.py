@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from dataloaders.atomic import write_parquet_atomic
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
 from forensics.spike.run_context import SpikeRun
@@ -75,6 +76,45 @@ def score_stage(run: SpikeRun, docs: pl.DataFrame) -> pl.DataFrame:
         for stale in cache.glob(f"scores-{key}-*.parquet"):  # an older scorer's, never read again
             if stale != score_file:
                 stale.unlink(missing_ok=True)
+    return scored
+
+
+def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
+    """The window's and baseline's documents, decoded and scored: in this process (decode,
+    then score), or in parts on a process pool or a Ray cluster (`--engine`, `--workers`),
+    which gives the same table."""
+    opts = run.options
+    distinct = replay.select("dataset", "doc_id").unique().sort("dataset", "doc_id")
+    if (opts.engine == "local" and opts.workers == 1) or distinct.height == 0:
+        return score_stage(run, decode_stage(run, replay))
+    return parts_stage(run, distinct)
+
+
+def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
+    """Decode and score in parts on the chosen engine (forensics.spike.engine). Writes the same
+    cache files as the in-process stages, so a rerun on either engine reads them back."""
+    import shutil
+
+    from forensics.spike.engine import merge_parts, plan_parts, run_parts
+
+    opts, cache, key = run.options, run.cache, run.key
+    version = module_version("forensics.score")
+    folder = cache / f"parts-{key}-{version}"
+
+    def decode_and_score() -> pl.DataFrame:
+        items = plan_parts(distinct, folder)
+        run_parts(run.config, items, opts.engine, opts.workers, opts.ray_address, opts.progress)
+        docs, scored = merge_parts(items)
+        docs_file = cache / f"docs-{key}.parquet"
+        if not docs_file.is_file():
+            write_parquet_atomic(docs, docs_file)
+        return scored
+
+    what = f"{distinct.height:,} distinct documents on {opts.engine} ({opts.workers} workers)"
+    with run.clock.stage("score", what):
+        score_file = cache / f"scores-{key}-{version}.parquet"
+        scored = cached_table(score_file, decode_and_score, run.hits, "score")
+        shutil.rmtree(folder, ignore_errors=True)  # merged into the cache file
     return scored
 
 

@@ -1,0 +1,212 @@
+"""Where a stage's parts run: a process pool on this machine, or Ray Data on a cluster.
+
+`map_parts(engine, task, items, ...)` calls `task(item)` for every item (a small dict: a part's
+number and the paths it reads and writes) and `on_done(result)` as results come back, in
+completion order. Tasks write their own outputs (Parquet parts), so only a few numbers per part
+pass back. It returns the items that failed for good, so the caller says exactly what is missing.
+
+- local: a `spawn` process pool (no forked polars/tokenizers thread pools), at most two items in
+  flight per worker so memory stays flat; a worker that dies (killed, out of memory) breaks the
+  pool, which is rebuilt and the unfinished items resubmitted, up to RETRIES times.
+- ray: `ray.data.from_items(items).map(task)` with one CPU per task and a task pool of
+  `workers`; Ray retries a task whose worker died (`max_retries`). Without an address a local
+  Ray instance is started with workers + 1 CPUs (Ray Data needs a CPU beyond the map tasks' for
+  its own operators, or the stream stalls).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from forensics.errors import ForensicsError
+
+RETRIES = 3
+ENGINES = ("local", "ray")
+Item = dict[str, Any]
+
+
+def check_engine(engine: str, workers: int, address: str | None) -> None:
+    """Bad engine options, before any work: a one-line error."""
+    if engine not in ENGINES:
+        raise ForensicsError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    if workers < 1:
+        raise ForensicsError(f"--workers {workers}: must be >= 1")
+    if address and engine != "ray":
+        raise ForensicsError("--ray-address needs --engine ray")
+    if address:
+        check_ray_address(address)
+
+
+def threads_env(workers: int) -> dict[str, str]:
+    """Native thread pools per worker: the machine's cores shared out, at least one."""
+    per = str(max(1, (os.cpu_count() or 1) // workers))
+    return {
+        "POLARS_MAX_THREADS": per,
+        "RAYON_NUM_THREADS": per,
+        "OMP_NUM_THREADS": per,
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def check_ray_address(address: str) -> None:
+    """A one-line error, fast, when nothing listens at a Ray address (host:port)."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ForensicsError(f"--ray-address {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            pass
+    except OSError as err:
+        raise ForensicsError(
+            f"--ray-address {address}: no Ray head reachable there ({err.strerror or err})"
+        ) from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+@contextmanager
+def ray_session(workers: int, address: str | None, env: dict[str, str]) -> Iterator[Any]:
+    """`ray`, initialised (joined at `address`, or a local instance on 127.0.0.1) and shut down
+    afterwards if this call started it."""
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise ForensicsError(
+            "--engine ray needs Ray Data: pip install 'forensics[ray]' (ray[data])"
+        ) from None
+    started = not ray.is_initialized()
+    if started:
+        kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "include_dashboard": False,
+                                  "log_to_driver": False, "configure_logging": False}  # fmt: skip
+        if address:
+            kwargs["address"] = address
+        else:
+            kwargs["num_cpus"] = workers + 1
+            kwargs["_node_ip_address"] = "127.0.0.1"
+        try:
+            ray.init(**kwargs)
+        except Exception as err:  # Ray raises ConnectionError, RuntimeError, ValueError ...
+            raise ForensicsError(f"cannot start or reach Ray ({_first_line(err)})") from None
+    try:
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def map_ray(
+    task: Callable[[Item], Item],
+    items: Sequence[Item],
+    workers: int,
+    on_done: Callable[[Item], None],
+    address: str | None = None,
+    env: dict[str, str] | None = None,
+) -> list[Item]:
+    """Run `task` over `items` as a Ray Data map; returns the items without a result."""
+    env = {**threads_env(workers), **(env or {})}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    seen: set[int] = set()
+    with ray_session(workers, address, env) as ray:
+        with warnings.catch_warnings():
+            # max_retries as a remote argument is deprecated (removal in Ray 2.64; we pin 2.60)
+            # but is the only bound: Ray Data's own default retries a dying worker forever.
+            warnings.simplefilter("ignore")
+            ds = ray.data.from_items(list(items), override_num_blocks=len(items)).map(
+                task,
+                compute=ray.data.TaskPoolStrategy(size=workers),
+                num_cpus=1,
+                max_retries=RETRIES,
+            )
+        try:
+            for row in ds.iter_rows():
+                seen.add(int(row["part"]))
+                on_done(dict(row))
+        except ForensicsError:
+            raise
+        except Exception as err:  # a task that failed for good ends the stream
+            if all(int(i["part"]) in seen for i in items):
+                raise
+            logging.getLogger(__name__).warning("Ray: %s", _first_line(err))
+    return [i for i in items if int(i["part"]) not in seen]
+
+
+def map_local(
+    task: Callable[[Item], Item],
+    items: Sequence[Item],
+    workers: int,
+    on_done: Callable[[Item], None],
+) -> list[Item]:
+    """Run `task` over `items` in a spawn process pool; returns the items that failed RETRIES
+    times (their worker died each time)."""
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    pending = {int(i["part"]): i for i in items}
+    failures: dict[int, int] = {}
+    saved = {k: os.environ.get(k) for k in threads_env(workers)}
+    os.environ.update(threads_env(workers))  # spawned children read them at start
+    try:
+        while pending:
+            broken = False
+            with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+                queue = list(pending.values())
+                running: dict[Any, int] = {}
+                while queue or running:
+                    while queue and len(running) < 2 * workers:
+                        item = queue.pop(0)
+                        running[pool.submit(task, item)] = int(item["part"])
+                    finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        part = running.pop(fut)
+                        try:
+                            on_done(fut.result())
+                            pending.pop(part)
+                        except BrokenProcessPool:
+                            broken = True
+                    if broken:
+                        break
+            for part in pending if broken else ():
+                failures[part] = failures.get(part, 0) + 1
+            given_up = [pending[p] for p in pending if failures.get(p, 0) >= RETRIES]
+            if given_up:
+                return given_up
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return []
+
+
+def map_parts(
+    engine: str,
+    task: Callable[[Item], Item],
+    items: Sequence[Item],
+    workers: int,
+    on_done: Callable[[Item], None],
+    address: str | None = None,
+) -> list[Item]:
+    """`task` over `items` on the chosen engine (see the module doc); the failed items."""
+    if engine == "local":
+        return map_local(task, items, workers, on_done)
+    if engine == "ray":
+        return map_ray(task, items, workers, on_done, address)
+    raise ForensicsError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")

@@ -1,0 +1,115 @@
+"""Scoring in two phases, so a window's documents can be scored in parts on other processes or
+machines (`spike --engine ray`) with the same result as scoring them in one table.
+
+    score_batch(texts) -> BatchScores      per document: garbage, spam rules, skeleton signatures
+    combine(parts, texts) -> scores table  across documents: the template (skeleton) clusters
+
+Only the skeleton signal compares documents with each other, and it needs only each document's
+MinHash signatures (about 2 KB), not its text or tokens; everything else is per document. A
+`BatchScores` travels as a Parquet part (`to_frame` / `from_frame`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from forensics.score.skeleton import Signatures
+
+BATCH_COLUMNS = (
+    "garbage_score", "garbage_reason", "garbage_rule",
+    "spam_doc_score", "spam_doc_reason", "spam_doc_rule",
+    "sig_skeleton", "sig_eligible", "sig_raw",
+)  # fmt: skip
+
+
+@dataclass
+class BatchScores:
+    """The per-document half of the scores of one batch of texts (order kept)."""
+
+    garbage: pl.DataFrame  # garbage_score, garbage_reason, garbage_rule
+    spam: np.ndarray  # per-document spam score (max over the spam rules), float
+    spam_reason: list[str]
+    spam_rule: list[str]
+    signatures: Signatures
+
+    def to_frame(self) -> pl.DataFrame:
+        """One row per text, BATCH_COLUMNS (signatures as fixed-size UInt64 arrays)."""
+        return self.garbage.select("garbage_score", "garbage_reason", "garbage_rule").with_columns(
+            pl.Series("spam_doc_score", self.spam, dtype=pl.Float64),
+            pl.Series("spam_doc_reason", self.spam_reason, dtype=pl.Utf8),
+            pl.Series("spam_doc_rule", self.spam_rule, dtype=pl.Utf8),
+            pl.Series("sig_skeleton", self.signatures.skeleton),
+            pl.Series("sig_eligible", self.signatures.eligible, dtype=pl.Boolean),
+            pl.Series("sig_raw", self.signatures.raw),
+        )
+
+    @staticmethod
+    def from_frame(frame: pl.DataFrame) -> BatchScores:
+        """The inverse of `to_frame` (extra columns are ignored)."""
+        return BatchScores(
+            garbage=frame.select("garbage_score", "garbage_reason", "garbage_rule"),
+            spam=frame["spam_doc_score"].to_numpy(),
+            spam_reason=frame["spam_doc_reason"].to_list(),
+            spam_rule=frame["spam_doc_rule"].to_list(),
+            signatures=Signatures(
+                np.asarray(frame["sig_skeleton"].to_numpy(), dtype=np.uint64),
+                frame["sig_eligible"].to_numpy(),
+                np.asarray(frame["sig_raw"].to_numpy(), dtype=np.uint64),
+            ),
+        )
+
+
+def score_batch(texts: pl.Series) -> BatchScores:
+    """Every per-document score of `texts` (one process, no threads: the engines parallelise
+    over batches)."""
+    from forensics.score.garbage import score_garbage
+    from forensics.score.spam import spam_signals
+    from forensics.score.tokens import tokenize
+
+    texts = texts.cast(pl.Utf8).rename("text")
+    tok = tokenize(texts)
+    score, reasons, values = spam_signals(texts, tok)
+    return BatchScores(
+        score_garbage(texts), score, reasons, list(values["rule"]), Signatures.of(tok)
+    )
+
+
+def combine(parts: list[BatchScores], texts: pl.Series) -> pl.DataFrame:
+    """The scores table of `texts` (the concatenation of the parts' texts, in order): the
+    per-document scores, and the skeleton signal computed over all of them at once.
+
+    Returns garbage_score, spam_score, garbage_reason, spam_reason, garbage_rule, spam_rule."""
+    from forensics.score.skeleton import cluster_signatures, skeleton_scores
+
+    texts = texts.cast(pl.Utf8)
+    if not parts:
+        parts = [score_batch(texts.slice(0, 0))]
+    signatures = Signatures.concat([p.signatures for p in parts])
+    skeleton, skeleton_reason = skeleton_scores(
+        cluster_signatures(signatures, texts.hash(5).to_numpy())
+    )
+    per_doc = np.concatenate([p.spam for p in parts])
+    spam = np.maximum(per_doc, skeleton)
+    empty = texts.is_null().to_numpy() | (texts.str.len_chars().fill_null(0).to_numpy() == 0)
+    spam[empty] = 0.0
+    doc_reasons = [r for p in parts for r in p.spam_reason]
+    doc_rules = [r for p in parts for r in p.spam_rule]
+    # Both reasons when both fire: an engineer wants to see every way a page is spam.
+    reasons = ["; ".join(r for r in (pr, sr) if r)
+               for pr, sr in zip(doc_reasons, skeleton_reason, strict=True)]  # fmt: skip
+    rules = [";".join(k for k in (pr, "skeleton" if sr else "") if k)
+             for pr, sr in zip(doc_rules, skeleton_reason, strict=True)]  # fmt: skip
+    garbage = pl.concat([p.garbage for p in parts])
+    return pl.DataFrame(
+        {
+            "garbage_score": garbage["garbage_score"],
+            "spam_score": np.clip(spam, 0.0, 1.0).astype(np.float64),
+            "garbage_reason": garbage["garbage_reason"],
+            "spam_reason": pl.Series(reasons, dtype=pl.Utf8),
+            "garbage_rule": garbage["garbage_rule"],
+            "spam_rule": pl.Series(rules, dtype=pl.Utf8),
+        }
+    )
