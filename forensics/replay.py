@@ -12,6 +12,8 @@ from forensics.config import RunConfig
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from dataloaders.base import Replayer
 
 
@@ -71,3 +73,19 @@ def check_window(replayer: Replayer, step: int, window: int) -> tuple[int, int]:
             f"--window {window} at --step {step} reaches iteration {first}, before iteration 1"
         )
     return first, last
+
+
+def replay_sides(
+    replayer: Replayer, sides: dict[str, tuple[int, int]], progress: bool
+) -> pl.DataFrame:
+    """The replay tables of several iteration ranges, stacked, with a `side` column naming the
+    range each row came from ("window", "baseline"): what spike and rescore compare."""
+    import polars as pl
+
+    parts = [
+        replayer.replay(a, b, text=False, progress=progress).with_columns(
+            pl.lit(side).alias("side")
+        )
+        for side, (a, b) in sides.items()
+    ]
+    return pl.concat(parts, how="diagonal_relaxed")

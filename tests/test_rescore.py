@@ -250,11 +250,11 @@ def test_losses_file_and_checkpoint_give_the_same_report(run: dict) -> None:
     verdicts. The losses are computed outside our code path: transformers over the export."""
     root = run["root"]
     with_ckpt = _spike(run, root / "spike-ckpt", RescoreOptions(checkpoint=root / "trained"))
-    from forensics.rescore.command import _replay_both
+    from forensics.replay import replay_sides
     from forensics.rescore.export import write_export
 
-    write_export(run["replayer"], _replay_both(run["replayer"], WINDOW, BASELINE, False),
-                 root / "export", {"window": list(WINDOW)})  # fmt: skip
+    sides = replay_sides(run["replayer"], {"window": WINDOW, "baseline": BASELINE}, False)
+    write_export(run["replayer"], sides, root / "export", {"window": list(WINDOW)})
     tokens, samples, _, meta = read_export(root / "export")
     assert meta["sample_length"] == SPEC.seq_length + 1
     model = run["model"]

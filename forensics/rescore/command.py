@@ -12,16 +12,6 @@ from forensics.errors import ForensicsError
 SHOWN = 10
 
 
-def _replay_both(replayer: Any, window: tuple[int, int], baseline: tuple[int, int], progress: bool):
-    parts = [
-        replayer.replay(a, b, text=False, progress=progress).with_columns(
-            pl.lit(side).alias("side")
-        )
-        for side, (a, b) in (("window", window), ("baseline", baseline))
-    ]
-    return pl.concat(parts, how="diagonal_relaxed")
-
-
 def run_rescore_command(
     *,
     config: Path | None,
@@ -39,9 +29,9 @@ def run_rescore_command(
     import json
 
     from forensics.megatron_args import resolve_run_config
-    from forensics.replay import check_window, open_replayer
+    from forensics.replay import open_replayer, replay_sides
     from forensics.rescore.export import check_export_target, require_megatron
-    from forensics.spike.window import plan_baseline, stage_starts
+    from forensics.spike.window import plan_windows
 
     if export_tokens is None and options is None:
         raise ForensicsError("pass --checkpoint DIR, --losses FILE or --export-tokens DIR")
@@ -54,9 +44,9 @@ def run_rescore_command(
     run = resolve_run_config(config, megatron_args)
     replayer = open_replayer(run)
     require_megatron(replayer)
-    span = check_window(replayer, step, window)
-    base, _how = plan_baseline(span, stage_starts(run), baseline, None)
-    replay = _replay_both(replayer, span, base, progress)
+    plan = plan_windows(replayer, run, step, window, baseline, None)
+    span, base = plan.window, plan.baseline
+    replay = replay_sides(replayer, {"window": span, "baseline": base}, progress)
     fingerprint = json.loads(json.dumps(replayer.fingerprint(), default=str))
     from forensics.report.terminal import make_console
 

@@ -31,13 +31,10 @@ def replay_stage(run: SpikeRun) -> pl.DataFrame:
     progress = run.options.progress
 
     def replay() -> pl.DataFrame:
-        parts = [
-            run.replayer.replay(a, b, text=False, progress=progress).with_columns(
-                pl.lit(side).alias("side")
-            )
-            for side, (a, b) in (("window", window), ("baseline", baseline))
-        ]
-        return pl.concat(parts, how="diagonal_relaxed")
+        from forensics.replay import replay_sides
+
+        sides = {"window": window, "baseline": baseline}
+        return replay_sides(run.replayer, sides, progress)
 
     what = f"window {window[0]}-{window[1]}, baseline {baseline[0]}-{baseline[1]}"
     with run.clock.stage("replay", what):
