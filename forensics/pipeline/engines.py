@@ -116,8 +116,10 @@ def map_ray(
     on_done: Callable[[Item], None],
     address: str | None = None,
     env: dict[str, str] | None = None,
+    on_error: Callable[[str], None] | None = None,
 ) -> list[Item]:
-    """Run `task` over `items` as a Ray Data map; returns the items without a result."""
+    """Run `task` over `items` as a Ray Data map; returns the items without a result.
+    `env`: extra environment for the workers; `on_error` hears why Ray gave up on a task."""
     env = {**threads_env(workers), **(env or {})}
     if os.environ.get("PYTHONPATH"):
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
@@ -142,7 +144,8 @@ def map_ray(
         except Exception as err:  # a task that failed for good ends the stream
             if all(int(i["part"]) in seen for i in items):
                 raise
-            logging.getLogger(__name__).warning("Ray: %s", _first_line(err))
+            if on_error is not None:
+                on_error(f"Ray: {_first_line(err)}")
     return [i for i in items if int(i["part"]) not in seen]
 
 
@@ -203,10 +206,13 @@ def map_parts(
     workers: int,
     on_done: Callable[[Item], None],
     address: str | None = None,
+    env: dict[str, str] | None = None,
+    on_error: Callable[[str], None] | None = None,
 ) -> list[Item]:
-    """`task` over `items` on the chosen engine (see the module doc); the failed items."""
+    """`task` over `items` on the chosen engine (see the module doc); the failed items.
+    (Local workers inherit this process's environment; `env` and `on_error` serve Ray.)"""
     if engine == "local":
         return map_local(task, items, workers, on_done)
     if engine == "ray":
-        return map_ray(task, items, workers, on_done, address)
+        return map_ray(task, items, workers, on_done, address, env, on_error)
     raise ForensicsError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")

@@ -178,21 +178,19 @@ def _progress(enabled: bool, total_iterations: int, done_iterations: int):
 def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     """The whole command (see module doc). Bad input raises ForensicsError before any work."""
     from forensics.pipeline import module_version
+    from forensics.pipeline.engines import check_engine
     from forensics.replay import open_replayer
-    from forensics.scan.engines import ENGINES, check_ray_address, run_engine
+    from forensics.scan.engines import run_engine
     from forensics.skip import check_threshold
 
     opts = options
     t0 = time.perf_counter()
     check_threshold(opts.threshold)
-    if opts.engine not in ENGINES:
-        raise ForensicsError(f"--engine {opts.engine!r}: choose one of {', '.join(ENGINES)}")
-    if opts.workers < 1:
-        raise ForensicsError(f"--workers {opts.workers}: must be at least 1")
+    check_engine(opts.engine, opts.workers, None)  # the address once the range is known good
     if opts.shard_iterations is not None and opts.shard_iterations < 1:
         raise ForensicsError(f"--shard-iterations {opts.shard_iterations}: must be at least 1")
     if opts.ray_address and opts.engine != "ray":
-        raise ForensicsError("--ray-address is for --engine ray")
+        raise ForensicsError("--ray-address needs --engine ray")
     run, origin = _load(config)
     if run.data.format != "megatron":
         raise ForensicsError(
@@ -202,7 +200,7 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     replayer = open_replayer(run)
     check_range(opts.first, opts.last, replayer.last_iteration)
     if opts.engine == "ray" and opts.ray_address:
-        check_ray_address(opts.ray_address)
+        check_engine(opts.engine, opts.workers, opts.ray_address)
     gbs = run.training.global_batch_size
     tokens_per_iteration = gbs * (run.data.seq_length + 1)
     per_shard = opts.shard_iterations or max(1, SHARD_TOKENS // tokens_per_iteration)
