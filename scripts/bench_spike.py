@@ -5,11 +5,14 @@ before the spike, plus a baseline window of the same size. The run (about 110k d
 text on this machine, recombined past what the machine has; a mixed dirty crawl batch entering
 60 iterations before the spike) is built once under --work and reused.
 
-Prints the time of each stage for a cold run (empty output directory) and for a warm rerun with
-another threshold (what the cache saves). Goal: the cold run under 120 s on 2 cores, its
-embed stage under 20 s (issue 15), with the culprit unchanged.
+`--engine local --workers 2` / `--engine ray --workers 2` decode and score in parts
+(forensics/spike/engine.py) instead of in this process. Prints the time of each stage for a
+cold run (empty output directory) and for a warm rerun with another threshold (what the cache
+saves). Goal: the cold run under 120 s on 2 cores, its embed stage under 20 s (issue 15), with
+the culprit unchanged.
 
     .venv/bin/python scripts/bench_spike.py [--work /tmp/forensics-bench] [--embed-cap 3000]
+                                            [--engine local|ray] [--workers N]
 """
 
 from __future__ import annotations
@@ -75,13 +78,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/forensics-bench"))
     parser.add_argument("--embed-cap", type=int, default=None, help="default: the pipeline's")
+    parser.add_argument("--engine", default="local", help="decode+score engine: local or ray")
+    parser.add_argument("--workers", type=int, default=1, help="engine workers (1: in-process)")
     args = parser.parse_args()
     run = ensure_run(args.work)
     out = args.work / "spike"
     if out.exists():
         shutil.rmtree(out)  # the benchmark's own output: a cold run starts empty
     opts = SpikeOptions(
-        step=SPEC.spike_iteration, window=WINDOW, embed_cap=args.embed_cap, progress=False
+        step=SPEC.spike_iteration,
+        window=WINDOW,
+        embed_cap=args.embed_cap,
+        engine=args.engine,
+        workers=args.workers,
+        progress=False,
     )
     t0 = time.perf_counter()
     cold = run_spike(run / "forensics.yaml", out, opts)
@@ -96,7 +106,8 @@ def main() -> None:
     print(
         f"\nforensics spike: window {cold.window[0]}-{cold.window[1]} ({samples:,} samples, "
         f"{tokens / 1e6:.0f}M tokens) + baseline {cold.baseline[0]}-{cold.baseline[1]}; "
-        f"{docs:,} window+baseline document rows; {os.cpu_count()} CPUs, load average "
+        f"{docs:,} window+baseline document rows; engine {args.engine} x {args.workers}; "
+        f"{os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.1f}"
     )
     print(f"{'stage':<10} {'cold s':>8} {'warm s':>8}  warm from cache")
