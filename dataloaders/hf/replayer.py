@@ -371,9 +371,21 @@ class HFReplayer:
         return out
 
     def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
-        """Not listed: a source's documents the window did not draw would mean reading every
-        shard; the block list then holds the documents the window drew (the report says so)."""
-        return None
+        """A whole file (facet "file") or the whole dataset, from the row offsets; other
+        provenance fields would mean reading every file's column: None (not listed)."""
+        offsets = self._offsets
+        if facet == "dataset":
+            lo, hi = (0, int(offsets[-1])) if key == self.data.name else (0, 0)
+        elif facet == FILE_FACET:
+            names = [s.name for s in self.shards]
+            idx = names.index(key) if key in names else None
+            lo, hi = (0, 0) if idx is None else (int(offsets[idx]), int(offsets[idx + 1]))
+        else:
+            return None
+        ids = np.arange(lo, hi, dtype=np.int64)
+        return pl.DataFrame({"doc_id": ids}).select(
+            pl.lit(self.data.name).alias("dataset"), "doc_id"
+        )
 
     def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
         mine = docs.filter(pl.col("dataset") == self.data.name)

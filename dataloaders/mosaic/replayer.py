@@ -487,9 +487,27 @@ class MosaicReplayer:
         return frame.unique(["dataset", "doc_id"], maintain_order=True)
 
     def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
-        """Not listed: a source's documents the window did not draw would mean reading every
-        shard; the block list then holds the documents the window drew (the report says so)."""
-        return None
+        """A whole shard (facet "shard") or a whole stream ("dataset"), from the shards' sample
+        counts; other provenance fields would mean reading every shard: None (not listed)."""
+        frames = []
+        for name, stream in zip(self.names, self.streams, strict=True):
+            offsets = np.concatenate([[0], np.cumsum(stream.samples_per_shard)]).astype(np.int64)
+            if facet == "dataset" and key == name:
+                spans = [(0, int(offsets[-1]))]
+            elif facet == SHARD_FACET:
+                names = [shard.path.name for shard in stream.shards]
+                spans = [
+                    (int(offsets[i]), int(offsets[i + 1])) for i, n in enumerate(names) if n == key
+                ]
+            elif facet == "dataset":
+                continue
+            else:
+                return None
+            for lo, hi in spans:
+                frames.append(pl.DataFrame({"dataset": name, "doc_id": np.arange(lo, hi)}))
+        if not frames:
+            return pl.DataFrame(schema={"dataset": pl.Utf8, "doc_id": pl.Int64})
+        return pl.concat(frames).cast({"doc_id": pl.Int64})
 
     def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
         keys = docs.select(pl.col("dataset"), pl.col("doc_id").cast(pl.Int64))

@@ -467,9 +467,22 @@ class OlmoCoreReplayer:
         return self._tokenizer.decode_batch(ids, skip_special_tokens=False) if ids else []
 
     def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
-        """Not listed: a source's documents the window did not draw would mean reading every
-        shard; the block list then holds the documents the window drew (the report says so)."""
-        return None
+        """A whole token file (facet "file") or a whole source ("dataset"), from the files'
+        document boundaries; metadata fields would mean reading every file's metadata: None."""
+        if facet == "dataset":
+            chosen = [i for i, f in enumerate(self.files) if f.source == key]
+        elif facet == FILE_FACET:
+            chosen = [i for i, f in enumerate(self.files) if str(f.path) == key]
+        else:
+            return None
+        frames = []
+        for i in chosen:
+            n = len(files.document_ends(self.files[i], self.data))
+            ids = self._doc_ids(np.full(n, i, dtype=np.int64), np.arange(n, dtype=np.int64))
+            frames.append(pl.DataFrame({"dataset": self.files[i].source, "doc_id": ids}))
+        if not frames:
+            return pl.DataFrame(schema={"dataset": pl.Utf8, "doc_id": pl.Int64})
+        return pl.concat(frames).cast({"doc_id": pl.Int64})
 
     def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
         base = docs.select("dataset", pl.col("doc_id").cast(pl.Int64)).unique(maintain_order=True)
