@@ -2,7 +2,7 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_cluster.py [--docs 100000] [--cap 3000]
 
-Generates a window and a baseline of `--docs` documents each (forensics.cluster.synthetic: one
+Generates a window and a baseline of `--docs` documents each (forensics_testing.windows: one
 dirty crawl batch at 10%, texts long enough to hit the 128-token cap), then times each stage
 with a cold embedding cache (model load included) and again with the cache warm, and prints a
 table. Generation is not timed: in the pipeline the tables come from replay and scoring.
@@ -80,7 +80,7 @@ def main() -> None:
     from rich.table import Table
 
     from forensics.cluster import DEFAULT_CAP
-    from forensics.cluster.synthetic import generate_run
+    from forensics_testing.windows import generate_run
 
     cap = args.cap or DEFAULT_CAP
     t = time.perf_counter()

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
@@ -47,7 +46,7 @@ print(json.dumps({{"seconds": t1 - t0, "rows": t.height, "uids": uids}}))
 
 
 def _write(folder: Path, samples: int, shards: int) -> None:
-    from dataloaders.mosaic.write import write_mds
+    from forensics_testing.mds import write_mds
 
     if (folder / "index.json").is_file():
         return

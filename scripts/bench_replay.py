@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dataloaders.megatron.indexed import write_idx  # noqa: E402
 from forensics.config import config_from_dict  # noqa: E402

@@ -30,16 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 SEQ = 2048
 GBS = 128
 CONFIGS = [("plain", 1), ("local", 1), ("local", 2), ("ray", 1), ("ray", 2)]
 
 
 def build(run: Path, tokens: float) -> dict:
-    from forensics.scan.synthetic import ScanRunSpec, build_scan_run
+    from forensics_testing.scan_run import ScanRunSpec, build_scan_run
 
     truth_file = run / "truth.json"
     if truth_file.is_file():

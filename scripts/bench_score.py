@@ -18,14 +18,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# Score with the checkout this script lives in, whatever the editable install points at.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import eval_corpus  # noqa: E402
 import eval_corpus_man  # noqa: E402

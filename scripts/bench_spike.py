@@ -21,17 +21,15 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from forensics.demo.build import DemoSpec, build_run  # noqa: E402
 from forensics.pipeline import module_version  # noqa: E402
 from forensics.spike import SpikeOptions, run_spike  # noqa: E402
+from forensics_testing.demo.build import DemoSpec, build_run  # noqa: E402
 
 SPEC = DemoSpec(
     name="bench",
@@ -61,7 +59,7 @@ def ensure_run(work: Path) -> Path:
     if truth.is_file():
         built = json.loads(truth.read_text())
         same_spec = built["spec"] == json.loads(json.dumps(asdict(SPEC)))
-        if same_spec and built.get("builder") == module_version("forensics.demo"):
+        if same_spec and built.get("builder") == module_version("forensics_testing.demo"):
             return run
     if run.exists():
         shutil.rmtree(run)

@@ -22,10 +22,10 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from forensics.triage import synthetic
 from forensics.triage.analyze import triage
 from forensics.triage.readers import read_log
 from forensics.watch.loop import Watcher, WatchOptions
+from forensics_testing import loss_curves
 
 
 def main() -> None:
@@ -34,14 +34,14 @@ def main() -> None:
     ap.add_argument("--lines-per-poll", type=int, default=50, help="10 lines/s x 5 s interval")
     args = ap.parse_args()
     console = Console()
-    df = synthetic.healthy(args.steps, seed=1)
+    df = loss_curves.healthy(args.steps, seed=1)
     # a benign spike every 10,000 steps, so the detectors have work to do
     s = df["step"].to_numpy()
     bump = np.zeros(len(s))
     for at in range(5_000, args.steps, 10_000):
         bump += np.where(s >= at, 1.5 * np.exp(-np.clip(s - at, 0, None) / 5.0), 0.0)
     df = df.with_columns(pl.Series("loss", df["loss"].to_numpy() + bump))
-    lines = synthetic.megatron_lines(df)
+    lines = loss_curves.megatron_lines(df)
     marks = sorted({m for m in (1_000, 10_000, 25_000, 50_000, 75_000, args.steps)})
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,22 +3,19 @@
     .venv/bin/python scripts/build_demo_run.py --out demo-run [--seed 1234] [--dirty-kind mixed]
         [--config-copy configs/demo.yaml]
 
-See forensics/demo/build.py for what is real (data, tokenizer, order) and what is simulated (the
-training log's loss curve).
+See forensics_testing/demo/build.py for what is real (data, tokenizer, order) and what is
+simulated (the training log's loss curve).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from forensics.demo.build import DemoSpec, build_run, relocated_config  # noqa: E402
-from forensics.demo.dirty import DIRTY_KINDS  # noqa: E402
+from forensics_testing.demo.build import DemoSpec, build_run, relocated_config  # noqa: E402
+from forensics_testing.demo.dirty import DIRTY_KINDS  # noqa: E402
 
 
 def main() -> None:

@@ -3,8 +3,9 @@ real loss curve and run `spike --checkpoint` on it (issue 14, item 5).
 
     python scripts/train_tiny_run.py --out tiny-run [--iters 600] [--every 50] [--force]
 
-1. builds a small Megatron run with forensics.demo.build (real .bin/.idx, manifests, tokenizer,
-   a dirty crawl batch of mojibake + template spam entering the blend at a mixture switch);
+1. builds a small Megatron run with forensics_testing.demo.build (real .bin/.idx, manifests,
+   tokenizer, a dirty crawl batch of mojibake + template spam entering the blend at a mixture
+   switch);
 2. trains a GPT-2-style model (transformers, CPU, one thread) over the exact samples our replay
    says Megatron would feed, in that order; writes logs/train.log in Megatron-LM's training_log
    format (lm loss, grad norm before clipping, learning rate per iteration) and Hugging Face
@@ -28,9 +29,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from forensics.demo.build import DemoSpec, build_run  # noqa: E402
+from forensics_testing.demo.build import DemoSpec, build_run  # noqa: E402
 
 WINDOW = 40
 
@@ -92,16 +92,16 @@ def main() -> int:
     import torch
 
     from forensics.config import load_config
-    from forensics.demo.train import (
+    from forensics.replay import open_replayer
+    from forensics.rescore import RescoreOptions
+    from forensics.spike import SpikeOptions, run_spike
+    from forensics_testing.demo.train import (
         TinyModel,
         iteration_batches,
         megatron_log_line,
         tiny_gpt2,
         train,
     )
-    from forensics.replay import open_replayer
-    from forensics.rescore import RescoreOptions
-    from forensics.spike import SpikeOptions, run_spike
 
     torch.set_num_threads(1)  # 2 shared cores: more threads only contend
     out: Path = args.out

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dataloaders.mosaic.write import write_mds
+from forensics_testing.mds import write_mds
 
 __all__ = ["oracle_python", "run_library_functions", "run_oracle", "write_mds"]
 

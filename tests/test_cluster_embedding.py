@@ -8,8 +8,8 @@ import pytest
 
 from forensics.cluster import assign_verdicts, cluster_embeddings, describe_sample, headline_culprit
 from forensics.cluster.embedding import split_cap, stratified_sample
-from forensics.cluster.synthetic import generate_run
 from forensics.errors import ForensicsError
+from forensics_testing.windows import generate_run
 
 
 class KeywordEmbedder:

@@ -9,8 +9,8 @@ from scipy.stats import fisher_exact
 
 from forensics.cluster import assign_verdicts, cluster_sources, culprit_docs, headline_culprit
 from forensics.cluster.stats import enrichment_p, holm
-from forensics.cluster.synthetic import generate_run
 from forensics.errors import ForensicsError
+from forensics_testing.windows import generate_run
 
 
 def ranked_sources(run) -> pl.DataFrame:

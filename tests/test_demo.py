@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.demo.build import DemoSpec, build_run, relocated_config
+from forensics_testing.demo.build import DemoSpec, build_run, relocated_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = replace(

@@ -20,8 +20,8 @@ import yaml
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 datasets = pytest.importorskip("datasets")
 
-from forensics.demo.dirty import dirty_page, site_name, web_page  # noqa: E402
-from forensics.demo.texts import harvest  # noqa: E402
+from forensics_testing.demo.dirty import dirty_page, site_name, web_page  # noqa: E402
+from forensics_testing.demo.texts import harvest  # noqa: E402
 
 SHARDS, ROWS, DIRTY = 12, 40, 7  # shard 7 of 12 is the dirty crawl
 SEED, BUFFER, SIZE, WORLD = 5, 32, 8, 2

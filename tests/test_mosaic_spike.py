@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 from mosaic_support import run_oracle, write_mds
 
-from forensics.demo.dirty import dirty_page, site_name, web_page
-from forensics.demo.texts import harvest
+from forensics_testing.demo.dirty import dirty_page, site_name, web_page
+from forensics_testing.demo.texts import harvest
 
 SHARDS = {"web": [40, 40, 40, 40], "forum": [40, 40, 40]}
 DIRTY_STREAM, DIRTY_SHARD = "forum", 1

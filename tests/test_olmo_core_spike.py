@@ -28,9 +28,9 @@ DOCS = 100
 
 
 def _pages(folder: Path) -> tuple[dict[str, list[str]], object]:
-    from forensics.demo.build import _train_tokenizer
-    from forensics.demo.dirty import dirty_page, site_name, web_page
-    from forensics.demo.texts import harvest
+    from forensics_testing.demo.build import _train_tokenizer
+    from forensics_testing.demo.dirty import dirty_page, site_name, web_page
+    from forensics_testing.demo.texts import harvest
 
     prose = harvest(3 * DOCS, 0, seed=4)["prose"]
     assert len(prose) >= 3 * DOCS, "not enough installed READMEs/docstrings"

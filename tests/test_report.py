@@ -14,9 +14,9 @@ import pytest
 from rich.console import Console
 
 from forensics.cluster import assign_verdicts, cluster_embeddings, cluster_sources, describe_sample
-from forensics.cluster.synthetic import generate_run
 from forensics.errors import ForensicsError
 from forensics.report import build_report, print_summary, write_report
+from forensics_testing.windows import generate_run
 
 SCRIPT = "<script>alert(1)</script>"
 NOTES = [

@@ -1,9 +1,9 @@
 """Rescoring the window with a checkpoint (issue 14), on a generated Megatron run.
 
-The run is real data in real formats (forensics.demo.build: a crawl batch of mojibake and template
-spam enters at a mixture switch); the models are real transformers GPT-2s built here: one randomly
-initialised, one trained for a few hundred iterations on the run's own pre-switch batches (the
-order our replay gives). What is checked against what:
+The run is real data in real formats (forensics_testing.demo.build: a crawl batch of mojibake
+and template spam enters at a mixture switch); the models are real transformers GPT-2s built
+here: one randomly initialised, one trained for a few hundred iterations on the run's own
+pre-switch batches (the order our replay gives). What is checked against what:
 - the exported token sequences against megatron-core 0.16.1's own samples (GPTDataset.__getitem__
   returns tokens = text[:-1], labels = text[1:]: megatron/core/datasets/gpt_dataset.py:241-243 in
   the installed wheel), for every sample of a three-way blend;
@@ -27,13 +27,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from forensics.config import load_config  # noqa: E402
-from forensics.demo.build import DemoSpec, build_run  # noqa: E402
-from forensics.demo.train import iteration_batches, save, tiny_gpt2, train  # noqa: E402
 from forensics.errors import ForensicsError  # noqa: E402
 from forensics.replay import open_replayer  # noqa: E402
 from forensics.rescore import RescoreOptions, rescore  # noqa: E402
 from forensics.rescore.export import gather_tokens, read_export, sample_tables  # noqa: E402
 from forensics.spike import SpikeOptions, run_spike  # noqa: E402
+from forensics_testing.demo.build import DemoSpec, build_run  # noqa: E402
+from forensics_testing.demo.train import iteration_batches, save, tiny_gpt2, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = DemoSpec(

@@ -1,6 +1,6 @@
 """`forensics scan` end to end on a generated run with dirty stretches planted ahead.
 
-The run (forensics/scan/synthetic.py) has real text, a real BPE and real .bin/.idx files; three
+The run (forensics_testing/scan_run.py) has real text, a real BPE and real .bin/.idx files; three
 dirty datasets (mojibake, template spam, repeated n-grams) enter the blend at data stage starts
 and leave at the next, so the planted stretches are known exactly: 21-30, 51-60, 91-98.
 """
@@ -25,7 +25,7 @@ from forensics.config import load_config
 from forensics.errors import ForensicsError
 from forensics.scan.run import ScanOptions, run_scan
 from forensics.scan.shard import FAULT_ENV
-from forensics.scan.synthetic import ScanRunSpec, build_scan_run
+from forensics_testing.scan_run import ScanRunSpec, build_scan_run
 
 SPEC = ScanRunSpec()
 PLANTED = {(a, b): kind for kind, a, b in SPEC.stretches}

@@ -1,8 +1,8 @@
 """`forensics spike` end to end on a generated Megatron run (not the demo's seed, blend or dirt).
 
 The run is real data in real formats (.bin/.idx, manifests, tokenizer, config, log) built by
-forensics.demo.build with a spam crawl batch entering at a mixture switch. The truths the tests
-hold the command to are computed independently: which documents are dirty comes from the
+forensics_testing.demo.build with a spam crawl batch entering at a mixture switch. The truths the
+tests hold the command to are computed independently: which documents are dirty comes from the
 builder, which samples hold them from the replay table (not from Replayer.exposure, which the
 command uses).
 """
@@ -19,11 +19,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.demo.build import DemoSpec, build_run
 from forensics.errors import ForensicsError
 from forensics.skip import expand
 from forensics.skip.flags import verify_flag
 from forensics.spike import SpikeOptions, run_spike
+from forensics_testing.demo.build import DemoSpec, build_run
 
 SPEC = DemoSpec(
     name="e2e",

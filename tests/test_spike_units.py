@@ -117,9 +117,9 @@ def test_spike_notes_carry_triages_events_around_the_window() -> None:
     """The spike report tells triage's story: the malignant spike's verdict is a note, events
     far before the window are not."""
     from forensics.spike.reporting import triage_notes
-    from forensics.triage import synthetic
+    from forensics_testing import loss_curves
 
-    frame = synthetic.make("malignant_step")  # a malignant spike at step 3000
+    frame = loss_curves.make("malignant_step")  # a malignant spike at step 3000
     notes = triage_notes(frame, (2701, 3000))
     assert any(n.startswith("triage: spike (malignant) at 3000") for n in notes), notes
     assert triage_notes(frame, (1001, 1300), late=100) == []

@@ -14,15 +14,15 @@ import pytest
 from typer.testing import CliRunner
 
 from forensics.cli import app
-from forensics.triage import synthetic
 from forensics.triage.report import decimate, json_safe
+from forensics_testing import loss_curves
 
 runner = CliRunner()
 
 
 def _log(tmp_path: Path, shape: str) -> Path:
     log = tmp_path / f"{shape}.log"
-    log.write_text("\n".join(synthetic.megatron_lines(synthetic.make(shape, n=4500))) + "\n")
+    log.write_text("\n".join(loss_curves.megatron_lines(loss_curves.make(shape, n=4500))) + "\n")
     return log
 
 
@@ -77,7 +77,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 def test_cli_bad_checkpoints_and_warnings_named(tmp_path: Path) -> None:
     f = tmp_path / "c.csv"
-    rows = synthetic.healthy(300).select("step", "loss")
+    rows = loss_curves.healthy(300).select("step", "loss")
     text = rows.write_csv().splitlines()
     text[10] = text[10].split(",")[0] + ",n/a"
     f.write_text("\n".join(text) + "\n")
@@ -91,7 +91,7 @@ def test_cli_bad_checkpoints_and_warnings_named(tmp_path: Path) -> None:
 
 def test_triage_never_imports_torch(tmp_path: Path) -> None:
     f = tmp_path / "c.csv"
-    synthetic.healthy(200).select("step", "loss").write_csv(f)
+    loss_curves.healthy(200).select("step", "loss").write_csv(f)
     code = (
         "import sys; from forensics.cli import app; from typer.testing import CliRunner;"
         f"r = CliRunner().invoke(app, ['triage', {str(f)!r}, '--out', {str(tmp_path / 'o')!r}]);"
@@ -112,7 +112,7 @@ def test_decimate_keeps_extremes() -> None:
 @pytest.mark.parametrize("flag", ["--recovery-window", "--plateau-steps"])
 def test_cli_rejects_nonpositive_windows(tmp_path: Path, flag: str) -> None:
     f = tmp_path / "c.csv"
-    synthetic.healthy(50).select("step", "loss").write_csv(f)
+    loss_curves.healthy(50).select("step", "loss").write_csv(f)
     res = runner.invoke(app, ["triage", str(f), "--out", str(tmp_path / "o"), flag, "0"])
     assert res.exit_code != 0
 

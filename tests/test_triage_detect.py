@@ -8,10 +8,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from forensics.triage import synthetic
 from forensics.triage.analyze import rollback_point, triage
 from forensics.triage.config import RunInfo
 from forensics.triage.readers import read_log
+from forensics_testing import loss_curves
 
 CURVES = Path(__file__).resolve().parents[2] / "shared" / "curves"
 needs_shared = pytest.mark.skipif(not CURVES.is_dir(), reason="../shared/curves not present")
@@ -98,16 +98,16 @@ def test_bloom_13b_spike_is_undecided_while_window_open_and_scale_collapse_flagg
 
 
 def test_healthy_curve_has_no_events_and_a_power_law() -> None:
-    r = triage(synthetic.make("healthy"))
+    r = triage(loss_curves.make("healthy"))
     assert r.events == [] and r.summary["status"] == "healthy"
     fit = r.summary["curves"]["loss"]["power_law"]
     assert fit["exponent"] < 0 and fit["r2"] > 0.9 and fit["noise_narrows"] is True
 
 
 def test_benign_spike_fast_recovery_and_grad_norm_lead() -> None:
-    r = triage(synthetic.make("benign_spike"))
+    r = triage(loss_curves.make("benign_spike"))
     (spike,) = _kinds(r, "spike")
-    assert spike["verdict"] == "benign" and spike["step"] == synthetic.SPIKE_STEP
+    assert spike["verdict"] == "benign" and spike["step"] == loss_curves.SPIKE_STEP
     assert spike["recovery_speed"] == "fast" and spike["recovery_steps"] <= 50
     (alarm,) = _kinds(r, "grad_norm_alarm")
     assert alarm["led_loss_peak_by"] == 3
@@ -116,7 +116,7 @@ def test_benign_spike_fast_recovery_and_grad_norm_lead() -> None:
 
 def test_malignant_step_gets_rollback_and_next_command() -> None:
     run = RunInfo(checkpoints=(2500, 2920, 2940, 2990), config_path="run.yaml")
-    r = triage(synthetic.make("malignant_step"), run=run)
+    r = triage(loss_curves.make("malignant_step"), run=run)
     (spike,) = _kinds(r, "spike")
     assert spike["verdict"] == "malignant"
     assert spike["rollback_iteration"] == 2940  # latest checkpoint in [S-100, S-50]
@@ -127,25 +127,25 @@ def test_malignant_step_gets_rollback_and_next_command() -> None:
     assert not _kinds(r, "plateau") and not _kinds(r, "divergence")
     # A config path the shell would split or expand is quoted, so the line pastes as it reads.
     odd = RunInfo(checkpoints=(2940,), config_path="my runs/$(rm -rf x).yaml")
-    (spike,) = _kinds(triage(synthetic.make("malignant_step"), run=odd), "spike")
+    (spike,) = _kinds(triage(loss_curves.make("malignant_step"), run=odd), "spike")
     assert "--config 'my runs/$(rm -rf x).yaml' --step 3000" in spike["next_command"]
 
 
 def test_malignant_step_is_undecided_before_the_window_elapses() -> None:
-    df = synthetic.make("malignant_step").filter(pl.col("step") <= synthetic.SPIKE_STEP + 300)
+    df = loss_curves.make("malignant_step").filter(pl.col("step") <= loss_curves.SPIKE_STEP + 300)
     (spike,) = _kinds(triage(df), "spike")
     assert spike["verdict"] == "undecided" and "rollback_iteration" not in spike
 
 
 def test_slow_benign_recovery_is_not_malignant() -> None:
-    (spike,) = _kinds(triage(synthetic.make("slow_benign")), "spike")
+    (spike,) = _kinds(triage(loss_curves.make("slow_benign")), "spike")
     assert spike["verdict"] == "benign" and spike["recovery_speed"] == "slow"
     assert 200 <= spike["recovery_steps"] <= 500
     assert "second-moment" in spike["evidence"]["recovery_meaning"]
 
 
 def test_divergence_with_grad_norm_precursor() -> None:
-    r = triage(synthetic.make("divergence"))
+    r = triage(loss_curves.make("divergence"))
     (div,) = _kinds(r, "divergence")
     alarm = _kinds(r, "grad_norm_alarm")[0]
     assert alarm["step"] < div["step"] and alarm["led_loss_onset_by"] > 0
@@ -175,9 +175,9 @@ def test_divergence_with_grad_norm_precursor() -> None:
     ],
 )
 def test_plateau_causes_in_order(shape: str, run: RunInfo, conclusion: str) -> None:
-    r = triage(synthetic.make(shape), run=run)
+    r = triage(loss_curves.make(shape), run=run)
     (p,) = _kinds(r, "plateau")
-    assert abs(p["step"] - synthetic.SPIKE_STEP) < 500 and p["conclusion"].startswith(conclusion)
+    assert abs(p["step"] - loss_curves.SPIKE_STEP) < 500 and p["conclusion"].startswith(conclusion)
     assert [c["check"] for c in p["checks"]] == [
         "learning rate",
         "data repetition",
@@ -188,13 +188,13 @@ def test_plateau_causes_in_order(shape: str, run: RunInfo, conclusion: str) -> N
 
 
 def test_sparse_log_interval_still_judged() -> None:
-    df = synthetic.make("malignant_step").filter(pl.col("step") % 10 == 0)
+    df = loss_curves.make("malignant_step").filter(pl.col("step") % 10 == 0)
     (spike,) = _kinds(triage(df), "spike")
-    assert spike["verdict"] == "malignant" and spike["step"] == synthetic.SPIKE_STEP
+    assert spike["verdict"] == "malignant" and spike["step"] == loss_curves.SPIKE_STEP
 
 
 def test_one_step_blips_are_counted_not_events() -> None:
-    df = synthetic.healthy(4000, seed=3)
+    df = loss_curves.healthy(4000, seed=3)
     idx = np.arange(600, 3900, 130)[:25]  # isolated: a pair within 3 rows is a 2-row spike
     loss = df["loss"].to_numpy().copy()
     loss[idx] += 0.8
@@ -204,7 +204,7 @@ def test_one_step_blips_are_counted_not_events() -> None:
 
 
 def test_per_domain_curve_spike_is_attributed() -> None:
-    df = synthetic.healthy(4000)
+    df = loss_curves.healthy(4000)
     web = df["loss"].to_numpy() + 0.3
     web[3000:] += 0.7
     r = triage(df.with_columns(pl.Series("loss:web", web)))
@@ -233,7 +233,7 @@ def test_short_megatron_run_climbing_to_the_end_is_a_divergence() -> None:
 
 def test_sparse_domain_loss_gaps_are_not_nan() -> None:
     # A per-domain loss logged every 50th step: its gaps are not a loss going nan.
-    df = synthetic.healthy(4000)
+    df = loss_curves.healthy(4000)
     web = df["loss"].to_numpy() + 0.3
     web[3000:] += 0.7
     keep = df["step"].to_numpy() % 50 == 0
@@ -247,9 +247,9 @@ def test_sparse_domain_loss_gaps_are_not_nan() -> None:
 def test_healthy_trend_is_fitted_before_a_lasting_break() -> None:
     """A malignant step up must not bend the power-law fit: it is fitted on what came before,
     and matches the fit of the same run without the step."""
-    broken = triage(synthetic.make("malignant_step")).curves["loss"].fit
-    clean = synthetic.healthy(6000)
-    reference = triage(clean.filter(pl.col("step") < synthetic.SPIKE_STEP)).curves["loss"].fit
+    broken = triage(loss_curves.make("malignant_step")).curves["loss"].fit
+    clean = loss_curves.healthy(6000)
+    reference = triage(clean.filter(pl.col("step") < loss_curves.SPIKE_STEP)).curves["loss"].fit
     assert broken is not None and reference is not None
     assert broken.r2 > 0.9
     assert abs(broken.exponent - reference.exponent) < 0.01

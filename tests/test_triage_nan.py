@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 
 from forensics.cli import app
 from forensics.errors import ForensicsError
-from forensics.triage import synthetic
 from forensics.triage.analyze import triage
 from forensics.triage.readers import read_log, read_log_with_warnings
+from forensics_testing import loss_curves
 
 runner = CliRunner()
 LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "curves" / "megatron_logs"
@@ -37,9 +37,9 @@ BREAK = 1001
 def _healthy_lines(n: int = 1200, template: str = "synthetic") -> list[str]:
     """Healthy lines: from our generator, or a verbatim BLOOM-176B Megatron-DeepSpeed line
     (launcher prefix and all fields kept) with its iteration, loss and grad norm replaced."""
-    df = synthetic.healthy(n)
+    df = loss_curves.healthy(n)
     if template == "synthetic":
-        return synthetic.megatron_lines(df)
+        return loss_curves.megatron_lines(df)
     real = (LOGS / "train_tr11-176B-ml_chronicles.log").read_text().splitlines()
     line = next(ln for ln in real if "grad norm:" in ln and "lm loss:" in ln)
     out = []
@@ -106,8 +106,8 @@ def test_cli_says_act_and_divergence_on_a_nan(tmp_path: Path) -> None:
 def test_ci_padding_rows_and_calibration_skips_stay_healthy(tmp_path: Path) -> None:
     # All-nan rows after the end (CI golden files) are no evidence; nor is an fp16 interval whose
     # iterations were all skipped (no loss to print, nan counter 0).
-    df = synthetic.healthy(1200)
-    lines = synthetic.megatron_lines(df)
+    df = loss_curves.healthy(1200)
+    lines = loss_curves.megatron_lines(df)
     lines[9] = re.sub(r" lm loss: [^|]+\|", "", lines[9]).replace(
         "skipped iterations:   0", "skipped iterations:   1"
     )

@@ -10,9 +10,9 @@ import polars as pl
 import pytest
 
 from forensics.errors import ForensicsError
-from forensics.triage import synthetic
 from forensics.triage.columns import canonical_name
 from forensics.triage.readers import read_log, read_log_with_warnings
+from forensics_testing import loss_curves
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 LOGS = SHARED / "curves" / "megatron_logs"
@@ -69,9 +69,9 @@ def test_real_megatron_log_ms_restart_nan_and_validation() -> None:
 
 
 def test_restart_keeps_last_attempt_and_nan_loss(tmp_path: Path) -> None:
-    df = synthetic.healthy(30)
-    lines = synthetic.megatron_lines(df.filter(pl.col("step") <= 20), prefix="[default3]:")
-    lines += synthetic.megatron_lines(df.filter(pl.col("step") > 10), prefix="", ms=False)
+    df = loss_curves.healthy(30)
+    lines = loss_curves.megatron_lines(df.filter(pl.col("step") <= 20), prefix="[default3]:")
+    lines += loss_curves.megatron_lines(df.filter(pl.col("step") > 10), prefix="", ms=False)
     lines[5] = lines[5].replace("lm loss:", "lm loss: nan | old loss:")
     log = tmp_path / "train.log"
     log.write_text("some preamble\n" + "\n".join(lines) + "\n")

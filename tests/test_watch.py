@@ -332,7 +332,7 @@ def test_malignant_verdict_runs_forensics_spike_and_posts_the_culprit(tmp_path: 
     # simulated log): the watcher sees the spike turn malignant and runs `forensics spike`.
     from dataclasses import replace
 
-    from forensics.demo.build import DemoSpec, build_run
+    from forensics_testing.demo.build import DemoSpec, build_run
 
     spec = replace(
         DemoSpec(),
@@ -445,21 +445,21 @@ def test_sliding_window_finds_what_the_batch_triage_finds(tmp_path: Path) -> Non
     # each is raised once, with the verdict the batch triage gives on the whole log.
     import numpy as np
 
-    from forensics.triage import synthetic
     from forensics.watch.detect import window_steps
+    from forensics_testing import loss_curves
 
     cfg = TriageConfig(
         recovery_window=50, plateau_steps=100, loss_scale_window=100, grad_baseline_rows=100
     )
     assert window_steps(cfg) == 300
-    df = synthetic.healthy(4000, seed=3)
+    df = loss_curves.healthy(4000, seed=3)
     s = df["step"].to_numpy()
     bump = np.zeros(len(s))
     for at in (700, 1300, 1900, 2500, 3100):
         bump += np.where(s >= at, 1.5 * np.exp(-np.clip(s - at, 0, None) / 4.0), 0.0)
     bump += np.where(s >= 3600, 0.5, 0.0)  # a lasting step up: malignant after 50 steps
     df = df.with_columns(pl.Series("loss", df["loss"].to_numpy() + bump))
-    lines = synthetic.megatron_lines(df)
+    lines = loss_curves.megatron_lines(df)
     log = tmp_path / "train.log"
     log.touch()
     w = Watcher(WatchOptions(log=log, out=tmp_path / "w", cfg=cfg))
@@ -490,9 +490,9 @@ def test_tensorboard_run_directory_followed_record_by_record(tmp_path: Path) -> 
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.record_writer import RecordWriter
 
-    from forensics.triage import synthetic
+    from forensics_testing import loss_curves
 
-    df = synthetic.make("benign_spike", n=3200).filter(pl.col("step") >= 2500)
+    df = loss_curves.make("benign_spike", n=3200).filter(pl.col("step") >= 2500)
     run = tmp_path / "tb"
     run.mkdir()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.triage import synthetic
+from forensics_testing import loss_curves
 
 FIRST = 2500  # the curves start late in a run: a settled level, 500 rows of history
 RECOVERY_WINDOW = 200  # the watcher's and the batch triage's --recovery-window in these tests
@@ -24,8 +24,8 @@ SCENARIOS = ("benign", "malignant", "nan", "restart", "rotation")
 
 
 def _lines(shape: str, last: int) -> list[str]:
-    df = synthetic.make(shape, n=last).filter(pl.col("step") >= FIRST)
-    return synthetic.megatron_lines(df)
+    df = loss_curves.make(shape, n=last).filter(pl.col("step") >= FIRST)
+    return loss_curves.megatron_lines(df)
 
 
 def scenario(name: str) -> list[str]:

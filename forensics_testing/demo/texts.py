@@ -28,7 +28,9 @@ from pathlib import Path
 MIN_CHARS = 300
 MAX_CHARS = 3000
 MAX_FILE_BYTES = 60_000  # generated giants (vendored tables, stubs) parse slowly and read badly
-# Top-level packages (and their distributions) the runtime and test installs always bring.
+# Top-level packages (and their distributions) the runtime and test installs always bring. Never
+# our own (forensics, dataloaders, forensics_testing): they change with every commit, and the demo
+# data and the tests built on it must not.
 HARVESTED = frozenset(
     {
         "numpy", "pyarrow", "polars", "pydantic", "pydantic_core", "yaml", "pyyaml", "typer",

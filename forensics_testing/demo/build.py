@@ -1,6 +1,6 @@
 """Build a small but real Megatron run with a dirty crawl batch, for the demo, tests and benchmark.
 
-What is real: the text (harvested from the installed packages, `forensics.demo.texts`), the BPE
+What is real: the text (harvested from the installed packages, `demo.texts`), the BPE
 tokenizer (trained here with `tokenizers`), the `.bin/.idx` files (the shared writer, byte-for-byte
 megatron-core's format), the manifests, the blend schedule with a mixture switch, and the run
 config. What is simulated, and says so: the training log. No model is trained; its loss curve is a
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from forensics.demo.dirty import DIRTY_KINDS, dirty_page, site_name, web_page
-from forensics.demo.texts import Text, harvest
+from forensics_testing.demo.dirty import DIRTY_KINDS, dirty_page, site_name, web_page
+from forensics_testing.demo.texts import Text, harvest
 
 EOD = "<|endoftext|>"
 
@@ -341,7 +341,7 @@ def build_run(out: Path, spec: DemoSpec | None = None, *, progress: bool = True)
         "switch_iteration": spec.switch_iteration,
         "spike_iteration": spec.spike_iteration,
         "note": "the loss curve in logs/train.log is simulated; data, tokens and order are real",
-        "builder": module_version("forensics.demo"),
+        "builder": module_version("forensics_testing.demo"),
     }
     write_json_atomic(out / "truth.json", truth)
     return truth

@@ -1,7 +1,7 @@
 """A generated Megatron run with dirty stretches planted ahead at known iterations (tests, bench).
 
-What is real: the clean text (harvested from the installed packages, forensics.demo.texts), the
-dirty pages (forensics.demo.dirty: mojibake, template spam; plus pages carrying a repeated
+What is real: the clean text (harvested from the installed packages, demo.texts), the
+dirty pages (demo.dirty: mojibake, template spam; plus pages carrying a repeated
 token n-gram in OLMo 2's `g4ODg4OD` style), a byte-level BPE trained here, the `.bin/.idx`
 files (the shared writer), manifests and the run config. How the stretches are planted: the run's
 blend has data stages; a dirty dataset joins the blend at a stage start and leaves at the next,
@@ -47,7 +47,7 @@ class ScanRunSpec:
 
 
 def _dirty_pages(kind: str, n: int, clean: list[str], seed: int) -> list[str]:
-    from forensics.demo.dirty import mojibake, site_name, spam_page, web_page
+    from forensics_testing.demo.dirty import mojibake, site_name, spam_page, web_page
 
     rng = random.Random(seed)
     out = []
@@ -73,7 +73,7 @@ def build_scan_run(out: Path, spec: ScanRunSpec | None = None) -> dict[str, Any]
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from dataloaders.megatron.indexed import optimal_dtype, write_indexed_dataset
-    from forensics.demo.texts import harvest
+    from forensics_testing.demo.texts import harvest
 
     spec = spec or ScanRunSpec()
     out = Path(out)
