@@ -560,7 +560,7 @@ class RunConfig(StrictModel):
     data: DataConfig
     training: TrainingSpec
     # A Hugging Face tokenizer.json, a directory holding one, or GPT-2's vocab.json (with
-    # merges.txt beside it or named in tokenizer_merges); see forensics/tokenizer.py.
+    # merges.txt beside it or named in tokenizer_merges); see dataloaders/tokenizer.py.
     tokenizer: Path | None = None
     tokenizer_merges: Path | None = None
     checkpoints: list[int] = Field(default_factory=list)

@@ -79,7 +79,7 @@ def build_manifest(
 ) -> pl.DataFrame:
     """Write the manifest for `jsonl` to `out` (atomically); with `prefix`, the row count must
     equal the dataset's document count."""
-    from forensics.atomic import write_parquet_atomic
+    from dataloaders.atomic import write_parquet_atomic
 
     table = read_jsonl_fields(jsonl, fields)
     if prefix is not None:

@@ -21,7 +21,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from forensics.config import RunConfig, config_from_dict
+from dataloaders.config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
 
 UNSUPPORTED = {
@@ -160,7 +160,7 @@ def config_from_megatron_args(argv: list[str], *, cwd: Path | None = None) -> Ru
 def resolve_run_config(config: Path | None, megatron_args: str | None) -> RunConfig:
     """The config a command runs on: --megatron-args when given, else --config / the runbook
     rule (shared by `forensics replay` and `forensics spike`)."""
-    from forensics.config import find_config, load_config
+    from dataloaders.config import find_config, load_config
 
     if megatron_args is not None:
         if config is not None:

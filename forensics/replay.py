@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from forensics.config import RunConfig
+from dataloaders.config import RunConfig
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ def main() -> None:
         import os
 
         rel = os.path.relpath(args.out.resolve(), args.config_copy.resolve().parent)
-        from forensics.atomic import write_text_atomic
+        from dataloaders.atomic import write_text_atomic
 
         write_text_atomic(args.config_copy, relocated_config(spec, rel))
     print(

@@ -19,8 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 datasets = pytest.importorskip("datasets")
 torch = pytest.importorskip("torch")
 
+from dataloaders.config import config_from_dict  # noqa: E402
 from dataloaders.hf import open_hf_replayer, record_shards  # noqa: E402
-from forensics.config import config_from_dict  # noqa: E402
 from forensics.errors import ForensicsError  # noqa: E402
 
 
@@ -484,7 +484,7 @@ def test_replay_never_imports_torch(shard_sets):
 import sys
 from pathlib import Path
 from dataloaders.hf import open_hf_replayer
-from forensics.config import config_from_dict
+from dataloaders.config import config_from_dict
 data = {{"format": "hf", "files": {files!r}, "streaming": True, "per_device_batch_size": 4,
         "datasets_version": {datasets.__version__!r}, "num_workers": 2, "with_format": "torch"}}
 cfg = config_from_dict({{"data": data, "training": {{"global_batch_size": 4, "train_iters": 5}}}},
@@ -501,7 +501,7 @@ print("torch" in sys.modules)
 
 
 def test_example_config_validates():
-    from forensics.config import load_config
+    from dataloaders.config import load_config
 
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "example-hf.yaml")
     assert config.data.format == "hf"

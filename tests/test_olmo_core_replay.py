@@ -36,7 +36,7 @@ from olmo_core_run import (
     write_documents,
 )
 
-from forensics.config import load_config
+from dataloaders.config import load_config
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 

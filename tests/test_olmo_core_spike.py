@@ -128,7 +128,7 @@ def test_spike_blames_the_source_added_at_the_restart(tmp_path, monkeypatch):
 def test_replay_text_is_the_decoded_document_piece(tmp_path, monkeypatch):
     """`replay --text` pieces decode to the documents' own text, cut at instance boundaries
     (a run without the oracle: the order is tested elsewhere; here the tokens -> text path)."""
-    from forensics.config import load_config
+    from dataloaders.config import load_config
     from forensics.replay import open_replayer
 
     monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))

@@ -26,7 +26,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from forensics.config import load_config  # noqa: E402
+from dataloaders.config import load_config  # noqa: E402
 from forensics.errors import ForensicsError  # noqa: E402
 from forensics.replay import open_replayer  # noqa: E402
 from forensics.rescore import RescoreOptions, rescore  # noqa: E402

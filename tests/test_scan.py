@@ -21,7 +21,7 @@ import pytest
 from conftest import free_port
 from polars.testing import assert_frame_equal
 
-from forensics.config import load_config
+from dataloaders.config import load_config
 from forensics.errors import ForensicsError
 from forensics.scan.run import ScanOptions, run_scan
 from forensics.scan.shard import FAULT_ENV

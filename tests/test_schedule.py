@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dataloaders.config import TrainingSpec
 from dataloaders.schedule import Schedule
-from forensics.config import TrainingSpec
 from forensics.errors import ForensicsError
 
 

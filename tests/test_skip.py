@@ -21,6 +21,7 @@ import random
 import polars as pl
 import pytest
 
+from dataloaders.config import AppliedSkip, TrainingSpec
 from dataloaders.schedule import Schedule
 from dataloaders.trainer_loops import (
     MEGATRON_DEEPSPEED,
@@ -32,7 +33,6 @@ from dataloaders.trainer_loops import (
     parse_skip_flag,
     run_loop,
 )
-from forensics.config import AppliedSkip, TrainingSpec
 from forensics.errors import ForensicsError
 from forensics.skip import (
     collateral,

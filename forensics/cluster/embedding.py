@@ -205,7 +205,7 @@ class EmbeddingCache:
         return dict(zip(found["hash"].to_list(), matrix, strict=True))
 
     def put(self, hashes: list[str], vectors: np.ndarray) -> None:
-        from forensics.atomic import write_parquet_atomic
+        from dataloaders.atomic import write_parquet_atomic
 
         if not hashes:
             return

@@ -20,16 +20,16 @@ from forensics.commands.options import ConfigOption, MegatronArgsOption, Trainer
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:
-    from forensics.config import RunConfig
+    from dataloaders.config import RunConfig
     from forensics.skip.plan import SkipPlan
 
 
 def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None) -> SkipPlan:
     """Raise ForensicsError unless `path` fits the run of `config` (a YAML path, or a RunConfig
     such as one from --megatron-args) and every written flag drops exactly its batches."""
+    from dataloaders.config import RunConfig, load_config
     from dataloaders.schedule import Schedule
     from dataloaders.trainer_loops import check_trainer
-    from forensics.config import RunConfig, load_config
     from forensics.replay import open_replayer
     from forensics.skip import fingerprint_differences, sample_ranges
     from forensics.skip.flags import verify_flag

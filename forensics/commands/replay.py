@@ -44,7 +44,7 @@ def replay_command(
     from rich.console import Console
     from rich.markup import escape
 
-    from forensics.atomic import write_parquet_atomic
+    from dataloaders.atomic import write_parquet_atomic
     from forensics.errors import ForensicsError
     from forensics.megatron_args import resolve_run_config
     from forensics.outputs import check_output_file, run_inputs

@@ -69,7 +69,7 @@ def score_command(
     flagged) with a short garbage_reason / spam_reason for flagged rows. Template spam is found
     across all rows of INPUT, so score a whole batch at once.
     """
-    from forensics.atomic import write_parquet_atomic
+    from dataloaders.atomic import write_parquet_atomic
     from forensics.outputs import check_output_file
     from forensics.score import FLAG_THRESHOLD, score_table
 

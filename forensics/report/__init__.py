@@ -28,7 +28,7 @@ def write_report(
     file + rename), so a failure while rendering leaves no file behind and a reader never sees a
     half-written one. Returns name -> path of what was written.
     """
-    from forensics.atomic import write_bytes_atomic, write_text_atomic
+    from dataloaders.atomic import write_bytes_atomic, write_text_atomic
     from forensics.report.plots import render_plots
     from forensics.report.render_html import render_html
     from forensics.report.render_json import render_json

@@ -53,7 +53,7 @@ def rescore_stage(
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """The spike pipeline's hook: score, write rescore.parquet, add the model's evidence to the
     clusters (and combine the verdicts), and build the report's model section."""
-    from forensics.atomic import write_parquet_atomic
+    from dataloaders.atomic import write_parquet_atomic
     from forensics.rescore.verdict import cluster_evidence, model_view
 
     result = rescore(replayer, replay, options, cache_dir=cache, fingerprint=fingerprint, hits=hits)

@@ -62,7 +62,7 @@ def run_rescore_command(
             f"{span[1]}, baseline {base[0]}-{base[1]}) -> {export_tokens}"
         )
         return
-    from forensics.atomic import write_parquet_atomic
+    from dataloaders.atomic import write_parquet_atomic
     from forensics.rescore import rescore, rescore_parquet
 
     cache = out / ".cache"

@@ -174,7 +174,7 @@ def _model_losses(
         with _progress(options.progress, len(tokens), "per-sample gradient norms") as advance:
             norms = grad_norms(model, tokens, device=options.device, advance=advance)
     if cache_file is not None:
-        from forensics.atomic import atomic_path
+        from dataloaders.atomic import atomic_path
 
         with atomic_path(cache_file) as tmp:
             with open(tmp, "wb") as stream:

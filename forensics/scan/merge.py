@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.atomic import write_json_atomic, write_parquet_atomic
+from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from forensics.scan.shard import KINDS, part_name
 
 TOP_SOURCES = 10

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.atomic import write_bytes_atomic, write_text_atomic
+from dataloaders.atomic import write_bytes_atomic, write_text_atomic
 from forensics.safe_text import excerpt, html_safe
 from forensics.scan.shard import KINDS
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.atomic import write_json_atomic
+from dataloaders.atomic import write_json_atomic
 from forensics.errors import ForensicsError
 from forensics.scan.shard import KINDS, ShardSummary, read_done
 
@@ -294,7 +294,7 @@ def _status(enabled: bool, what: str) -> Iterator[None]:
 
 def _load(config: Any) -> tuple[Any, str]:
     """(RunConfig, where it came from): a YAML path is loaded, a RunConfig taken as is."""
-    from forensics.config import RunConfig, load_config
+    from dataloaders.config import RunConfig, load_config
 
     if isinstance(config, RunConfig):
         return config, str(config.source) if config.source is not None else "--megatron-args"

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from forensics.atomic import write_json_atomic, write_parquet_atomic
+from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from forensics.errors import ForensicsError
 from forensics.score.repeats import MAX_COUNT, Repeats, find_repeats
 

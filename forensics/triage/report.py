@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from dataloaders.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from forensics.safe_text import excerpt, terminal_safe
 from forensics.triage.analyze import TriageResult
 

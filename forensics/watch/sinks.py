@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from forensics.atomic import write_json_atomic, write_text_atomic
+from dataloaders.atomic import write_json_atomic, write_text_atomic
 
 WEBHOOK_STATE = "webhook.json"
 

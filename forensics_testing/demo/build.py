@@ -178,7 +178,7 @@ def _write_dataset(prefix: Path, token_lists: list[list[int]], vocab: int) -> No
 def _write_manifest(path: Path, docs: list[_Doc]) -> None:
     import polars as pl
 
-    from forensics.atomic import write_parquet_atomic
+    from dataloaders.atomic import write_parquet_atomic
 
     table = pl.DataFrame(
         {
@@ -286,7 +286,7 @@ def build_run(out: Path, spec: DemoSpec | None = None, *, progress: bool = True)
     """
     import yaml
 
-    from forensics.atomic import write_json_atomic, write_text_atomic
+    from dataloaders.atomic import write_json_atomic, write_text_atomic
     from forensics.errors import ForensicsError
     from forensics.pipeline import module_version
 
