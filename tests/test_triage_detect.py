@@ -8,7 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from forensics.triage.analyze import rollback_point, triage
+from forensics.rollback import recommend_rollback
+from forensics.triage.analyze import triage
 from forensics.triage.config import RunInfo
 from forensics.triage.readers import read_log
 from forensics_testing import loss_curves
@@ -217,7 +218,7 @@ def test_per_domain_curve_spike_is_attributed() -> None:
     [((900, 940, 960), 940), ((500, 700, 960), 700), ((), 900), ((980,), 900)],
 )
 def test_rollback_rule(ckpts: tuple[int, ...], expected: int) -> None:
-    assert rollback_point(1000, ckpts)[0] == expected
+    assert recommend_rollback(1000, ckpts).iteration == expected
 
 
 @needs_shared

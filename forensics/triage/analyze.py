@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from forensics.errors import ForensicsError
+from forensics.rollback import recommend_rollback
 from forensics.triage.alarms import Alarm, grad_norm_alarms, loss_scale_alarms
 from forensics.triage.columns import loss_curves
 from forensics.triage.config import RunInfo, TriageConfig
@@ -190,32 +191,7 @@ def triage(
 
 
 # --------------------------------------------------------------------------- rollback
-
-
-def rollback_point(step: int, checkpoints: tuple[int, ...]) -> tuple[int, str]:
-    """Latest checkpoint in [S-100, S-50]; else the latest before S-50; else S-100 with a note."""
-    lo, hi = step - 100, step - 50
-    inside = [c for c in checkpoints if lo <= c <= hi]
-    if inside:
-        c = max(inside)
-        return c, f"checkpoint iter_{c:07d}, {step - c} iterations before the spike"
-    before = [c for c in checkpoints if c < hi]
-    if before:
-        c = max(before)
-        return c, (
-            f"checkpoint iter_{c:07d}, {step - c} iterations before the spike (none saved in "
-            f"{lo}-{hi})"
-        )
-    target = max(step - 100, 0)
-    why = (
-        "no checkpoints were given (--checkpoints)"
-        if not checkpoints
-        else (f"no checkpoint before iteration {hi} among the {len(checkpoints)} given")
-    )
-    return (
-        target,
-        f"iteration {target} = spike - 100, but {why}: use the latest checkpoint before it",
-    )
+# The rule itself is forensics/rollback.py's, shared with `forensics spike`.
 
 
 def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | None]:
@@ -283,11 +259,11 @@ def spike_event(
         },
     }
     if s.verdict == "malignant":
-        rb, why = rollback_point(s.onset_step, run.checkpoints)
-        cmd, note = next_command(s.onset_step, rb, run)
-        ev["rollback_iteration"] = rb
+        rollback = recommend_rollback(s.onset_step, run.checkpoints)
+        cmd, note = next_command(s.onset_step, rollback.iteration, run)
+        ev["rollback_iteration"] = rollback.iteration
         ev["next_command"] = cmd
-        ev["evidence"]["rollback"] = why
+        ev["evidence"]["rollback"] = rollback.note
         if note:
             ev["evidence"]["next_command_note"] = note
     return ev
