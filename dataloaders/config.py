@@ -46,6 +46,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dataloaders.base import RESERVED_COLUMNS
+from dataloaders.checkpoints import checkpoint_iterations
 from dataloaders.errors import ForensicsError
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
@@ -594,10 +595,7 @@ class RunConfig(StrictModel):
         """Checkpoint iterations from the list and from `iter_NNNNNNN` directories, sorted."""
         found = set(self.checkpoints)
         if self.checkpoint_dir is not None and self.checkpoint_dir.is_dir():
-            for entry in self.checkpoint_dir.iterdir():
-                match = re.fullmatch(r"iter_(\d+)", entry.name)
-                if match and entry.is_dir():
-                    found.add(int(match.group(1)))
+            found.update(checkpoint_iterations(self.checkpoint_dir))
         return sorted(found)
 
 

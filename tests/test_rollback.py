@@ -56,3 +56,12 @@ def test_triage_and_spike_agree_on_the_window() -> None:
     assert window == 125 and 250 - window >= 1 and "before iteration 1" in why
     window, _ = spike_window(40, 0)  # rollback to scratch: still at most step - 1
     assert 1 <= window <= 39
+
+
+def test_checkpoint_discovery_reads_iter_directories_only(tmp_path) -> None:
+    from dataloaders.checkpoints import checkpoint_iterations
+
+    for name in ("iter_0000200", "iter_0000100", "latest", "iter_abc"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "iter_0000300").write_text("a file, not a checkpoint")
+    assert checkpoint_iterations(tmp_path) == [100, 200]

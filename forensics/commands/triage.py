@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from dataloaders.checkpoints import checkpoint_iterations
 from forensics.errors import ForensicsError
 
 
@@ -22,11 +23,7 @@ def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
         return ()
     p = Path(spec)
     if p.is_dir():
-        iters = []
-        for child in p.iterdir():
-            name = child.name
-            if child.is_dir() and name.startswith("iter_") and name[5:].isdigit():
-                iters.append(int(name[5:]))
+        iters = checkpoint_iterations(p)
         if not iters:
             raise ForensicsError(f"--checkpoints {spec}: no iter_NNNNNNN subdirectories found")
         return tuple(sorted(iters))
