@@ -10,7 +10,6 @@ other one, and prints what the chosen trainer's string drops.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,7 +30,7 @@ def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None)
     from dataloaders.schedule import Schedule
     from dataloaders.trainer_loops import check_trainer
     from forensics.replay import open_replayer
-    from forensics.skip import fingerprint_differences, sample_ranges
+    from forensics.skip import fingerprint_differences, json_fingerprint, sample_ranges
     from forensics.skip.flags import verify_flag
     from forensics.skip.plan import SkipPlan
     from forensics.skip.tracker import read_tracker
@@ -42,7 +41,7 @@ def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None)
     else:
         run, label = load_config(config), str(config)
     replayer = open_replayer(run)
-    now = json.loads(json.dumps(replayer.fingerprint(), default=str))
+    now = json_fingerprint(replayer)
     diffs = fingerprint_differences(plan.fingerprint, now)
     if diffs:
         more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""

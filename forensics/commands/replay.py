@@ -65,11 +65,10 @@ def replay_command(
     write_parquet_atomic(table, out, overwrite=True)
     console = Console(stderr=True, highlight=False)
     if tokens is not None:
-        import json
-
         from forensics.rescore.export import write_export
+        from forensics.skip import json_fingerprint
 
-        fingerprint = json.loads(json.dumps(replayer.fingerprint(), default=str))
+        fingerprint = json_fingerprint(replayer)
         meta = {"step": step, "window": [first, last], "fingerprint": fingerprint}
         info = write_export(replayer, table, tokens, meta, force=force, progress=progress)
         console.print(

@@ -26,11 +26,11 @@ def run_rescore_command(
     progress: bool,
 ) -> None:
     """Replay window + baseline, then export their tokens or rescore them."""
-    import json
 
     from forensics.megatron_args import resolve_run_config
     from forensics.replay import open_replayer, replay_sides
     from forensics.rescore.export import check_export_target, require_megatron
+    from forensics.skip import json_fingerprint
     from forensics.spike.window import plan_windows
 
     if export_tokens is None and options is None:
@@ -47,7 +47,7 @@ def run_rescore_command(
     plan = plan_windows(replayer, run, step, window, baseline, None)
     span, base = plan.window, plan.baseline
     replay = replay_sides(replayer, {"window": span, "baseline": base}, progress)
-    fingerprint = json.loads(json.dumps(replayer.fingerprint(), default=str))
+    fingerprint = json_fingerprint(replayer)
     from forensics.report.terminal import make_console
 
     console = make_console(stderr=True)

@@ -181,7 +181,7 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     from forensics.pipeline.engines import check_engine
     from forensics.replay import open_replayer
     from forensics.scan.engines import run_engine
-    from forensics.skip import check_threshold
+    from forensics.skip import check_threshold, json_fingerprint
 
     opts = options
     t0 = time.perf_counter()
@@ -221,7 +221,7 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
         for stage in _stages(replayer, opts.first, opts.last):
             replayer.stage(stage)
         replayer.save_cache()
-    fingerprint = json.loads(json.dumps(replayer.fingerprint(), default=str))
+    fingerprint = json_fingerprint(replayer)
 
     shards = plan_shards(opts.first, opts.last, per_shard)
     summaries: list[ShardSummary] = []

@@ -2,7 +2,7 @@
 flags proven against their loops (`flags`), Megatron-LM's tracker file (`tracker`), and the
 plan that skip.json holds (`plan`)."""
 
-from forensics.skip.fingerprint import fingerprint_differences
+from forensics.skip.fingerprint import fingerprint_differences, json_fingerprint
 from forensics.skip.ranges import (
     Range,
     check_threshold,
@@ -19,6 +19,7 @@ __all__ = [
     "collateral",
     "expand",
     "fingerprint_differences",
+    "json_fingerprint",
     "merge_ranges",
     "sample_ranges",
     "select_iterations",

@@ -1,8 +1,16 @@
-"""Differences between the run a skip file was made for and the run at hand."""
+"""A run's data fingerprint as skip.json holds it, and the differences between the run a skip
+file was made for and the run at hand."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+
+def json_fingerprint(replayer: Any) -> dict[str, Any]:
+    """The replayer's `fingerprint()` as it reads back from JSON (paths and other values JSON
+    lacks become strings), so a fresh one compares equal to the one a skip file holds."""
+    return json.loads(json.dumps(replayer.fingerprint(), default=str))
 
 
 def fingerprint_differences(expected: Any, actual: Any, path: str = "") -> list[str]:
