@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-# A score at or above this marks a document as flagged (the scorer's contract).
-FLAG_THRESHOLD = 0.5
+# A score at or above FLAG_THRESHOLD marks a document as flagged: the scorer's contract, defined
+# once in forensics/score/table.py (named here too, as cluster/source.py imports it from here).
+from forensics.score import FLAG_THRESHOLD as FLAG_THRESHOLD
+
 # Pseudo-documents that pull a small group's flagged rate towards the rest of the window, so that
 # 2 flagged documents out of 2 do not outrank 700 out of 1,000.
 SHRINK_DOCS = 20.0
