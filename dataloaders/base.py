@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 import polars as pl
 
+from dataloaders.errors import ForensicsError
+
 REPLAY_KEY_COLUMNS = [
     "iteration",
     "position",
@@ -39,6 +41,24 @@ REPLAY_KEY_COLUMNS = [
 
 # Names a manifest (or any provenance facet) may not take: they would replace the replay's own.
 RESERVED_COLUMNS = frozenset([*REPLAY_KEY_COLUMNS, "skipped", "text", "exact"])
+
+
+def check_iterations(first: int, last: int, last_iteration: int, where: str = "") -> None:
+    """The window check, for every family and the CLI: iterations first..last (inclusive) must be
+    a non-empty range inside the run's 1..last_iteration. `where` starts the message (the config
+    file, or the CLI flags that made the range)."""
+    if first < 1:
+        raise ForensicsError(
+            f"{where}iteration {first} is outside the run: before iteration 1 (iterations are "
+            "1-indexed)"
+        )
+    if last > last_iteration:
+        raise ForensicsError(
+            f"{where}iteration {last} is outside the run: beyond the end of training (last "
+            f"iteration {last_iteration})"
+        )
+    if last < first:
+        raise ForensicsError(f"{where}empty iteration range {first}..{last}")
 
 
 class Replayer(Protocol):

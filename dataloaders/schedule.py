@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from dataloaders.base import check_iterations
 from dataloaders.config import TrainingSpec
 from dataloaders.errors import ForensicsError
 from dataloaders.trainer_loops import (
@@ -214,17 +215,7 @@ class Schedule:
         return (np.searchsorted(self.stage_starts, iterations, side="right") - 1).astype(np.int32)
 
     def check(self, first: int, last: int) -> None:
-        if first < 1:
-            raise ForensicsError(
-                f"iteration {first} is before iteration 1 (iterations are 1-indexed)"
-            )
-        if last > self.last_iteration:
-            raise ForensicsError(
-                f"iteration {last} is beyond the end of training (last iteration "
-                f"{self.last_iteration})"
-            )
-        if last < first:
-            raise ForensicsError(f"empty iteration range {first}..{last}")
+        check_iterations(first, last, self.last_iteration)
 
     def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
         """Columns iteration, first_sample, end_sample (half-open), stage, skipped (drawn, not

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dataloaders.base import check_iterations
 from dataloaders.config import RunConfig
 from forensics.errors import ForensicsError
 
@@ -61,17 +62,7 @@ def window_bounds(step: int, window: int) -> tuple[int, int]:
 def check_window(replayer: Replayer, step: int, window: int) -> tuple[int, int]:
     """(first, last) iterations of the window; a ForensicsError when it leaves the run."""
     first, last = window_bounds(step, window)
-    if step < 1:
-        raise ForensicsError(f"--step {step}: iterations are 1-indexed")
-    if step > replayer.last_iteration:
-        raise ForensicsError(
-            f"--step {step} is beyond the end of training (last iteration "
-            f"{replayer.last_iteration})"
-        )
-    if first < 1:
-        raise ForensicsError(
-            f"--window {window} at --step {step} reaches iteration {first}, before iteration 1"
-        )
+    check_iterations(first, last, replayer.last_iteration, f"--window {window} at --step {step}: ")
     return first, last
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS, exposure_counts
+from dataloaders.base import REPLAY_KEY_COLUMNS, check_iterations, exposure_counts
 from dataloaders.errors import ForensicsError
 from dataloaders.hf import cache, order, packing, rows
 from dataloaders.hf.shards import (
@@ -273,7 +273,7 @@ class HFReplayer:
         return [FILE_FACET] + [f for f in self.data.provenance_fields if f != FILE_FACET]
 
     def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
-        self._check_window(first, last)
+        check_iterations(first, last, self.last_iteration, self._where)
         it = np.arange(first, last + 1, dtype=np.int64)
         return pl.DataFrame(
             {
@@ -284,17 +284,10 @@ class HFReplayer:
             }
         )
 
-    def _check_window(self, first: int, last: int) -> None:
-        end = self.last_iteration
-        if first < 1 or last < first or last > end:
-            raise ForensicsError(
-                f"{self._where}iterations {first}..{last} outside the run's 1..{end}"
-            )
-
     def replay(
         self, first: int, last: int, *, text: bool = False, progress: bool = True
     ) -> pl.DataFrame:
-        self._check_window(first, last)
+        check_iterations(first, last, self.last_iteration, self._where)
         steps, segments = self._plan
         window = steps.filter(pl.col("iteration").is_between(first, last))
         if segments is None:
@@ -397,7 +390,7 @@ class HFReplayer:
         return keys.join(info, on="doc_id", how="left", maintain_order="left")
 
     def exposure(self, docs: pl.DataFrame, first: int, last: int) -> pl.DataFrame:
-        self._check_window(first, last)
+        check_iterations(first, last, self.last_iteration, self._where)
         steps, segments = self._plan
         window = steps.filter(pl.col("iteration").is_between(first, last))
         flagged = docs.filter(pl.col("dataset") == self.data.name).select(

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS, exposure_counts
+from dataloaders.base import REPLAY_KEY_COLUMNS, check_iterations, exposure_counts
 from dataloaders.errors import ForensicsError
 from dataloaders.mosaic import cache, mds
 from dataloaders.mosaic.order import (
@@ -398,15 +398,8 @@ class MosaicReplayer:
     def facets(self) -> list[str]:
         return [SHARD_FACET] + [f for f in self.data.provenance_fields if f != SHARD_FACET]
 
-    def _check_window(self, first: int, last: int) -> None:
-        end = self.last_iteration
-        if first < 1 or last < first or last > end:
-            raise ForensicsError(
-                f"{self._where}iterations {first}..{last} outside the run's 1..{end}"
-            )
-
     def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
-        self._check_window(first, last)
+        check_iterations(first, last, self.last_iteration, self._where)
         it = np.arange(first, last + 1, dtype=np.int64)
         start = self._first_sample[first : last + 1]
         return pl.DataFrame(
@@ -428,7 +421,7 @@ class MosaicReplayer:
     def replay(
         self, first: int, last: int, *, text: bool = False, progress: bool = True
     ) -> pl.DataFrame:
-        self._check_window(first, last)
+        check_iterations(first, last, self.last_iteration, self._where)
         steps = self._steps(first, last, progress=progress).sort("iteration", "position")
         stream, local = self._split_ids(steps["sample"].to_numpy())
         names = np.array(self.names, dtype=object)
@@ -515,7 +508,7 @@ class MosaicReplayer:
         return keys.join(info, on=["dataset", "doc_id"], how="left", maintain_order="left")
 
     def exposure(self, docs: pl.DataFrame, first: int, last: int) -> pl.DataFrame:
-        self._check_window(first, last)
+        check_iterations(first, last, self.last_iteration, self._where)
         steps = self._steps(first, last)
         stream, local = self._split_ids(steps["sample"].to_numpy())
         names = np.array(self.names, dtype=object)

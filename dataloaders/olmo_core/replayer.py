@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS
+from dataloaders.base import REPLAY_KEY_COLUMNS, check_iterations
 from dataloaders.errors import ForensicsError
 from dataloaders.olmo_core import cache, files, order
 from dataloaders.olmo_core.repetition import masked_instances
@@ -251,15 +251,8 @@ class OlmoCoreReplayer:
             return [m for m in self.data.metadata_fields if m != FILE_FACET]
         return []
 
-    def _check_window(self, first: int, last: int) -> None:
-        end = self.last_iteration
-        if first < 1 or last < first or last > end:
-            raise ForensicsError(
-                f"{self._where}iterations {first}..{last} outside the run's 1..{end}"
-            )
-
     def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
-        self._check_window(first, last)
+        check_iterations(first, last, self.last_iteration, self._where)
         it = np.arange(first, last + 1, dtype=np.int64)
         return pl.DataFrame(
             {
@@ -347,7 +340,7 @@ class OlmoCoreReplayer:
     def replay(
         self, first: int, last: int, *, text: bool = False, progress: bool = True
     ) -> pl.DataFrame:
-        self._check_window(first, last)
+        check_iterations(first, last, self.last_iteration, self._where)
         its = np.arange(first, last + 1, dtype=np.int64)
         with _progress(progress, 3, f"replaying iterations {first}-{last}") as advance:
             grid = self.batch_instances(its)
@@ -538,7 +531,7 @@ class OlmoCoreReplayer:
         return flagged
 
     def exposure(self, docs: pl.DataFrame, first: int, last: int) -> pl.DataFrame:
-        self._check_window(first, last)
+        check_iterations(first, last, self.last_iteration, self._where)
         its = np.arange(first, last + 1, dtype=np.int64)
         counts = np.zeros(len(its), dtype=np.int64)
         stage_no = self.stage_of(its)
