@@ -13,15 +13,16 @@ def progress_bar(enabled: bool, total: int, label: str) -> Iterator[Any]:
     if not enabled:
         yield lambda n=1: None
         return
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from dataloaders.console import make_console
 
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=make_console(stderr=True),
         transient=True,
     ) as bar:
         task = bar.add_task(label, total=total)

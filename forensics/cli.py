@@ -85,12 +85,11 @@ def main() -> None:
         _show_flags_as_switches(command)
         command(prog_name="forensics")
     except ForensicsError as err:
-        from rich.console import Console
         from rich.markup import escape
 
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[bold red]error:[/] {escape(str(err))}"
-        )
+        from dataloaders.console import make_console
+
+        make_console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}")
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -105,8 +104,9 @@ def _report_crash(err: Exception) -> int:
     import traceback
     from pathlib import Path
 
-    from rich.console import Console
     from rich.markup import escape
+
+    from dataloaders.console import make_console
 
     folder = Path(tempfile.gettempdir()) / "forensics-crashes"
     folder.mkdir(parents=True, exist_ok=True)
@@ -115,7 +115,7 @@ def _report_crash(err: Exception) -> int:
         f"forensics {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(err))
     )
     message = " ".join(f"{type(err).__name__}: {err}".split())[:300]
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
+    make_console(stderr=True, soft_wrap=True).print(
         f"[bold red]internal error:[/] {escape(message)}. This is a bug in forensics, not in "
         f"your input; the traceback is in {escape(str(path))} (attach it to a report)."
     )

@@ -276,7 +276,7 @@ def test_summary_is_not_wrapped_at_80_columns_when_piped(written, monkeypatch):
     rich's 80; a set $COLUMNS still wins."""
     import sys
 
-    from forensics.report.terminal import PIPE_WIDTH, make_console
+    from dataloaders.console import PIPE_WIDTH, make_console
 
     _, report, _, _ = written
     buf = io.StringIO()

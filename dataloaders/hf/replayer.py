@@ -139,10 +139,11 @@ class HFReplayer:
         return steps, segments
 
     def _build_plan(self) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-        from rich.console import Console
         from rich.progress import Progress
 
-        console = Console(stderr=True)
+        from dataloaders.console import make_console
+
+        console = make_console(stderr=True)
         total = self.data.epochs * (self.data.world_size if self.data.streaming else 1)
         with (
             order.without_torch(),

@@ -362,11 +362,12 @@ class MosaicReplayer:
     def _steps(self, first: int, last: int, *, progress: bool = True) -> pl.DataFrame:
         """iteration, position, sample rows of iterations first..last; segments not yet in
         memory are built (or read from the cache) under a progress bar."""
-        from rich.console import Console
         from rich.progress import Progress
 
+        from dataloaders.console import make_console
+
         wanted = [s for s in self.segments if s.last >= first and s.first <= last]
-        console = Console(stderr=True)
+        console = make_console(stderr=True)
         frames = []
         with Progress(
             console=console, transient=True, disable=not (progress and console.is_terminal)

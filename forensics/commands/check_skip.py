@@ -103,8 +103,8 @@ def check_skip_command(
     trainer's loop on its string and show what the chosen trainer's string drops."""
     from rich.markup import escape
 
+    from dataloaders.console import make_console
     from forensics.megatron_args import resolve_run_config
-    from forensics.report.terminal import make_console
     from forensics.skip import expand
 
     run = resolve_run_config(config, megatron_args)

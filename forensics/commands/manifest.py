@@ -29,9 +29,9 @@ def manifest_command(
     force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
 ) -> None:
     """Build a provenance manifest: doc_id plus the named string columns, one row per document."""
-    from rich.console import Console
     from rich.markup import escape
 
+    from dataloaders.console import make_console
     from forensics.errors import ForensicsError
     from forensics.manifest import build_manifest
     from forensics.outputs import check_output_file
@@ -44,7 +44,7 @@ def manifest_command(
     inputs = [jsonl] + ([Path(f"{prefix}.bin"), Path(f"{prefix}.idx")] if prefix else [])
     check_output_file(out, force=force, inputs=inputs, suffix=".parquet")
     table = build_manifest(jsonl, names, out, prefix=prefix)
-    Console(stderr=True, highlight=False).print(
+    make_console(stderr=True).print(
         f"{table.height} documents, columns {escape(', '.join(table.columns))} "
         f"-> {escape(str(out))}"
     )

@@ -41,10 +41,10 @@ def replay_command(
     ] = None,
 ) -> None:
     """Replay the run's data order: one row per (iteration, batch position, document segment)."""
-    from rich.console import Console
     from rich.markup import escape
 
     from dataloaders.atomic import write_parquet_atomic
+    from dataloaders.console import make_console
     from forensics.errors import ForensicsError
     from forensics.megatron_args import resolve_run_config
     from forensics.outputs import check_output_file, run_inputs
@@ -63,7 +63,7 @@ def replay_command(
         check_export_target(tokens, force)
     table = replayer.replay(first, last, text=text, progress=progress)
     write_parquet_atomic(table, out, overwrite=True)
-    console = Console(stderr=True, highlight=False)
+    console = make_console(stderr=True)
     if tokens is not None:
         from forensics.rescore.export import write_export
         from forensics.skip import json_fingerprint

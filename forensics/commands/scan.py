@@ -70,7 +70,7 @@ def scan_command(
         return
     from rich.markup import escape
 
-    from forensics.report.terminal import make_console
+    from dataloaders.console import make_console
 
     console = make_console()
     scan = result.scan

@@ -84,11 +84,11 @@ def score_command(
     write_parquet_atomic(scored, out, overwrite=True)
     if quiet:
         return
-    from rich.console import Console
+    from dataloaders.console import make_console
 
     n = scored.height
     g = int((scored["garbage_score"] >= FLAG_THRESHOLD).sum())
     s = int((scored["spam_score"] >= FLAG_THRESHOLD).sum())
-    Console(highlight=False).print(
+    make_console().print(
         f"scored {n:,} documents: {g:,} encoding garbage, {s:,} template spam -> {out}"
     )

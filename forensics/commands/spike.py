@@ -180,7 +180,7 @@ def spike_command(
     if not quiet:
         from rich.markup import escape
 
-        from forensics.report.terminal import make_console
+        from dataloaders.console import make_console
 
         console = make_console()  # the notes were printed under the summary
         console.print(f"report, skip.json and megatron_args.txt in {escape(str(result.out))}/")

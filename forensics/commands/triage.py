@@ -75,8 +75,7 @@ def triage_command(
     """Triage a loss curve: spikes (benign/malignant/undecided), alarms, divergence, plateaus."""
     import warnings
 
-    from rich.console import Console
-
+    from dataloaders.console import make_console
     from forensics.outputs import check_output_dir
     from forensics.triage.analyze import triage
     from forensics.triage.config import RunInfo, TriageConfig
@@ -89,8 +88,8 @@ def triage_command(
         if value <= 0:
             raise ForensicsError(f"{name} {value}: must be a positive number of steps")
     check_output_dir(out, OUTPUT_NAMES, force=force)
-    console = Console(stderr=False, highlight=False)
-    err = Console(stderr=True, highlight=False)
+    console = make_console()
+    err = make_console(stderr=True, soft_wrap=True)  # a warning names a path: never cut it
     cfg = TriageConfig(
         ema_half_life=ema_half_life,
         recovery_window=recovery_window,

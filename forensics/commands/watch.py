@@ -71,8 +71,7 @@ def watch_command(
     live: Annotated[bool, typer.Option(help="Live view when stdout is a terminal.")] = True,
 ) -> None:
     """Follow a training log as it grows: alarms, spike verdicts, divergence, plateaus."""
-    from rich.console import Console
-
+    from dataloaders.console import make_console
     from forensics.commands.triage import parse_checkpoints
     from forensics.triage.config import RunInfo, TriageConfig
     from forensics.watch.loop import Watcher, WatchOptions
@@ -119,6 +118,6 @@ def watch_command(
         run=run,
         spike_args=extra,
     )
-    console = Console(highlight=False)
+    console = make_console()
     watcher = Watcher(opts, Terminal(console, str(log), live))
     watcher.run(max_polls=max_polls)

@@ -24,7 +24,7 @@ class StageClock:
         if self.progress:
             from rich.markup import escape
 
-            from forensics.report.terminal import make_console
+            from dataloaders.console import make_console
 
             self._console = self._console or make_console(stderr=True)
             if spinner:

@@ -7,35 +7,18 @@ and escapes rich markup, so a crawled document cannot clear the screen or restyl
 
 from __future__ import annotations
 
-import os
-import sys
-
 import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from dataloaders.console import make_console
 from forensics.report.model import SpikeReport, cluster_name, format_p, summary_lines
 from forensics.report.render_md import cluster_rows
 from forensics.safe_text import terminal_safe
 
-PIPE_WIDTH = 120  # columns when the output is a file or a CI log (rich would assume 80)
 TERMINAL_ROWS = 10
 EXAMPLE_CHARS = 120
 STYLE = {"culprit": "bold red", "suspect": "yellow", "clean": "green"}
-
-
-def make_console(*, stderr: bool = False) -> Console:
-    """A rich Console that does not wrap at 80 columns when piped into a file or a CI log.
-
-    rich uses the terminal's width, else $COLUMNS, else 80; 80 wraps the summary's lines in
-    the middle of numbers. Off a terminal and without $COLUMNS we use PIPE_WIDTH instead; a set
-    $COLUMNS still wins, and a real terminal keeps its own width.
-    """
-    stream = sys.stderr if stderr else sys.stdout
-    isatty = getattr(stream, "isatty", None)
-    on_terminal = bool(isatty and isatty())
-    width = None if on_terminal or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(stderr=stderr, highlight=False, width=width)
 
 
 def print_summary(report: SpikeReport, console: Console | None = None) -> None:

@@ -48,7 +48,7 @@ def run_rescore_command(
     span, base = plan.window, plan.baseline
     replay = replay_sides(replayer, {"window": span, "baseline": base}, progress)
     fingerprint = json_fingerprint(replayer)
-    from forensics.report.terminal import make_console
+    from dataloaders.console import make_console
 
     console = make_console(stderr=True)
     if export_tokens is not None:

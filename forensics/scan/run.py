@@ -158,7 +158,7 @@ def _progress(enabled: bool, total_iterations: int, done_iterations: int):
         TimeRemainingColumn,
     )
 
-    from forensics.report.terminal import make_console
+    from dataloaders.console import make_console
 
     bar = Progress(
         TextColumn("[bold]scan[/]"),
@@ -286,7 +286,7 @@ def _status(enabled: bool, what: str) -> Iterator[None]:
     if not enabled:
         yield
         return
-    from forensics.report.terminal import make_console
+    from dataloaders.console import make_console
 
     with make_console(stderr=True).status(what):
         yield
