@@ -48,3 +48,23 @@ RayAddressOption = Annotated[
 ]
 
 WorkersOption = Annotated[int, typer.Option("--workers", help="Worker processes.")]
+
+# The detectors' options, shared by `triage` and `watch` (watch runs triage's detectors).
+CheckpointsOption = Annotated[
+    str | None, typer.Option(help="Saved iterations '1000,2000' or a dir of iter_NNNNNNN.")
+]
+RecoveryWindowOption = Annotated[
+    int, typer.Option(help="Steps a spike may take to come back before it is malignant.")
+]
+GradFactorOption = Annotated[float, typer.Option(help="Grad-norm alarm: EMA over x baseline.")]
+ZThresholdOption = Annotated[float, typer.Option(help="Robust z over the local level = spike.")]
+PlateauStepsOption = Annotated[int, typer.Option(help="Shortest flat stretch = plateau.")]
+
+
+def check_steps(recovery_window: int, plateau_steps: int) -> None:
+    """--recovery-window and --plateau-steps must be positive numbers of steps."""
+    from forensics.errors import ForensicsError
+
+    for name, value in (("--recovery-window", recovery_window), ("--plateau-steps", plateau_steps)):
+        if value <= 0:
+            raise ForensicsError(f"{name} {value}: must be a positive number of steps")

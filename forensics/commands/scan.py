@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -66,8 +66,12 @@ def scan_command(
             progress=not quiet,
         ),
     )
-    if quiet:
-        return
+    if not quiet:
+        _print_summary(result, first, last, threshold, out)
+
+
+def _print_summary(result: Any, first: int, last: int, threshold: float, out: Path) -> None:
+    """What the scan found, on stdout: the flagged share, the dense stretches, the notes."""
     from rich.markup import escape
 
     from dataloaders.console import make_console

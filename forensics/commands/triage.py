@@ -9,11 +9,19 @@ module level: this command must start fast and never import torch.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from dataloaders.checkpoints import checkpoint_iterations
+from forensics.commands.options import (
+    CheckpointsOption,
+    GradFactorOption,
+    PlateauStepsOption,
+    RecoveryWindowOption,
+    ZThresholdOption,
+    check_steps,
+)
 from forensics.errors import ForensicsError
 
 
@@ -41,9 +49,7 @@ def triage_command(
     format: Annotated[
         str, typer.Option(help="auto|megatron|tensorboard|wandb-csv|jsonl|csv|hf-trainer-state")
     ] = "auto",
-    checkpoints: Annotated[
-        str | None, typer.Option(help="Saved iterations '1000,2000' or a dir of iter_NNNNNNN.")
-    ] = None,
+    checkpoints: CheckpointsOption = None,
     config: Annotated[
         str | None, typer.Option(help="Run config, filled into the suggested spike command.")
     ] = None,
@@ -59,34 +65,28 @@ def triage_command(
     ema_half_life: Annotated[
         float, typer.Option(help="EMA half-life of the loss (steps).")
     ] = 200.0,
-    recovery_window: Annotated[
-        int, typer.Option(help="Steps a spike may take to come back before it is malignant.")
-    ] = 500,
-    grad_factor: Annotated[float, typer.Option(help="Grad-norm alarm: EMA over x baseline.")] = 3.0,
+    recovery_window: RecoveryWindowOption = 500,
+    grad_factor: GradFactorOption = 3.0,
     grad_half_life: Annotated[float, typer.Option(help="Grad-norm EMA half-life (steps).")] = 4.0,
-    z_threshold: Annotated[
-        float, typer.Option(help="Robust z over the local level = spike.")
-    ] = 6.0,
-    plateau_steps: Annotated[int, typer.Option(help="Shortest flat stretch = plateau.")] = 2000,
+    z_threshold: ZThresholdOption = 6.0,
+    plateau_steps: PlateauStepsOption = 2000,
     force: Annotated[
         bool, typer.Option("--force", help="Replace triage outputs already in OUT.")
     ] = False,
 ) -> None:
     """Triage a loss curve: spikes (benign/malignant/undecided), alarms, divergence, plateaus."""
-    import warnings
+    from rich.markup import escape
 
     from dataloaders.console import make_console
     from forensics.outputs import check_output_dir
     from forensics.triage.analyze import triage
     from forensics.triage.config import RunInfo, TriageConfig
-    from forensics.triage.readers import FORMATS, LogWarning, detect_format, read_log
+    from forensics.triage.readers import FORMATS, detect_format
     from forensics.triage.report import OUTPUT_NAMES, terminal_lines, write_outputs
 
     if format not in FORMATS:
         raise ForensicsError(f"--format {format}: unknown; choose one of {', '.join(FORMATS)}")
-    for name, value in (("--recovery-window", recovery_window), ("--plateau-steps", plateau_steps)):
-        if value <= 0:
-            raise ForensicsError(f"{name} {value}: must be a positive number of steps")
+    check_steps(recovery_window, plateau_steps)
     check_output_dir(out, OUTPUT_NAMES, force=force)
     console = make_console()
     err = make_console(stderr=True, soft_wrap=True)  # a warning names a path: never cut it
@@ -105,14 +105,7 @@ def triage_command(
         params=params,
         seq_length=seq_length,
     )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", LogWarning)
-        table = read_log(log, format)
-    from rich.markup import escape
-
-    for w in caught:
-        if issubclass(w.category, LogWarning):
-            err.print(f"[yellow]warning:[/] {escape(str(w.message))}")
+    table = _read_log(log, format, err)
     fmt = detect_format(log) if format == "auto" else format
     with console.status("triaging"):
         result = triage(table, cfg, run)
@@ -120,3 +113,21 @@ def triage_command(
     for line in terminal_lines(result):
         console.print(line)
     console.print(f"wrote {escape(', '.join(str(p) for p in paths))}")
+
+
+def _read_log(log: Path, format: str, err: Any) -> Any:
+    """The log's table; the reader's warnings (truncated files, skipped records) printed on
+    stderr as they are, one yellow line each."""
+    import warnings
+
+    from rich.markup import escape
+
+    from forensics.triage.readers import LogWarning, read_log
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LogWarning)
+        table = read_log(log, format)
+    for w in caught:
+        if issubclass(w.category, LogWarning):
+            err.print(f"[yellow]warning:[/] {escape(str(w.message))}")
+    return table

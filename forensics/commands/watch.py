@@ -14,23 +14,51 @@ from typing import Annotated
 
 import typer
 
+from forensics.commands.options import (
+    CheckpointsOption,
+    GradFactorOption,
+    PlateauStepsOption,
+    RecoveryWindowOption,
+    ZThresholdOption,
+    check_steps,
+)
 from forensics.errors import ForensicsError
+
+# The watcher's own options (the detectors' are triage's, in options.py).
+LogArgument = Annotated[
+    Path, typer.Argument(help="The training log being written, or a TensorBoard run dir.")
+]
+OutOption = Annotated[
+    Path | None,
+    typer.Option("--out", help="Watch directory: events.jsonl, state. Default: LOG.watch/"),
+]
+WatchConfigOption = Annotated[
+    str | None,
+    typer.Option("--config", help="Run config: enables `forensics spike` on a malignant spike."),
+]
+OnMalignantOption = Annotated[
+    str | None,
+    typer.Option(
+        "--on-malignant", help="spike: run forensics spike (default with --config) | none."
+    ),
+]
+SpikeArgsOption = Annotated[
+    str,
+    typer.Option("--spike-args", help="More options for the spike run, e.g. '--embed-cap 0'."),
+]
+StallAfterOption = Annotated[
+    float,
+    typer.Option("--stall-after", help="Say so when the log has not grown this long (s)."),
+]
+MaxPollsOption = Annotated[
+    int | None, typer.Option(help="Stop after this many polls (default: until Ctrl-C).")
+]
 
 
 def watch_command(
-    log: Annotated[
-        Path, typer.Argument(help="The training log being written, or a TensorBoard run dir.")
-    ],
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Watch directory: events.jsonl, state. Default: LOG.watch/"),
-    ] = None,
-    config: Annotated[
-        str | None,
-        typer.Option(
-            "--config", help="Run config: enables `forensics spike` on a malignant spike."
-        ),
-    ] = None,
+    log: LogArgument,
+    out: OutOption = None,
+    config: WatchConfigOption = None,
     webhook: Annotated[
         str | None, typer.Option("--webhook", help="POST every message as JSON to this URL.")
     ] = None,
@@ -39,35 +67,16 @@ def watch_command(
         typer.Option("--prometheus", help="Prometheus textfile to keep current (node_exporter)."),
     ] = None,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls.")] = 5.0,
-    on_malignant: Annotated[
-        str | None,
-        typer.Option(
-            "--on-malignant", help="spike: run forensics spike (default with --config) | none."
-        ),
-    ] = None,
-    spike_args: Annotated[
-        str,
-        typer.Option("--spike-args", help="More options for the spike run, e.g. '--embed-cap 0'."),
-    ] = "",
+    on_malignant: OnMalignantOption = None,
+    spike_args: SpikeArgsOption = "",
     format: Annotated[str, typer.Option(help="auto|megatron|jsonl|csv|tensorboard")] = "auto",
-    stall_after: Annotated[
-        float,
-        typer.Option("--stall-after", help="Say so when the log has not grown this long (s)."),
-    ] = 600.0,
-    checkpoints: Annotated[
-        str | None, typer.Option(help="Saved iterations '1000,2000' or a dir of iter_NNNNNNN.")
-    ] = None,
-    recovery_window: Annotated[
-        int, typer.Option(help="Steps a spike may take to come back before it is malignant.")
-    ] = 500,
-    grad_factor: Annotated[float, typer.Option(help="Grad-norm alarm: EMA over x baseline.")] = 3.0,
-    z_threshold: Annotated[
-        float, typer.Option(help="Robust z over the local level = spike.")
-    ] = 6.0,
-    plateau_steps: Annotated[int, typer.Option(help="Shortest flat stretch = plateau.")] = 2000,
-    max_polls: Annotated[
-        int | None, typer.Option(help="Stop after this many polls (default: until Ctrl-C).")
-    ] = None,
+    stall_after: StallAfterOption = 600.0,
+    checkpoints: CheckpointsOption = None,
+    recovery_window: RecoveryWindowOption = 500,
+    grad_factor: GradFactorOption = 3.0,
+    z_threshold: ZThresholdOption = 6.0,
+    plateau_steps: PlateauStepsOption = 2000,
+    max_polls: MaxPollsOption = None,
     live: Annotated[bool, typer.Option(help="Live view when stdout is a terminal.")] = True,
 ) -> None:
     """Follow a training log as it grows: alarms, spike verdicts, divergence, plateaus."""
@@ -77,25 +86,13 @@ def watch_command(
     from forensics.watch.loop import Watcher, WatchOptions
     from forensics.watch.terminal import Terminal
 
-    if on_malignant is None:
-        on_malignant = "spike" if config else "none"
-    if on_malignant not in ("spike", "none"):
-        raise ForensicsError(f"--on-malignant {on_malignant}: choose spike or none")
-    if on_malignant == "spike" and not config:
-        raise ForensicsError("--on-malignant spike needs --config (the run to replay)")
-    if config and not Path(config).is_file():
-        raise ForensicsError(f"--config {config}: no such file")
+    on_malignant = _on_malignant(on_malignant, config)
     if interval <= 0 or stall_after <= 0:
         raise ForensicsError("--interval and --stall-after must be positive numbers of seconds")
-    for name, value in (("--recovery-window", recovery_window), ("--plateau-steps", plateau_steps)):
-        if value <= 0:
-            raise ForensicsError(f"{name} {value}: must be a positive number of steps")
+    check_steps(recovery_window, plateau_steps)
     if webhook and not webhook.startswith(("http://", "https://")):
         raise ForensicsError(f"--webhook {webhook}: not an http(s) URL")
-    try:
-        extra = tuple(shlex.split(spike_args))
-    except ValueError as err:
-        raise ForensicsError(f"--spike-args {spike_args!r}: {err}") from None
+    extra = _spike_args(spike_args)
     out = out or log.with_name(log.name.rstrip("/") + ".watch")
     cfg = TriageConfig(
         recovery_window=recovery_window,
@@ -121,3 +118,24 @@ def watch_command(
     console = make_console()
     watcher = Watcher(opts, Terminal(console, str(log), live))
     watcher.run(max_polls=max_polls)
+
+
+def _on_malignant(on_malignant: str | None, config: str | None) -> str:
+    """--on-malignant checked against --config (default: spike with a config, else none)."""
+    if on_malignant is None:
+        on_malignant = "spike" if config else "none"
+    if on_malignant not in ("spike", "none"):
+        raise ForensicsError(f"--on-malignant {on_malignant}: choose spike or none")
+    if on_malignant == "spike" and not config:
+        raise ForensicsError("--on-malignant spike needs --config (the run to replay)")
+    if config and not Path(config).is_file():
+        raise ForensicsError(f"--config {config}: no such file")
+    return on_malignant
+
+
+def _spike_args(spike_args: str) -> tuple[str, ...]:
+    """--spike-args split as the shell would."""
+    try:
+        return tuple(shlex.split(spike_args))
+    except ValueError as err:
+        raise ForensicsError(f"--spike-args {spike_args!r}: {err}") from None

@@ -205,50 +205,22 @@ def rescore(
         "window_samples_total": samples.filter(pl.col("side") == "window").height,
         "cap": options.cap,
     }
-    norms: np.ndarray | None = None
-    extra_cols: dict[str, np.ndarray] = {}
     if options.losses is not None:
-        from forensics.rescore.losses import read_losses
-
-        loaded = read_losses(Path(options.losses), samples, length - 1)
-        rows = loaded.rows
-        samples, segments = _renumber(samples, segments, rows)
-        tokens = gather_tokens(replayer, segments)
-        token_level = loaded.token_losses is not None
-        losses = loaded.token_losses
-        extra_cols = loaded.sample_columns
-        info |= {"source": f"losses file {options.losses}", "digest": loaded.digest}
+        got = _losses_from_file(replayer, samples, segments, options, length)
     else:
-        rows = choose_samples(samples, segments, options.cap, options.seed)
-        samples, segments = _renumber(samples, segments, rows)
-        tokens = gather_tokens(replayer, segments)
-        from forensics.rescore.model import checkpoint_digest
-
-        digest = checkpoint_digest(options.checkpoint)  # type: ignore[arg-type]
-        key = _key(
-            digest,
-            fingerprint,
-            samples.select("iteration", "position").rows(),
-            options.dtype,
-            options.grad_norm,
+        got = _losses_from_checkpoint(
+            replayer, samples, segments, options, cache_dir, fingerprint, hits
         )
-        cache_file = None if cache_dir is None else Path(cache_dir) / f"rescore-{key}.npz"
-        losses, norms = _model_losses(options, tokens, cache_file, hits)
-        token_level = True
-        info |= {
-            "source": f"checkpoint {options.checkpoint}",
-            "digest": digest,
-            "device": options.device,
-            "dtype": options.dtype,
-        }
-    info["level"] = "token" if token_level else "sample"
-    if token_level:
-        per_sample = sample_metrics(losses)  # type: ignore[arg-type]
-        per_seg = segment_metrics(losses, segments)  # type: ignore[arg-type]
+    samples, segments, norms = got.samples, got.segments, got.norms
+    info |= got.info
+    info["level"] = "token" if got.token_level else "sample"
+    if got.token_level:
+        per_sample = sample_metrics(got.losses)  # type: ignore[arg-type]
+        per_seg = segment_metrics(got.losses, segments)  # type: ignore[arg-type]
     else:
-        per_sample = {k: v for k, v in extra_cols.items() if k in ("loss", "max_token_loss")}
+        per_sample = {k: v for k, v in got.extra.items() if k in ("loss", "max_token_loss")}
         per_seg = {}
-        norms = extra_cols.get("grad_norm", norms)
+        norms = got.extra.get("grad_norm", norms)
     is_base = (samples["side"] == "baseline").to_numpy()
     table = samples.with_columns(
         [pl.Series(k, v) for k, v in per_sample.items()]
@@ -259,6 +231,96 @@ def rescore(
         ]  # fmt: skip
     )
     stats: dict[str, Any] = {}
+    table = _zscore_samples(table, is_base, stats)
+    seg_table = segments.with_columns([pl.Series(k, v) for k, v in per_seg.items()])
+    if per_seg:
+        seg_table = _zscore_segments(seg_table, is_base, stats)
+    info |= {
+        "window_samples": int((~is_base).sum()),
+        "baseline_samples": int(is_base.sum()),
+        "baseline_stats": stats,
+    }
+    return Rescore(table, seg_table, np.asarray(got.tokens), info)
+
+
+@dataclass
+class _Losses:
+    """The scored samples and segments (renumbered), their tokens, and where the losses came
+    from: per-token losses (token_level) or only the per-sample columns of a losses file."""
+
+    samples: pl.DataFrame
+    segments: pl.DataFrame
+    tokens: np.ndarray
+    losses: np.ndarray | None
+    token_level: bool
+    info: dict[str, Any]
+    norms: np.ndarray | None = None
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _losses_from_file(
+    replayer: Any,
+    samples: pl.DataFrame,
+    segments: pl.DataFrame,
+    options: RescoreOptions,
+    length: int,
+) -> _Losses:
+    """Losses computed elsewhere over the exported samples (`read_losses`)."""
+    from forensics.rescore.losses import read_losses
+
+    loaded = read_losses(Path(options.losses), samples, length - 1)  # type: ignore[arg-type]
+    samples, segments = _renumber(samples, segments, loaded.rows)
+    return _Losses(
+        samples,
+        segments,
+        gather_tokens(replayer, segments),
+        loaded.token_losses,
+        loaded.token_losses is not None,
+        {"source": f"losses file {options.losses}", "digest": loaded.digest},
+        extra=loaded.sample_columns,
+    )
+
+
+def _losses_from_checkpoint(
+    replayer: Any,
+    samples: pl.DataFrame,
+    segments: pl.DataFrame,
+    options: RescoreOptions,
+    cache_dir: Path | None,
+    fingerprint: Any,
+    hits: dict[str, bool],
+) -> _Losses:
+    """Per-token losses (and gradient norms when asked) of the chosen samples, from the
+    checkpoint run here, or from the cache keyed by its content digest."""
+    from forensics.rescore.model import checkpoint_digest
+
+    rows = choose_samples(samples, segments, options.cap, options.seed)
+    samples, segments = _renumber(samples, segments, rows)
+    tokens = gather_tokens(replayer, segments)
+    digest = checkpoint_digest(options.checkpoint)  # type: ignore[arg-type]
+    key = _key(
+        digest,
+        fingerprint,
+        samples.select("iteration", "position").rows(),
+        options.dtype,
+        options.grad_norm,
+    )
+    cache_file = None if cache_dir is None else Path(cache_dir) / f"rescore-{key}.npz"
+    losses, norms = _model_losses(options, tokens, cache_file, hits)
+    info = {
+        "source": f"checkpoint {options.checkpoint}",
+        "digest": digest,
+        "device": options.device,
+        "dtype": options.dtype,
+    }
+    return _Losses(samples, segments, tokens, losses, True, info, norms=norms)
+
+
+def _zscore_samples(
+    table: pl.DataFrame, is_base: np.ndarray, stats: dict[str, Any]
+) -> pl.DataFrame:
+    """loss_z, max_token_z, grad_norm_z against the baseline samples (null where not scored);
+    the baseline's mean and sd go into `stats`."""
     for col, z in (
         ("loss", "loss_z"),
         ("max_token_loss", "max_token_z"),
@@ -271,20 +333,20 @@ def rescore(
             stats[col] = {"baseline_mean": mu, "baseline_sd": sd}
         else:
             table = table.with_columns(pl.lit(None, dtype=pl.Float64).alias(z))
-    seg_table = segments.with_columns([pl.Series(k, v) for k, v in per_seg.items()])
-    if per_seg:
-        seg_base = np.isin(seg_table["row"].to_numpy(), np.flatnonzero(is_base))
-        for col, z in (("loss", "loss_z"), ("max_token_loss", "max_token_z")):
-            values = seg_table[col].to_numpy()
-            zs, mu, sd = zscore(values, values[seg_base], f"per-segment {col.replace('_', ' ')}")
-            seg_table = seg_table.with_columns(pl.Series(z, zs).fill_nan(None))
-            stats[f"segment_{col}"] = {"baseline_mean": mu, "baseline_sd": sd}
-    info |= {
-        "window_samples": int((~is_base).sum()),
-        "baseline_samples": int(is_base.sum()),
-        "baseline_stats": stats,
-    }
-    return Rescore(table, seg_table, np.asarray(tokens), info)
+    return table
+
+
+def _zscore_segments(
+    seg_table: pl.DataFrame, is_base: np.ndarray, stats: dict[str, Any]
+) -> pl.DataFrame:
+    """Per-segment loss_z and max_token_z against the baseline samples' segments."""
+    seg_base = np.isin(seg_table["row"].to_numpy(), np.flatnonzero(is_base))
+    for col, z in (("loss", "loss_z"), ("max_token_loss", "max_token_z")):
+        values = seg_table[col].to_numpy()
+        zs, mu, sd = zscore(values, values[seg_base], f"per-segment {col.replace('_', ' ')}")
+        seg_table = seg_table.with_columns(pl.Series(z, zs).fill_nan(None))
+        stats[f"segment_{col}"] = {"baseline_mean": mu, "baseline_sd": sd}
+    return seg_table
 
 
 def rescore_parquet(result: Rescore) -> pl.DataFrame:

@@ -168,10 +168,31 @@ def model_view(
     context: int = 24,
 ) -> dict[str, Any]:
     """The report's "what the model choked on" section, as plain data (text raw)."""
+    clusters = _model_clusters(ranked)
+    window = result.samples.filter(pl.col("side") == "window")
+    rank, agreement = _agreement(ranked, clusters)
+    return {
+        "source": result.info.get("source"),
+        "level": result.info.get("level"),
+        "window_samples": result.info.get("window_samples"),
+        "window_samples_total": result.info.get("window_samples_total"),
+        "baseline_samples": result.info.get("baseline_samples"),
+        "baseline_stats": result.info.get("baseline_stats"),
+        "agreement": agreement,
+        "culprit_rank_by_model": rank,
+        "clusters": clusters,
+        "top_samples": _top_samples(result, window, top),
+        "top_documents": _top_documents(result, window, tokenizer, top, context),
+        "rule": MODEL_RULE,
+    }
+
+
+def _model_clusters(ranked: pl.DataFrame) -> list[dict[str, Any]]:
+    """The clusters the model scored, ranked by the strength of the model's evidence (the test's
+    p), then by loss z, clusters with too few scored segments last: a small cluster's mean z is
+    noise."""
     from forensics.report.model import cluster_name
 
-    # ranked by the strength of the model's evidence (the test's p), then by loss z, clusters with
-    # too few scored segments last: a small cluster's mean z is noise
     scored = (
         ranked.filter(pl.col("model_units") > 0)
         .with_columns((pl.col("model_units") < MIN_UNITS).alias("_few"))
@@ -182,7 +203,7 @@ def model_view(
         )  # fmt: skip
         .drop("_few")
     )
-    clusters = [
+    return [
         {
             "id": r["id"],
             "name": cluster_name(r),
@@ -197,11 +218,14 @@ def model_view(
         }
         for r in scored.iter_rows(named=True)
     ]
-    window = result.samples.filter(pl.col("side") == "window")
+
+
+def _top_samples(result: Rescore, window: pl.DataFrame, top: int) -> list[dict[str, Any]]:
+    """The window's `top` samples by loss z, with the documents each holds."""
     docs_of = result.segments.group_by("row", maintain_order=True).agg(
         (pl.col("dataset") + ":" + pl.col("doc_id").cast(pl.Utf8)).alias("documents")
     )
-    top_samples = (
+    return (
         window.join(docs_of, on="row", how="left")
         .sort(["loss_z", "row"], descending=[True, False], nulls_last=True)
         .head(top)
@@ -210,27 +234,43 @@ def model_view(
         )  # fmt: skip
         .to_dicts()
     )
+
+
+def _top_documents(
+    result: Rescore, window: pl.DataFrame, tokenizer: Any, top: int, context: int
+) -> list[dict[str, Any]]:
+    """Token-level rescoring only: the `top` documents by loss z, each with the span around its
+    worst token decoded when a tokenizer is given."""
     top_docs: list[dict[str, Any]] = []
-    if result.token_level:
-        segs = result.segments.join(window.select("row"), on="row").filter(
-            pl.col("loss_z").is_not_null()
-        )
-        best = (
-            segs.sort(["loss_z", "row"], descending=[True, False])
-            .unique(["dataset", "doc_id"], keep="first", maintain_order=True)
-            .head(top)
-        )
-        for r in best.iter_rows(named=True):
-            entry = {k: r[k] for k in ("dataset", "doc_id", "tokens", "loss", "loss_z",
-                                       "max_token_loss", "max_token_z")}  # fmt: skip
-            entry["iteration"], entry["position"] = _it_pos(window, r["row"])
-            if tokenizer is not None and r["peak_token"] >= 0:
-                sample = result.tokens[r["row"]]
-                peak = int(r["peak_token"])
-                lo = max(int(r["start"]), peak - context)
-                hi = min(int(r["end"]), peak + 1 + context // 2)
-                entry["span"] = decode_span(tokenizer, sample, lo, peak, hi)
-            top_docs.append(entry)
+    if not result.token_level:
+        return top_docs
+    segs = result.segments.join(window.select("row"), on="row").filter(
+        pl.col("loss_z").is_not_null()
+    )
+    best = (
+        segs.sort(["loss_z", "row"], descending=[True, False])
+        .unique(["dataset", "doc_id"], keep="first", maintain_order=True)
+        .head(top)
+    )
+    for r in best.iter_rows(named=True):
+        entry = {k: r[k] for k in ("dataset", "doc_id", "tokens", "loss", "loss_z",
+                                   "max_token_loss", "max_token_z")}  # fmt: skip
+        entry["iteration"], entry["position"] = _it_pos(window, r["row"])
+        if tokenizer is not None and r["peak_token"] >= 0:
+            sample = result.tokens[r["row"]]
+            peak = int(r["peak_token"])
+            lo = max(int(r["start"]), peak - context)
+            hi = min(int(r["end"]), peak + 1 + context // 2)
+            entry["span"] = decode_span(tokenizer, sample, lo, peak, hi)
+        top_docs.append(entry)
+    return top_docs
+
+
+def _agreement(ranked: pl.DataFrame, clusters: list[dict[str, Any]]) -> tuple[int | None, str]:
+    """(the data-side culprit's rank by model evidence alone, a sentence on whether the model
+    agrees with the data-side verdict)."""
+    from forensics.report.model import cluster_name
+
     culprits = ranked.filter(pl.col("data_verdict") == "culprit")
     rank = None
     agreement = "no data-side culprit to compare with"
@@ -248,20 +288,7 @@ def model_view(
             f"no data-side culprit, but the model choked most on {clusters[0]['name']} "
             f"(loss z {_fmt(clusters[0]['loss_z'])})"
         )
-    return {
-        "source": result.info.get("source"),
-        "level": result.info.get("level"),
-        "window_samples": result.info.get("window_samples"),
-        "window_samples_total": result.info.get("window_samples_total"),
-        "baseline_samples": result.info.get("baseline_samples"),
-        "baseline_stats": result.info.get("baseline_stats"),
-        "agreement": agreement,
-        "culprit_rank_by_model": rank,
-        "clusters": clusters,
-        "top_samples": top_samples,
-        "top_documents": top_docs,
-        "rule": MODEL_RULE,
-    }
+    return rank, agreement
 
 
 def _it_pos(window: pl.DataFrame, row: int) -> tuple[int, int]:

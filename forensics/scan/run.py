@@ -178,29 +178,12 @@ def _progress(enabled: bool, total_iterations: int, done_iterations: int):
 def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     """The whole command (see module doc). Bad input raises ForensicsError before any work."""
     from forensics.pipeline import module_version
-    from forensics.pipeline.engines import check_engine
-    from forensics.replay import open_replayer
-    from forensics.scan.engines import run_engine
-    from forensics.skip import check_threshold, json_fingerprint
+    from forensics.skip import json_fingerprint
 
     opts = options
     t0 = time.perf_counter()
-    check_threshold(opts.threshold)
-    check_engine(opts.engine, opts.workers, None)  # the address once the range is known good
-    if opts.shard_iterations is not None and opts.shard_iterations < 1:
-        raise ForensicsError(f"--shard-iterations {opts.shard_iterations}: must be at least 1")
-    if opts.ray_address and opts.engine != "ray":
-        raise ForensicsError("--ray-address needs --engine ray")
-    run, origin = _load(config)
-    if run.data.format != "megatron":
-        raise ForensicsError(
-            f"{origin}: forensics scan reads Megatron .bin/.idx runs; data.format is "
-            f"{run.data.format!r}"
-        )
-    replayer = open_replayer(run)
-    check_range(opts.first, opts.last, replayer.last_iteration)
-    if opts.engine == "ray" and opts.ray_address:
-        check_engine(opts.engine, opts.workers, opts.ray_address)
+    _check_options(opts)
+    run, replayer = _open_run(config, opts)
     gbs = run.training.global_batch_size
     tokens_per_iteration = gbs * (run.data.seq_length + 1)
     per_shard = opts.shard_iterations or max(1, SHARD_TOKENS // tokens_per_iteration)
@@ -235,35 +218,8 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     resumed = len(summaries)
     if resumed:
         notes.append(f"resumed: {resumed} of {len(shards)} shards were done by an earlier run")
-    total = opts.last - opts.first + 1
-    bar, task = _progress(opts.progress, total, sum(s.last - s.first + 1 for s in summaries))
-    errors: list[str] = []
-
-    def on_done(summary: ShardSummary) -> None:
-        summaries.append(summary)
-        if bar is not None:
-            bar.advance(task, summary.last - summary.first + 1)
-
-    on_done.note = errors.append  # type: ignore[attr-defined]
     if pending:
-        if bar is not None:
-            bar.start()
-        try:
-            failed = run_engine(
-                opts.engine, run, pending, parts, opts.workers, on_done, opts.ray_address
-            )
-        finally:
-            if bar is not None:
-                bar.stop()
-        if failed:
-            listed = ", ".join(f"{a}-{b}" for a, b in failed[:5])
-            more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
-            why = f" ({errors[0]})" if errors else ""
-            raise ForensicsError(
-                f"{len(failed)} shard(s) failed after retries: iterations {listed}{more}{why}; "
-                f"the {len(shards) - len(failed)} finished shards are kept in {parts}: rerun the "
-                "same command to scan only the missing ones"
-            )
+        _run_pending(run, opts, parts, len(shards), pending, summaries)
 
     from forensics.scan.merge import write_outputs
 
@@ -278,6 +234,79 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
         summaries=sorted(summaries, key=lambda s: s.first),
         notes=notes,
     )
+
+
+def _check_options(opts: ScanOptions) -> None:
+    """The options that need no run: a ForensicsError naming the flag."""
+    from forensics.pipeline.engines import check_engine
+    from forensics.skip import check_threshold
+
+    check_threshold(opts.threshold)
+    check_engine(opts.engine, opts.workers, None)  # the address once the range is known good
+    if opts.shard_iterations is not None and opts.shard_iterations < 1:
+        raise ForensicsError(f"--shard-iterations {opts.shard_iterations}: must be at least 1")
+    if opts.ray_address and opts.engine != "ray":
+        raise ForensicsError("--ray-address needs --engine ray")
+
+
+def _open_run(config: Any, opts: ScanOptions) -> tuple[Any, Any]:
+    """(RunConfig, Replayer) of a Megatron run whose iterations hold --from..--to."""
+    from forensics.pipeline.engines import check_engine
+    from forensics.replay import open_replayer
+
+    run, origin = _load(config)
+    if run.data.format != "megatron":
+        raise ForensicsError(
+            f"{origin}: forensics scan reads Megatron .bin/.idx runs; data.format is "
+            f"{run.data.format!r}"
+        )
+    replayer = open_replayer(run)
+    check_range(opts.first, opts.last, replayer.last_iteration)
+    if opts.engine == "ray" and opts.ray_address:
+        check_engine(opts.engine, opts.workers, opts.ray_address)
+    return run, replayer
+
+
+def _run_pending(
+    run: Any,
+    opts: ScanOptions,
+    parts: Path,
+    n_shards: int,
+    pending: list[tuple[int, int]],
+    summaries: list[ShardSummary],
+) -> None:
+    """Scan the pending shards on the chosen engine under the progress bar, appending their
+    summaries; a ForensicsError naming the shards that still failed after retries."""
+    from forensics.scan.engines import run_engine
+
+    total = opts.last - opts.first + 1
+    bar, task = _progress(opts.progress, total, sum(s.last - s.first + 1 for s in summaries))
+    errors: list[str] = []
+
+    def on_done(summary: ShardSummary) -> None:
+        summaries.append(summary)
+        if bar is not None:
+            bar.advance(task, summary.last - summary.first + 1)
+
+    on_done.note = errors.append  # type: ignore[attr-defined]
+    if bar is not None:
+        bar.start()
+    try:
+        failed = run_engine(
+            opts.engine, run, pending, parts, opts.workers, on_done, opts.ray_address
+        )
+    finally:
+        if bar is not None:
+            bar.stop()
+    if failed:
+        listed = ", ".join(f"{a}-{b}" for a, b in failed[:5])
+        more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+        why = f" ({errors[0]})" if errors else ""
+        raise ForensicsError(
+            f"{len(failed)} shard(s) failed after retries: iterations {listed}{more}{why}; "
+            f"the {n_shards - len(failed)} finished shards are kept in {parts}: rerun the "
+            "same command to scan only the missing ones"
+        )
 
 
 @contextmanager

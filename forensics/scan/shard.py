@@ -41,6 +41,7 @@ import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from forensics.errors import ForensicsError
+from forensics.score import FLAG_THRESHOLD
 from forensics.score.repeats import MAX_COUNT, Repeats, find_repeats
 
 KINDS = ("garbage", "spam", "ngram", "instance_ngram")
@@ -188,9 +189,9 @@ def _maybe_fail(first: int) -> None:
 
 def _reason(row: dict[str, Any]) -> str:
     parts = []
-    if row["garbage_score"] >= 0.5 and row["garbage_reason"]:
+    if row["garbage_score"] >= FLAG_THRESHOLD and row["garbage_reason"]:
         parts.append(row["garbage_reason"])
-    if row["spam_score"] >= 0.5 and row["spam_reason"]:
+    if row["spam_score"] >= FLAG_THRESHOLD and row["spam_reason"]:
         parts.append(row["spam_reason"])
     if row["ngram_times"] >= MAX_COUNT:
         parts.append(
@@ -222,14 +223,52 @@ def scan_shard(
 
 
 def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -> ShardSummary:
-    from forensics.score import FLAG_THRESHOLD, score_table
-
     t0 = time.perf_counter()
     rep = _replayer(config)
     if not hasattr(rep, "datasets"):
         raise ForensicsError("forensics scan reads Megatron .bin/.idx runs (data.format: megatron)")
+    table = _replay_samples(rep, first, last)
+    n_samples = int(table["_sample"].max()) + 1
+    flags, facets, doc_tokens = _document_flags(rep, table, score_threads)
+
+    # Samples: flagged by any of their documents, or by the instance rule.
+    inst = instance_repeats(rep, table, n_samples)
+    segs = table.select("iteration", "_sample", "dataset", "doc_id", *facets).join(
+        flags.select("dataset", "doc_id", "garbage", "spam", "ngram", "severity"),
+        on=["dataset", "doc_id"],
+        how="left",
+    )
+    iters = _iteration_table(table, segs, inst)
+    flagged_docs = _flagged_documents(table, segs, flags, facets)
+    sources = _source_table(segs)
+    instances = _instance_table(table, inst)
+
+    name = part_name(first, last)
+    write_parquet_atomic(instances, parts / f"{name}.instances.parquet")
+    write_parquet_atomic(iters, parts / f"{name}.iters.parquet")
+    write_parquet_atomic(flagged_docs, parts / f"{name}.docs.parquet")
+    write_parquet_atomic(sources, parts / f"{name}.sources.parquet")
+    summary = ShardSummary(
+        first=first,
+        last=last,
+        samples=n_samples,
+        documents=flags.height,
+        tokens=int(iters["tokens"].sum()),
+        document_tokens=doc_tokens,
+        flagged_samples=int(iters["flagged_samples"].sum()),
+        seconds=time.perf_counter() - t0,
+        cpu_seconds=0.0,  # set by scan_shard
+        pid=os.getpid(),
+        peak_rss_mb=0.0,  # set by scan_shard: the process's peak private memory in the shard
+    )
+    return summary
+
+
+def _replay_samples(rep: Any, first: int, last: int) -> pl.DataFrame:
+    """The shard's replay table with `_sample`: the shard-local sample number (0-based, one per
+    (iteration, position), in replay order) of each segment row."""
     table = rep.replay(first, last, text=False, progress=False)
-    table = table.with_columns(
+    return table.with_columns(
         _sample=(
             (pl.col("iteration") != pl.col("iteration").shift(1))
             | (pl.col("position") != pl.col("position").shift(1))
@@ -239,16 +278,22 @@ def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -
         .cast(pl.Int64)
         - 1
     )
-    n_samples = int(table["_sample"].max()) + 1
 
-    # Documents: each distinct one decoded whole, scored once, checked for repeats.
+
+def _document_flags(
+    rep: Any, table: pl.DataFrame, score_threads: int
+) -> tuple[pl.DataFrame, list[str], int]:
+    """Each distinct document decoded whole, scored once and checked for repeats: (one row per
+    document with its scores, ngram_* and the kind flags garbage/spam/ngram and severity; the
+    facet columns; the tokens of the whole documents decoded)."""
+    from forensics.score import score_table
+
     distinct = table.select("dataset", "doc_id").unique().sort("dataset", "doc_id")
     docs = rep.documents(distinct, progress=False)
     scored = score_table(docs.select("dataset", "doc_id", "text"), "text", workers=score_threads)
     doc_tok = document_tokens(rep, distinct)
     rep_doc = find_repeats(doc_tok)
     doc_tokens = int(sum(len(t) for t in doc_tok))
-    del doc_tok
     facets = [c for c in docs.columns if c not in ("dataset", "doc_id", "text")]
     flags = scored.drop("text").with_columns(
         ngram_times=pl.Series(rep_doc.times, dtype=pl.Int64),
@@ -265,15 +310,11 @@ def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -
             (pl.col("ngram_times") / MAX_COUNT).clip(0.0, 1.0),
         ),
     )
-    del docs, scored
+    return flags, facets, doc_tokens
 
-    # Samples: flagged by any of their documents, or by the instance rule.
-    inst = instance_repeats(rep, table, n_samples)
-    segs = table.select("iteration", "_sample", "dataset", "doc_id", *facets).join(
-        flags.select("dataset", "doc_id", "garbage", "spam", "ngram", "severity"),
-        on=["dataset", "doc_id"],
-        how="left",
-    )
+
+def _iteration_table(table: pl.DataFrame, segs: pl.DataFrame, inst: Repeats) -> pl.DataFrame:
+    """One row per iteration (ITER_SCHEMA) and its worst documents."""
     tokens_per_iter = table.group_by("iteration").agg(
         (pl.col("token_end") - pl.col("token_start")).sum().alias("tokens")
     )
@@ -320,9 +361,13 @@ def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -
         .group_by("iteration", maintain_order=True)
         .agg(pl.struct("dataset", "doc_id", "severity").alias("worst_documents"))
     )
-    iters = iters.join(worst, on="iteration", how="left").sort("iteration")
+    return iters.join(worst, on="iteration", how="left").sort("iteration")
 
-    # Flagged documents, with where they were drawn (the block list is built from these).
+
+def _flagged_documents(
+    table: pl.DataFrame, segs: pl.DataFrame, flags: pl.DataFrame, facets: list[str]
+) -> pl.DataFrame:
+    """Flagged documents, with where they were drawn (the block list is built from these)."""
     drawn = segs.group_by("dataset", "doc_id").agg(
         pl.col("iteration").min().alias("first_iteration"),
         pl.col("_sample").n_unique().cast(pl.Int64).alias("samples"),
@@ -336,7 +381,7 @@ def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -
             how="left",
         )
     )
-    flagged_docs = flagged_docs.with_columns(
+    return flagged_docs.with_columns(
         reason=pl.Series([_reason(r) for r in flagged_docs.iter_rows(named=True)], dtype=pl.Utf8),
         kinds=pl.concat_str(
             [pl.when(pl.col(k)).then(pl.lit(k)) for k in ("garbage", "spam", "ngram")],
@@ -358,7 +403,9 @@ def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -
         "samples",
     )
 
-    # Sources: segments drawn and flagged per facet value (the report's top offenders).
+
+def _source_table(segs: pl.DataFrame) -> pl.DataFrame:
+    """Segments drawn and flagged per facet value (the report's top offenders)."""
     source_parts = []
     seg_flag = segs.with_columns(
         _flag=(pl.col("garbage") | pl.col("spam") | pl.col("ngram")).fill_null(False)
@@ -373,14 +420,16 @@ def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -
             .with_columns(facet=pl.lit(facet))
             .select("facet", "key", "segments", "flagged_segments")
         )
-    sources = pl.concat(source_parts)
+    return pl.concat(source_parts)
 
-    # Flagged training instances (OLMo-core would drop them): where, and the repetition.
+
+def _instance_table(table: pl.DataFrame, inst: Repeats) -> pl.DataFrame:
+    """Flagged training instances (OLMo-core would drop them): where, and the repetition."""
     keys = table.group_by("_sample").agg(
         pl.col("iteration").first(), pl.col("position").first(), pl.col("sample_index").first()
     )
     hit = np.flatnonzero(inst.flagged())
-    instances = (
+    return (
         pl.DataFrame(
             {
                 "_sample": pl.Series(hit, dtype=pl.Int64),
@@ -402,23 +451,3 @@ def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -
             "ngram_end",
         )
     )
-
-    name = part_name(first, last)
-    write_parquet_atomic(instances, parts / f"{name}.instances.parquet")
-    write_parquet_atomic(iters, parts / f"{name}.iters.parquet")
-    write_parquet_atomic(flagged_docs, parts / f"{name}.docs.parquet")
-    write_parquet_atomic(sources, parts / f"{name}.sources.parquet")
-    summary = ShardSummary(
-        first=first,
-        last=last,
-        samples=n_samples,
-        documents=flags.height,
-        tokens=int(iters["tokens"].sum()),
-        document_tokens=doc_tokens,
-        flagged_samples=int(iters["flagged_samples"].sum()),
-        seconds=time.perf_counter() - t0,
-        cpu_seconds=0.0,  # set by scan_shard
-        pid=os.getpid(),
-        peak_rss_mb=0.0,  # set by scan_shard: the process's peak private memory in the shard
-    )
-    return summary
