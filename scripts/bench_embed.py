@@ -110,7 +110,7 @@ class OnnxInt8Embedder:
 
 
 def _embedder(name: str, work: Path):
-    from forensics.cluster.embedding import make_embedder
+    from forensics.cluster.embedder import make_embedder
 
     return OnnxInt8Embedder(work) if name == ONNX else make_embedder(name)
 
@@ -128,7 +128,7 @@ def _speed(name: str, texts: list[str], work: Path) -> tuple[float, float]:
 def _run(run: Path, out: Path, name: str, cap: int | None, work: Path):
     """One pipeline run with `name` as the embedder (ONNX patched in: the CLI has no such
     option). Returns (result, labels frame)."""
-    import forensics.cluster.embedding as E
+    import forensics.cluster.embedding as E  # where cluster_embeddings looks make_embedder up
 
     original = E.make_embedder
     if name == ONNX:

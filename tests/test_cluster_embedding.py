@@ -190,7 +190,7 @@ def test_embedder_choice_and_caps(tmp_path):
     static model refuses a GPU in one line."""
     import json
 
-    from forensics.cluster.embedding import DEFAULT_CAP, MINILM_CAP, default_cap, make_embedder
+    from forensics.cluster.embedder import DEFAULT_CAP, MINILM_CAP, default_cap, make_embedder
     from forensics.cluster.static_model import is_static_model_dir
 
     assert default_cap(None, "cpu") == DEFAULT_CAP > MINILM_CAP

@@ -8,7 +8,8 @@
 torch and sentence-transformers are imported only when `cluster_embeddings` runs.
 """
 
-from forensics.cluster.embedding import DEFAULT_CAP, cluster_embeddings, describe_sample
+from forensics.cluster.embedder import DEFAULT_CAP
+from forensics.cluster.embedding import cluster_embeddings, describe_sample
 from forensics.cluster.source import cluster_sources
 from forensics.cluster.verdict import (
     assign_verdicts,
