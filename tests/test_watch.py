@@ -65,7 +65,7 @@ def _follow(name: str, tmp_path: Path, **opts: object) -> tuple[Watcher, list[di
 
 
 def _table(lines: list[str]) -> pl.DataFrame:
-    from forensics.triage.readers import canonical_rows
+    from forensics.triage.canonical import canonical_rows
 
     rows = [ln for ln in lines if ln != "ROTATE"]
     frame = pl.DataFrame({"__line": list(range(1, len(rows) + 1)), "text": rows})

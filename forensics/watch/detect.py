@@ -20,8 +20,8 @@ import polars as pl
 
 from forensics.errors import ForensicsError
 from forensics.triage.analyze import TriageResult, triage
+from forensics.triage.canonical import resolve_restarts
 from forensics.triage.config import RunInfo, TriageConfig
-from forensics.triage.readers import resolve_restarts
 
 
 def window_steps(cfg: TriageConfig) -> int:

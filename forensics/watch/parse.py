@@ -2,7 +2,7 @@
 
 No second parser: Megatron lines go through `readers.megatron_raw`, JSONL through
 `readers.jsonl_rows`, CSV through polars with the header remembered from the file's start, and
-every format through `readers.canonical_rows` (names, numbers, line-numbered notes), exactly as
+every format through `canonical.canonical_rows` (names, numbers, line-numbered notes), exactly as
 `forensics triage` reads a finished log (TensorBoard: see `tbfollow`). A trainer_state.json is
 rewritten whole, not appended, and is refused with a pointer to what to watch instead.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.errors import ForensicsError
-from forensics.triage import readers
+from forensics.triage import canonical, readers
 
 LINE_FORMATS = ("megatron", "jsonl", "csv", "wandb-csv", "tensorboard")
 
@@ -62,13 +62,13 @@ class ChunkParser:
             raw = readers.megatron_raw(frame, self.path, self.notes)
         elif self.fmt == "jsonl":
             rows = readers.jsonl_rows(lines, self.path, self.notes)
-            raw = readers.rows_to_frame(rows) if rows else None
+            raw = canonical.rows_to_frame(rows) if rows else None
         else:
             raw = self._csv(lines)
         if raw is None or raw.height == 0:
             return None
         try:
-            return readers.canonical_rows(raw, "line", self.path, self.notes)
+            return canonical.canonical_rows(raw, "line", self.path, self.notes)
         except ForensicsError as err:
             self.notes.append(str(err))
             return None

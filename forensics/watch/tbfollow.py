@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from forensics.errors import ForensicsError
-from forensics.triage import readers
+from forensics.triage import canonical, readers
 from forensics.triage.tfrecord import RecordScan, iter_records
 
 
@@ -91,7 +91,7 @@ class TensorBoardParser:
             return None
         raw = readers.scalars_to_raw([(s, t, v) for s, (t, v) in points])
         try:
-            return readers.canonical_rows(raw, "step", self.path, self.notes)
+            return canonical.canonical_rows(raw, "step", self.path, self.notes)
         except ForensicsError as err:
             self.notes.append(str(err))
             return None
