@@ -15,8 +15,7 @@ import yaml
 from mosaic_support import write_mds
 
 from dataloaders.config import load_config
-from dataloaders.mosaic.order import loader_batches
-from dataloaders.mosaic.replayer import loader_steps
+from dataloaders.mosaic.order import loader_batches, loader_steps
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 

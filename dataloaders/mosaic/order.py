@@ -84,6 +84,24 @@ def choose_per_stream(
     return apply_weights(weights, samples_per_stream, epoch_size, seed)
 
 
+def partition_positions(
+    plan: Plan, world: World, sample_in_epoch: int, initial_physical_nodes: int | None
+) -> np.ndarray:
+    """The epoch's positions over nodes, ranks, workers and batches from `sample_in_epoch` on,
+    int64[nodes, ranks, workers, batches per worker, batch size], -1 = padding (partition.py)."""
+    return get_partitions(
+        plan.partition_algo,
+        plan.epoch_size,
+        plan.num_canonical_nodes,
+        world.num_nodes,
+        world.ranks_per_node,
+        world.workers_per_rank,
+        plan.batch_size,
+        sample_in_epoch,
+        initial_physical_nodes,
+    )
+
+
 def epoch_partition(
     plan: Plan,
     world: World,
@@ -103,17 +121,7 @@ def epoch_partition(
         granularity=plan.sampling_granularity,
         epoch_seed_change=plan.shuffle and plan.sampling_method == "balanced",  # dataset.py:428
     )
-    big = get_partitions(
-        plan.partition_algo,
-        plan.epoch_size,
-        plan.num_canonical_nodes,
-        world.num_nodes,
-        world.ranks_per_node,
-        world.workers_per_rank,
-        plan.batch_size,
-        sample_in_epoch,
-        initial_physical_nodes,
-    )
+    big = partition_positions(plan, world, sample_in_epoch, initial_physical_nodes)
     if plan.shuffle:
         perm = get_shuffle(
             plan.shuffle_algo,
@@ -146,6 +154,45 @@ def loader_batches(worker_rows: np.ndarray, batch_size: int, drop_last: bool) ->
             if k < len(batches):
                 out.append(batches[k])
     return out
+
+
+def loader_steps(ids: np.ndarray, batch_size: int, drop_last: bool) -> tuple[np.ndarray, ...]:
+    """(batch, position, sample) of every yielded sample, for the partition
+    ids int64[nodes, ranks, workers, batches per worker, batch size] (-1 = padding).
+
+    Vectorised form of loader_batches over all ranks: worker w's stream is its row without
+    -1; element e of it is in worker batch e // batch_size at slot e % batch_size; the rank's
+    DataLoader yields worker batches round robin (worker batch k of worker w before k of w+1,
+    before k+1 of w), skipping exhausted workers, so a rank's batch number is the rank of the key
+    k * workers + w among the keys that rank has. Ranks beyond the shortest are cut (none are:
+    the partition gives every rank the same sample count)."""
+    nodes, ranks, workers = ids.shape[:3]
+    flat = ids.reshape(nodes * ranks, workers, -1)
+    valid = flat != -1
+    e = np.cumsum(valid, axis=2) - 1
+    if drop_last:
+        full = (valid.sum(axis=2) // batch_size * batch_size)[..., None]
+        valid &= e < full
+    k = e // batch_size
+    key = k * workers + np.arange(workers)[None, :, None]
+    batches, positions, samples = [], [], []
+    per_rank = []
+    for r in range(flat.shape[0]):
+        keep = valid[r]
+        rank_keys = key[r][keep]
+        uniq = np.unique(rank_keys)
+        per_rank.append(len(uniq))
+        batches.append(np.searchsorted(uniq, rank_keys))
+        positions.append(r * batch_size + (e[r][keep] % batch_size))
+        samples.append(flat[r][keep])
+    n = min(per_rank) if per_rank else 0
+    batch = np.concatenate(batches) if batches else np.zeros(0, np.int64)
+    pos = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+    smp = np.concatenate(samples) if samples else np.zeros(0, np.int64)
+    keep = batch < n
+    batch, pos, smp = batch[keep], pos[keep], smp[keep]
+    order = np.lexsort((pos, batch))
+    return batch[order], pos[order].astype(np.int32), smp[order]
 
 
 def epoch_batches(

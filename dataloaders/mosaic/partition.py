@@ -66,7 +66,12 @@ def get_partitions_orig(
     batch_size: int,
     drop_first: int = 0,
 ) -> np.ndarray:
-    """partition/orig.py:17-175."""
+    """partition/orig.py:17-175.
+
+    Longer than our 80-line limit on purpose: a line-by-line transcription of the library's one
+    function, kept in its order so it can be diffed against the source when streaming changes;
+    splitting it would make that check harder, not the code clearer.
+    """
     if num_canonical_nodes < num_physical_nodes:
         if num_physical_nodes % num_canonical_nodes:
             raise ValueError("canonical and physical node counts must divide one another")

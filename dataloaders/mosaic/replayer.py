@@ -35,8 +35,9 @@ from dataloaders.mosaic.order import (
     choose_per_stream,
     default_block_size,
     default_canonical_nodes,
+    loader_steps,
+    partition_positions,
 )
-from dataloaders.mosaic.partition import get_partitions
 
 SHARD_FACET = "shard"
 VALIDATED_VERSIONS = ("0.13.0",)
@@ -56,45 +57,6 @@ class Segment:
     @property
     def last(self) -> int:
         return self.first + len(self.sizes) - 1
-
-
-def loader_steps(ids: np.ndarray, batch_size: int, drop_last: bool) -> tuple[np.ndarray, ...]:
-    """(batch, position, sample) of every yielded sample, for the partition
-    ids int64[nodes, ranks, workers, batches per worker, batch size] (-1 = padding).
-
-    Vectorised form of order.loader_batches over all ranks: worker w's stream is its row without
-    -1; element e of it is in worker batch e // batch_size at slot e % batch_size; the rank's
-    DataLoader yields worker batches round robin (worker batch k of worker w before k of w+1,
-    before k+1 of w), skipping exhausted workers, so a rank's batch number is the rank of the key
-    k * workers + w among the keys that rank has. Ranks beyond the shortest are cut (none are:
-    the partition gives every rank the same sample count)."""
-    nodes, ranks, workers = ids.shape[:3]
-    flat = ids.reshape(nodes * ranks, workers, -1)
-    valid = flat != -1
-    e = np.cumsum(valid, axis=2) - 1
-    if drop_last:
-        full = (valid.sum(axis=2) // batch_size * batch_size)[..., None]
-        valid &= e < full
-    k = e // batch_size
-    key = k * workers + np.arange(workers)[None, :, None]
-    batches, positions, samples = [], [], []
-    per_rank = []
-    for r in range(flat.shape[0]):
-        keep = valid[r]
-        rank_keys = key[r][keep]
-        uniq = np.unique(rank_keys)
-        per_rank.append(len(uniq))
-        batches.append(np.searchsorted(uniq, rank_keys))
-        positions.append(r * batch_size + (e[r][keep] % batch_size))
-        samples.append(flat[r][keep])
-    n = min(per_rank) if per_rank else 0
-    batch = np.concatenate(batches) if batches else np.zeros(0, np.int64)
-    pos = np.concatenate(positions) if positions else np.zeros(0, np.int64)
-    smp = np.concatenate(samples) if samples else np.zeros(0, np.int64)
-    keep = batch < n
-    batch, pos, smp = batch[keep], pos[keep], smp[keep]
-    order = np.lexsort((pos, batch))
-    return batch[order], pos[order].astype(np.int32), smp[order]
 
 
 class MosaicReplayer:
@@ -234,17 +196,7 @@ class MosaicReplayer:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                return get_partitions(
-                    plan.partition_algo,
-                    plan.epoch_size,
-                    plan.num_canonical_nodes,
-                    world.num_nodes,
-                    world.ranks_per_node,
-                    world.workers_per_rank,
-                    plan.batch_size,
-                    sample_in_epoch,
-                    ipn,
-                )
+                return partition_positions(plan, world, sample_in_epoch, ipn)
             except ValueError as err:
                 raise ForensicsError(f"{self._where}{err}") from None
 
