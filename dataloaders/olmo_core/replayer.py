@@ -33,11 +33,10 @@ import polars as pl
 from dataloaders.base import REPLAY_KEY_COLUMNS, check_iterations
 from dataloaders.errors import ForensicsError
 from dataloaders.olmo_core import cache, files, order
-from dataloaders.olmo_core.repetition import masked_instances
+from dataloaders.olmo_core.documents import FILE_FACET, OlmoCoreDocuments
 from dataloaders.progress import progress_bar as _progress
 from dataloaders.schedule import Schedule
 
-FILE_FACET = "file"
 MASK_COLUMN = "instance_masked"
 DOC_SHIFT = 40  # doc_id = file_in_source << 40 | document number in the file
 
@@ -65,7 +64,7 @@ class Stage:
         return absolute // self.batches_per_epoch + 1, absolute % self.batches_per_epoch
 
 
-class OlmoCoreReplayer:
+class OlmoCoreReplayer(OlmoCoreDocuments):
     """Replays an OLMo-core NumpyFSLDataset / NumpyFSLDataLoader run from its RunConfig."""
 
     def __init__(self, config: Any):
@@ -385,127 +384,6 @@ class OlmoCoreReplayer:
     def _names(self, attribute: str) -> pl.Series:
         """A string attribute of every token file, to gather by file index."""
         return pl.Series([str(getattr(f, attribute)) for f in self.files], dtype=pl.Utf8)
-
-    def instance_mask(
-        self, instances: np.ndarray, stages: np.ndarray | None = None, block: int = 256
-    ) -> np.ndarray:
-        """True where OLMo-core's instance filter masked the instance out of the loss."""
-        flt = self.data.instance_filter
-        assert flt is not None
-        fidx, local = self._place(instances, stages)
-        out = np.zeros(len(fidx), dtype=bool)
-        for lo in range(0, len(fidx), block):
-            tokens = np.stack(
-                [
-                    self._instance_tokens(int(k), int(i))
-                    for k, i in zip(fidx[lo : lo + block], local[lo : lo + block], strict=True)
-                ]
-            )
-            out[lo : lo + block] = masked_instances(
-                tokens,
-                max_period=flt.repetition_max_period,
-                min_period=flt.repetition_min_period,
-                max_count=flt.repetition_max_count,
-            )
-        return out
-
-    def _instance_tokens(self, file_idx: int, local: int) -> np.ndarray:
-        """The tokens of instance `local` of file `file_idx`."""
-        start = local * self.data.sequence_length
-        return files.read_tokens(
-            self.files[file_idx], start, start + self.data.sequence_length, self.data
-        )
-
-    def instance_tokens(self, instance: int, stage: int = 0) -> np.ndarray:
-        """The tokens of a dataset instance (what OLMo-core's dataset[instance] returns)."""
-        fidx, local = self._place(np.asarray([instance]), np.asarray([stage]))
-        return self._instance_tokens(int(fidx[0]), int(local[0]))
-
-    def _meta_columns(self, file_idx: np.ndarray, doc: np.ndarray) -> dict[str, list[str | None]]:
-        names = self._meta_fields
-        out: dict[str, list[str | None]] = {n: [None] * len(doc) for n in names}
-        if not names:
-            return out
-        for k in np.unique(file_idx):
-            sel = np.flatnonzero(file_idx == k)
-            got = files.metadata_fields(self.files[int(k)], doc[sel], names)
-            for n in names:
-                column = out[n]
-                for i, v in zip(sel.tolist(), got[n], strict=True):
-                    column[i] = v
-        return out
-
-    @cached_property
-    def _tokenizer(self) -> Any:
-        from dataloaders.tokenizer import load_tokenizer
-
-        if self.config.tokenizer is None:
-            raise ForensicsError(
-                f"{self._where}decoding text needs the run's tokenizer (tokenizer:)"
-            )
-        return load_tokenizer(self.config.tokenizer, self.config.tokenizer_merges)
-
-    def _doc_span(self, file_idx: int, doc: int) -> tuple[int, int]:
-        """(start, end) tokens of a document within its file."""
-        ends = files.document_ends(self.files[file_idx], self.data)
-        return (int(ends[doc - 1]) if doc > 0 else 0), int(ends[doc])
-
-    def _decode(self, seg: dict[str, np.ndarray]) -> list[str]:
-        """Text of document pieces (file, doc, token_start, token_end within the document)."""
-        ids = []
-        keys = ("file", "doc", "token_start", "token_end")
-        for k, d, a, b in zip(*(seg[key].tolist() for key in keys), strict=True):
-            start, _ = self._doc_span(k, d)
-            ids.append(files.read_tokens(self.files[k], start + a, start + b, self.data).tolist())
-        return self._tokenizer.decode_batch(ids, skip_special_tokens=False) if ids else []
-
-    def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
-        """A whole token file (facet "file") or a whole source ("dataset"), from the files'
-        document boundaries; metadata fields would mean reading every file's metadata: None."""
-        if facet == "dataset":
-            chosen = [i for i, f in enumerate(self.files) if f.source == key]
-        elif facet == FILE_FACET:
-            chosen = [i for i, f in enumerate(self.files) if str(f.path) == key]
-        else:
-            return None
-        frames = []
-        for i in chosen:
-            n = len(files.document_ends(self.files[i], self.data))
-            ids = self._doc_ids(np.full(n, i, dtype=np.int64), np.arange(n, dtype=np.int64))
-            frames.append(pl.DataFrame({"dataset": self.files[i].source, "doc_id": ids}))
-        if not frames:
-            return pl.DataFrame(schema={"dataset": pl.Utf8, "doc_id": pl.Int64})
-        return pl.concat(frames).cast({"doc_id": pl.Int64})
-
-    def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
-        base = docs.select("dataset", pl.col("doc_id").cast(pl.Int64)).unique(maintain_order=True)
-        frames = []
-        with _progress(progress, base.height, "decoding documents") as advance:
-            for (name,), part in base.group_by(["dataset"], maintain_order=True):
-                ids = part["doc_id"].to_numpy()
-                fidx, doc = self._locate(str(name), ids)
-                spans = np.asarray(
-                    [self._doc_span(int(k), int(d)) for k, d in zip(fidx, doc, strict=True)],
-                    dtype=np.int64,
-                ).reshape(-1, 2)
-                seg = {
-                    "file": fidx,
-                    "doc": doc,
-                    "token_start": np.zeros(len(ids), dtype=np.int64),
-                    "token_end": spans[:, 1] - spans[:, 0],
-                }
-                frame = part.with_columns(
-                    pl.Series("text", self._decode(seg), dtype=pl.Utf8),
-                    pl.Series(FILE_FACET, [str(self.files[int(k)].path) for k in fidx], pl.Utf8),
-                )
-                for n, values in self._meta_columns(fidx, doc).items():
-                    frame = frame.with_columns(pl.Series(n, values, dtype=pl.Utf8))
-                frames.append(frame)
-                advance(part.height)
-        if not frames:
-            schema = {"dataset": pl.Utf8, "doc_id": pl.Int64, "text": pl.Utf8}
-            return pl.DataFrame(schema=schema | {c: pl.Utf8 for c in self.facets})
-        return pl.concat(frames, how="diagonal_relaxed")
 
     def _flagged_instances(self, docs: pl.DataFrame, stage: Stage) -> np.ndarray:
         """bool[stage dataset size]: instances that hold any token of the given documents."""
