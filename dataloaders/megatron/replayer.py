@@ -16,7 +16,8 @@ import numpy as np
 import polars as pl
 
 from dataloaders.base import RESERVED_COLUMNS
-from dataloaders.config import MegatronData, RunConfig
+from dataloaders.config import RunConfig
+from dataloaders.config_data import MegatronData
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.gpt_indices import split_range
 from dataloaders.megatron.indexed import IndexedDataset

@@ -142,7 +142,7 @@ class MosaicReplayer:
             )
 
     def _resume_state(self, resume: Any) -> Any:
-        from dataloaders.config import MosaicState
+        from dataloaders.config_data import MosaicState
 
         state = resume.state
         if state is None:
