@@ -61,6 +61,20 @@ def check_iterations(first: int, last: int, last_iteration: int, where: str = ""
         raise ForensicsError(f"{where}empty iteration range {first}..{last}")
 
 
+def round_robin(per_worker: list[list[Any]]) -> list[Any]:
+    """The order a torch DataLoader with workers yields their batches: batch k of worker 0, 1,
+    ..., W-1, then batch k+1 of each; a worker that is exhausted drops out of the cycle
+    (torch/utils/data/dataloader.py, _MultiProcessingDataLoaderIter). Used by the families whose
+    runs read through a DataLoader (hf, mosaic)."""
+    out: list[Any] = []
+    depth = max((len(b) for b in per_worker), default=0)
+    for k in range(depth):
+        for batches in per_worker:
+            if k < len(batches):
+                out.append(batches[k])
+    return out
+
+
 class Replayer(Protocol):
     """A training job's data order, reconstructed from its config."""
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from dataloaders.base import round_robin
 from dataloaders.errors import ForensicsError
 from dataloaders.hf.shards import Shard
 
@@ -172,18 +173,6 @@ def _batches(ids: Iterator[int], batch_size: int, drop_last: bool) -> list[np.nd
     return out
 
 
-def _round_robin(per_worker: list[list[np.ndarray]]) -> list[np.ndarray]:
-    """torch DataLoader with workers: batches come from worker 0, 1, ..., W-1, 0, ...; a worker
-    that is exhausted drops out of the cycle."""
-    out: list[np.ndarray] = []
-    depth = max((len(b) for b in per_worker), default=0)
-    for k in range(depth):
-        for batches in per_worker:
-            if k < len(batches):
-                out.append(batches[k])
-    return out
-
-
 def epoch_batches(
     ds: Any, cfg: Any, epoch: int, *, resume_after: list[int] | None = None
 ) -> list[np.ndarray]:
@@ -211,7 +200,7 @@ def epoch_batches(
         ex = ex.shard_data_sources(num_shards=cfg.num_workers, index=worker, contiguous=False)
         ex = shift_ex_examples_rngs(ex_iterable=ex, value=worker)
         per_worker.append(_batches(_ids(ds, ex), size, cfg.drop_last))
-    return _round_robin(per_worker)
+    return round_robin(per_worker)
 
 
 def _resumed_batches(ds: Any, cfg: Any, resume_after: list[int]) -> list[np.ndarray]:

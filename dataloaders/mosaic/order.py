@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dataloaders.base import round_robin
 from dataloaders.mosaic.partition import get_partitions
 from dataloaders.mosaic.sampling import apply_weights, resample_streams
 from dataloaders.mosaic.shuffle import get_shuffle
@@ -147,13 +148,7 @@ def loader_batches(worker_rows: np.ndarray, batch_size: int, drop_last: bool) ->
         if not drop_last and len(stream) % batch_size:
             batches.append(stream[n_full * batch_size :])
         per_worker.append(batches)
-    out: list[np.ndarray] = []
-    longest = max((len(b) for b in per_worker), default=0)
-    for k in range(longest):
-        for batches in per_worker:
-            if k < len(batches):
-                out.append(batches[k])
-    return out
+    return round_robin(per_worker)
 
 
 def loader_steps(ids: np.ndarray, batch_size: int, drop_last: bool) -> tuple[np.ndarray, ...]:
