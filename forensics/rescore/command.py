@@ -31,7 +31,7 @@ def run_rescore_command(
     from forensics.replay import open_replayer, replay_sides
     from forensics.rescore.export import check_export_target, require_megatron
     from forensics.skip import json_fingerprint
-    from forensics.spike.window import plan_windows
+    from forensics.window_plan import plan_windows
 
     if export_tokens is None and options is None:
         raise ForensicsError("pass --checkpoint DIR, --losses FILE or --export-tokens DIR")

@@ -3,7 +3,6 @@
     run.py          run_spike: the stages in runbook order
     options.py      SpikeOptions (what the command takes), SpikeResult (what it gives back)
     run_context.py  SpikeRun: the config, replayer, windows, cache, clock and notes of one run
-    window.py       the window and its baseline
     stages.py       replay, decode, score, cluster, model: tables in, one table out, cached
     blame.py        the culprit documents (block list) and the rollback
     exposure.py     the culprit's exposure in the skip scope and ahead
@@ -15,12 +14,12 @@ Each expensive stage's table is cached under `<out>/.cache/` by a hash of its in
 with another threshold, `--after` or `--skip-ahead` redoes only the cheap end.
 """
 
-from forensics.spike.blame import documents_by_dataset
-from forensics.spike.exposure import ahead_advice, ahead_summary, onset_iteration
+from forensics.spike.blame import documents_by_dataset, onset_iteration
+from forensics.spike.exposure import ahead_advice, ahead_summary
 from forensics.spike.options import SpikeOptions, SpikeResult
 from forensics.spike.outdir import MARKER, check_output_dir
 from forensics.spike.run import run_spike
-from forensics.spike.window import crossings, plan_baseline, stage_starts
+from forensics.window_plan import crossings, plan_baseline, stage_starts
 
 __all__ = [
     "MARKER",

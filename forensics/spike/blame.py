@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import polars as pl
 
 from forensics.rollback import Rollback, recommend_rollback
-from forensics.spike.exposure import onset_iteration
 from forensics.spike.run_context import SpikeRun
 
 DOCS_SCHEMA = {"dataset": pl.Utf8, "doc_id": pl.Int64}
@@ -22,6 +21,12 @@ class Blame:
     seen: pl.DataFrame
     culprit: pl.DataFrame
     clusters: list[str]
+
+
+def onset_iteration(replay: pl.DataFrame, culprit: pl.DataFrame) -> int | None:
+    """First iteration of the replay table holding any culprit document."""
+    hit = replay.join(culprit.select("dataset", "doc_id").unique(), on=["dataset", "doc_id"])
+    return int(hit["iteration"].min()) if hit.height else None
 
 
 def documents_by_dataset(culprit: pl.DataFrame) -> dict[str, list[int]]:

@@ -9,15 +9,10 @@ from typing import Any
 import polars as pl
 
 from forensics.pipeline import cache_key, cached_table
+from forensics.spike.blame import documents_by_dataset
 
 AHEAD_TOP = 10  # densest iterations ahead listed in the report
 EXPOSURE_SCHEMA = {"iteration": pl.Int64, "samples": pl.Int64, "flagged_samples": pl.Int64}
-
-
-def onset_iteration(replay: pl.DataFrame, culprit: pl.DataFrame) -> int | None:
-    """First iteration of the replay table holding any culprit document."""
-    hit = replay.join(culprit.select("dataset", "doc_id").unique(), on=["dataset", "doc_id"])
-    return int(hit["iteration"].min()) if hit.height else None
 
 
 def ahead_summary(ahead: pl.DataFrame, dense_share: float, top: int = AHEAD_TOP) -> dict[str, Any]:
@@ -90,7 +85,6 @@ def exposure_stage(
 ) -> tuple[pl.DataFrame, pl.DataFrame, tuple[int, int]]:
     """The culprit's exposure in the skip scope (resume .. spike + --after) and ahead of it (to
     the end of training), and the scope itself."""
-    from forensics.spike.blame import documents_by_dataset
 
     last_it = run.replayer.last_iteration
     scope = (resume_iteration, min(run.options.step + run.options.after, last_it))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,9 +9,10 @@ from typing import Any
 from dataloaders.config import RunConfig, load_config
 from forensics.outputs import hold_lock
 from forensics.pipeline import StageClock, cache_key
+from forensics.skip import json_fingerprint
 from forensics.spike.options import SpikeOptions
 from forensics.spike.outdir import check_output_dir, write_marker
-from forensics.spike.window import WindowPlan, plan_windows
+from forensics.window_plan import WindowPlan, plan_windows
 
 
 @dataclass
@@ -86,7 +86,7 @@ def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -
             replayer, config, options.step, options.window, options.baseline,
             options.baseline_offset,
         )  # fmt: skip
-        fingerprint = json.loads(json.dumps(replayer.fingerprint(), default=str))
+        fingerprint = json_fingerprint(replayer)
     run = SpikeRun(config, origin, options, out, replayer, plan, fingerprint, clock)
     run.notes += [f"the window crosses the start of a data stage at iteration {s}"
                   for s in plan.crossings]  # fmt: skip
