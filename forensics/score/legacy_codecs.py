@@ -59,6 +59,10 @@ SEGMENT_MIN_BYTES = 6
 SEGMENT_MIN_CHARS = 3
 # A document needs two such blocks, or one block with this many recovered bytes.
 DOC_MIN_BYTES = 6
+# A character the codec cannot encode (a bullet `•` in GBK, Hangul in Shift-JIS) cannot be that
+# codec's output, so it counts against the block as this many high bytes that did not recover.
+# (U+FFFD is neutral: it is what a lossy legacy decode leaves where bytes were invalid.)
+UNENCODABLE_BYTES = 2
 
 
 def _high(b: bytes) -> int:
@@ -71,6 +75,21 @@ def _recovery(raw: bytes) -> tuple[int, int, str]:
     kept = raw.decode("utf-8", errors="replace").replace("\ufffd", "")
     valid_high = len(kept.encode("utf-8")) - len(kept.encode("ascii", errors="ignore"))
     return high, valid_high, kept
+
+
+def _encode(segment: str, codec: str) -> tuple[bytes, int]:
+    """The block's bytes in `codec` (unencodable characters dropped) and how many were dropped.
+
+    Dropping them silently would let the bytes around a bullet or an emoji stand for the whole
+    block: a Chinese list item `•   用户主目录` recovered 6 of its 10 GBK bytes by chance (`ûĿ¼`),
+    just at the block threshold, with the bullet, which no GBK decoder can produce, left out.
+    """
+    try:
+        return segment.encode(codec), 0
+    except UnicodeEncodeError:
+        raw = segment.encode(codec, errors="ignore")
+        replaced = segment.encode(codec, errors="replace").count(b"?")
+        return raw, replaced - segment.count("?") - segment.count("\ufffd")
 
 
 def _one_script(decoded: str) -> bool:
@@ -155,9 +174,11 @@ def legacy_evidence(text: str) -> LegacyEvidence:
         recovered = candidate = n_bad = bad_chars = bad_bytes = 0
         first_bad = ""
         for seg in segments:
-            high, valid, kept = _recovery(seg.encode(codec, errors="ignore"))
+            raw, missing = _encode(seg, codec)
+            high, valid, kept = _recovery(raw)
             if high == 0:
                 continue
+            high += UNENCODABLE_BYTES * missing
             candidate += high
             recovered += valid
             if (
