@@ -89,6 +89,24 @@ def test_undo_needs_latin_text_back() -> None:
     assert rule.undo("upgrade之前") is None  # re-encodes to Armenian + Latin Extended-B
 
 
+def test_a_bullet_the_codec_cannot_encode_counts_against_the_block() -> None:
+    """A Chinese list item whose GBK bytes half-recover as UTF-8 by chance (用户主目录 -> ûĿ¼).
+
+    Read without its bullet, 6 of the item's 10 GBK bytes are valid UTF-8: at the block
+    threshold. No GBK decoder can produce `•`, so the block is not GBK's output.
+    """
+    from forensics.score.legacy_codecs import legacy_evidence
+
+    page = "名称\n       passwd - 密码文件\n\n" + "\n\n".join(
+        f"       •   {item}" for item in ("登录名", "数字组 ID", "用户主目录")
+    )
+    assert legacy_evidence(page).segments == 0
+    assert not any(_flagged(_score([page + "\n\n" + ENGLISH]), "garbage"))
+    # The same block read as GBK for real, bullet included, is still found.
+    broken = ("       •   " + _name_as("gbk", "Ação e informação: não")) * 3
+    assert _flagged(_score([ENGLISH + "\n\n" + broken + "\n\n" + ENGLISH]), "garbage") == [True]
+
+
 # ---------------------------------------------------------------- controls by position
 
 
