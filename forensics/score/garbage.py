@@ -65,6 +65,7 @@ _PRIORITY = (
     "legacy", "mixed_script", "c0", "utf8_as_cp1252", "cp1252_in_word", "ftfy", "fffd", "c1",
     "ctrl_in_word", "pua",
 )  # fmt: skip
+MIXED = MixedScriptWords()
 _AUX = {
     "nul": P.NUL,
     "utf16": P.UTF16_INTERLEAVED,
@@ -210,6 +211,73 @@ def _pct(frac: float) -> str:
     return f"{100 * frac:.0f}%" if frac >= 0.01 else "<1%"
 
 
+def _signal_columns(c: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """Per `Signal`: its score for every document and its corrupted fraction (`_signal_scores`)."""
+    scores: dict[str, np.ndarray] = {}
+    fracs: dict[str, np.ndarray] = {}
+    for s in SIGNALS:
+        scores[s.name], _, fracs[s.name] = _signal_scores(
+            c[f"{s.name}_n"], c[f"{s.name}_chars"], c["n_chars"], s.doc_floor
+        )
+    return scores, fracs
+
+
+def _legacy_column(texts: pl.Series, c: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
+    """Rule `legacy`: whole blocks of UTF-8 read as GBK / Shift-JIS / Big5 / EUC-KR.
+
+    Python (`legacy_evidence`), only for documents with at least two East Asian characters.
+    Returns (score per document, {row: (evidence, fraction of text)} for flagged rows).
+    """
+    score = np.zeros(len(texts))
+    info: dict[int, tuple] = {}
+    candidates = np.flatnonzero(c["east_asian_n"] >= 2)
+    candidate_texts = texts.gather(candidates).to_list() if len(candidates) else []
+    for i, text in zip(candidates, candidate_texts, strict=True):
+        ev = legacy_evidence(text)
+        if ev.recovered_bytes == 0:
+            continue
+        frac = ev.segment_chars / max(int(c["n_chars"][i]), 1)
+        if ev.segments:
+            score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
+            info[int(i)] = (ev, frac)
+        else:
+            share = ev.recovered_bytes / max(ev.candidate_bytes, 1)
+            score[i] = 0.45 * min(1.0, share / SEGMENT_SHARE)
+    return score, info
+
+
+def _mixed_column(texts: pl.Series, c: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
+    """Rule `mixed_script`: Latin words with a legacy-decoded CJK span that re-encodes back.
+
+    Only documents with a Latin letter glued to CJK; one undone word flags the document, more
+    of them raise the score. Returns (score per document, {row: words} for flagged rows).
+    """
+    score = np.zeros(len(texts))
+    info: dict[int, list] = {}
+    candidates = np.flatnonzero(c["mixed_candidates_n"] > 0)
+    if len(candidates) == 0:
+        return score, info
+    for i, words in zip(candidates, MIXED.find_all(texts.gather(candidates)), strict=True):
+        if words:
+            score[i] = min(1.0, 0.55 + 0.05 * len(words))
+            info[int(i)] = words
+    return score, info
+
+
+def _best_signal(matrix: np.ndarray, names: list[str], c: dict[str, np.ndarray]) -> np.ndarray:
+    """Column index of the signal each document's reason names: the most specific flagged one
+    (`_PRIORITY`), not merely the highest score."""
+    priority = np.array([_PRIORITY.index(k) for k in names])
+    ranked = np.where(matrix >= 0.5, priority[None, :], len(_PRIORITY))
+    best = ranked.argmin(axis=1)
+    # ftfy's heuristic also matches pairs of U+FFFD: when those are most of what it saw, the
+    # replacement characters are the better explanation.
+    i_ftfy, i_fffd = names.index("ftfy"), names.index("fffd")
+    fffd_wins = (best == i_ftfy) & (matrix[:, i_fffd] >= 0.5) & (c["fffd_n"] >= c["ftfy_n"])
+    best[fffd_wins] = i_fffd
+    return best
+
+
 def score_garbage(texts: pl.Series) -> pl.DataFrame:
     """Score each text for encoding garbage.
 
@@ -220,77 +288,26 @@ def score_garbage(texts: pl.Series) -> pl.DataFrame:
     0.0 with reason "".
     """
     texts = texts.cast(pl.Utf8)
-    c = _chunk_counts(texts)
-    n_chars = c["n_chars"].to_numpy()
-    n = len(texts)
-    scores: dict[str, np.ndarray] = {}
-    flags: dict[str, np.ndarray] = {}
-    fracs: dict[str, np.ndarray] = {}
-    for s in SIGNALS:
-        sc, fl, fr = _signal_scores(
-            c[f"{s.name}_n"].to_numpy(), c[f"{s.name}_chars"].to_numpy(), n_chars, s.doc_floor
-        )
-        scores[s.name], flags[s.name], fracs[s.name] = sc, fl, fr
-
-    # Legacy East Asian codecs: Python, only for documents with enough East Asian characters.
-    legacy_score = np.zeros(n)
-    legacy_info: dict[int, tuple] = {}
-    candidates = np.flatnonzero(c["east_asian_n"].to_numpy() >= 2)
-    candidate_texts = texts.gather(candidates).to_list() if len(candidates) else []
-    for i, text in zip(candidates, candidate_texts, strict=True):
-        ev = legacy_evidence(text)
-        if ev.recovered_bytes == 0:
-            continue
-        frac = ev.segment_chars / max(int(n_chars[i]), 1)
-        if ev.segments:
-            legacy_score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
-            legacy_info[int(i)] = (ev, frac)
-        else:
-            share = ev.recovered_bytes / max(ev.candidate_bytes, 1)
-            legacy_score[i] = 0.45 * min(1.0, share / SEGMENT_SHARE)
-    scores["legacy"] = legacy_score
-
-    # Mixed-script words: Python, only for documents with a Latin letter glued to CJK.
-    mixed_score = np.zeros(n)
-    mixed_info: dict[int, list] = {}
-    rule = MixedScriptWords()
-    candidates = np.flatnonzero(c["mixed_candidates_n"].to_numpy() > 0)
-    candidate_texts = texts.gather(candidates).to_list() if len(candidates) else []
-    for i, text in zip(candidates, candidate_texts, strict=True):
-        words = rule.find(text)
-        if words:
-            # One undone word flags the document; more of them raise the score.
-            mixed_score[i] = min(1.0, 0.55 + 0.05 * len(words))
-            mixed_info[int(i)] = words
-    scores["mixed_script"] = mixed_score
-
+    frame = _chunk_counts(texts)
+    c = {k: frame[k].to_numpy() for k in frame.columns}  # numpy: reasons index it per row
+    scores, fracs = _signal_columns(c)
+    scores["legacy"], legacy_info = _legacy_column(texts, c)
+    scores["mixed_script"], mixed_info = _mixed_column(texts, c)
     names = list(scores)
     matrix = np.column_stack([scores[k] for k in names])
     final = matrix.max(axis=1)
-    final[n_chars == 0] = 0.0
-    # The reason names the most specific flagged signal, not merely the highest score.
-    priority = np.array([_PRIORITY.index(k) for k in names])
-    ranked = np.where(matrix >= 0.5, priority[None, :], len(_PRIORITY))
-    best = ranked.argmin(axis=1)
-    # ftfy's heuristic also matches pairs of U+FFFD: when those are most of what it saw, the
-    # replacement characters are the better explanation.
-    i_ftfy, i_fffd = names.index("ftfy"), names.index("fffd")
-    fffd_wins = (
-        (best == i_ftfy)
-        & (matrix[:, i_fffd] >= 0.5)
-        & (c["fffd_n"].to_numpy() >= c["ftfy_n"].to_numpy())
-    )
-    best[fffd_wins] = i_fffd
-    reasons = [""] * n
-    keys = [""] * n
+    final[c["n_chars"] == 0] = 0.0
+    best = _best_signal(matrix, names, c)
+    reasons = [""] * len(texts)
+    keys = [""] * len(texts)
     flagged_rows = np.flatnonzero(final >= 0.5)
     flagged_texts = texts.gather(flagged_rows).to_list() if len(flagged_rows) else []
     for i, text in zip(flagged_rows, flagged_texts, strict=True):
         keys[i] = names[best[i]]
         if keys[i] == "mixed_script":
-            reasons[i] = rule.reason(mixed_info[int(i)])
+            reasons[i] = MIXED.reason(mixed_info[int(i)])
             continue
-        reasons[i] = _reason(text, names[best[i]], c, int(i), fracs, legacy_info)
+        reasons[i] = _reason(text, keys[i], c, int(i), fracs, legacy_info)
         # The combined explanations `_reason` may give get keys of their own.
         if reasons[i].startswith("binary junk"):
             keys[i] = "binary_junk"
@@ -305,15 +322,23 @@ def score_garbage(texts: pl.Series) -> pl.DataFrame:
     )
 
 
-def _reason(text: str, signal: str, c: pl.DataFrame, i: int, fracs: dict, legacy: dict) -> str:
-    """One short human-readable line for the strongest signal of document `i`."""
+def _legacy_reason(ev, frac: float) -> str:
+    """Blocks, an example run (when one run recovers on its own) and the share of text."""
+    runs = ""
+    if ev.example is not None:
+        bad, good = ev.example
+        runs = f", runs like '{_show(bad)}' (re-encoded: '{_show(good)}')"
+    codec = CODEC_NAMES[ev.codec]
+    return f"UTF-8 decoded as {codec}: {ev.segments} blocks{runs}, {_pct(frac)} of text"
+
+
+def _reason(text: str, signal: str, c: dict, i: int, fracs: dict, legacy: dict) -> str:
+    """One short human-readable line for the strongest signal of document `i`.
+
+    `c`: the `_chunk_counts` columns as numpy arrays.
+    """
     if signal == "legacy":
-        ev, frac = legacy[i]
-        bad, good = ev.example or ("", "")
-        return (
-            f"UTF-8 decoded as {CODEC_NAMES[ev.codec]}: {ev.segments} blocks, runs like "
-            f"'{_show(bad)}' (re-encoded: '{_show(good)}'), {_pct(frac)} of text"
-        )
+        return _legacy_reason(*legacy[i])
     n = int(c[f"{signal}_n"][i])
     frac = float(fracs[signal][i])
     where = f", {_pct(frac)} of text"

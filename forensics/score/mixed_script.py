@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import polars as pl
+
 # A Latin letter (ASCII, Latin-1, Latin Extended-A/B) next to Han, Hangul or half-width katakana:
 # what a legacy East Asian decoder makes of an accented Latin letter's two UTF-8 bytes.
 _LATIN = "A-Za-z\u00c0-\u024f"
@@ -27,6 +29,11 @@ _CJK_PY = (
     "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f\uff61-\uff9f"
 )
 _WORD = re.compile(f"[{_LATIN}{_CJK_PY}]+")
+# A whole run of Latin and CJK letters holding at least one Latin-CJK transition: what `_WORD`
+# finds and `find` keeps, as one Rust regex (leftmost-first, so each match is a whole run).
+MIXED_WORD_RS = (
+    f"[{_LATIN}{_CJK_PY}]*(?:[{_LATIN}][{_CJK_PY}]|[{_CJK_PY}][{_LATIN}])[{_LATIN}{_CJK_PY}]*"
+)
 _HAS_CJK = re.compile(f"[{_CJK_PY}]")
 _HAS_LATIN = re.compile(f"[{_LATIN}]")
 # What accented Latin text decodes to: letters with diacritics and the punctuation that
@@ -78,6 +85,15 @@ class MixedScriptWords:
                 hit = self.undo(w)
                 if hit is not None:
                     out.append(hit)
+        return out
+
+    def find_all(self, texts: pl.Series) -> list[list[MixedWord]]:
+        """`find` for every text of a column: the glued words are cut out natively (polars),
+        so Python sees only those few words, not every word of a CJK page."""
+        out = []
+        for words in texts.str.extract_all(MIXED_WORD_RS).to_list():
+            hits = [self.undo(w) for w in words or ()]
+            out.append([h for h in hits if h is not None])
         return out
 
     @staticmethod

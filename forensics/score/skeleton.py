@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from forensics.score.tokens import Tokens, ngram_hashes
+from forensics.score.kernels import doc_bounds, minhash
+from forensics.score.tokens import Tokens
 
 SHINGLE = 3  # words per skeleton shingle: short, so one slot breaks few shingles
 BINS = 128  # one-permutation MinHash bins
@@ -62,30 +63,18 @@ def signatures(
     `only`: bool [n_docs], compute just these documents (the rest stay empty).
     Returns (sig, eligible): `sig` uint64 [n_docs, BINS], the minimum shingle hash per bin
     (`_EMPTY` where a bin got none); `eligible` bool [n_docs], documents with >= MIN_SHINGLES
-    informative shingles. Duplicate shingles need no removal: a minimum ignores repeats.
+    informative shingles. A shingle of masks only ("X X 0 X X") is a list of names or numbers,
+    not template text, and is skipped. Duplicate shingles need no removal: a minimum ignores
+    repeats. Shingle hashes are `tokens.ngram_hashes`'s, binned in one compiled pass.
     """
-    sig = np.full((tok.n_docs, BINS), _EMPTY, dtype=np.uint64)
-    eligible = np.zeros(tok.n_docs, dtype=bool)
-    if len(tok.doc) < SHINGLE:
-        return sig, eligible
-    starts, h = ngram_hashes(tok.doc, tok.skel if words is None else words, SHINGLE)
-    # A shingle of masks only ("X X 0 X X") is a list of names or numbers, not template text.
-    masked_run = np.convolve(tok.masked.astype(np.int64), np.ones(SHINGLE, np.int64), "valid")
-    keep = masked_run[starts] < SHINGLE
-    doc = tok.doc[starts[keep]]
-    h = h[keep]
-    if only is not None:
-        sel = only[doc]
-        doc, h = doc[sel], h[sel]
-    counts = np.bincount(doc, minlength=tok.n_docs)
-    eligible = counts >= MIN_SHINGLES
-    sel = eligible[doc]
-    doc, h = doc[sel], h[sel]
-    key = doc * BINS + (h % np.uint64(BINS)).astype(np.int64)
-    mins = pl.DataFrame({"k": key, "v": h // np.uint64(BINS)}).group_by("k").agg(pl.col("v").min())
-    k = mins["k"].to_numpy()
-    sig[k // BINS, k % BINS] = mins["v"].to_numpy()
-    return sig, eligible
+    bounds = tok.bounds if tok.bounds is not None else doc_bounds(tok.doc, tok.n_docs)
+    return minhash(
+        bounds,
+        tok.skel if words is None else words,
+        tok.masked.astype(np.int64),
+        np.ones(tok.n_docs, dtype=bool) if only is None else only,
+        SHINGLE, BINS, MIN_SHINGLES, _EMPTY,
+    )  # fmt: skip
 
 
 def _band_edges(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

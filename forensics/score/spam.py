@@ -18,7 +18,13 @@ import polars as pl
 from forensics.safe_text import excerpt
 from forensics.score.code import SYMBOLS, code_likeness, code_line_exprs, prose_likeness
 from forensics.score.doorway import MIN_KEYWORD_SHARE, MIN_SENTENCES, DoorwayFrames
-from forensics.score.tokens import WORD, Tokens, ngram_series
+from forensics.score.kernels import (
+    doc_bounds,
+    ngram_stats,
+    top_keyword,
+    visible_and_ascii_class,
+)
+from forensics.score.tokens import WORD, Tokens
 
 # Documents with fewer words are scored with proportionally damped per-document signals:
 # repetition statistics on a handful of words are noise.
@@ -165,10 +171,9 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
             para_chars=pl.col("n").sum(), dup_para_chars=pl.col("n").filter(~pl.col("first")).sum()
         )
     )
-    symbols = base.select(
-        "doc",
-        symbols=pl.col("text").str.count_matches(SYMBOLS),
-        visible=pl.col("text").str.len_chars() - pl.col("text").str.count_matches(r"\s"),
+    visible, symbols = visible_and_ascii_class(texts, SYMBOLS)
+    symbols = pl.LazyFrame(
+        {"doc": np.arange(len(texts), dtype=np.uint32), "symbols": symbols, "visible": visible}
     )
     out = (
         symbols.join(line_agg, on="doc", how="left")
@@ -180,92 +185,29 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
     return out.fill_null(0)
 
 
-def _per_doc_max(doc: np.ndarray, value: np.ndarray, n_docs: int) -> np.ndarray:
-    out = np.zeros(n_docs)
-    np.maximum.at(out, doc, value)
-    return out
-
-
 def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
-    """Per document: n-gram coverage, repeated 6-gram coverage, top keyword share.
+    """Per document: n-gram coverage, repeated 6-gram coverage, top keyword share and spacing.
 
-    Word hashes are salted with the document id first, so every "same n-gram in the same
-    document" question is a group-by on one uint64 column.
+    Keys: `n_words`; `top_2gram`..`top_4gram` (the most repeated n-gram's count x characters,
+    over the document's word characters); `dup_6gram` (share of words inside a 6-gram that
+    occurs twice or more); `keyword_share` (the most frequent repeated content word, i.e. not a
+    stopword, >= 3 letters, not a name or number, over all words); `keyword_index` (its first
+    position in the flat token arrays, -1 when none); `keyword_gap` (median distance in words
+    between its consecutive occurrences: a stuffed page repeats its keyword every few words
+    throughout, a README names its package in bursts). All from compiled per-document loops
+    (`kernels`).
     """
-    n_docs = tok.n_docs
-    n_words = np.bincount(tok.doc, minlength=n_docs)
-    word_chars = np.bincount(tok.doc, weights=tok.length, minlength=n_docs)
+    bounds = tok.bounds if tok.bounds is not None else doc_bounds(tok.doc, tok.n_docs)
+    n_words = np.diff(bounds)
+    word_chars = np.bincount(tok.doc, weights=tok.length, minlength=tok.n_docs)
+    top, covered = ngram_stats(bounds, tok.hash, tok.length, 6)
     out: dict[str, np.ndarray] = {"n_words": n_words}
-    with np.errstate(over="ignore"):
-        salted = tok.hash ^ (tok.doc.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93))
-    cum_len = np.concatenate([[0], np.cumsum(tok.length)])
-    for n in (2, 3, 4):
-        out[f"top_{n}gram"] = np.zeros(n_docs)
-    covered = np.zeros(n_docs)
-    # prev_rep[i]: the (n-1)-gram starting at word i occurs more than once in its document. An
-    # n-gram can only repeat if its (n-1)-gram prefix does, so each n checks only those starts.
-    prev_rep: np.ndarray | None = None
-    for n, starts, h in ngram_series(tok.doc, salted, 6):
-        if prev_rep is not None:
-            keep = prev_rep[starts]
-            starts, h = starts[keep], h[keep]
-        rep = pl.Series(h).is_duplicated().to_numpy() if len(h) else np.zeros(0, bool)
-        prev_rep = np.zeros(len(tok.doc), dtype=bool)
-        prev_rep[starts[rep]] = True
-        if n in (2, 3, 4) and rep.any():
-            top = (
-                pl.DataFrame({"h": h[rep], "s": starts[rep]})
-                .group_by("h")
-                .agg(cnt=pl.len(), s=pl.col("s").first())
-            )
-            s0 = top["s"].to_numpy()
-            chars = cum_len[s0 + n] - cum_len[s0]
-            cov = _per_doc_max(tok.doc[s0], top["cnt"].to_numpy() * chars, n_docs)
-            out[f"top_{n}gram"] = np.divide(cov, np.maximum(word_chars, 1))
-        elif n == 6:
-            # Words covered by a 6-gram that occurs more than once in the same document.
-            dup = starts[rep]
-            size = len(tok.doc) + 7
-            marks = np.bincount(dup, minlength=size) - np.bincount(dup + 6, minlength=size)
-            inside = np.cumsum(marks)[: len(tok.doc)] > 0
-            covered = np.bincount(tok.doc[inside], minlength=n_docs).astype(float)
+    for j, n in enumerate((2, 3, 4)):
+        out[f"top_{n}gram"] = np.divide(top[:, j], np.maximum(word_chars, 1))
     out["dup_6gram"] = np.divide(covered, np.maximum(n_words, 1))
-    # The most frequent content word (not a stopword, >= 3 letters, not a name or number) and
-    # its share of all words; `keyword_index` is its first position in the flat arrays.
-    content = np.flatnonzero(tok.content)
-    content = content[pl.Series(salted[content]).is_duplicated().to_numpy()]  # repeats only
-    kw = (
-        pl.DataFrame({"h": salted[content], "i": content, "doc": tok.doc[content]})
-        .group_by("h")
-        .agg(cnt=pl.len(), i=pl.col("i").first(), doc=pl.col("doc").first())
-        # Ties in count go to the word seen first: group_by's group order is arbitrary, and an
-        # arbitrary tie-break made the keyword rule (and the scores) differ from run to run.
-        .sort(["cnt", "i"], descending=[True, False])
-        .group_by("doc")
-        .agg(cnt=pl.col("cnt").first(), i=pl.col("i").first())
-    )
-    top_kw = np.zeros(n_docs)
-    kw_index = np.full(n_docs, -1, dtype=np.int64)
-    top_kw[kw["doc"].to_numpy()] = kw["cnt"].to_numpy()
-    kw_index[kw["doc"].to_numpy()] = kw["i"].to_numpy()
-    out["keyword_share"] = np.divide(top_kw, np.maximum(n_words, 1))
-    out["keyword_index"] = kw_index
-    # Median distance, in words, between consecutive occurrences of that top word: a stuffed
-    # page repeats its keyword every few words throughout, a README names its package in bursts.
-    gap = np.full(n_docs, np.inf)
-    has = kw_index >= 0
-    if has.any():
-        top_hash = np.zeros(n_docs, dtype=np.uint64)
-        top_hash[has] = salted[kw_index[has]]
-        pos = np.flatnonzero((salted == top_hash[tok.doc]) & has[tok.doc])
-        same = tok.doc[pos[1:]] == tok.doc[pos[:-1]]
-        if same.any():
-            gaps = (
-                pl.DataFrame({"doc": tok.doc[pos[1:]][same], "g": np.diff(pos)[same]})
-                .group_by("doc")
-                .agg(pl.col("g").median())
-            )
-            gap[gaps["doc"].to_numpy()] = gaps["g"].to_numpy()
+    count, index, gap = top_keyword(bounds, tok.hash, tok.content)
+    out["keyword_share"] = np.divide(count, np.maximum(n_words, 1))
+    out["keyword_index"] = index
     out["keyword_gap"] = gap
     return out
 
