@@ -344,3 +344,62 @@ def visible_and_ascii_class(texts: pl.Series, ascii_class: str) -> tuple[np.ndar
     table = np.array([re.fullmatch(ascii_class, chr(b)) is not None for b in range(128)])
     offsets, data = utf8_buffers(texts)
     return _visible_and_marked(offsets, data, table)
+
+
+# Bits of `char_groups`: which kinds of character a document holds at all.
+HAS_CONTROL = 1  # C0 controls other than tab, LF, CR; DEL; C1 controls (U+0080-U+009F)
+HAS_LATIN1_LEAD = 2  # U+00C2-U+00F4: what a UTF-8 lead byte becomes when read as cp1252
+HAS_FFFD = 4  # U+FFFD
+HAS_EAST_ASIAN = 8  # U+1100-U+11FF, U+2E80-U+D7FF, U+F900-U+FAFF, U+FF00-U+FFEF, >= U+10000:
+# a superset of Han, Hangul, Hiragana, Katakana and half-width forms
+
+
+@njit(cache=True)
+def _char_groups(offsets, data):
+    n = len(offsets) - 1
+    out = np.zeros(n, dtype=np.uint8)
+    for d in range(n):
+        bits = 0
+        i = offsets[d]
+        end = offsets[d + 1]
+        while i < end:
+            b = data[i]
+            if b < 0x80:
+                if b < 0x20 and b != 9 and b != 10 and b != 13 or b == 0x7F:
+                    bits |= 1
+                i += 1
+                continue
+            if b < 0xE0:
+                c = ((b & 0x1F) << 6) | (data[i + 1] & 0x3F) if i + 1 < end else 0
+                if c <= 0x9F:
+                    bits |= 1
+                elif 0xC2 <= c <= 0xF4:
+                    bits |= 2
+                i += 2
+            elif b < 0xF0:
+                c = 0
+                if i + 2 < end:
+                    c = ((b & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F)
+                if c == 0xFFFD:
+                    bits |= 4
+                elif (
+                    0x1100 <= c <= 0x11FF or 0x2E80 <= c <= 0xD7FF or 0xF900 <= c <= 0xFAFF
+                    or 0xFF00 <= c <= 0xFFEF
+                ):  # fmt: skip
+                    bits |= 8
+                i += 3
+            else:
+                bits |= 8
+                i += 4
+        out[d] = bits
+    return out
+
+
+def char_groups(texts: pl.Series) -> np.ndarray:
+    """uint8 [n]: per row, the `HAS_*` bits of the characters it holds (null rows: 0).
+
+    One compiled pass over the UTF-8 bytes, so that each garbage regex runs only on the
+    documents that hold a character it needs (most pages have no control character, no
+    U+FFFD and no CJK), instead of on every page with a curly quote.
+    """
+    return _char_groups(*utf8_buffers(texts))
