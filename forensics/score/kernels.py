@@ -85,6 +85,60 @@ def slot_words(bounds, h, content, min_count, min_share):
 
 
 @njit(cache=True)
+def _count_ngrams(h, a, n, k, cur, rep, keys, used, first, bits):
+    """Extend `cur` (the (n-1)-gram hashes at starts 0..k of a document beginning at flat
+    index `a`) to n-grams and count those whose prefix repeats (`rep`) in the table; then
+    `rep[i]` says whether the n-gram at i occurs twice or more. Returns whether any does."""
+    used[: 1 << bits] = 0
+    for i in range(k):
+        cur[i] = (cur[i] ^ (h[a + i + n - 1] * MIX[(n - 1) % 10])) * FNV_PRIME + np.uint64(n)
+        if rep[i]:
+            s = _slot(keys, used, cur[i], bits)
+            if used[s] == 0:
+                keys[s] = cur[i]
+                first[s] = i
+            used[s] += 1
+    any_rep = False
+    for i in range(k):
+        if rep[i]:
+            rep[i] = used[_slot(keys, used, cur[i], bits)] >= 2
+            any_rep = any_rep or rep[i]
+    rep[k:] = False
+    return any_rep
+
+
+@njit(cache=True)
+def _top_chars(used, first, size, length, a, n):
+    """Largest count x characters (of its first occurrence) over n-grams counted twice or more."""
+    best = 0.0
+    for s in range(size):
+        if used[s] >= 2:
+            f = a + first[s]
+            chars = 0
+            for j in range(n):
+                chars += length[f + j]
+            best = max(best, used[s] * chars)
+    return best
+
+
+@njit(cache=True)
+def _covered(rep, k, n, m, mark):
+    """Words of an m-word document inside some n-gram flagged in `rep` (starts 0..k)."""
+    mark[: m + 1] = 0
+    for i in range(k):
+        if rep[i]:
+            mark[i] += 1
+            mark[i + n] -= 1
+    run = 0
+    inside = 0
+    for i in range(m):
+        run += mark[i]
+        if run > 0:
+            inside += 1
+    return inside
+
+
+@njit(cache=True)
 def ngram_stats(bounds, h, length, max_n):
     """Per document: top n-gram coverage for n = 2, 3, 4 and words inside repeated max_n-grams.
 
@@ -97,31 +151,20 @@ def ngram_stats(bounds, h, length, max_n):
     n_docs = len(bounds) - 1
     top = np.zeros((n_docs, 3))
     covered = np.zeros(n_docs)
-    cap = 16
-    keys = np.empty(cap, dtype=np.uint64)
-    used = np.zeros(cap, dtype=np.int64)
-    first = np.empty(cap, dtype=np.int64)
-    wbuf = 16
-    cur = np.empty(wbuf, dtype=np.uint64)
-    rep = np.empty(wbuf, dtype=np.bool_)
-    mark = np.empty(wbuf + 1, dtype=np.int64)
+    longest = max(16, np.max(np.diff(bounds))) if n_docs else 16
+    bits_max = _table_bits(longest)
+    keys = np.empty(1 << bits_max, dtype=np.uint64)
+    used = np.zeros(1 << bits_max, dtype=np.int64)
+    first = np.empty(1 << bits_max, dtype=np.int64)
+    cur = np.empty(longest, dtype=np.uint64)
+    rep = np.empty(longest, dtype=np.bool_)
+    mark = np.empty(longest + 1, dtype=np.int64)
     for d in range(n_docs):
         a, b = bounds[d], bounds[d + 1]
         m = b - a
         if m < 2:
             continue
         bits = _table_bits(m)
-        size = 1 << bits
-        if size > cap:
-            cap = size
-            keys = np.empty(cap, dtype=np.uint64)
-            used = np.zeros(cap, dtype=np.int64)
-            first = np.empty(cap, dtype=np.int64)
-        if m > wbuf:
-            wbuf = m
-            cur = np.empty(wbuf, dtype=np.uint64)
-            rep = np.empty(wbuf, dtype=np.bool_)
-            mark = np.empty(wbuf + 1, dtype=np.int64)
         for i in range(m):
             cur[i] = (h[a + i] * MIX[0]) * FNV_PRIME + np.uint64(1)
             rep[i] = True
@@ -129,47 +172,11 @@ def ngram_stats(bounds, h, length, max_n):
             k = m - n + 1  # n-gram starts in this document
             if k <= 0:
                 break
-            used[:size] = 0
-            for i in range(k):
-                cur[i] = (cur[i] ^ (h[a + i + n - 1] * MIX[(n - 1) % 10])) * FNV_PRIME + np.uint64(
-                    n
-                )
-                if rep[i]:
-                    s = _slot(keys, used, cur[i], bits)
-                    if used[s] == 0:
-                        keys[s] = cur[i]
-                        first[s] = i
-                    used[s] += 1
-            any_rep = False
-            for i in range(k):
-                if rep[i]:
-                    rep[i] = used[_slot(keys, used, cur[i], bits)] >= 2
-                    any_rep = any_rep or rep[i]
-            for i in range(k, m):
-                rep[i] = False
+            any_rep = _count_ngrams(h, a, n, k, cur, rep, keys, used, first, bits)
             if n <= 4:
-                best = 0.0
-                for s in range(size):
-                    if used[s] >= 2:
-                        f = a + first[s]
-                        chars = 0
-                        for j in range(n):
-                            chars += length[f + j]
-                        best = max(best, used[s] * chars)
-                top[d, n - 2] = best
+                top[d, n - 2] = _top_chars(used, first, 1 << bits, length, a, n)
             if n == max_n:
-                mark[: m + 1] = 0
-                for i in range(k):
-                    if rep[i]:
-                        mark[i] += 1
-                        mark[i + n] -= 1
-                run = 0
-                inside = 0
-                for i in range(m):
-                    run += mark[i]
-                    if run > 0:
-                        inside += 1
-                covered[d] = inside
+                covered[d] = _covered(rep, k, n, m, mark)
             if not any_rep:
                 break
     return top, covered

@@ -311,24 +311,41 @@ def line_stats(texts: pl.Series) -> pl.DataFrame:
     return _line_stats(texts)
 
 
-def spam_signals(
-    texts: pl.Series, tok: Tokens, lines: Callable[[], pl.DataFrame] | None = None
-) -> tuple[np.ndarray, list[str], dict]:
-    """Per-document spam score (max over rules) and reason; also the raw signal values.
+@dataclass(frozen=True)
+class SpamSignals:
+    """Per-document spam result of one batch: `score` float64 [n] (max over rules), `reasons`
+    (human, "" when not flagged), `rules` (the `Rule` name the reason comes from, "" when not
+    flagged), `values` (every rule's raw value [n], plus `code_likeness`)."""
 
-    `lines`: returns `line_stats(texts)`, e.g. a future's result computed in another thread;
-    it is called only after the word statistics, so the two overlap.
+    score: np.ndarray
+    reasons: list[str]
+    rules: list[str]
+    values: dict[str, np.ndarray]
+
+    @staticmethod
+    def concat(parts: list[SpamSignals]) -> SpamSignals:
+        """Batches in order (`values` dropped: per batch only)."""
+        return SpamSignals(
+            np.concatenate([p.score for p in parts]) if parts else np.zeros(0),
+            [r for p in parts for r in p.reasons],
+            [r for p in parts for r in p.rules],
+            {},
+        )
+
+
+def _rule_values(
+    words: dict[str, np.ndarray], kw_share: np.ndarray, doorway: np.ndarray, lines: pl.DataFrame
+) -> dict[str, np.ndarray]:
+    """Every `Rule`'s ratio per document, before weighting; plus `code_likeness`.
+
+    Line-shaped rules need enough lines (and a link farm enough hosts) to mean anything;
+    natural-language rules (`PROSE_RULES`) are weighed by prose-likeness (`code.py`).
     """
-    words = _word_stats(tok, texts)
-    kw_share, keywords = _keyword_fragments(texts, tok, words)
-    doorway = _doorway(texts, tok, words, keywords)
-    lines = lines() if lines is not None else _line_stats(texts)
-    line_chars = lines["line_chars"].to_numpy().astype(float)
-    n_lines = lines["n_lines"].to_numpy().astype(float)
+    line = {c: lines[c].to_numpy().astype(float) for c in lines.columns}
+    n_lines = line["n_lines"]
     values = {
-        "dup_line_chars": lines["dup_line_chars"].to_numpy() / np.maximum(line_chars, 1),
-        "dup_para_chars": lines["dup_para_chars"].to_numpy()
-        / np.maximum(lines["para_chars"].to_numpy(), 1),
+        "dup_line_chars": line["dup_line_chars"] / np.maximum(line["line_chars"], 1),
+        "dup_para_chars": line["dup_para_chars"] / np.maximum(line["para_chars"], 1),
         "top_2gram": words["top_2gram"],
         "top_3gram": words["top_3gram"],
         "top_4gram": words["top_4gram"],
@@ -342,56 +359,73 @@ def spam_signals(
             words["keyword_share"],
             0.0,
         ),
-        "link_lines": lines["link_lines"].to_numpy() / np.maximum(n_lines, 1),
-        "boilerplate": lines["boiler_lines"].to_numpy() / np.maximum(n_lines, 1),
+        "link_lines": line["link_lines"] / np.maximum(n_lines, 1),
+        "boilerplate": line["boiler_lines"] / np.maximum(n_lines, 1),
         "doorway": doorway,
     }
-    # Line-shaped signals need enough lines to mean anything.
     few_lines = n_lines < 8
-    few_hosts = lines["hosts"].to_numpy() < MIN_HOSTS
-    values["link_lines"] = np.where(few_lines | few_hosts, 0.0, values["link_lines"])
-    values["boilerplate"] = np.where(few_lines, 0.0, values["boilerplate"])
+    values["link_lines"][few_lines | (line["hosts"] < MIN_HOSTS)] = 0.0
+    values["boilerplate"][few_lines] = 0.0
     code = code_likeness(
-        lines["symbols"].to_numpy(),
-        lines["visible"].to_numpy(),
-        lines["code_end_lines"].to_numpy(),
-        lines["indented_lines"].to_numpy(),
-        n_lines,
+        line["symbols"], line["visible"], line["code_end_lines"], line["indented_lines"], n_lines
     )
     prose = prose_likeness(code)
     for name in PROSE_RULES:
         values[name] = values[name] * prose
     values["code_likeness"] = code
-    damp = np.minimum(1.0, words["n_words"] / MIN_WORDS)
-    matrix = np.column_stack([_rule_score(values[r.name], r) for r in RULES])
-    matrix = matrix * damp[:, None]
-    # Corroboration: one kind of repetition alone is a quirk of the text (an author list, a
-    # changelog, a table of near-identical rows); spam repeats in at least two independent ways.
-    # Top 2/3/4-gram coverage are one source of evidence (they move together), duplicated
-    # lines/paragraphs another, repeated 6-grams a third; the family scores its second source.
+    return values
+
+
+def _rule_matrix(values: dict[str, np.ndarray], n_words: np.ndarray) -> np.ndarray:
+    """float64 [n_docs, len(RULES)]: each rule's score, damped on short documents, with the
+    repetition family capped by its corroboration.
+
+    One kind of repetition alone is a quirk of the text (an author list, a changelog, a table
+    of near-identical rows); spam repeats in at least two independent ways. Top 2/3/4-gram
+    coverage are one source of evidence (they move together), duplicated lines/paragraphs
+    another, repeated 6-grams a third; the family scores its second-best source.
+    """
+    damp = np.minimum(1.0, n_words / MIN_WORDS)
+    matrix = np.column_stack([_rule_score(values[r.name], r) for r in RULES]) * damp[:, None]
     names = [r.name for r in RULES]
     sources = [[names.index(n) for n in group] for group in REPETITION_SOURCES]
     best_of = np.column_stack([matrix[:, cols].max(axis=1) for cols in sources])
     second = np.sort(best_of, axis=1)[:, -2]
-    fam = [i for cols in sources for i in cols]
-    matrix[:, fam] = np.minimum(matrix[:, fam], second[:, None])
+    family = [i for cols in sources for i in cols]
+    matrix[:, family] = np.minimum(matrix[:, family], second[:, None])
+    return matrix
+
+
+def spam_signals(
+    texts: pl.Series, tok: Tokens, lines: Callable[[], pl.DataFrame] | None = None
+) -> SpamSignals:
+    """Per-document spam score (max over rules), reason and rule key; also the raw values.
+
+    `lines`: returns `line_stats(texts)`, e.g. a future's result computed in another thread;
+    it is called only after the word statistics, so the two overlap.
+    """
+    words = _word_stats(tok, texts)
+    kw_share, keywords = _keyword_fragments(texts, tok, words)
+    doorway = _doorway(texts, tok, words, keywords)
+    line_table = lines() if lines is not None else _line_stats(texts)
+    values = _rule_values(words, kw_share, doorway, line_table)
+    matrix = _rule_matrix(values, words["n_words"])
     best = matrix.argmax(axis=1)
     score = matrix.max(axis=1)
     reasons = [""] * len(score)
+    rules = [""] * len(score)
     flagged = np.flatnonzero(score >= 0.5)
-    urls = lines["urls"].to_numpy()
+    urls = line_table["urls"].to_numpy()
     # The keyword of every flagged page, also of short pages the phrase check skipped (their
     # density rule still fires, damped): a reason never names an empty keyword.
     missing = np.array([i for i in flagged if int(i) not in keywords], dtype=np.int64)
     if len(missing):
         extra = _keyword_frame(texts, tok, words["keyword_index"], missing)
         keywords.update(zip(extra["row"].to_list(), extra["kw"].to_list(), strict=True))
-    keys = [""] * len(score)
     for i in flagged:
         rule = RULES[best[i]]
         v = f"{100 * values[rule.name][i]:.0f}%"
         kw = excerpt(keywords.get(int(i)) or "", 30)
         reasons[i] = rule.describe.format(v=v, kw=kw, links=int(urls[i]))
-        keys[i] = rule.name
-    values["rule"] = keys  # the machine-readable key beside each reason ("" when not flagged)
-    return score, reasons, values
+        rules[i] = rule.name
+    return SpamSignals(score, reasons, rules, values)

@@ -9,14 +9,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from forensics.errors import ForensicsError
 
+if TYPE_CHECKING:  # the scorers (numba, ftfy) load when a table is scored, not on import
+    from forensics.score.skeleton import Signatures, SkeletonClusters
+    from forensics.score.spam import SpamSignals
+
 FLAG_THRESHOLD = 0.5
 OUTPUT_COLUMNS = ("garbage_score", "spam_score", "garbage_reason", "spam_reason")
+RULE_COLUMNS = ("garbage_rule", "spam_rule")
+_SCHEMA = {
+    **dict.fromkeys(("garbage_score", "spam_score"), pl.Float64),
+    **dict.fromkeys(("garbage_reason", "spam_reason", *RULE_COLUMNS), pl.Utf8),
+}
+_EMPTY_GARBAGE = pl.DataFrame(
+    schema={"garbage_score": pl.Float64, "garbage_reason": pl.Utf8, "garbage_rule": pl.Utf8}
+)
 # Rows per batch for the per-document scorers: bounds memory on huge tables and lets the
 # progress bar move; the skeleton index always sees the whole table.
 BATCH_ROWS = 20_000
@@ -66,6 +81,97 @@ def _clean_surrogates(text: str) -> str:
         return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
+@dataclass
+class _Parts:
+    """What the per-batch scorers return, gathered batch by batch (row order kept).
+
+    `garbage`: `score_garbage` frames; `spam`: `SpamSignals` per batch; `signatures`: skeleton
+    MinHash per batch (tokens are dropped as we go); `clusters`: the skeleton clusters when the
+    table is one batch (a future when they run in a thread, else the value).
+    """
+
+    garbage: list[pl.DataFrame] = field(default_factory=list)
+    spam: list[SpamSignals] = field(default_factory=list)
+    signatures: list[Signatures] = field(default_factory=list)
+    clusters: Future | SkeletonClusters | None = None
+
+    def skeleton_clusters(self, text_hash: np.ndarray) -> SkeletonClusters:
+        """The template clusters of the whole table, whatever the batching."""
+        from forensics.score.skeleton import Signatures, cluster_signatures
+
+        if isinstance(self.clusters, Future):
+            return self.clusters.result()
+        if self.clusters is not None:
+            return self.clusters
+        return cluster_signatures(Signatures.concat(self.signatures), text_hash)
+
+
+def _score_batch(
+    batch: pl.Series, parts: _Parts, pool: ThreadPoolExecutor | None, whole: np.ndarray | None
+) -> None:
+    """Score one batch into `parts`. `whole`: the table's text hashes when this batch is the
+    whole table (its skeleton clusters are found right here), else None.
+
+    With a pool: garbage | line statistics in two threads, then (one batch) the skeleton index
+    in a thread while this one does tokens, n-grams and keywords. All of them spend most of their
+    time in polars, numpy and compiled loops, which release the GIL.
+    """
+    from forensics.score.garbage import score_garbage
+    from forensics.score.skeleton import Signatures, find_clusters
+    from forensics.score.spam import line_stats, spam_signals
+    from forensics.score.tokens import tokenize
+
+    if pool is None:
+        tok = tokenize(batch)
+        parts.spam.append(spam_signals(batch, tok))
+        parts.garbage.append(score_garbage(batch))
+        if whole is not None:
+            parts.clusters = find_clusters(tok, whole)
+        else:
+            parts.signatures.append(Signatures.of(tok))
+        return
+    pending_garbage = pool.submit(score_garbage, batch)
+    pending_lines = pool.submit(line_stats, batch)
+    tok = tokenize(batch)
+    if whole is not None:
+        parts.clusters = pool.submit(find_clusters, tok, whole)
+    else:
+        pending_signatures = pool.submit(Signatures.of, tok)
+    parts.spam.append(spam_signals(batch, tok, pending_lines.result))
+    parts.garbage.append(pending_garbage.result())
+    if whole is None:
+        parts.signatures.append(pending_signatures.result())
+
+
+def _assemble(texts: pl.Series, parts: _Parts, clusters: SkeletonClusters, keys: bool):
+    """The output columns from the gathered parts (see `score_texts`)."""
+    from forensics.score.skeleton import skeleton_scores
+    from forensics.score.spam import SpamSignals
+
+    skel_score, skel_reason = skeleton_scores(clusters)
+    spam = SpamSignals.concat(parts.spam)
+    score = np.maximum(spam.score, skel_score)
+    empty = texts.is_null().to_numpy() | (texts.str.len_chars().fill_null(0).to_numpy() == 0)
+    score[empty] = 0.0
+    # Both reasons when both fire: an engineer wants to see every way a page is spam.
+    pairs = zip(spam.reasons, spam.rules, skel_reason, strict=True)
+    reasons, rules = [], []
+    for reason, rule, skel in pairs:
+        reasons.append("; ".join(r for r in (reason, skel) if r))
+        rules.append(";".join(k for k in (rule, "skeleton" if skel else "") if k))
+    garbage = pl.concat(parts.garbage) if parts.garbage else _EMPTY_GARBAGE
+    columns = {
+        "garbage_score": garbage["garbage_score"],
+        "spam_score": pl.Series(np.clip(score, 0.0, 1.0).astype(np.float64)),
+        "garbage_reason": garbage["garbage_reason"],
+        "spam_reason": pl.Series(reasons, dtype=pl.Utf8),
+    }
+    if keys:
+        columns["garbage_rule"] = garbage["garbage_rule"]
+        columns["spam_rule"] = pl.Series(rules, dtype=pl.Utf8)
+    return pl.DataFrame(columns, schema={k: _SCHEMA[k] for k in columns})
+
+
 def score_texts(
     texts: pl.Series,
     *,
@@ -78,115 +184,26 @@ def score_texts(
     `keys`: also `garbage_rule` and `spam_rule`, the machine-readable keys of the rules the
     reasons name (datatrove style: a garbage `Signal` name, "legacy", "mixed_script", ...; a
     spam `Rule` name and/or "skeleton", joined by ";"), "" when not flagged.
-
-    With more than one worker, the garbage scorer, the line statistics and (for a table of one
-    batch) the skeleton index run in two more threads while this one does tokens and n-grams:
-    all spend most of their time in polars and numpy, which release the GIL, so the Python-level
-    legacy-codec checks overlap with native work.
+    `workers`: more than one lets the scorers of a batch overlap in two more threads
+    (`_score_batch`). The skeleton index always sees the whole table.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from forensics.score.garbage import score_garbage
-    from forensics.score.skeleton import (
-        Signatures,
-        cluster_signatures,
-        find_clusters,
-        skeleton_scores,
-    )
-    from forensics.score.spam import line_stats, spam_signals
-    from forensics.score.tokens import tokenize
-
     texts = texts.cast(pl.Utf8).rename("text")
-    n = len(texts)
     text_hash = texts.hash(5).to_numpy()
-    garbage_parts: list[pl.DataFrame] = []
-    spam_scores: list[np.ndarray] = []
-    spam_reasons: list[str] = []
-    spam_rules: list[str] = []
-    signature_parts: list[Signatures] = []  # per batch; tokens are dropped as we go
     threads = workers if workers is not None else (os.cpu_count() or 1)
+    single = len(texts) <= BATCH_ROWS
+    parts = _Parts()
     pool = ThreadPoolExecutor(max_workers=2) if threads > 1 else None
-    single = n <= BATCH_ROWS
-    pending_clusters = None
-    for start in range(0, max(n, 1), BATCH_ROWS):
-        batch = texts.slice(start, BATCH_ROWS)
+    try:
+        for start in range(0, max(len(texts), 1), BATCH_ROWS):
+            batch = texts.slice(start, BATCH_ROWS)
+            _score_batch(batch, parts, pool, text_hash if single else None)
+            if on_batch is not None:
+                on_batch(len(batch))
+        clusters = parts.skeleton_clusters(text_hash)
+    finally:
         if pool is not None:
-            # Balanced halves: garbage | line statistics, then (one batch) the skeleton index |
-            # here: tokens, n-grams and keywords.
-            pending_garbage = pool.submit(score_garbage, batch)
-            pending_lines = pool.submit(line_stats, batch)
-            tok = tokenize(batch)
-            if single:
-                pending_clusters = pool.submit(find_clusters, tok, text_hash)
-            else:
-                pending_signatures = pool.submit(Signatures.of, tok)
-            score, reasons, values = spam_signals(batch, tok, pending_lines.result)
-            garbage_parts.append(pending_garbage.result())
-            if not single:
-                signature_parts.append(pending_signatures.result())
-        else:
-            tok = tokenize(batch)
-            score, reasons, values = spam_signals(batch, tok)
-            garbage_parts.append(score_garbage(batch))
-            if not single:
-                signature_parts.append(Signatures.of(tok))
-        spam_scores.append(score)
-        spam_reasons.extend(reasons)
-        spam_rules.extend(values["rule"])
-        if on_batch is not None:
-            on_batch(len(batch))
-    if pending_clusters is not None:
-        clusters = pending_clusters.result()
-    elif single:  # one batch scored without the pool
-        clusters = find_clusters(tok, text_hash)
-    else:
-        # The skeleton index always sees the whole table, whatever the batching.
-        clusters = cluster_signatures(Signatures.concat(signature_parts), text_hash)
-    if pool is not None:
-        pool.shutdown()
-    garbage = pl.concat(garbage_parts) if garbage_parts else None
-    skel_score, skel_reason = skeleton_scores(clusters)
-    per_doc = np.concatenate(spam_scores) if spam_scores else np.zeros(0)
-    spam = np.maximum(per_doc, skel_score)
-    # Both reasons when both fire: an engineer wants to see every way a page is spam.
-    reasons = [
-        "; ".join(r for r in (pr, sr) if r)
-        for pr, sr in zip(spam_reasons, skel_reason, strict=True)
-    ]
-    empty = texts.is_null().to_numpy() | (texts.str.len_chars().fill_null(0).to_numpy() == 0)
-    spam[empty] = 0.0
-    if keys:
-        rules = [
-            ";".join(k for k in (pr, "skeleton" if sr else "") if k)
-            for pr, sr in zip(spam_rules, skel_reason, strict=True)
-        ]
-        return pl.DataFrame(
-            {
-                "garbage_score": garbage["garbage_score"] if garbage is not None else [],
-                "spam_score": np.clip(spam, 0.0, 1.0).astype(np.float64),
-                "garbage_reason": garbage["garbage_reason"] if garbage is not None else [],
-                "spam_reason": pl.Series(reasons, dtype=pl.Utf8),
-                "garbage_rule": garbage["garbage_rule"] if garbage is not None else [],
-                "spam_rule": pl.Series(rules, dtype=pl.Utf8),
-            },
-            schema={**dict.fromkeys(("garbage_score", "spam_score"), pl.Float64),
-                    **dict.fromkeys(("garbage_reason", "spam_reason", "garbage_rule",
-                                     "spam_rule"), pl.Utf8)},
-        )  # fmt: skip
-    return pl.DataFrame(
-        {
-            "garbage_score": garbage["garbage_score"] if garbage is not None else [],
-            "spam_score": np.clip(spam, 0.0, 1.0).astype(np.float64),
-            "garbage_reason": garbage["garbage_reason"] if garbage is not None else [],
-            "spam_reason": pl.Series(reasons, dtype=pl.Utf8),
-        },
-        schema={
-            "garbage_score": pl.Float64,
-            "spam_score": pl.Float64,
-            "garbage_reason": pl.Utf8,
-            "spam_reason": pl.Utf8,
-        },
-    )
+            pool.shutdown()
+    return _assemble(texts, parts, clusters, keys)
 
 
 def score_table(
