@@ -180,3 +180,35 @@ def test_top_reasons_are_grouped_by_kind_not_exact_string():
     assert reason_kind("skeleton shared with 12 other documents") == reason_kind(
         "skeleton shared with 7 other documents"
     )
+
+
+def test_top_reasons_group_by_the_scorers_rule_keys_when_given():
+    """With `garbage_rule` / `spam_rule` (score_table(keys=True)) the kind is the rule key, not
+    a regex over the prose: two doorway pages with different keywords are one reason, a quoted
+    sample holding the separator stays whole, and a keyless note is grouped by its text."""
+    from forensics.cluster.source import top_reasons
+
+    spam = [
+        "doorway page: 'shoes' forced into 90% of sentences, at varied positions",
+        "doorway page: 'loans' forced into 85% of sentences, at varied positions; "
+        "skeleton shared with 14 other documents (template with slot-filled variation)",
+        "doorway page: 'shoes' forced into 90% of sentences, at varied positions",
+        "",
+    ]
+    garbage = ["", "", "mojibake (ftfy badness): 3 suspicious sequences like 'a; b'", "note"]
+    window = pl.DataFrame(
+        {
+            "k": ["a"] * 4,
+            "spam_reason": spam,
+            "spam_rule": ["doorway", "doorway;skeleton", "doorway", ""],
+            "garbage_reason": garbage,
+            "garbage_rule": ["", "", "ftfy", ""],
+        }
+    )
+    got = top_reasons(window, pl.col("k").alias("key"), limit=5).row(0, named=True)
+    assert got["top_reasons"] == [
+        "doorway page: 'shoes' forced into 90% of sentences, at varied positions (3)",
+        "mojibake (ftfy badness): 3 suspicious sequences like 'a; b' (1)",
+        "note (1)",
+        "skeleton shared with 14 other documents (template with slot-filled variation) (1)",
+    ]

@@ -223,3 +223,13 @@ def test_machine_readable_rule_keys_beside_the_reasons() -> None:
     assert score_texts(texts).columns == [
         "garbage_score", "spam_score", "garbage_reason", "spam_reason"
     ]  # fmt: skip
+
+
+def test_score_table_rule_keys_for_notes() -> None:
+    """A value that is not text gets the note as its reason and `not_text` as its key."""
+    out = score_table(pl.DataFrame({"text": [1, 2]}), "text", keys=True)
+    assert out["garbage_rule"].to_list() == ["not_text", "not_text"]
+    assert out["spam_rule"].to_list() == ["", ""]
+    assert score_table(pl.DataFrame({"text": [1]}), "text").columns == [
+        "text", "garbage_score", "spam_score", "garbage_reason", "spam_reason"
+    ]  # fmt: skip

@@ -122,47 +122,87 @@ def _signature_columns(n_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 # Reason strings carry numbers and quoted samples ("top 2-gram covers 25% of word characters",
-# "12 C1 control characters like '\\x85'"); the *kind* of a reason is what is left without them.
+# "12 C1 control characters like '\\x85'"); the *kind* of a reason is its rule key where the
+# scorers gave one (`score_table(keys=True)`: `garbage_rule`, `spam_rule`), and otherwise (a
+# table scored elsewhere or by an older version) what is left of the text without them.
 # An n-gram's n and a codec name's digits (UTF-16, C1, cp1252) are part of the kind.
 REASON_SEPARATOR = "; "  # how the scorers join several reasons of one document
+RULE_SEPARATOR = ";"  # how they join the rule keys of those reasons, in the same order
+RULE_COLUMNS = {"garbage_reason": "garbage_rule", "spam_reason": "spam_rule"}
 _QUOTED = re.compile(r"(?<!\w)(['\"]).*?\1(?=[\s,;:)]|$)")
 _NUMBER = re.compile(r"(?<![\w+-])[<>~]?\d+(?:[.,]\d+)*(?![\w-])")
 
 
 def reason_kind(reason: str) -> str:
-    """The group key of a reason: quoted samples and free-standing numbers stripped."""
+    """The group key of a reason without a rule key: quoted samples and numbers stripped."""
     return _NUMBER.sub("N", _QUOTED.sub("'…'", reason)).strip()
+
+
+def _keyed_reasons(window: pl.DataFrame, key: pl.Expr, column: str) -> pl.DataFrame:
+    """`key`, `kind` (the rule key), `reason`: one row per reason of a flagged document.
+
+    A reason without a key (a note written beside the scores) is grouped by its text.
+
+    A document's reasons and rule keys come in the same order; only the first reason can hold
+    the separator (inside a quoted sample), so the text is split from the right as many times
+    as there are keys after the first.
+    """
+    rows = window.select(
+        key, pl.col(column).alias("reason"), pl.col(RULE_COLUMNS[column]).alias("kind")
+    ).filter(pl.col("reason").fill_null("") != "")
+    keys, kinds, reasons = [], [], []
+    for k, text, rules in rows.iter_rows():
+        names = rules.split(RULE_SEPARATOR) if rules else [reason_kind(text)]
+        parts = text.rsplit(REASON_SEPARATOR, len(names) - 1)
+        if len(parts) != len(names):  # not the scorers' own pairing: one reason, first key
+            parts, names = [text], names[:1]
+        keys += [k] * len(names)
+        kinds += names
+        reasons += [p.strip() for p in parts]
+    return pl.DataFrame(
+        {"key": keys, "kind": kinds, "reason": reasons},
+        schema={"key": rows.schema["key"], "kind": pl.Utf8, "reason": pl.Utf8},
+    )
+
+
+def _texted_reasons(window: pl.DataFrame, key: pl.Expr, column: str) -> pl.DataFrame:
+    """`key`, `kind` (`reason_kind`), `reason` for a reason column without rule keys."""
+    long = (
+        window.select(key, pl.col(column).alias("reason"))
+        .filter(pl.col("reason") != "")
+        .with_columns(pl.col("reason").str.split(REASON_SEPARATOR))
+        .explode("reason")
+        .with_columns(pl.col("reason").str.strip_chars())
+        .filter(pl.col("reason") != "")
+    )
+    distinct = long["reason"].unique()
+    kinds = pl.DataFrame(
+        {"reason": distinct, "kind": [reason_kind(r) for r in distinct.to_list()]},
+        schema={"reason": pl.Utf8, "kind": pl.Utf8},
+    )
+    return long.join(kinds, on="reason").select("key", "kind", "reason")
 
 
 def top_reasons(window: pl.DataFrame, key: pl.Expr, limit: int = TOP_REASONS) -> pl.DataFrame:
     """Per group key, its most common kinds of flag reason as "reason (count)", most common first.
 
     A document's reason field may hold several reasons joined by "; "; each counts on its own.
-    Reasons are counted by kind (`reason_kind`), so "top 2-gram covers 25% ..." and "top 2-gram
-    covers 26% ..." are one reason; the kind's most common exact string stands for it.
+    Reasons are counted by kind: the scorer's rule key when the table has one (`doorway`,
+    `legacy`, `skeleton`, ...), else the text without its numbers and samples (`reason_kind`),
+    so "top 2-gram covers 25% ..." and "top 2-gram covers 26% ..." are one reason; the kind's
+    most common exact string stands for it.
     """
-    long = (
-        pl.concat(
-            [
-                window.select(key, pl.col(c).alias("reason")).filter(pl.col("reason") != "")
-                for c in ("garbage_reason", "spam_reason")
-            ]
-        )
-        .with_columns(pl.col("reason").str.split(REASON_SEPARATOR))
-        .explode("reason")
-        .with_columns(pl.col("reason").str.strip_chars())
-        .filter(pl.col("reason") != "")
+    long = pl.concat(
+        [
+            _keyed_reasons(window, key, column)
+            if RULE_COLUMNS[column] in window.columns
+            else _texted_reasons(window, key, column)
+            for column in RULE_COLUMNS
+        ]
     )
     if long.height == 0:
-        return pl.DataFrame(
-            schema={"key": pl.Utf8, "top_reasons": pl.List(pl.Utf8)},
-        )
-    distinct = long["reason"].unique()
-    kinds = pl.DataFrame(
-        {"reason": distinct, "kind": [reason_kind(r) for r in distinct.to_list()]},
-        schema={"reason": pl.Utf8, "kind": pl.Utf8},
-    )
-    exact = long.join(kinds, on="reason").group_by("key", "kind", "reason").len()
+        return pl.DataFrame(schema={"key": pl.Utf8, "top_reasons": pl.List(pl.Utf8)})
+    exact = long.group_by("key", "kind", "reason").len()
     return (
         exact.sort(["key", "kind", "len", "reason"], descending=[False, False, True, False])
         .group_by("key", "kind", maintain_order=True)

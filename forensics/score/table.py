@@ -212,19 +212,22 @@ def score_table(
     *,
     progress: bool = False,
     workers: int | None = None,
+    keys: bool = False,
 ) -> pl.DataFrame:
     """Return `df` with garbage_score, spam_score, garbage_reason and spam_reason appended.
 
     Null texts score 0.0 with reason ""; values that are not text score 0.0 with a reason saying
-    so. `workers`: threads for scoring (default: one per core; 1 runs the scorers one after the
-    other). Native work inside polars uses its own thread pool either way.
+    so (rule key `not_text`). `workers`: threads for scoring (default: one per core; 1 runs the
+    scorers one after the other). Native work inside polars uses its own thread pool either way.
+    `keys`: also the rule keys `garbage_rule` and `spam_rule` (see `score_texts`), which the
+    cluster tables group reasons by.
     Raises ForensicsError if the column is missing or the output columns already exist.
     """
     if text_column not in df.columns:
         raise ForensicsError(
             f"text column '{text_column}' not found; columns are: {', '.join(df.columns)}"
         )
-    clash = [c for c in OUTPUT_COLUMNS if c in df.columns]
+    clash = [c for c in OUTPUT_COLUMNS + (RULE_COLUMNS if keys else ()) if c in df.columns]
     if clash:
         raise ForensicsError(f"input already has score columns {', '.join(clash)}; drop them first")
     if workers is not None and workers < 1:
@@ -236,11 +239,18 @@ def score_table(
 
         with Progress(transient=True) as bar:
             task = bar.add_task("scoring", total=len(df))
-            scores = score_texts(texts, on_batch=lambda k: bar.advance(task, k), workers=workers)
+            scores = score_texts(
+                texts, on_batch=lambda k: bar.advance(task, k), workers=workers, keys=keys
+            )
     else:
-        scores = score_texts(texts, workers=workers)
+        scores = score_texts(texts, workers=workers, keys=keys)
     if (notes != "").any():
+        noted = notes != ""
         scores = scores.with_columns(
-            garbage_reason=pl.when(notes != "").then(notes).otherwise(pl.col("garbage_reason"))
+            garbage_reason=pl.when(noted).then(notes).otherwise(pl.col("garbage_reason"))
         )
+        if keys:
+            scores = scores.with_columns(
+                garbage_rule=pl.when(noted).then(pl.lit("not_text")).otherwise("garbage_rule")
+            )
     return pl.concat([df, scores], how="horizontal")

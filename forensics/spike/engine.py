@@ -89,12 +89,13 @@ def run_parts(
 def merge_parts(items: list[dict[str, Any]]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(documents, scored documents) from the parts, in part order."""
     from forensics.score.batches import BATCH_COLUMNS, BatchScores, combine
-    from forensics.score.table import OUTPUT_COLUMNS
+    from forensics.score.table import OUTPUT_COLUMNS, RULE_COLUMNS
 
     parts = [pl.read_parquet(i["out"]) for i in items]
     merged = pl.concat(parts, how="diagonal_relaxed") if parts else None
     if merged is None:
         raise ForensicsError("the window holds no documents to score")
     docs = merged.drop(BATCH_COLUMNS)
-    scores = combine([BatchScores.from_frame(merged)], docs["text"]).select(OUTPUT_COLUMNS)
+    columns = OUTPUT_COLUMNS + RULE_COLUMNS  # the rule keys too, as the in-process stage has
+    scores = combine([BatchScores.from_frame(merged)], docs["text"]).select(columns)
     return docs, pl.concat([docs, scores], how="horizontal")

@@ -66,7 +66,8 @@ def score_stage(run: SpikeRun, docs: pl.DataFrame) -> pl.DataFrame:
         score_file = cache / f"scores-{key}-{module_version('forensics.score')}.parquet"
         scored = cached_table(
             score_file,
-            lambda: score_table(docs, "text", progress=run.options.progress),
+            # Rule keys too: the cluster tables group reasons by them.
+            lambda: score_table(docs, "text", progress=run.options.progress, keys=True),
             run.hits,
             "score",
         )
