@@ -138,3 +138,33 @@ def test_byte_scans_agree_with_the_regexes() -> None:
         has = chars.str.contains(pattern).to_numpy()
         assert ((bits & bit) != 0)[has].all(), hex(bit)
     assert K.char_groups(texts)[0] == 0
+
+
+def test_words_end_where_polars_ends_them_and_hash_its_lowercase() -> None:
+    """`kernels.words` against `str.extract_all(r"\\w+")` + `to_lowercase`: the same words, the
+    same lengths, and equal hashes exactly for equal lowercase forms (final sigma, dotted I,
+    titlecase digraphs, combining marks, CJK, digits, emoji between words)."""
+    texts = pl.Series(
+        [
+            "ΟΔΟΣ οδος ΑΣ1 Σ İstanbul i̇stanbul ǅemal ǆemal",
+            "naïve NAÏVE e\u0301te\u0301 漢字かな 한국어 ｱｲｳ x2 X2 _id__ 😀word😀",
+            "",
+            None,
+            "Don't stop: the THE The tHe, café CAFÉ",
+        ]
+    )
+    doc, h, length, cap, digit = K.words(texts)
+    ref = (
+        pl.DataFrame({"text": texts})
+        .with_row_index("doc")
+        .select("doc", w=pl.col("text").str.extract_all(r"\w+"))
+        .explode("w")
+        .drop_nulls("w")
+        .with_columns(lower=pl.col("w").str.to_lowercase())
+    )
+    assert doc.tolist() == ref["doc"].to_list()
+    assert length.tolist() == ref["w"].str.len_chars().to_list()
+    assert cap.tolist() == (ref["w"] != ref["lower"]).to_list()
+    assert digit.tolist() == ref["w"].str.contains("[0-9]").to_list()
+    pairs = pl.DataFrame({"ours": h, "lower": ref["lower"]}).unique()
+    assert pairs["ours"].n_unique() == pairs["lower"].n_unique() == pairs.height

@@ -7,12 +7,13 @@ and expensive as per-document Python lists.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from forensics.score.kernels import doc_bounds, slot_words
+from forensics.score.kernels import content_words, doc_bounds, slot_words, word_hashes, words
 
 WORD = r"\w+"
 STOPWORDS = frozenset(
@@ -66,51 +67,30 @@ SLOT_SHARE = 0.03
 SLOT_MIN_COUNT = 4
 
 
+@functools.cache
+def _stopword_hashes() -> np.ndarray:
+    return np.sort(word_hashes(sorted(STOPWORDS)))
+
+
 def tokenize(texts: pl.Series) -> Tokens:
-    """Split every text into `\\w+` words (Unicode-aware, in polars) and hash them.
+    """Split every text into `\\w+` words (Unicode-aware, as polars' regex) and hash them.
 
     A word is "capitalised" when it differs from its lowercase form (Austin, NASA, iPhone) and
-    a "number" when it holds an ASCII digit; both are skeleton masks.
+    a "number" when it holds an ASCII digit; both are skeleton masks. One compiled pass over the
+    UTF-8 bytes (`kernels.words`).
     """
-    frame = (
-        pl.DataFrame({"text": texts.cast(pl.Utf8)})
-        .lazy()
-        .with_row_index("doc")
-        .select("doc", pl.col("text").str.extract_all(WORD).alias("w"))
-        .explode("w")
-        .drop_nulls("w")
-        .with_columns(lower=pl.col("w").str.to_lowercase())
-        .with_columns(
-            hash=pl.col("lower").hash(17),
-            length=pl.col("w").str.len_chars().cast(pl.Int64),
-            cap=pl.col("w") != pl.col("lower"),
-            # Aho-Corasick over ten literals: half the cost of the regex `[0-9]` per word.
-            digit=pl.col("w").str.contains_any(list("0123456789")),
-        )
-        .with_columns(masked=pl.col("digit") | pl.col("cap"))
-        .with_columns(
-            content=(pl.col("length") >= 3)
-            & ~pl.col("masked")
-            & ~pl.col("lower").is_in(list(STOPWORDS))
-        )
-        .select("doc", "hash", "length", "masked", "digit", "content")
-        .collect()
-    )
-    h = frame["hash"].to_numpy()
-    doc = frame["doc"].cast(pl.Int64).to_numpy()
-    digit = frame["digit"].to_numpy()
-    content = frame["content"].to_numpy()
+    doc, h, length, cap, digit = words(texts.cast(pl.Utf8))
+    content = content_words(h, length, digit | cap, _stopword_hashes())
     bounds = doc_bounds(doc, len(texts))
-    # Slot words: counted per document in one compiled pass (a polars window over (doc, hash)
-    # cost as much as the whole tokenisation).
+    # Slot words: counted per document in one compiled pass.
     slot = slot_words(bounds, h, content, SLOT_MIN_COUNT, SLOT_SHARE)
-    masked = frame["masked"].to_numpy() | slot
+    masked = digit | cap | slot
     skel = np.where(digit, _MASK_DIGIT, np.where(slot, _MASK_SLOT, np.where(masked, _MASK_CAP, h)))
     return Tokens(
         doc=doc,
         hash=h,
         skel=skel,
-        length=frame["length"].to_numpy(),
+        length=length,
         masked=masked,
         n_docs=len(texts),
         content=content,
