@@ -73,7 +73,9 @@ def _recovery(raw: bytes) -> tuple[int, int, str]:
     """(high bytes, high bytes that decode as UTF-8, the decoded text without U+FFFD)."""
     high = _high(raw)
     kept = raw.decode("utf-8", errors="replace").replace("\ufffd", "")
-    valid_high = len(kept.encode("utf-8")) - len(kept.encode("ascii", errors="ignore"))
+    # Every ASCII byte decodes as itself (never part of an invalid sequence), so the ASCII
+    # characters of `kept` are the len(raw) - high ASCII bytes of `raw`.
+    valid_high = len(kept.encode("utf-8")) - (len(raw) - high)
     return high, valid_high, kept
 
 
