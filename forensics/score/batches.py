@@ -71,9 +71,9 @@ def score_batch(texts: pl.Series) -> BatchScores:
 
     texts = texts.cast(pl.Utf8).rename("text")
     tok = tokenize(texts)
-    score, reasons, values = spam_signals(texts, tok)
+    spam = spam_signals(texts, tok)
     return BatchScores(
-        score_garbage(texts), score, reasons, list(values["rule"]), Signatures.of(tok)
+        score_garbage(texts), spam.score, spam.reasons, spam.rules, Signatures.of(tok)
     )
 
 
