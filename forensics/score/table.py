@@ -1,8 +1,9 @@
 """`score_table`: run every scorer over one text column and attach scores and reasons.
 
 The cross-document skeleton signal needs every row at once, so the table is scored as a whole;
-the heavy lifting inside each scorer is polars (native, multi-threaded) and numpy. Only
-documents that already carry evidence reach Python-level code (legacy-codec checks, reasons).
+the heavy lifting inside each scorer is polars (native, multi-threaded), numpy and the compiled
+per-document loops of `kernels`. Only documents that already carry evidence reach Python-level
+code (legacy-codec checks, reasons).
 """
 
 from __future__ import annotations
