@@ -176,3 +176,20 @@ def test_filtered_copy_equals_megatron_builder(tmp_path: Path, megatron) -> None
         write_without_documents(tmp_path / "src", np.array([60]), tmp_path / "bad")
     with pytest.raises(ForensicsError, match="never overwrites its input"):
         write_without_documents(tmp_path / "src", drop, tmp_path / "src")
+
+
+def test_skip_json_report_and_terminal_lead_with_the_same_action(rebuilt: dict) -> None:
+    spike = rebuilt["spike"]
+    action = rebuilt["skip"]["action"]
+    assert list(rebuilt["skip"])[0] == "action" and "action" in rebuilt["skip"]["readme"]
+    assert set(rebuilt["skip"]) <= set(rebuilt["skip"]["readme"])
+    assert action["kind"] == "rebuild", action  # the dirty batch stays in the blend ahead
+    report = json.loads((spike / "report.json").read_text())
+    labels = [label for label, _ in report["summary"]]
+    assert labels.index("ACTION") < labels.index("STOPGAP") and "SKIP" not in labels
+    first = dict(report["summary"])["ACTION"]
+    assert first == f"remove and rebuild: {action['command']}"
+    md = (spike / "report.md").read_text()
+    html = (spike / "report.html").read_text()
+    assert first in md and "remove and rebuild: forensics rebuild" in html
+    assert md.index("ACTION") < md.index("STOPGAP")

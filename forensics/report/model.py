@@ -363,13 +363,16 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
     from forensics.report.model_view import model_summary
 
     out.extend(model_summary(report))
+    from forensics.report.action_view import action_lines, skip_label
+
+    skip = report.skip or {}
+    out.extend(action_lines(skip, report.rollback_iteration))  # rebuild or skip leads
     if report.rollback_iteration is not None:
         text = f"to iteration {report.rollback_iteration}"
         text += f" ({report.step - report.rollback_iteration} iterations before the spike)"
         if report.rollback_note:
             text += f"; {report.rollback_note}"
         out.append(("ROLL BACK", text))
-    skip = report.skip or {}
     if skip.get("iterations"):
         shown, total = _ranges(skip["iterations"])
         text = f"iterations {shown} ({total} iterations)"
@@ -378,7 +381,7 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
             text += "; " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in coll.items())
         if skip.get("documents") is not None:
             text += f"; block list: {int(skip['documents']):,} documents"
-        out.append(("SKIP", text))
+        out.append((skip_label(skip), text))
     if skip.get("ahead"):
         ahead = skip["ahead"]
         text = (

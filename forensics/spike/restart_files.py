@@ -24,6 +24,7 @@ def report_skip(skip: SkipPlan) -> dict[str, Any]:
         "trainer": skip.trainer,
         "flags": {name: flag.to_dict() for name, flag in skip.flags.items()},
         "tracker_file": skip.tracker_file,
+        "action": skip.action,  # rebuild or skip leads (forensics.skip.action)
     }
 
 
