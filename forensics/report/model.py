@@ -341,9 +341,11 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = [
         ("", f"Spike at iteration {report.step}, window {first}-{last}, baseline {b0}-{b1}")
     ]
+    from forensics.report.confidence import confidence_lines, no_culprit_lines
+
     top = report.culprit
     if top is None:
-        out.append(("NO CULPRIT", NO_CULPRIT_ADVICE))
+        out.extend(no_culprit_lines(report, NO_CULPRIT_ADVICE))  # dirty data is not cleared
         suspects = report.clusters.filter(pl.col("verdict") == "suspect")
         if suspects.height:
             s = suspects.row(0, named=True)
@@ -363,6 +365,7 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
     from forensics.report.model_view import model_summary
 
     out.extend(model_summary(report))
+    out.extend(confidence_lines(report))  # how sure: data, model, loss explained
     from forensics.report.action_view import action_lines, skip_label
 
     skip = report.skip or {}

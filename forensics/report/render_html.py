@@ -83,7 +83,7 @@ def _table(report: SpikeReport) -> str:
         note = cluster_notes(r)
         cells = [
             html_safe(r["id"], 20),
-            _e(r["verdict"]),
+            _e(r.get("label") or r["verdict"]),
             html_safe(cluster_name(r), 100),
             f'<td class="num">{r["docs"]:,}',
             f'<td class="num">{100 * r["window_share"]:.2f}%',

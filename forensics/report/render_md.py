@@ -75,8 +75,9 @@ def _table(report: SpikeReport) -> str:
     body = []
     for r in cluster_rows(report):
         note = cluster_notes(r)
+        label = r.get("label") or r["verdict"]
         body.append(
-            f"| {md_safe(r['id'])} | {r['verdict']} | {md_safe(cluster_name(r), 80)} | "
+            f"| {md_safe(r['id'])} | {label} | {md_safe(cluster_name(r), 80)} | "
             f"{r['docs']:,} | {100 * r['window_share']:.2f}% | {100 * r['baseline_share']:.2f}% | "
             f"{r['enrichment']:.1f} | {format_p(r['p_value'])} | {100 * r['flagged_rate']:.0f}% | "
             f"{100 * r['garbage_rate']:.0f}% | {100 * r['spam_rate']:.0f}% | "
