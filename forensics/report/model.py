@@ -55,6 +55,9 @@ class SpikeReport:
     rules: dict[str, str] = field(default_factory=rule_text)
     # the model's view (forensics.rescore.verdict.model_view), None when no checkpoint was given
     model: dict[str, Any] | None = None
+    # every window document with its scores, clusters, iterations (report.documents); the
+    # drill-down's source and documents.parquet, None when the pipeline did not build it
+    documents: pl.DataFrame | None = None
 
     @property
     def culprit(self) -> dict[str, Any] | None:
@@ -65,7 +68,8 @@ def cluster_name(row: dict[str, Any]) -> str:
     """ "crawl_batch=crawl-2026-10-17" for a source cluster, "embedding e3" for an embedding one."""
     if row.get("kind") == "source":
         return f"{row['facet']}={row['key']}"
-    return f"embedding {row['id']}"
+    words = row.get("keywords")  # forensics.cluster.keywords: what its documents are about
+    return f"embedding {row['id']}" + (f" ({', '.join(words)})" if words else "")
 
 
 def cluster_notes(row: dict[str, Any]) -> list[str]:
@@ -209,6 +213,9 @@ def build_report(
     model: dict[str, Any] | None = None,
 ) -> SpikeReport:
     """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call)."""
+    from forensics.cluster.keywords import with_keywords
+
+    ranked = with_keywords(ranked, window_docs)  # embedding clusters get keyword labels
     examples = pick_examples(ranked, window_docs)
     culprit_share = None
     first_seen = None
@@ -312,12 +319,11 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     if top.get("aliases"):
         lines.append("same documents as: " + ", ".join(top["aliases"][:4]))
     ranked = report.clusters
-    corroborating = ranked.filter(
-        (pl.col("kind") == "embedding") & (pl.col("explained_by") == top["id"])
-    )
-    if corroborating.height:
-        ids = ", ".join(corroborating["id"].head(4).to_list())
-        lines.append(f"embedding clusters {ids} ({corroborating.height} in all) sit inside it")
+    corroborating = corroborating_clusters(ranked, top)
+    if corroborating:
+        named = "; ".join(corroborating[:3])
+        more = f" ({len(corroborating)} in all)" if len(corroborating) > 3 else ""
+        lines.append(f"embedding clusters mostly made of its documents: {named}{more}")
     others = ranked.filter(
         (pl.col("id") != top["id"])
         & pl.col("explained_by").is_null()
@@ -332,6 +338,27 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     else:
         lines.append("no other cluster is a suspect outside it")
     return lines
+
+
+def corroborating_rows(ranked: pl.DataFrame, top: dict[str, Any]) -> list[dict[str, Any]]:
+    """Embedding clusters whose embedded documents are mostly (over half) the culprit's: they
+    found the same documents by content alone. Biggest first, each with `in_culprit`."""
+    mine = set(top.get("members") or [])
+    if not mine or "kind" not in ranked.columns:
+        return []
+    found = []
+    for row in ranked.filter(pl.col("kind") == "embedding").iter_rows(named=True):
+        members = set(row.get("members") or [])
+        if members and len(members & mine) / len(members) > 0.5:
+            found.append(row | {"in_culprit": len(members & mine)})
+    return sorted(found, key=lambda r: (-len(r["members"]), r["id"]))
+
+
+def corroborating_clusters(ranked: pl.DataFrame, top: dict[str, Any]) -> list[str]:
+    """corroborating_rows in words, named with keywords (each has a drill-down section)."""
+    return [
+        f"{cluster_name(r)}, {r['in_culprit']} of its docs" for r in corroborating_rows(ranked, top)
+    ]
 
 
 def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
