@@ -389,14 +389,13 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
         dataset = _dominant_dataset(top)
         out.append(("CULPRIT", label + (f" (dataset {dataset})" if dataset else "")))
         out.extend(("why" if i == 0 else "", line) for i, line in enumerate(_why(report, top)))
-    from forensics.report.model_view import model_summary
-
-    out.extend(model_summary(report))
-    out.extend(confidence_lines(report))  # how sure: data, model, loss explained
     from forensics.report.action_view import action_lines, skip_label
+    from forensics.report.model_view import model_summary
 
     skip = report.skip or {}
     out.extend(action_lines(skip, report.rollback_iteration))  # rebuild or skip leads
+    out.extend(model_summary(report))
+    out.extend(confidence_lines(report))  # how sure: data, model, loss explained
     if report.rollback_iteration is not None:
         text = f"to iteration {report.rollback_iteration}"
         text += f" ({report.step - report.rollback_iteration} iterations before the spike)"
