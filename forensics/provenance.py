@@ -22,8 +22,9 @@ def tool_version() -> str:
 def command_line() -> str:
     """The command as typed (argv[0] shortened to its name), quoted so it can be rerun."""
     argv = list(sys.argv)
-    if argv:
-        argv[0] = argv[0].rsplit("/", 1)[-1]
+    if argv:  # `python -m forensics.cli` and the entry point both read as `forensics`
+        name = argv[0].rsplit("/", 1)[-1]
+        argv[0] = "forensics" if name.endswith(".py") else name
     return shlex.join(argv)
 
 
@@ -36,3 +37,12 @@ def provenance(run_name: str | None = None) -> dict[str, Any]:
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": command_line(),
     }
+
+
+def provenance_line(stamp: dict[str, Any] | None) -> str:
+    """One line for a report's head: "run R, forensics V, written T: COMMAND" ("" without)."""
+    if not stamp:
+        return ""
+    run = f"run {stamp['run']}, " if stamp.get("run") else ""
+    tool = f"{stamp['tool']} {stamp['version']}"
+    return f"{run}{tool}, written {stamp['written_at']}: {stamp['command']}"

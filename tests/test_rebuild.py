@@ -193,3 +193,20 @@ def test_skip_json_report_and_terminal_lead_with_the_same_action(rebuilt: dict) 
     html = (spike / "report.html").read_text()
     assert first in md and "remove and rebuild: forensics rebuild" in html
     assert md.index("ACTION") < md.index("STOPGAP")
+
+
+def test_every_output_says_who_wrote_it_and_md_follows_html(rebuilt: dict) -> None:
+    import re
+
+    spike, out = rebuilt["spike"], rebuilt["result"].out
+    stamp = rebuilt["skip"]["provenance"]
+    assert stamp["run"] == SPEC.name and stamp["version"] and stamp["written_at"]
+    assert json.loads((spike / "report.json").read_text())["provenance"] == stamp
+    for name in ("report.md", "report.html", "megatron_args.txt"):
+        assert stamp["written_at"] in (spike / name).read_text(), name
+    assert json.loads((out / "rebuild.json").read_text())["provenance"]["version"]
+    md = re.findall(r"^## (.+)$", (spike / "report.md").read_text(), re.M)
+    html = re.findall(r"<h2>([^<]+)</h2>", (spike / "report.html").read_text())
+    assert md == html and "Skip and restart" in md and "Documents by cluster" in md
+    for name in (spike / "restart-megatron-lm.flags", out / "restart-rebuilt.flags"):
+        assert "#" not in name.read_text()  # flags only, pasteable

@@ -58,6 +58,8 @@ class SpikeReport:
     # every window document with its scores, clusters, iterations (report.documents); the
     # drill-down's source and documents.parquet, None when the pipeline did not build it
     documents: pl.DataFrame | None = None
+    # who wrote it: run name, tool version, timestamp, command line (forensics.provenance)
+    provenance: dict[str, Any] | None = None
 
     @property
     def culprit(self) -> dict[str, Any] | None:

@@ -66,6 +66,14 @@ def _summary(report: SpikeReport) -> str:
     return f'<pre class="{cls}">' + "\n".join(lines) + "</pre>"
 
 
+def _stamp(report: SpikeReport) -> str:
+    """Who wrote the report: run name, version, timestamp, command line."""
+    from forensics.provenance import provenance_line
+
+    line = provenance_line(report.provenance)
+    return f'<p class="muted">{html_safe(line, 2000)}</p>' if line else ""
+
+
 def _notes(report: SpikeReport) -> str:
     """The pipeline's notes, right under the summary (they change how the verdict reads)."""
     if not report.notes:
@@ -138,6 +146,13 @@ def _skip(report: SpikeReport) -> str:
     if not skip:
         return ""
     parts = ["<h2>Skip and restart</h2>"]
+    action = skip.get("action") or {}
+    if action.get("kind"):
+        first = action.get("command") or "skip the iterations below"
+        parts.append(
+            f"<p>First: <b>{_e(action['kind'])}</b>: <code>{html_safe(first, 400)}</code></p>"
+            f"<p>{html_safe(action.get('why', ''), 600)}</p>"
+        )
     if skip.get("iterations"):
         ranges = ", ".join(f"{a}-{b}" for a, b in skip["iterations"])
         parts.append(f"<p>Skip iterations: {html_safe(ranges, 4000)}</p>")
@@ -190,7 +205,8 @@ def render_html(report: SpikeReport, plots: dict[str, bytes]) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>Spike report: iteration {report.step}</title>"
         f"<style>{CSS}{DRILL_CSS}</style></head><body>"
-        f"<h1>Spike report: iteration {report.step}</h1>{_summary(report)}{_notes(report)}"
+        f"<h1>Spike report: iteration {report.step}</h1>{_stamp(report)}{_summary(report)}"
+        f"{_notes(report)}"
         f"<h2>Plots</h2>{figures or '<p>No plots (no data for them).</p>'}"
         f"<h2>Clusters</h2>{_table(report)}{note}"
         f"<h2>Examples</h2>{_examples(report)}{drilldown_section(report)}{html_section(report)}"

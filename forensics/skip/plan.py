@@ -59,6 +59,7 @@ class SkipPlan:
     version: int = VERSION
     action: dict[str, Any] = field(default_factory=dict)
     readme: dict[str, str] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)  # who wrote it (forensics.provenance)
 
     @property
     def chosen(self) -> TrainerFlag:

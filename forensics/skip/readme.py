@@ -34,4 +34,5 @@ SKIP_README: dict[str, str] = {
     "tracker_file": "the Megatron-LM tracker file written beside this one, or null",
     "version": "the skip file format's version",
     "readme": "this explanation",
+    "provenance": "who wrote this file: the run's name, forensics version, time (UTC), command",
 }

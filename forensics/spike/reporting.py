@@ -103,5 +103,6 @@ def report_stage(
             model=clusters.model_view,
         )
         report.documents = documents_for_report(run, clusters, window_docs, replay)
+        report.provenance = skip.provenance or None
         publish_outputs(report, skip, run.cache, run.out)
     return report

@@ -7,6 +7,7 @@ import polars as pl
 
 from dataloaders.schedule import Schedule
 from forensics.errors import ForensicsError
+from forensics.provenance import provenance
 from forensics.rollback import Rollback
 from forensics.skip import collateral, sample_ranges, select_iterations
 from forensics.skip.action import action_for_plan
@@ -90,4 +91,5 @@ def plan_skip(
     )
     # the action the plan leads with (rebuild or skip) and a readme for every key
     plan.action, plan.readme = action_for_plan(plan, run.config, run.out), SKIP_README
+    plan.provenance = provenance(run.config.name)
     return plan
