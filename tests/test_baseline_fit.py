@@ -8,9 +8,9 @@ import polars as pl
 
 from forensics.cluster import assign_verdicts, cluster_sources
 from forensics.cluster.baseline_fit import NEW_CLEAN, describe_fit, fitted_verdicts
-from forensics.cluster.synthetic import generate_run
 from forensics.report import build_report, summary_lines
 from forensics.report.confidence import loss_explained
+from forensics_testing.windows import generate_run
 
 WINDOW = (80935, 81234)
 

@@ -11,11 +11,11 @@ import polars as pl
 from forensics.cluster import cluster_sources
 from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
 from forensics.cluster.keywords import cluster_keywords
-from forensics.cluster.synthetic import generate_run
 from forensics.cluster.verdict import culprit_docs
 from forensics.report import build_report, write_report
 from forensics.report.documents import documents_table
 from forensics.report.drilldown import highlight
+from forensics_testing.windows import generate_run
 
 WINDOW = (80935, 81234)
 

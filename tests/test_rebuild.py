@@ -18,14 +18,14 @@ import polars as pl
 import pytest
 import torch
 
+from dataloaders.config import load_config
 from dataloaders.megatron.filtered import write_without_documents
 from dataloaders.megatron.indexed import IndexedDataset, IndexedDatasetWriter
-from forensics.config import load_config
-from forensics.demo.build import DemoSpec, build_run
 from forensics.errors import ForensicsError
 from forensics.rebuild import run_rebuild
 from forensics.replay import open_replayer
 from forensics.spike import SpikeOptions, run_spike
+from forensics_testing.demo.build import DemoSpec, build_run
 
 SPEC = DemoSpec(
     name="rebuild",

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forensics.config import DatasetSpec, RunConfig
+from dataloaders.config import RunConfig
+from dataloaders.config_data import DatasetSpec
 from forensics.errors import ForensicsError
 from forensics.skip.plan import SkipPlan
 

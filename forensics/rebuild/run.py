@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from forensics.atomic import write_parquet_atomic
-from forensics.config import RunConfig, config_from_dict
+from dataloaders.atomic import write_parquet_atomic
+from dataloaders.config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
 from forensics.outputs import check_output_dir, hold_lock, publish, run_inputs
 from forensics.rebuild.plan import RebuildPlan, plan_rebuild, refuse_unsupported
@@ -175,7 +175,7 @@ def previous_outputs(out: Path) -> list[str]:
 
 def verify_published(config_path: Path) -> None:
     """Open the rebuilt run as replay will (every `.bin/.idx` pair checked, manifests sized)."""
-    from forensics.config import load_config
+    from dataloaders.config import load_config
     from forensics.replay import open_replayer
 
     open_replayer(load_config(config_path))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from forensics.atomic import write_json_atomic, write_text_atomic
+from dataloaders.atomic import write_json_atomic, write_text_atomic
 from forensics.provenance import provenance
 from forensics.rebuild.plan import RebuildPlan
 from forensics.skip.flags import checkpoint_pin
