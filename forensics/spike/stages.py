@@ -191,7 +191,7 @@ def fit_stage(
     """Verdicts that fit the baseline (a mixture switch between it and the window, a baseline
     too small to judge), with the notes saying which case applies."""
     from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
-    from forensics.spike.window import stage_starts
+    from forensics.window_plan import stage_starts
 
     window, baseline = run.plan.window, run.plan.baseline
     starts = stage_starts(run.config)
