@@ -16,6 +16,7 @@ import typer
 from forensics.commands import (
     check_skip,
     manifest,
+    rebuild,
     replay,
     rescore,
     scan,
@@ -57,6 +58,7 @@ def _options(
 app.command("triage")(triage.triage_command)
 app.command("spike")(spike.spike_command)
 app.command("check-skip")(check_skip.check_skip_command)
+app.command("rebuild")(rebuild.rebuild_command)
 app.command("watch")(watch.watch_command)
 app.command("scan")(scan.scan_command)
 app.command("replay")(replay.replay_command)

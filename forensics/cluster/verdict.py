@@ -41,13 +41,16 @@ def rule_text() -> dict[str, str]:
     return {"verdict_rule": RULE, "suspicion_formula": SUSPICION_FORMULA}
 
 
-def _dirty() -> pl.Expr:
+def dirty_rule() -> pl.Expr:
     floor = pl.max_horizontal(pl.lit(FLAG_FLOOR), FLAG_RATIO * pl.col("rest_flagged_rate"))
     return (pl.col("flagged_rate") >= floor) & (pl.col("flag_p_value") < P_MAX)
 
 
-def assign_verdicts(clusters: pl.DataFrame) -> pl.DataFrame:
+def assign_verdicts(clusters: pl.DataFrame, evidence: pl.Expr | None = None) -> pl.DataFrame:
     """Add `over_represented`, `dirty`, `verdict`, `explained_by`; sort by suspicion.
+
+    `evidence`: a boolean expression that also counts as over-representation (a baseline that
+    cannot show it: forensics.cluster.baseline_fit), or None.
 
     Input: source and/or embedding cluster tables concatenated (how="diagonal"). Sorted by
     suspicion descending, then id (a dirty cluster that is not over-represented can outrank a
@@ -68,10 +71,11 @@ def assign_verdicts(clusters: pl.DataFrame) -> pl.DataFrame:
         )
     flagged = (
         clusters.with_columns(
-            ((pl.col("p_value") < P_MAX) & (pl.col("enrichment") >= MIN_ENRICHMENT)).alias(
-                "over_represented"
-            ),
-            _dirty().alias("dirty"),
+            (
+                ((pl.col("p_value") < P_MAX) & (pl.col("enrichment") >= MIN_ENRICHMENT))
+                | (evidence if evidence is not None else pl.lit(False))
+            ).alias("over_represented"),
+            dirty_rule().alias("dirty"),
         )
         .with_columns(
             pl.when(pl.col("over_represented") & pl.col("dirty"))

@@ -55,4 +55,11 @@ def write_report(
         )
     for name, text in texts.items():
         written[name] = write_text_atomic(out / name, text, overwrite=overwrite)
+    if report.documents is not None:  # the drill-down's data, every window document
+        from dataloaders.atomic import write_parquet_atomic
+        from forensics.report.documents import DOCUMENTS_FILE
+
+        written[DOCUMENTS_FILE] = write_parquet_atomic(
+            report.documents, out / DOCUMENTS_FILE, overwrite=overwrite
+        )
     return written

@@ -55,6 +55,11 @@ class SpikeReport:
     rules: dict[str, str] = field(default_factory=rule_text)
     # the model's view (forensics.rescore.verdict.model_view), None when no checkpoint was given
     model: dict[str, Any] | None = None
+    # every window document with its scores, clusters, iterations (report.documents); the
+    # drill-down's source and documents.parquet, None when the pipeline did not build it
+    documents: pl.DataFrame | None = None
+    # who wrote it: run name, tool version, timestamp, command line (forensics.provenance)
+    provenance: dict[str, Any] | None = None
 
     @property
     def culprit(self) -> dict[str, Any] | None:
@@ -65,7 +70,8 @@ def cluster_name(row: dict[str, Any]) -> str:
     """ "crawl_batch=crawl-2026-10-17" for a source cluster, "embedding e3" for an embedding one."""
     if row.get("kind") == "source":
         return f"{row['facet']}={row['key']}"
-    return f"embedding {row['id']}"
+    words = row.get("keywords")  # forensics.cluster.keywords: what its documents are about
+    return f"embedding {row['id']}" + (f" ({', '.join(words)})" if words else "")
 
 
 def cluster_notes(row: dict[str, Any]) -> list[str]:
@@ -209,6 +215,9 @@ def build_report(
     model: dict[str, Any] | None = None,
 ) -> SpikeReport:
     """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call)."""
+    from forensics.cluster.keywords import with_keywords
+
+    ranked = with_keywords(ranked, window_docs)  # embedding clusters get keyword labels
     examples = pick_examples(ranked, window_docs)
     culprit_share = None
     first_seen = None
@@ -312,12 +321,11 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     if top.get("aliases"):
         lines.append("same documents as: " + ", ".join(top["aliases"][:4]))
     ranked = report.clusters
-    corroborating = ranked.filter(
-        (pl.col("kind") == "embedding") & (pl.col("explained_by") == top["id"])
-    )
-    if corroborating.height:
-        ids = ", ".join(corroborating["id"].head(4).to_list())
-        lines.append(f"embedding clusters {ids} ({corroborating.height} in all) sit inside it")
+    corroborating = corroborating_clusters(ranked, top)
+    if corroborating:
+        named = "; ".join(corroborating[:3])
+        more = f" ({len(corroborating)} in all)" if len(corroborating) > 3 else ""
+        lines.append(f"embedding clusters mostly made of its documents: {named}{more}")
     others = ranked.filter(
         (pl.col("id") != top["id"])
         & pl.col("explained_by").is_null()
@@ -334,6 +342,27 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     return lines
 
 
+def corroborating_rows(ranked: pl.DataFrame, top: dict[str, Any]) -> list[dict[str, Any]]:
+    """Embedding clusters whose embedded documents are mostly (over half) the culprit's: they
+    found the same documents by content alone. Biggest first, each with `in_culprit`."""
+    mine = set(top.get("members") or [])
+    if not mine or "kind" not in ranked.columns:
+        return []
+    found = []
+    for row in ranked.filter(pl.col("kind") == "embedding").iter_rows(named=True):
+        members = set(row.get("members") or [])
+        if members and len(members & mine) / len(members) > 0.5:
+            found.append(row | {"in_culprit": len(members & mine)})
+    return sorted(found, key=lambda r: (-len(r["members"]), r["id"]))
+
+
+def corroborating_clusters(ranked: pl.DataFrame, top: dict[str, Any]) -> list[str]:
+    """corroborating_rows in words, named with keywords (each has a drill-down section)."""
+    return [
+        f"{cluster_name(r)}, {r['in_culprit']} of its docs" for r in corroborating_rows(ranked, top)
+    ]
+
+
 def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
     """The first screen as (label, text) lines, raw text; renderers escape it for their medium."""
     first, last = report.window
@@ -341,9 +370,11 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = [
         ("", f"Spike at iteration {report.step}, window {first}-{last}, baseline {b0}-{b1}")
     ]
+    from forensics.report.confidence import confidence_lines, no_culprit_lines
+
     top = report.culprit
     if top is None:
-        out.append(("NO CULPRIT", NO_CULPRIT_ADVICE))
+        out.extend(no_culprit_lines(report, NO_CULPRIT_ADVICE))  # dirty data is not cleared
         suspects = report.clusters.filter(pl.col("verdict") == "suspect")
         if suspects.height:
             s = suspects.row(0, named=True)
@@ -360,16 +391,19 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
         dataset = _dominant_dataset(top)
         out.append(("CULPRIT", label + (f" (dataset {dataset})" if dataset else "")))
         out.extend(("why" if i == 0 else "", line) for i, line in enumerate(_why(report, top)))
+    from forensics.report.action_view import action_lines, skip_label
     from forensics.report.model_view import model_summary
 
+    skip = report.skip or {}
+    out.extend(action_lines(skip, report.rollback_iteration))  # rebuild or skip leads
     out.extend(model_summary(report))
+    out.extend(confidence_lines(report))  # how sure: data, model, loss explained
     if report.rollback_iteration is not None:
         text = f"to iteration {report.rollback_iteration}"
         text += f" ({report.step - report.rollback_iteration} iterations before the spike)"
         if report.rollback_note:
             text += f"; {report.rollback_note}"
         out.append(("ROLL BACK", text))
-    skip = report.skip or {}
     if skip.get("iterations"):
         shown, total = _ranges(skip["iterations"])
         text = f"iterations {shown} ({total} iterations)"
@@ -378,7 +412,7 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
             text += "; " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in coll.items())
         if skip.get("documents") is not None:
             text += f"; block list: {int(skip['documents']):,} documents"
-        out.append(("SKIP", text))
+        out.append((skip_label(skip), text))
     if skip.get("ahead"):
         ahead = skip["ahead"]
         text = (

@@ -66,6 +66,14 @@ def _summary(report: SpikeReport) -> str:
     return f'<pre class="{cls}">' + "\n".join(lines) + "</pre>"
 
 
+def _stamp(report: SpikeReport) -> str:
+    """Who wrote the report: run name, version, timestamp, command line."""
+    from forensics.provenance import provenance_line
+
+    line = provenance_line(report.provenance)
+    return f'<p class="muted">{html_safe(line, 2000)}</p>' if line else ""
+
+
 def _notes(report: SpikeReport) -> str:
     """The pipeline's notes, right under the summary (they change how the verdict reads)."""
     if not report.notes:
@@ -78,12 +86,12 @@ def _table(report: SpikeReport) -> str:
     cols = ["id", "verdict", "cluster", "docs", "window", "baseline", "enrichment", "p",
             "flagged", "garbage", "spam", "suspicion", "note"]  # fmt: skip
     head = "<tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
-    rows = []
+    rows, clean = [], []
     for r in cluster_rows(report):
         note = cluster_notes(r)
         cells = [
             html_safe(r["id"], 20),
-            _e(r["verdict"]),
+            _e(r.get("label") or r["verdict"]),
             html_safe(cluster_name(r), 100),
             f'<td class="num">{r["docs"]:,}',
             f'<td class="num">{100 * r["window_share"]:.2f}%',
@@ -97,10 +105,18 @@ def _table(report: SpikeReport) -> str:
             html_safe(" | ".join(note), 400),
         ]
         tds = "".join(c if c.startswith("<td") else f"<td>{c}" for c in cells)
-        rows.append(f'<tr class="{_e(r["verdict"])}">{tds}</tr>')
-    more = report.clusters.height - len(rows)
+        (clean if r["verdict"] == "clean" else rows).append(
+            f'<tr class="{_e(r["verdict"])}">{tds}</tr>'
+        )
+    more = report.clusters.height - len(rows) - len(clean)
     tail = f'<p class="muted">{more:,} more clean clusters in report.json.</p>' if more > 0 else ""
-    return f"<table>{head}{''.join(rows)}</table>{tail}"
+    folded = (
+        f'<details><summary class="muted">{len(clean):,} clean clusters</summary>'
+        f"<table>{head}{''.join(clean)}</table></details>"
+        if clean
+        else ""
+    )
+    return f"<table>{head}{''.join(rows)}</table>{folded}{tail}"
 
 
 def _examples(report: SpikeReport) -> str:
@@ -130,6 +146,13 @@ def _skip(report: SpikeReport) -> str:
     if not skip:
         return ""
     parts = ["<h2>Skip and restart</h2>"]
+    action = skip.get("action") or {}
+    if action.get("kind"):
+        first = action.get("command") or "skip the iterations below"
+        parts.append(
+            f"<p>First: <b>{_e(action['kind'])}</b>: <code>{html_safe(first, 400)}</code></p>"
+            f"<p>{html_safe(action.get('why', ''), 600)}</p>"
+        )
     if skip.get("iterations"):
         ranges = ", ".join(f"{a}-{b}" for a, b in skip["iterations"])
         parts.append(f"<p>Skip iterations: {html_safe(ranges, 4000)}</p>")
@@ -173,15 +196,19 @@ def render_html(report: SpikeReport, plots: dict[str, bytes]) -> str:
     )
     if report.rules.get("model_rule"):
         rules += f"<p><b>Model side.</b> {html_safe(report.rules['model_rule'], 2000)}</p>"
+    from forensics.report.drilldown import CSS as DRILL_CSS
+    from forensics.report.drilldown import drilldown_section
     from forensics.report.model_view import html_section
 
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        f"<title>Spike report: iteration {report.step}</title><style>{CSS}</style></head><body>"
-        f"<h1>Spike report: iteration {report.step}</h1>{_summary(report)}{_notes(report)}"
+        f"<title>Spike report: iteration {report.step}</title>"
+        f"<style>{CSS}{DRILL_CSS}</style></head><body>"
+        f"<h1>Spike report: iteration {report.step}</h1>{_stamp(report)}{_summary(report)}"
+        f"{_notes(report)}"
         f"<h2>Plots</h2>{figures or '<p>No plots (no data for them).</p>'}"
         f"<h2>Clusters</h2>{_table(report)}{note}"
-        f"<h2>Examples</h2>{_examples(report)}{html_section(report)}"
+        f"<h2>Examples</h2>{_examples(report)}{drilldown_section(report)}{html_section(report)}"
         f"{_skip(report)}<h2>How the verdicts are made</h2>{rules}</body></html>\n"
     )

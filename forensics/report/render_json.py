@@ -54,6 +54,7 @@ def report_dict(report: SpikeReport) -> dict[str, Any]:
         share = report.culprit_share.select("iteration", "share").rows()
     return _clean(
         {
+            "provenance": report.provenance,
             "step": report.step,
             "window": list(report.window),
             "baseline": list(report.baseline),

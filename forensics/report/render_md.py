@@ -9,6 +9,7 @@ so a crawled `<script>` or `[link](...)` stays text.
 
 from __future__ import annotations
 
+import html
 import re
 
 import polars as pl
@@ -20,15 +21,17 @@ from forensics.report.model import (
     format_p,
     summary_lines,
 )
-from forensics.safe_text import excerpt, html_safe
+from forensics.safe_text import excerpt
 
 TABLE_ROWS = 30
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>])")
 
 
 def md_safe(text: object, max_chars: int = 300) -> str:
-    """Inert Markdown text: HTML-escaped, Markdown punctuation backslash-escaped, one line."""
-    return _MD_SPECIAL.sub(r"\\\1", html_safe(str(text), max_chars))
+    """Inert Markdown text, escaped once: `<`, `>`, `&` as entities (quotes stay quotes: an
+    entity's `#` would be backslash-escaped and show literally), Markdown punctuation
+    backslash-escaped, one line."""
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(excerpt(str(text), max_chars), quote=False))
 
 
 def fence_safe(text: object, max_chars: int = 2000) -> str:
@@ -75,8 +78,9 @@ def _table(report: SpikeReport) -> str:
     body = []
     for r in cluster_rows(report):
         note = cluster_notes(r)
+        label = r.get("label") or r["verdict"]
         body.append(
-            f"| {md_safe(r['id'])} | {r['verdict']} | {md_safe(cluster_name(r), 80)} | "
+            f"| {md_safe(r['id'])} | {label} | {md_safe(cluster_name(r), 80)} | "
             f"{r['docs']:,} | {100 * r['window_share']:.2f}% | {100 * r['baseline_share']:.2f}% | "
             f"{r['enrichment']:.1f} | {format_p(r['p_value'])} | {100 * r['flagged_rate']:.0f}% | "
             f"{100 * r['garbage_rate']:.0f}% | {100 * r['spam_rate']:.0f}% | "
@@ -110,25 +114,33 @@ def _examples(report: SpikeReport) -> str:
 
 def render_markdown(report: SpikeReport, plot_files: dict[str, str] | None = None) -> str:
     """The whole report.md; `plot_files` maps plot name -> file name beside report.md."""
-    parts = [f"# Spike report: iteration {report.step}\n", summary_block(report)]
+    from forensics.provenance import provenance_line
+
+    parts = [f"# Spike report: iteration {report.step}\n"]
+    if report.provenance:
+        parts.append(md_safe(provenance_line(report.provenance), 2000) + "\n")
+    parts.append(summary_block(report))
     if report.notes:
         parts.append(notes_block(report))
+    # The sections in report.html's order (forensics.report.sections.SECTION_ORDER).
+    parts.append("## Plots\n")
+    titles = {
+        "culprit_share": "Culprit share per iteration",
+        "embedding": "Embedding clusters in 2-D",
+        "scores": "Scores, window vs baseline",
+    }
+    for name, file in (plot_files or {}).items():
+        parts.append(f"![{titles.get(name, name)}]({file})\n")
+    if not plot_files:
+        parts.append("No plots (no data for them).\n")
     parts += ["## Clusters\n", _table(report)]
     if report.embedding_note:
         parts.append(f"Embedding sample: {md_safe(report.embedding_note.get('text', ''), 600)}.\n")
     parts += ["## Examples\n", _examples(report)]
     from forensics.report.model_view import markdown_section
+    from forensics.report.sections import documents_markdown, skip_markdown
 
-    parts.append(markdown_section(report))
-    if plot_files:
-        parts.append("## Plots\n")
-        titles = {
-            "culprit_share": "Culprit share per iteration",
-            "embedding": "Embedding clusters in 2-D",
-            "scores": "Scores, window vs baseline",
-        }
-        for name, file in plot_files.items():
-            parts.append(f"![{titles.get(name, name)}]({file})\n")
+    parts += [documents_markdown(report), markdown_section(report), skip_markdown(report)]
     parts += [
         "## How the verdicts are made\n",
         f"- Verdict rule: {md_safe(report.rules['verdict_rule'], 2000)}",

@@ -53,7 +53,7 @@ def print_summary(report: SpikeReport, console: Console | None = None) -> None:
     for r in cluster_rows(report, TERMINAL_ROWS, explained=False):
         table.add_row(
             terminal_safe(r["id"], 12),
-            f"[{STYLE[r['verdict']]}]{r['verdict']}[/]",
+            f"[{STYLE[r['verdict']]}]{r.get('label') or r['verdict']}[/]",
             terminal_safe(cluster_name(r), 60),
             f"{r['docs']:,}",
             f"{100 * r['window_share']:.2f}%",

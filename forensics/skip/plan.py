@@ -33,6 +33,8 @@ class SkipPlan:
     composed      iterations an earlier restart already skipped that lie after the rollback and
                   are skipped again (training.applied_skips)
     documents     the block list: culprit documents by dataset
+    action        what to do first: rebuild (the block list removed) or skip (forensics.skip.action)
+    readme        one sentence per key (forensics.skip.readme)
     """
 
     step: int
@@ -55,6 +57,9 @@ class SkipPlan:
     composed: list[int] = field(default_factory=list)
     tracker_file: str | None = None
     version: int = VERSION
+    action: dict[str, Any] = field(default_factory=dict)
+    readme: dict[str, str] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)  # who wrote it (forensics.provenance)
 
     @property
     def chosen(self) -> TrainerFlag:
@@ -65,7 +70,9 @@ class SkipPlan:
         return [(int(a), int(b)) for a, b in self.iterations]
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        """The file's content: `action` first (what to do), `readme` last."""
+        names = ["action"] + [f.name for f in fields(self) if f.name not in ("action", "readme")]
+        out = {name: getattr(self, name) for name in [*names, "readme"]}
         out["flags"] = {name: flag.to_dict() for name, flag in self.flags.items()}
         return out
 

@@ -26,7 +26,7 @@ MARKER = "run.json"
 # What a spike run publishes into --out (an earlier run's extra files are removed on --force).
 OUTPUT_PATTERNS = ("report.json", "report.md", "report.html", "report_*.png", "skip.json",
                    "megatron_args.txt", "iterations_to_skip.tracker",
-                   "restart-*.flags")  # fmt: skip
+                   "restart-*.flags", "documents.parquet")  # fmt: skip
 SKIP_FILE = "skip.json"
 ARGS_FILE = "megatron_args.txt"
 

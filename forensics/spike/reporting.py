@@ -57,6 +57,20 @@ def triage_notes(frame: pl.DataFrame, window: tuple[int, int], late: int = 100) 
     return lines
 
 
+def documents_for_report(
+    run: SpikeRun, clusters: Clusters, window_docs: pl.DataFrame, replay: pl.DataFrame
+) -> pl.DataFrame:
+    """The drill-down's table, every window document (documents.parquet; see
+    forensics.report.documents), each marked with the culprit it is blamed with."""
+    from forensics.cluster.verdict import culprit_docs
+    from forensics.report.documents import documents_table
+
+    only = list(run.options.culprits) if run.options.culprits else None
+    blamed = culprit_docs(clusters.ranked, window_docs, only=only)
+    window_rows = replay.filter(pl.col("side") == "window")
+    return documents_table(window_docs, clusters.ranked, window_rows, blamed)
+
+
 def report_stage(
     run: SpikeRun,
     replay: pl.DataFrame,
@@ -88,5 +102,7 @@ def report_stage(
             notes=run.notes,
             model=clusters.model_view,
         )
+        report.documents = documents_for_report(run, clusters, window_docs, replay)
+        report.provenance = skip.provenance or None
         publish_outputs(report, skip, run.cache, run.out)
     return report

@@ -24,6 +24,7 @@ def report_skip(skip: SkipPlan) -> dict[str, Any]:
         "trainer": skip.trainer,
         "flags": {name: flag.to_dict() for name, flag in skip.flags.items()},
         "tracker_file": skip.tracker_file,
+        "action": skip.action,  # rebuild or skip leads (forensics.skip.action)
     }
 
 
@@ -48,6 +49,13 @@ def megatron_args_text(skip: SkipPlan) -> str:
         f"{rb['iteration']} (the job runs {rb['resume_iteration']} first).",
         "# Valid only for the run fingerprinted in skip.json (check: forensics check-skip).",
     ]
+    if skip.provenance:
+        from forensics.provenance import provenance_line
+
+        lines.insert(0, "# " + provenance_line(skip.provenance))
+    if skip.action.get("kind") in ("rebuild", "remove"):
+        lines.append(f"# FIRST: {skip.action['command']} ({skip.action['why']}); these flags are "
+                     "the stopgap.")  # fmt: skip
     for name, flag in skip.flags.items():
         chosen = " (this run's trainer)" if name == skip.trainer else ""
         lines += ["", f"# {flag.semantics}{chosen}"]

@@ -7,9 +7,12 @@ import polars as pl
 
 from dataloaders.schedule import Schedule
 from forensics.errors import ForensicsError
+from forensics.provenance import provenance
 from forensics.rollback import Rollback
 from forensics.skip import collateral, sample_ranges, select_iterations
+from forensics.skip.action import action_for_plan
 from forensics.skip.plan import SkipPlan, plan_flags
+from forensics.skip.readme import SKIP_README
 from forensics.skip.tracker import TRACKER_FILE
 from forensics.spike.blame import Blame, documents_by_dataset, flagged_documents
 from forensics.spike.exposure import ahead_advice, ahead_summary
@@ -62,7 +65,7 @@ def plan_skip(
     last_skipped = max([scope[1], *(b for _, b in ranges)])
     ahead_info = ahead_summary(ahead, opts.ahead_share)
     tracked = trainer in TRACKED_TRAINERS and flags[trainer].values
-    return SkipPlan(
+    plan = SkipPlan(
         step=opts.step,
         window=list(run.plan.window),
         rollback=rollback.to_dict(),
@@ -86,3 +89,7 @@ def plan_skip(
         composed=composed,
         tracker_file=TRACKER_FILE if tracked else None,
     )
+    # the action the plan leads with (rebuild or skip) and a readme for every key
+    plan.action, plan.readme = action_for_plan(plan, run.config, run.out), SKIP_README
+    plan.provenance = provenance(run.config.name)
+    return plan

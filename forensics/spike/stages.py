@@ -140,12 +140,15 @@ class Clusters:
 
 
 def cluster_stage(
-    run: SpikeRun, window_docs: pl.DataFrame, baseline_docs: pl.DataFrame
+    run: SpikeRun,
+    window_docs: pl.DataFrame,
+    baseline_docs: pl.DataFrame,
+    replay: pl.DataFrame | None = None,
 ) -> Clusters:
     """Groups of window documents (by source facet, and by embedding k-means) compared with the
-    baseline, ranked, with a verdict each."""
+    baseline, ranked, with a verdict each that fits the baseline at hand (`replay`, the window's
+    rows, gives each group's density over the window: forensics.cluster.baseline_fit)."""
     from forensics.cluster import (
-        assign_verdicts,
         cluster_embeddings,
         cluster_sources,
         describe_sample,
@@ -170,12 +173,35 @@ def cluster_stage(
             )
             note = describe_sample(assignments, cap)
         parts.append(embedded)
-    ranked = assign_verdicts(pl.concat(parts, how="diagonal_relaxed"))
+    ranked = fit_stage(run, pl.concat(parts, how="diagonal_relaxed"), window_docs,
+                       baseline_docs, replay)  # fmt: skip
     if opts.culprits:
         unknown = sorted(set(opts.culprits) - set(ranked["id"].to_list()))
         if unknown:
             raise ForensicsError(f"--culprit {', '.join(unknown)}: no such cluster in this window")
     return Clusters(ranked, assignments, note)
+
+
+def fit_stage(
+    run: SpikeRun,
+    clusters: pl.DataFrame,
+    window_docs: pl.DataFrame,
+    baseline_docs: pl.DataFrame,
+    replay: pl.DataFrame | None,
+) -> pl.DataFrame:
+    """Verdicts that fit the baseline (a mixture switch between it and the window, a baseline
+    too small to judge), with the notes saying which case applies."""
+    from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
+    from forensics.window_plan import stage_starts
+
+    window, baseline = run.plan.window, run.plan.baseline
+    starts = stage_starts(run.config)
+    fit = describe_fit(window, baseline, starts, baseline_docs.height, window_docs.height)
+    run.notes.extend(fit.notes)
+    rows = replay.filter(pl.col("side") == "window") if replay is not None else None
+    if rows is None:
+        rows = pl.DataFrame(schema={"iteration": pl.Int64, "dataset": pl.Utf8, "doc_id": pl.Int64})
+    return fitted_verdicts(clusters, fit, window_docs, rows, window)
 
 
 def model_stage(

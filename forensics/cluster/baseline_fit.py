@@ -1,0 +1,139 @@
+"""Verdicts that fit the baseline actually available (issue 13).
+
+`assign_verdicts` compares the window with a baseline window. That comparison misleads in three
+cases, each handled here after it, on the ranked table:
+
+- a mixture switch lies between baseline and window: every group of a dataset that joined at the
+  switch is "new in the window" for the blend's sake, not because something went wrong. Being
+  new is then no evidence: a new group is judged by its dirtiness and its density alone;
+- a new group that is not dirty is "new, clean" (verdict clean), never an amber suspect;
+- a baseline too small to judge (a run clamped at iteration 1, a short HF run whose shuffle
+  buffer let the culprit in early): over-representation cannot be measured, so a dirty group is
+  blamed on its dirtiness and on its density over the window's iterations (a burst before the
+  spike), never exonerated for not being over-represented.
+
+Every row gets `label` (what the report shows: culprit, suspect, "new, clean", clean) and
+`density` (see `burst_density`); the context is described by `BaselineFit.notes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+# Fewer baseline documents than this (or than BASELINE_MIN_RATIO x the window's) cannot show
+# that a group is over-represented: a 1% group expects under 2 documents in 150.
+MIN_BASELINE_DOCS = 150
+BASELINE_MIN_RATIO = 0.1
+# The last part of the window (a quarter of its iterations) in which a burst is looked for, and
+# how many times its fair share of a group's samples it must hold to be a burst.
+BURST_TAIL = 0.25
+BURST_FACTOR = 2.0
+NEW_CLEAN = "new, clean"
+
+
+@dataclass
+class BaselineFit:
+    """What the baseline can say: a switch between it and the window, its size, and notes."""
+
+    switch_between: list[int]
+    baseline_docs: int
+    window_docs: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def too_small(self) -> bool:
+        return self.baseline_docs < max(MIN_BASELINE_DOCS, BASELINE_MIN_RATIO * self.window_docs)
+
+
+def describe_fit(
+    window: tuple[int, int], baseline: tuple[int, int], starts: list[int], nb: int, nw: int
+) -> BaselineFit:
+    """The fit of a baseline to a window: stage starts after the baseline and up to the window's
+    last iteration, and whether the baseline is big enough to judge over-representation."""
+    between = [s for s in starts if baseline[1] < s <= window[1]]
+    fit = BaselineFit(between, nb, nw)
+    if between:
+        fit.notes.append(
+            f"a mixture switch (iteration {between[0]}) lies between the baseline and the spike: "
+            "groups new in the window are judged by their dirtiness and density, not by being new"
+        )
+    if fit.too_small:
+        fit.notes.append(
+            f"the baseline is too small to judge ({nb:,} documents against the window's "
+            f"{nw:,}): the verdict rests on dirtiness and density over the window's iterations"
+        )
+    return fit
+
+
+def burst_density(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, replay: pl.DataFrame, window: tuple[int, int]
+) -> pl.Series:
+    """Per cluster: the share of its window samples that fall in the last BURST_TAIL of the
+    window's iterations, divided by that tail's share of the iterations (1 = spread evenly,
+    >= BURST_FACTOR = a burst just before the spike; 0 when it has no samples)."""
+    first, last = window
+    tail_start = last - max(1, round(BURST_TAIL * (last - first + 1))) + 1
+    tail_share = (last - tail_start + 1) / (last - first + 1)
+    rows = window_docs.select("dataset", "doc_id").with_row_index("member")
+    seen = replay.select("iteration", "dataset", "doc_id").join(rows, on=["dataset", "doc_id"])
+    members = (
+        ranked.select("id", "members")
+        .explode("members")
+        .drop_nulls("members")
+        .rename({"members": "member"})
+        .with_columns(pl.col("member").cast(pl.UInt32))
+    )
+    per = (
+        members.join(seen.with_columns(pl.col("member").cast(pl.UInt32)), on="member")
+        .group_by("id")
+        .agg((pl.col("iteration") >= tail_start).mean().alias("tail"))
+    )
+    dens = ranked.select("id").join(per, on="id", how="left")["tail"].fill_null(0.0)
+    return (dens / tail_share).alias("density")
+
+
+def fitted_verdicts(
+    clusters: pl.DataFrame,
+    fit: BaselineFit,
+    window_docs: pl.DataFrame,
+    replay: pl.DataFrame,
+    window: tuple[int, int],
+) -> pl.DataFrame:
+    """assign_verdicts for the baseline at hand, then the labels (see the module docstring).
+
+    When the baseline cannot show over-representation, something else counts in its place: with a
+    switch between it and the window, being new in the window or bursting before the spike; with
+    a baseline too small to judge, nothing is asked beyond the dirt (its density is reported).
+    Nesting then names the most specific group, as always.
+    A new group that is not dirty is "new, clean" (verdict clean), never a suspect.
+    """
+    from forensics.cluster.verdict import assign_verdicts, dirty_rule
+
+    if clusters.height and replay.height:
+        clusters = clusters.with_columns(burst_density(clusters, window_docs, replay, window))
+    else:
+        clusters = clusters.with_columns(pl.lit(0.0).alias("density"))
+    # Stand-in evidence for dirty groups only: a clean group is never made a suspect by it.
+    evidence = None
+    if fit.too_small:  # nothing to compare with: the dirt decides (nesting names the group)
+        evidence = dirty_rule()
+    elif fit.switch_between:
+        evidence = dirty_rule() & (pl.col("new_in_window") | (pl.col("density") >= BURST_FACTOR))
+    ranked = assign_verdicts(clusters, evidence)
+    if ranked.height == 0:
+        return ranked.with_columns(pl.lit(None, dtype=pl.Utf8).alias("label"))
+    clean_new = pl.col("new_in_window") & ~pl.col("dirty") & (pl.col("verdict") != "culprit")
+    return ranked.with_columns(
+        pl.when(clean_new).then(pl.lit("clean")).otherwise(pl.col("verdict")).alias("verdict"),
+        pl.when(clean_new).then(pl.lit(NEW_CLEAN)).otherwise(pl.col("verdict")).alias("label"),
+    )
+
+
+def dirty_in_window(ranked: pl.DataFrame) -> pl.DataFrame:
+    """Dirty groups of the window not inside a culprit: the spike is "likely numerical" only
+    when there are none."""
+    if ranked.height == 0 or "dirty" not in ranked.columns:
+        return ranked.head(0)
+    return ranked.filter(pl.col("dirty") & pl.col("explained_by").is_null())

@@ -1,0 +1,56 @@
+"""`forensics rebuild`: the spike's block list removed from the data, and the restart's blend.
+
+Light at import time (typer and pathlib only); the writer loads when the command runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from forensics.commands.options import ConfigOption, MegatronArgsOption
+
+
+def rebuild_command(
+    spike_dir: Annotated[
+        Path,
+        typer.Argument(help="A forensics spike output directory (its skip.json), or the file."),
+    ],
+    config: ConfigOption = None,
+    megatron_args: MegatronArgsOption = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Output directory. Default: rebuild-<step>/ beside SPIKE_DIR."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an earlier rebuild's files in --out.")
+    ] = False,
+) -> None:
+    """Write each blocked dataset without the block list's documents (.bin/.idx + manifest), the
+    restart's --data-path and a config that replays the new order (Megatron runs only)."""
+    from rich.markup import escape
+
+    from forensics.megatron_args import resolve_run_config
+    from forensics.rebuild import run_rebuild
+    from forensics.report.terminal import make_console
+
+    skip_file = spike_dir / "skip.json" if spike_dir.is_dir() else spike_dir
+    run = resolve_run_config(config, megatron_args)
+    result = run_rebuild(skip_file, run, out, force=force)
+    console = make_console()
+    for name, row in result.counts.items():
+        console.print(
+            f"[green]rebuilt[/] {escape(name)}: {row['documents_removed']:,} documents removed "
+            f"({100 * row['share_of_tokens_removed']:.1f}% of its tokens), "
+            f"{row['documents_kept']:,} kept -> {escape(row['rebuilt'])}.bin/.idx",
+            soft_wrap=True,
+        )
+    summary = result.summary
+    console.print(f"restart from checkpoint iteration {summary['rollback_iteration']} with:")
+    console.print(escape(summary["restart_flags"]), soft_wrap=True, highlight=False)
+    if summary["load_rollback_checkpoint"]:
+        console.print(f"load the checkpoint: {escape(summary['load_rollback_checkpoint'])}")
+    console.print(f"[bold]note[/]: {escape(summary['notes'][0])}", soft_wrap=True)
+    console.print(f"details: {escape(str(result.out / 'rebuild.md'))}")

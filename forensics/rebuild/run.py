@@ -1,0 +1,181 @@
+"""`forensics rebuild`: the block list of a spike removed from the data, written as new files.
+
+From a spike directory's `skip.json` and the run config it was made for, it writes into `--out`:
+
+    <prefix>.bin / .idx          each blocked dataset without the block list's documents
+    <prefix>.manifest.parquet    provenance of the copy: doc_id (new), original_doc_id, facets
+    rebuilt.yaml                 the rebuilt run's config: `forensics replay --config` on it gives
+                                 the data order of the restart (the original before it)
+    data_path.txt                the restart's `--data-path` line, flags only
+    restart-rebuilt.flags        the checkpoint pin (where it is a flag) and `--data-path`
+    rebuild.json / rebuild.md    what was removed, the new blends, and what changes
+
+The output rule is every command's (forensics.outputs): nothing is replaced without --force, no
+input of the run is ever an output, and files appear together or not at all (staging folder,
+then one publish).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from dataloaders.atomic import write_parquet_atomic
+from dataloaders.config import RunConfig, config_from_dict
+from forensics.errors import ForensicsError
+from forensics.outputs import check_output_dir, hold_lock, publish, run_inputs
+from forensics.rebuild.plan import RebuildPlan, plan_rebuild, refuse_unsupported
+from forensics.skip.plan import SkipPlan
+
+SUMMARY_FILE = "rebuild.json"
+NOTE_FILE = "rebuild.md"
+CONFIG_FILE = "rebuilt.yaml"
+DATA_PATH_FILE = "data_path.txt"
+FLAGS_FILE = "restart-rebuilt.flags"
+FIXED_FILES = (SUMMARY_FILE, NOTE_FILE, CONFIG_FILE, DATA_PATH_FILE, FLAGS_FILE)
+
+
+@dataclass
+class RebuildResult:
+    """What a rebuild wrote: the output folder, the plan, per-dataset counts, the summary."""
+
+    out: Path
+    plan: RebuildPlan
+    counts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config_path(self) -> Path:
+        return self.out / CONFIG_FILE
+
+
+def output_names(plan: RebuildPlan) -> list[str]:
+    """Every file name the rebuild publishes into --out."""
+    names = list(FIXED_FILES)
+    for _spec, prefix in plan.datasets.values():
+        names += [f"{prefix.name}.bin", f"{prefix.name}.idx", f"{prefix.name}.manifest.parquet"]
+    return names
+
+
+def check_outputs(out: Path, config: RunConfig, names: list[str], force: bool) -> None:
+    """Refuse before any work: an existing output without --force, or an output that is one of
+    the run's own files (e.g. --out pointing at the data folder)."""
+    check_output_dir(out, names, force=force)
+    inputs = {Path(p).resolve() for p in run_inputs(config)}
+    clash = [n for n in names if (out / n).resolve() in inputs]
+    if clash:
+        raise ForensicsError(
+            f"--out {out}: {clash[0]} would replace an input of the run; choose another folder"
+        )
+
+
+def check_fingerprint(skip: SkipPlan, config: RunConfig, where: Path) -> None:
+    """A block list names doc_ids of particular files: refuse it for other data."""
+    from forensics.replay import open_replayer
+    from forensics.skip import fingerprint_differences
+
+    now = json.loads(json.dumps(open_replayer(config).fingerprint(), default=str))
+    diffs = fingerprint_differences(skip.fingerprint, now)
+    if diffs:
+        raise ForensicsError(f"{where}: made for another run than this config: {diffs[0]}")
+
+
+def filtered_manifest(spec: Any, kept: np.ndarray) -> pl.DataFrame:
+    """The copy's manifest: new doc_id 0..K-1, the source's doc_id as `original_doc_id`, and the
+    source manifest's facets (manifest columns are strings, as `forensics manifest` writes)."""
+    table = pl.DataFrame({"original_doc_id": kept.astype(np.int64)})
+    path = spec.manifest or Path(f"{spec.prefix}.manifest.parquet")
+    if Path(path).is_file():
+        source = pl.read_parquet(path).with_columns(pl.col("doc_id").cast(pl.Int64))
+        table = table.join(
+            source.rename({"doc_id": "original_doc_id"}), on="original_doc_id", how="left"
+        )
+    return table.with_columns(
+        pl.int_range(0, pl.len(), dtype=pl.Int64).alias("doc_id"),
+        pl.col("original_doc_id").cast(pl.Utf8),
+    ).select("doc_id", pl.exclude("doc_id"))
+
+
+def write_datasets(plan: RebuildPlan, staging: Path) -> dict[str, dict[str, Any]]:
+    """The filtered `.bin/.idx` and manifest of each blocked dataset, into `staging`."""
+    from dataloaders.megatron.filtered import write_without_documents
+
+    counts = {}
+    for name, (spec, prefix) in plan.datasets.items():
+        drop = np.asarray(plan.skip.documents[name], dtype=np.int64)
+        done = write_without_documents(spec.prefix, drop, staging / prefix.name)
+        write_parquet_atomic(
+            filtered_manifest(spec, done.kept), staging / f"{prefix.name}.manifest.parquet"
+        )
+        total = done.tokens_kept + done.tokens_dropped
+        counts[name] = {
+            "source": str(spec.prefix),
+            "rebuilt": str(prefix),
+            "documents_kept": int(done.kept.size),
+            "documents_removed": int(done.dropped.size),
+            "tokens_kept": done.tokens_kept,
+            "tokens_removed": done.tokens_dropped,
+            "share_of_tokens_removed": done.tokens_dropped / total if total else 0.0,
+        }
+    return counts
+
+
+def run_rebuild(
+    skip_file: Path, config: RunConfig, out: Path | None = None, *, force: bool = False
+) -> RebuildResult:
+    """The whole command; every refusal comes before anything is written."""
+    refuse_unsupported(config)
+    skip = SkipPlan.read(skip_file)
+    check_fingerprint(skip, config, skip_file)
+    out = Path(out) if out is not None else skip_file.parent.parent / f"rebuild-{skip.step}"
+    out = out.resolve()
+    plan = plan_rebuild(config, skip, out)
+    raw = rebuilt_config_checked(config, plan, out)
+    names = output_names(plan)
+    check_outputs(out, config, names, force)
+    lock = hold_lock(out / ".cache", "forensics rebuild")
+    staging = out / ".cache" / "staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    result = RebuildResult(out=out, plan=plan)
+    result.counts = write_datasets(plan, staging)
+    from forensics.rebuild.texts import write_texts
+
+    result.summary = write_texts(plan, raw, result.counts, staging, skip_file, out)
+    publish(staging, out, previous_outputs(out))
+    verify_published(out / CONFIG_FILE)
+    lock.close()
+    return result
+
+
+def rebuilt_config_checked(config: RunConfig, plan: RebuildPlan, out: Path) -> dict[str, Any]:
+    """The rebuilt config as a mapping, validated as a config before anything is written."""
+    from forensics.rebuild.plan import rebuilt_config
+
+    raw = rebuilt_config(config, plan)
+    config_from_dict(json.loads(json.dumps(raw)), base_dir=out, source=None)
+    return raw
+
+
+def previous_outputs(out: Path) -> list[str]:
+    """The files an earlier rebuild into `out` published (from its rebuild.json), so that a
+    --force rerun removes the ones it no longer writes and nothing else."""
+    try:
+        files = json.loads((out / SUMMARY_FILE).read_text()).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return list(FIXED_FILES)
+    return [f for f in files if isinstance(f, str) and "/" not in f] + list(FIXED_FILES)
+
+
+def verify_published(config_path: Path) -> None:
+    """Open the rebuilt run as replay will (every `.bin/.idx` pair checked, manifests sized)."""
+    from dataloaders.config import load_config
+    from forensics.replay import open_replayer
+
+    open_replayer(load_config(config_path))

@@ -1,0 +1,137 @@
+"""The rebuild's words and small files: the rebuilt config, the flag files, rebuild.json and the
+note saying what the restart does differently (the data order changes from the restart on)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dataloaders.atomic import write_json_atomic, write_text_atomic
+from forensics.provenance import provenance
+from forensics.rebuild.plan import RebuildPlan
+from forensics.skip.flags import checkpoint_pin
+
+
+def order_note(plan: RebuildPlan, out: Path, counts: dict[str, dict[str, Any]]) -> list[str]:
+    """What changes with the rebuilt data, one sentence each."""
+    rb = plan.skip.rollback["iteration"]
+    notes = [
+        f"The data order changes from iteration {plan.resume} on: Megatron builds new blend and "
+        "shuffle indices for the new --data-path, so every batch of the restart differs from "
+        f"the original run's (global sample c is the new blend's sample c). Iterations up to "
+        f"{rb} are unchanged. Replay the new order: forensics replay --config "
+        f"{out / 'rebuilt.yaml'} --step STEP --window W.",
+        "Do not also pass the skip flags of skip.json: they name batches of the old order; the "
+        "restart loads the rollback checkpoint with the new --data-path instead.",
+        *(
+            f"Blend weights are kept: {name} keeps its share of samples, so each of its remaining "
+            f"documents is drawn {row['repeat_factor']:.2f}x as often; lower its weight to keep "
+            "the number of passes instead."
+            for name, row in counts.items()
+        ),
+        "Megatron's --split is by position within each dataset, so the train/validation "
+        "boundary of a filtered dataset moves by the documents removed before it.",
+        "The first start builds new index files for the rebuilt data (--data-cache-path).",
+    ]
+    if plan.emptied:
+        notes.append(
+            f"Every document of {', '.join(plan.emptied)} is blocked: dropped from the blend "
+            "(Megatron renormalises the remaining weights)."
+        )
+    if plan.idle:
+        notes.append(
+            f"{', '.join(plan.idle)}: not drawn from iteration {plan.resume} on, left as is."
+        )
+    return notes
+
+
+def restart_flags(plan: RebuildPlan) -> tuple[str, str | None]:
+    """(flags-only line, an instruction for a pin that is not a flag or None)."""
+    pin = checkpoint_pin(plan.skip.trainer, int(plan.skip.rollback["iteration"]))
+    line = plan.data_path_lines()[0][1]
+    if pin.startswith("--"):
+        return f"{pin} {line}\n", None
+    return f"{line}\n", pin
+
+
+def write_texts(
+    plan: RebuildPlan,
+    raw: dict[str, Any],
+    counts: dict[str, dict[str, Any]],
+    staging: Path,
+    skip_file: Path,
+    out: Path,
+) -> dict[str, Any]:
+    """Write rebuilt.yaml, data_path.txt, restart-rebuilt.flags, rebuild.json and rebuild.md
+    into `staging`; returns the summary (rebuild.json's content)."""
+    import yaml
+
+    for row in counts.values():
+        total = row["tokens_kept"] + row["tokens_removed"]
+        row["repeat_factor"] = round(total / row["tokens_kept"], 4) if row["tokens_kept"] else None
+    flags, pin_step = restart_flags(plan)
+    header = "# " + " ".join(f"{k}={v}" for k, v in provenance(raw.get("name")).items()) + "\n"
+    write_text_atomic(staging / "rebuilt.yaml", header + yaml.safe_dump(raw, sort_keys=False))
+    write_text_atomic(staging / "data_path.txt", plan.data_path_lines()[0][1] + "\n")
+    write_text_atomic(staging / "restart-rebuilt.flags", flags)
+    files = sorted(p.name for p in staging.iterdir()) + ["rebuild.json", "rebuild.md"]
+    summary = {
+        "provenance": provenance(raw.get("name")),
+        "skip_file": str(skip_file.resolve()),
+        "step": plan.skip.step,
+        "rollback_iteration": plan.skip.rollback["iteration"],
+        "resume_iteration": plan.resume,
+        "datasets": counts,
+        "emptied": plan.emptied,
+        "data_path": [{"from_iteration": s, "flag": line} for s, line in plan.data_path_lines()],
+        "restart_flags": flags.strip(),
+        "load_rollback_checkpoint": pin_step,
+        "config": str(out / "rebuilt.yaml"),
+        "notes": order_note(plan, out, counts),
+        "files": sorted(set(files)),
+        "readme": README,
+    }
+    write_json_atomic(staging / "rebuild.json", summary)
+    write_text_atomic(staging / "rebuild.md", note_markdown(summary))
+    return summary
+
+
+README = {
+    "datasets": "per blocked dataset: source and rebuilt prefixes, documents and tokens kept and "
+    "removed, repeat_factor (how much more often a kept document is drawn at the same weight)",
+    "data_path": "the restart's --data-path (and any later mixture switch's), absolute paths",
+    "restart_flags": "what restart-rebuilt.flags holds: the checkpoint pin and --data-path",
+    "load_rollback_checkpoint": "how to load the rollback checkpoint when it is not a flag",
+    "config": "the rebuilt run's config: forensics replay --config on it gives the new order",
+    "notes": "what the restart does differently",
+    "files": "every file this rebuild wrote into its folder",
+}
+
+
+def note_markdown(summary: dict[str, Any]) -> str:
+    """rebuild.md: the summary for a person, flags in code blocks (never cut)."""
+    p = summary["provenance"]
+    lines = [
+        f"# Rebuild for the spike at iteration {summary['step']}",
+        "",
+        f"{p['tool']} {p['version']}, {p['written_at']}: `{p['command']}`",
+        "",
+        "| dataset | documents removed | kept | tokens removed | repeat factor |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in summary["datasets"].items():
+        lines.append(
+            f"| {name} | {row['documents_removed']:,} | {row['documents_kept']:,} | "
+            f"{100 * row['share_of_tokens_removed']:.1f}% | {row['repeat_factor']} |"
+        )
+    lines += [
+        "",
+        f"Restart from checkpoint iteration {summary['rollback_iteration']} with:",
+        "",
+        "```",
+    ]
+    lines += [summary["restart_flags"], "```", ""]
+    if summary["load_rollback_checkpoint"]:
+        lines += [f"Load the rollback checkpoint: `{summary['load_rollback_checkpoint']}`", ""]
+    lines += [f"- {note}" for note in summary["notes"]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,91 @@
+"""documents.parquet: every window document, with what the report concluded about it.
+
+The report shows a few excerpts; an engineer checking the blame needs every document: its text,
+scores and reasons, the clusters it belongs to (and their verdicts), the iterations that drew it,
+and its provenance (the manifest's facets). One row per distinct window document:
+
+    dataset, doc_id       the document (doc_id in its dataset's .idx order)
+    text                  the decoded text, raw (escape before showing)
+    garbage_score, spam_score, garbage_reason, spam_reason    the scorers' output
+    flagged               either score >= the flag threshold
+    clusters              ids of every cluster holding it (source facets; embedding if embedded)
+    verdict               the worst verdict among them (culprit > suspect > clean)
+    culprit               the culprit cluster it is blamed with (null if none)
+    iterations            sorted iterations of the window that drew it (a sample held a segment)
+    samples               how many window samples held a segment of it
+    <facets>              the manifest's columns (source, crawl_batch, url, ...)
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+DOCUMENTS_FILE = "documents.parquet"
+VERDICT_ORDER = {"culprit": 0, "suspect": 1, "clean": 2}
+
+
+def cluster_membership(ranked: pl.DataFrame, n_docs: int) -> pl.DataFrame:
+    """_row (index into the window documents), clusters (ids), verdict (worst of them)."""
+    if ranked.height == 0:
+        return pl.DataFrame(schema={"_row": pl.UInt32, "clusters": pl.List(pl.Utf8)})
+    exploded = (
+        ranked.select("id", "verdict", "members")
+        .with_row_index("_rank")
+        .explode("members")
+        .drop_nulls("members")
+        .filter(pl.col("members") < n_docs)
+        .with_columns(
+            pl.col("members").cast(pl.UInt32).alias("_row"),
+            pl.col("verdict").replace_strict(VERDICT_ORDER, default=2).alias("_v"),
+        )
+    )
+    return (
+        exploded.sort("_rank")
+        .group_by("_row", maintain_order=True)
+        .agg(
+            pl.col("id").alias("clusters"),
+            pl.col("_v").min().alias("_v"),
+        )
+        .with_columns(
+            pl.col("_v")
+            .replace_strict({v: k for k, v in VERDICT_ORDER.items()}, return_dtype=pl.Utf8)
+            .alias("verdict")
+        )
+        .drop("_v")
+    )
+
+
+def documents_table(
+    window_docs: pl.DataFrame, ranked: pl.DataFrame, replay: pl.DataFrame, culprit: pl.DataFrame
+) -> pl.DataFrame:
+    """The documents.parquet table (see the module docstring), sorted by dataset, doc_id."""
+    from forensics.score import FLAG_THRESHOLD
+
+    docs = window_docs.with_row_index("_row")
+    member = cluster_membership(ranked, docs.height)
+    seen = replay.group_by("dataset", "doc_id").agg(
+        pl.col("iteration").unique().sort().alias("iterations"),
+        pl.col("sample_index").n_unique().alias("samples"),
+    )
+    blamed = culprit.select("dataset", "doc_id", pl.col("cluster").alias("culprit")).unique(
+        ["dataset", "doc_id"], keep="first"
+    )
+    score = [c for c in ("garbage_score", "spam_score") if c in docs.columns]
+    flagged = pl.any_horizontal([pl.col(c).fill_null(0.0) >= FLAG_THRESHOLD for c in score])
+    table = (
+        docs.join(member, on="_row", how="left")
+        .join(seen, on=["dataset", "doc_id"], how="left")
+        .join(blamed, on=["dataset", "doc_id"], how="left")
+        .with_columns(
+            (flagged if score else pl.lit(False)).alias("flagged"),
+            pl.col("verdict").fill_null("clean"),
+            pl.col("samples").fill_null(0),
+        )
+        .drop("_row")
+    )
+    front = ["dataset", "doc_id", "verdict", "culprit", "flagged", *score]
+    front += [c for c in ("garbage_reason", "spam_reason") if c in table.columns]
+    front += ["clusters", "iterations", "samples", "text"]
+    front = [c for c in front if c in table.columns]
+    rest = [c for c in table.columns if c not in front]
+    return table.select(*front, *rest).sort("dataset", "doc_id")

@@ -1,0 +1,107 @@
+"""Which action leads the restart plan: remove the culprit's documents and rebuild, or skip.
+
+Skipping iterations removes the culprit only from the batches it names. When the culprit keeps
+coming in the rest of the run (the AHEAD summary of the forward exposure), a skip list only
+postpones the next spike: the data itself must change (`forensics rebuild`), and the skip flags
+are then a stopgap for a restart that cannot wait for the rebuild. When it is confined to the
+window, skipping the window's iterations is the whole fix. One decision, written into skip.json
+(`action`) and read by the report and the terminal, so they always agree.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+# The culprit's share of the rest of the run's samples from which removing it leads. At 1% of
+# every remaining batch the run trains on about as much of it again as the window held in the
+# demo's spike (4% of the window's documents over 60 iterations); below it, the skip list
+# plus --skip-ahead for its densest iterations is the proportionate fix.
+MATERIAL_AHEAD_SHARE = 0.01
+
+REBUILD = "rebuild"  # remove the block list's documents and rebuild the data
+REMOVE = "remove"  # the same, by the user's own pipeline (no rebuild for this data family)
+SKIP = "skip"  # skip the listed iterations on a restart from the rollback checkpoint
+NOTHING = "none"  # no culprit, nothing to skip
+
+
+def rebuild_command(out: Path, config_source: Path | None, from_megatron_args: bool) -> str:
+    """The `forensics rebuild` line for this spike directory, as the user would type it: the
+    config is named unless it is the runbook's ./forensics.yaml."""
+    parts = ["forensics", "rebuild", str(out)]
+    if from_megatron_args:
+        parts += ["--megatron-args", "'<the same arguments>'"]
+        return " ".join(shlex.quote(p) for p in parts[:3]) + " " + " ".join(parts[3:])
+    if config_source is not None and config_source != (Path.cwd() / "forensics.yaml").resolve():
+        parts += ["--config", str(config_source)]
+    return shlex.join(parts)
+
+
+def decide_action(
+    ahead: dict[str, Any],
+    *,
+    skip_iterations: int,
+    blocked_documents: int,
+    command: str | None,
+) -> dict[str, Any]:
+    """skip.json's `action`: kind (rebuild / remove / skip / none), the share ahead it was
+    decided on and the threshold, the command to run first, the stopgap, and why in words.
+
+    `command` is None when the data family has no rebuild (the documents are then removed by
+    the user's own pipeline: kind `remove`).
+    """
+    share = float(ahead.get("share_of_remaining_samples", 0.0) or 0.0)
+    held = int(ahead.get("iterations_holding_it", 0) or 0)
+    n = int(ahead.get("iterations", 0) or 0)
+    base = {"share_ahead": share, "material_share": MATERIAL_AHEAD_SHARE}
+    if blocked_documents and share >= MATERIAL_AHEAD_SHARE:
+        where = f"it is {100 * share:.1f}% of the samples of the rest of the run"
+        where += f" (in {held:,} of {n:,} iterations)" if n else ""
+        kind = REBUILD if command else REMOVE
+        first = command or "remove the block list's documents (skip.json: documents) from the data"
+        stopgap = "skip the listed iterations" if skip_iterations else None
+        why = (
+            f"{where}, at least {100 * MATERIAL_AHEAD_SHARE:g}%: skipping iterations cannot "
+            "avoid it, so remove its documents and restart on the rebuilt data"
+        )
+        if stopgap:
+            why += "; the skip flags are a stopgap for a restart that cannot wait"
+        return base | {"kind": kind, "command": first, "stopgap": stopgap, "why": why}
+    if skip_iterations:
+        why = (
+            f"it is {100 * share:.2f}% of the samples ahead, under "
+            f"{100 * MATERIAL_AHEAD_SHARE:g}%: skipping the listed iterations is the fix"
+        )
+        if blocked_documents:
+            why += "; the block list stays in skip.json to remove later"
+        return base | {"kind": SKIP, "command": None, "stopgap": None, "why": why}
+    why = "no culprit data to remove and no iteration to skip"
+    return base | {"kind": NOTHING, "command": None, "stopgap": None, "why": why}
+
+
+def shown_path(path: Path) -> Path:
+    """`path` relative to the working directory when it lies inside it (as a user types it)."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return Path(path)
+
+
+def action_for_plan(skip: Any, config: Any, out: Path) -> dict[str, Any]:
+    """decide_action for a SkipPlan of a run: the rebuild command where the data family has
+    one (Megatron .bin/.idx), the user's own removal otherwise."""
+    from forensics.skip.ranges import expand
+
+    megatron = getattr(config.data, "format", "megatron") == "megatron"
+    out = shown_path(out)
+    command = rebuild_command(out, config.source, config.source is None) if megatron else None
+    action = decide_action(
+        skip.ahead,
+        skip_iterations=len(expand(skip.ranges)),
+        blocked_documents=sum(len(v) for v in skip.documents.values()),
+        command=command,
+    )
+    if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)
+        action["rebuild_out"] = str(Path(out).parent / f"rebuild-{skip.step}")
+    return action
