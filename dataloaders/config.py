@@ -137,6 +137,21 @@ class TrainingSpec(StrictModel):
         return self
 
 
+def payload_hash(payload: Any) -> str:
+    """The 16-hex-digit sha256 of a JSON-able payload (keys sorted)."""
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _without_paths(value: Any) -> Any:
+    """`value` with every Path (and every list or dict entry holding one) left out."""
+    if isinstance(value, dict):
+        return {k: _without_paths(v) for k, v in value.items() if not isinstance(v, Path)}
+    if isinstance(value, list | tuple):
+        return [_without_paths(v) for v in value if not isinstance(v, Path)]
+    return value
+
+
 class RunConfig(StrictModel):
     """A whole run: data, schedule, tokenizer, checkpoints. Paths are absolute after loading."""
 
@@ -165,6 +180,10 @@ class RunConfig(StrictModel):
 
     def config_hash(self) -> str:
         """A stable hash of everything that determines the data order (not paths' spelling)."""
+        return payload_hash(self.hash_payload())
+
+    def hash_payload(self) -> dict[str, Any]:
+        """What config_hash hashes: the config as JSON, without where it was read from."""
         payload = self.model_dump(mode="json", exclude={"source", "log", "name"})
         # The trainer decides how skip flags are spelled, not the data order; skips a restart
         # already applied do change it (and are left out when there are none, so hashes of
@@ -172,7 +191,19 @@ class RunConfig(StrictModel):
         payload["training"].pop("trainer", None)
         if not payload["training"].get("applied_skips"):
             payload["training"].pop("applied_skips", None)
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+        return payload
+
+    def order_hash(self) -> str:
+        """A hash of the settings that decide which batch an iteration is: config_hash without
+        any path, the checkpoint list or the tokenizer. Recorded beside config_hash so that
+        check-skip can tell "the run directory moved" or "the checkpoint list changed" (the
+        batches are the same) from "the blend or schedule changed" (they are not); the data
+        files themselves are compared by content in the fingerprint."""
+        payload = self.model_dump(exclude={"source", "log", "name", "checkpoints"})
+        payload["training"].pop("trainer", None)
+        if not payload["training"].get("applied_skips"):
+            payload["training"].pop("applied_skips", None)
+        return payload_hash(_without_paths(payload))
 
     def available_checkpoints(self) -> list[int]:
         """Checkpoint iterations from the list and from `iter_NNNNNNN` directories, sorted."""

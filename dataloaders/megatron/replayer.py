@@ -472,6 +472,7 @@ class MegatronReplayer:
         return {
             "format": "megatron",
             "config_hash": self.config.config_hash(),
+            "order_hash": self.config.order_hash(),
             "last_iteration": self.last_iteration,
             "datasets": datasets,
         }

@@ -16,6 +16,7 @@ else they are built (see gpt_indices.py and blending.py).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,39 @@ from dataloaders.megatron.gpt_indices import (
 from dataloaders.megatron.indexed import IndexedDataset
 
 SPLIT_NAMES = ("train", "valid", "test")
+
+
+def index_memory_limit() -> int:
+    """Bytes the indices of one dataset may take: $FORENSICS_MAX_INDEX_BYTES, else a quarter of
+    this machine's memory (a replay shares the machine with the scoring and embedding after it)."""
+    env = os.environ.get("FORENSICS_MAX_INDEX_BYTES")
+    if env:
+        return int(env)
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def check_index_size(source: GPTSource, tokens: int, epochs: int, samples: int) -> None:
+    """Refuse sizes that cannot be a real run before allocating for them: a sample longer than
+    the whole split (a seq_length typed with extra zeros), or indices larger than the memory
+    limit (the document index, its cumulative ends, the shuffle index: 12 B per document per
+    epoch and 8 B per sample)."""
+    if tokens and source.seq_length > tokens:
+        raise ForensicsError(
+            f"{source.prefix}: seq_length {source.seq_length:,} is longer than all "
+            f"{tokens:,} tokens of {source.name}'s {source.split_name} split; check seq_length"
+        )
+    need = 12 * epochs * len(source.documents) + 8 * samples
+    limit = index_memory_limit()
+    if need > limit:
+        raise ForensicsError(
+            f"{source.prefix}: the run asks {source.name} for {samples:,} samples "
+            f"({epochs:,} epochs), whose indices would take {need / 2**30:.1f} GiB (limit "
+            f"{limit / 2**30:.1f} GiB); check seq_length, global_batch_size and train_iters, "
+            "or raise FORENSICS_MAX_INDEX_BYTES"
+        )
 
 
 class GPTSource:
@@ -113,10 +147,20 @@ class GPTSource:
             if arrays is not None:
                 self.origin = f"megatron cache {folder}"
                 break
+        if arrays is not None:
+            problem = cache.gpt_arrays_problem(arrays, len(dataset))
+            if problem is not None:
+                raise ForensicsError(
+                    f"{self.origin.removeprefix('megatron cache ')}: Megatron's cached indices "
+                    f"for {prefix.name} are damaged ({problem}); delete its "
+                    f"*-GPTDataset-{self.split_name}-* files and they are rebuilt"
+                )
         if arrays is None:
             arrays = cache.load_own("gpt", self.own_key, cache.GPT_FILES)
-            if arrays is not None:
+            if arrays is not None and cache.gpt_arrays_problem(arrays, len(dataset)) is None:
                 self.origin = "forensics cache"
+            else:
+                arrays = None  # a damaged entry of our own cache is rebuilt, never trusted
         if arrays is not None:
             self.document_index = arrays["document_index"]
             self.sample_index = arrays["sample_index"]
@@ -139,6 +183,7 @@ class GPTSource:
         sizes = self.dataset.sequence_lengths
         tokens = int(np.sum(sizes[self.documents], dtype=np.int64))
         plan = plan_epochs(tokens, self.num_samples, self.seq_length, self.extra)
+        check_index_size(self, tokens, plan.num_epochs, plan.num_samples_total)
         rng = np.random.RandomState(self.seed)
         self.document_index = build_document_index(
             self.documents, plan.num_epochs, rng, plan.separate_final_epoch
@@ -264,8 +309,19 @@ class Stage:
             )
             if arrays is not None:
                 self.origin = f"megatron cache {data.cache_path}"
+                problem = cache.blend_arrays_problem(arrays, [len(x) for x in self.sources])
+                if problem is not None:
+                    raise ForensicsError(
+                        f"{data.cache_path}: Megatron's cached blend indices are damaged "
+                        f"({problem}); delete its *-BlendedDataset-train-* files and they are "
+                        "rebuilt"
+                    )
         if arrays is None:
             arrays = cache.load_own("blend", self.own_key, cache.BLEND_FILES)
+            if arrays is not None and cache.blend_arrays_problem(
+                arrays, [len(x) for x in self.sources]
+            ):
+                arrays = None  # rebuilt, never trusted
             if arrays is not None:
                 self.origin = "forensics cache"
         self.dataset_index = arrays["dataset_index"] if arrays else None
