@@ -80,6 +80,13 @@ def _show_flags_as_switches(command: Any) -> None:
 
 def main() -> None:
     """Entry point: user errors become one red line on stderr and exit code 2."""
+    import signal
+
+    # SIGINT and SIGTERM (a scheduler's kill, `timeout`) unwind the stack, so every `finally`
+    # and output guard runs, and end in one line instead of a silent death. Not as
+    # KeyboardInterrupt: typer turns that into a bare exit 130 before it reaches us.
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, _interrupted)
     try:
         command = typer.main.get_command(app)
         _show_flags_as_switches(command)
@@ -91,10 +98,36 @@ def main() -> None:
 
         make_console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}")
         sys.exit(err.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except Interrupted as err:
+        sys.exit(_report_interrupt(err))
     except Exception as err:  # our bug: one line for the user, the traceback kept in a file
         sys.exit(_report_crash(err))
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM, raised where the program was so that it unwinds."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def _report_interrupt(err: Interrupted) -> int:
+    """One line on stderr; the exit status is the shell's 128 + signal (130, 143)."""
+    import signal
+
+    from dataloaders.console import make_console
+
+    make_console(stderr=True, soft_wrap=True).print(
+        f"[bold red]interrupted[/] ({signal.Signals(err.signum).name}): no output is left "
+        "half-written (each is published whole or not at all, an unfinished first run leaves "
+        "nothing); rerun to finish"
+    )
+    return 128 + err.signum
 
 
 def _report_crash(err: Exception) -> int:

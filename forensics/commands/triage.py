@@ -78,11 +78,11 @@ def triage_command(
     from rich.markup import escape
 
     from dataloaders.console import make_console
-    from forensics.outputs import check_output_dir
+    from forensics.outputs import check_output_dir, fresh_output, hold_lock
     from forensics.triage.analyze import triage
     from forensics.triage.config import RunInfo, TriageConfig
     from forensics.triage.readers import FORMATS, detect_format
-    from forensics.triage.report import OUTPUT_NAMES, terminal_lines, write_outputs
+    from forensics.triage.report import OUTPUT_NAMES, STATE_DIR, terminal_lines, write_outputs
 
     if format not in FORMATS:
         raise ForensicsError(f"--format {format}: unknown; choose one of {', '.join(FORMATS)}")
@@ -109,7 +109,12 @@ def triage_command(
     fmt = detect_format(log) if format == "auto" else format
     with console.status("triaging"):
         result = triage(table, cfg, run)
-        paths = write_outputs(result, out, str(log), fmt)
+        # Nothing is created before this point: a bad log leaves no directory behind.
+        with fresh_output(out, out / STATE_DIR):
+            lock = hold_lock(out / STATE_DIR, "forensics triage")
+            check_output_dir(out, OUTPUT_NAMES, force=force)  # again, under the lock
+            paths = write_outputs(result, out, str(log), fmt)
+            lock.close()
     for line in terminal_lines(result):
         console.print(line)
     console.print(f"wrote {escape(', '.join(str(p) for p in paths))}")

@@ -9,6 +9,7 @@ or the Markdown.
 from __future__ import annotations
 
 import io
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from forensics.triage.analyze import TriageResult
 
 PNG_NAME = "triage.png"
 OUTPUT_NAMES = ("events.json", "summary.json", PNG_NAME, "report.md")
+STATE_DIR = ".triage"  # the lock and the staging folder, inside the output directory
 _MAX_PLOT_POINTS = 4000
 _VERDICT_COLOR = {"benign": "tab:green", "malignant": "tab:red", "undecided": "tab:orange"}
 
@@ -28,18 +30,24 @@ _VERDICT_COLOR = {"benign": "tab:green", "malignant": "tab:red", "undecided": "t
 def write_outputs(result: TriageResult, out: Path, source: str, fmt: str) -> list[Path]:
     """Write the four output files into `out`; return their paths.
 
-    Everything is rendered in memory first, so a failure leaves no partial set of outputs."""
+    Everything is rendered in memory, written into `out/.triage/staging` and moved into place
+    as one step (forensics.outputs.publish), so a full disk or a signal leaves the old set or
+    the new one, never a mix."""
+    from forensics.outputs import publish
+
     summary = json_safe({"source": source, "format": fmt, **result.summary})
     events = json_safe(result.events)
     png = render_png(result)
     markdown = render_markdown(result, source, fmt)
-    out.mkdir(parents=True, exist_ok=True)
-    return [
-        write_json_atomic(out / "events.json", events),
-        write_json_atomic(out / "summary.json", summary),
-        write_bytes_atomic(out / PNG_NAME, png),
-        write_text_atomic(out / "report.md", markdown),
-    ]
+    staging = out / STATE_DIR / "staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    write_json_atomic(staging / "events.json", events)
+    write_json_atomic(staging / "summary.json", summary)
+    write_bytes_atomic(staging / PNG_NAME, png)
+    write_text_atomic(staging / "report.md", markdown)
+    published = {p.name: p for p in publish(staging, out, OUTPUT_NAMES)}
+    return [published[name] for name in OUTPUT_NAMES]
 
 
 def json_safe(obj: Any) -> Any:
