@@ -192,10 +192,10 @@ def publish(staging: Path, out: Path, patterns: Iterable[str]) -> list[Path]:
                 fault_point("publish")
         for path in stale:
             path.unlink(missing_ok=True)
+        staging.rmdir()  # before a deferred signal is delivered: nothing is left behind
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
         for sig in deferred:
             os.kill(os.getpid(), sig)  # now, to the handler the program had
-    staging.rmdir()
     return [out / name for name in new]

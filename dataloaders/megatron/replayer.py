@@ -341,7 +341,20 @@ class MegatronReplayer:
         stop_ptr = int(ds.sequence_pointers[last_seq - 1]) // ds.dtype.itemsize
         length = stop_ptr + int(ds.sequence_lengths[last_seq - 1]) - begin
         end = length if end is None else end
-        return ds.tokens[begin + start : begin + end].tolist()
+        ids = ds.tokens[begin + start : begin + end]
+        if ids.size and (ids.dtype.kind == "f" or ids.min() < 0 or ids.max() >= self._vocab()):
+            raise ForensicsError(
+                f"{ds.idx_file}: document {doc} holds values that are not token ids of the "
+                f"tokenizer (0..{self._vocab() - 1}, dtype {ds.dtype}): the index's dtype code "
+                "or the tokenizer does not belong to this data"
+            )
+        return ids.tolist()
+
+    def _vocab(self) -> int:
+        """The tokenizer's vocabulary size, added tokens included (cached)."""
+        if getattr(self, "_vocab_size", None) is None:
+            self._vocab_size = int(self.tokenizer().get_vocab_size(with_added_tokens=True))
+        return self._vocab_size
 
     def _decode_segments(self, table: pl.DataFrame, progress: bool) -> list[str]:
         tok = self.tokenizer()
