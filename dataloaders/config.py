@@ -258,6 +258,9 @@ def _format_validation_error(path: Path, err: ValidationError) -> str:
 
 def config_from_dict(raw: dict[str, Any], *, base_dir: Path, source: Path | None) -> RunConfig:
     """Validate a config mapping; relative paths resolve against `base_dir`."""
+    if not isinstance(raw, dict):
+        where = source or base_dir
+        raise ForensicsError(f"{where}: a run config is a mapping (data:, training:, ...)")
     resolved = _resolve_paths(raw, base_dir)
     try:
         return RunConfig.model_validate({**resolved, "source": source})
