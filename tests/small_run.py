@@ -65,17 +65,6 @@ def cli(
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=full, timeout=timeout)
 
 
-def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    """Assert `proc` refused with one `error:` line on stderr containing every needle (no
-    traceback, no internal error), and return that line."""
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-2000:]
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
-
-
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` (relative path -> bytes), to prove nothing changed."""
     return {
