@@ -114,6 +114,13 @@ class TrainingSpec(StrictModel):
     def _length_given(self) -> TrainingSpec:
         if self.train_iters is None and self.train_samples is None:
             raise ValueError("give training.train_iters or training.train_samples")
+        samples = self.train_samples or self.global_batch_size * (self.train_iters or 0)
+        if samples > MAX_TRAIN_SAMPLES or (self.train_iters or 0) > MAX_TRAIN_ITERS:
+            raise ValueError(
+                f"the run would train {samples:,} samples in {self.train_iters or '?'} iterations, "
+                "more than any pretraining run (the per-iteration and per-sample arrays would "
+                "not fit in memory); check global_batch_size, train_iters and train_samples"
+            )
         if self.rampup_batch_size is not None:
             start, incr, samples = self.rampup_batch_size
             if start <= 0 or incr <= 0 or samples <= 0:
@@ -135,6 +142,12 @@ class TrainingSpec(StrictModel):
                 "(an applied skip's restart begins at resume_from + 1)"
             )
         return self
+
+
+# Bounds that no real run reaches (15T tokens at 512 tokens a sample are 3e10 samples), checked
+# before anything is sized by them: `train_iters: 1e15` would allocate a PB-sized schedule.
+MAX_TRAIN_SAMPLES = 1 << 37
+MAX_TRAIN_ITERS = 1 << 30
 
 
 def payload_hash(payload: Any) -> str:

@@ -84,7 +84,7 @@ def hold_lock(folder: Path, what: str) -> Any:
     """An exclusive lock on `folder` for this process's lifetime (the returned file): a second
     command writing into the same folder is refused instead of interleaving its files."""
     folder.mkdir(parents=True, exist_ok=True)
-    handle = _try_lock(folder)
+    handle = _try_lock(folder / "lock")
     if handle is None:
         raise ForensicsError(
             f"{folder.parent}: another {what} is writing into it right now; wait for it or "
@@ -94,11 +94,11 @@ def hold_lock(folder: Path, what: str) -> Any:
     return handle
 
 
-def _try_lock(folder: Path) -> Any:
-    """The open, exclusively locked `folder/lock`, or None when another holds it."""
+def _try_lock(path: Path) -> Any:
+    """The open, exclusively locked file `path`, or None when another holds it."""
     import fcntl
 
-    handle = open(folder / "lock", "a+")  # noqa: SIM115 - held until released
+    handle = open(path, "a+")  # noqa: SIM115 - held until released
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -108,36 +108,38 @@ def _try_lock(folder: Path) -> Any:
 
 
 @contextmanager
-def fresh_output(out: Path, lock_folder: Path) -> Iterator[None]:
+def fresh_output(out: Path, lock: Path) -> Iterator[None]:
     """Leave nothing new when a command writing `out` fails or is interrupted.
 
     An output directory that did not exist before the command and holds nothing published
-    (only `lock_folder`, the lock and cache of the run) is removed again, so SIGINT, SIGTERM or
-    an error leaves either the old complete output or nothing. Only when this process can take
-    the lock: a directory another run is writing into is never touched.
+    (only `lock`: the run's lock file, or a folder holding its `lock` and cache) is removed
+    again, so SIGINT, SIGTERM or an error leaves either the old complete output or nothing.
+    Only when this process can take the lock: a directory another run is writing into is never
+    touched.
     """
     existed = out.exists()
     try:
         yield
     except BaseException:
         if not existed:
-            _remove_unpublished(out, lock_folder)
+            _remove_unpublished(out, lock)
         raise
 
 
-def _remove_unpublished(out: Path, lock_folder: Path) -> None:
-    """Remove `out` when it holds only `lock_folder` and nobody else holds its lock (looked at
-    under the lock: another run may publish and release in between)."""
+def _remove_unpublished(out: Path, lock: Path) -> None:
+    """Remove `out` when it holds only `lock` and nobody else holds the lock (looked at under
+    the lock: another run may publish and release in between)."""
     if not out.is_dir():
         return
-    own = _HELD.pop(lock_folder.resolve(), None)
+    lock_file = lock / "lock" if lock.is_dir() else lock
+    own = _HELD.pop(lock.resolve(), None)
     if own is not None:
         own.close()  # ours: released here, re-taken below like anyone else's
-    handle = _try_lock(lock_folder) if lock_folder.is_dir() else None
-    if lock_folder.is_dir() and handle is None:
+    handle = _try_lock(lock_file) if lock_file.exists() else None
+    if lock_file.exists() and handle is None:
         return  # another run is writing into it
     try:
-        if all(p.name == lock_folder.name for p in out.iterdir()):
+        if all(p.name == lock.name for p in out.iterdir()):
             shutil.rmtree(out, ignore_errors=True)
     finally:
         if handle is not None:

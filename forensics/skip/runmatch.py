@@ -127,13 +127,9 @@ def match_run(recorded: dict[str, Any], now: dict[str, Any], run: RunConfig) -> 
             payload = _moved_back(payload, moved[1], moved[0])
         if payload_hash(payload) == recorded.get("config_hash"):
             return RunMatch(None, notes)
-        if any(
-            payload_hash(p) == recorded.get("config_hash")
-            for p in _checkpoint_variants(run, payload)
-        ):
-            notes.append(
-                "the checkpoint list changed since the skip file was made; the batches are the same"
-            )
+        note = _outside_order_note(run, payload, recorded.get("config_hash"))
+        if note.startswith("the checkpoint list changed"):
+            notes.append(note)
         else:
             return RunMatch(
                 "made for another run: the config changed (config_hash: skip file has "
@@ -142,12 +138,24 @@ def match_run(recorded: dict[str, Any], now: dict[str, Any], run: RunConfig) -> 
                 "blend, so rerun forensics spike to write it anew",
                 notes,
             )
-    elif "config_hash" in by_name and moved is None:
-        notes.append(
-            "the config changed only outside the data order (checkpoints, tokenizer or other "
-            "paths); the batches are the same"
-        )
+    elif "config_hash" in by_name:
+        payload = run.hash_payload()
+        if moved is not None:
+            payload = _moved_back(payload, moved[1], moved[0])
+        if payload_hash(payload) != recorded.get("config_hash"):
+            notes.append(_outside_order_note(run, payload, recorded.get("config_hash")))
     return RunMatch(None, notes)
+
+
+def _outside_order_note(run: RunConfig, payload: dict[str, Any], recorded: Any) -> str:
+    """What changed when the data order did not: the checkpoint list when putting an earlier
+    one back explains the hash, else the tokenizer or a path."""
+    if any(payload_hash(p) == recorded for p in _checkpoint_variants(run, payload)):
+        return "the checkpoint list changed since the skip file was made; the batches are the same"
+    return (
+        "the config changed outside the data order (the checkpoint list, the tokenizer or a "
+        "path); the batches are the same"
+    )
 
 
 def _checkpoint_variants(run: RunConfig, payload: dict[str, Any]) -> list[dict[str, Any]]:
