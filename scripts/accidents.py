@@ -10,7 +10,8 @@ Each accident edits a copy of the run (a truncated .idx, a hand-edited skip.json
 - hang          no answer within the time limit (a command must answer in seconds)
 - silent wrong  exit 0 where a refusal was due, or an answer its check finds wrong
 - half-written  a failed command left new files behind, or any command changed a file it was
-                not asked to write (every pre-existing file is compared byte for byte)
+                not asked to write (every pre-existing file is compared byte for byte; a
+                spike output's `.cache/` is a cache and may change)
 - not one line  a refusal that is not exactly one `error:` line
 - refused wrongly  a refusal of an input that is fine
 
@@ -58,6 +59,7 @@ class Accident:
     check: Callable[[Path, subprocess.CompletedProcess], str | None] | None = None
     outputs: tuple[str, ...] = ()  # globs (relative to the run) an ok run may create or replace
     needle: str | None = None  # a refusal must say this
+    file_limit: int | None = None  # bytes a file may grow to (RLIMIT_FSIZE): a full disk
 
 
 @dataclass
@@ -1128,6 +1130,35 @@ def battery(info: dict[str, Any]) -> list[Accident]:
     add(Accident("scan: --threshold -1", [*sc, "--threshold", "-1"]))
     add(Accident("scan: .idx damaged", sc, idx_poke(first, "length")))
 
+    # ---- a full disk (files cannot grow past a limit)
+    for limit in (20_000, 150_000):
+        add(Accident(f"spike: disk full at {limit} B", [*spike, "--out", "s"], file_limit=limit))
+        add(
+            Accident(
+                f"spike --force: disk full at {limit} B",
+                [*spike, "--out", "spike", "--force"],
+                file_limit=limit,
+            )
+        )
+    add(Accident("triage: disk full", ["triage", log, "--out", "t"], file_limit=20_000))
+    add(
+        Accident(
+            "triage --force: disk full",
+            ["triage", log, "--out", "triage", "--force"],
+            file_limit=20_000,
+        )
+    )
+    add(Accident("replay: disk full", [*replay, "--text", "--out", "w.parquet"], file_limit=5_000))
+    add(Accident("manifest: disk full", [*man, "--out", "m.parquet"], mk, file_limit=500))
+    add(
+        Accident(
+            "score: disk full",
+            ["score", "d.jsonl", "--out", "s.parquet"],
+            write("d.jsonl", "".join(f'{{"text": "document {i} " }}\n' for i in range(3000))),
+            file_limit=3_000,
+        )
+    )
+
     # ---- watch (one poll)
     wa = ["watch", log, "--max-polls", "1", "--interval", "0.1", "--no-live", "--out", "w"]
     add(
@@ -1248,8 +1279,16 @@ def snapshot(folder: Path) -> dict[str, str]:
     return out
 
 
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+def _limits(file_limit: int | None) -> Callable[[], None]:
+    """Bounded memory; with `file_limit`, writes past it fail with EFBIG as on a full disk
+    (Python ignores SIGXFSZ, so the write raises instead of killing the process)."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+        if file_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
+
+    return apply
 
 
 def run_one(acc: Accident, base: Path, work: Path, cache: Path) -> Verdict:
@@ -1279,7 +1318,7 @@ def run_one(acc: Accident, base: Path, work: Path, cache: Path) -> Verdict:
                 capture_output=True,
                 text=True,
                 timeout=TIMEOUT_S,
-                preexec_fn=_limits,
+                preexec_fn=_limits(acc.file_limit),
             )
         except subprocess.TimeoutExpired:
             return Verdict(acc, None, TIMEOUT_S, {"hang": f"no answer in {TIMEOUT_S} s"})
@@ -1330,7 +1369,9 @@ def judge(
     may_write = acc.outputs if proc.returncode == 0 else ()
 
     def allowed(path: str) -> bool:
-        return any(fnmatch.fnmatch(path, g) for g in may_write)
+        # a spike output's .cache/ is its cache (replay, scores, the run marker): a rerun may
+        # add to it or refresh it whatever its outcome
+        return "/.cache/" in f"/{path}" or any(fnmatch.fnmatch(path, g) for g in may_write)
 
     changed = [k for k, v in before.items() if after.get(k) != v and not allowed(k)]
     new = [k for k in after if k not in before and not allowed(k)]

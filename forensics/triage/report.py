@@ -42,10 +42,14 @@ def write_outputs(result: TriageResult, out: Path, source: str, fmt: str) -> lis
     staging = out / STATE_DIR / "staging"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    write_json_atomic(staging / "events.json", events)
-    write_json_atomic(staging / "summary.json", summary)
-    write_bytes_atomic(staging / PNG_NAME, png)
-    write_text_atomic(staging / "report.md", markdown)
+    try:
+        write_json_atomic(staging / "events.json", events)
+        write_json_atomic(staging / "summary.json", summary)
+        write_bytes_atomic(staging / PNG_NAME, png)
+        write_text_atomic(staging / "report.md", markdown)
+    except BaseException:  # a full disk: nothing of this run stays behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     published = {p.name: p for p in publish(staging, out, OUTPUT_NAMES)}
     return [published[name] for name in OUTPUT_NAMES]
 
