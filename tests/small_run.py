@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 def build_small_run(root: Path) -> Path:
     """The run in `root/run` with a complete `root/run/spike/` (returns the run directory)."""
     from forensics.demo.build import build_run
+
     from forensics.spike import SpikeOptions, run_spike
 
     run = root / "run"

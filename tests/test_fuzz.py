@@ -141,6 +141,7 @@ def test_a_short_shuffle_index_in_megatrons_cache_is_one_line(
     """A shortened or truncated `shuffle_index.npy` in --data-cache-path: refused by name
     before the replay indexes past its end (it was an IndexError traceback)."""
     from forensics.config import load_config
+
     from forensics.replay import open_replayer
 
     run = tmp_path / "run"
@@ -371,6 +372,7 @@ def test_the_replay_reads_any_manifest_or_refuses(
     """A hand-made PREFIX.manifest.parquet: the replay table keeps its own columns' meaning
     (reserved names never overwrite them) or the manifest is refused in one line."""
     from forensics.config import load_config
+
     from forensics.replay import open_replayer
 
     run = tmp_path / "run"
