@@ -1246,8 +1246,7 @@ def _short_shuffle(run: Path) -> None:
     import numpy as np
 
     sys.path.insert(0, str(REPO))
-    from forensics.config import load_config
-
+    from dataloaders.config import load_config
     from forensics.replay import open_replayer
 
     cache = run / "data-cache"
@@ -1414,8 +1413,9 @@ def prepare_base(source: Path | None, work: Path, cache: Path) -> Path:
     if source is None:
         sys.path.insert(0, str(REPO))
         sys.path.insert(0, str(REPO / "tests"))
-        from forensics.demo.build import build_run
         from small_run import SMALL  # the tests' small run
+
+        from forensics_testing.demo.build import build_run
 
         build_run(base, SMALL, progress=False)
     else:

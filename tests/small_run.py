@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from forensics.demo.build import DemoSpec
+from forensics_testing.demo.build import DemoSpec
 
 SMALL = DemoSpec(
     name="small",
@@ -39,9 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def build_small_run(root: Path) -> Path:
     """The run in `root/run` with a complete `root/run/spike/` (returns the run directory)."""
-    from forensics.demo.build import build_run
-
     from forensics.spike import SpikeOptions, run_spike
+    from forensics_testing.demo.build import build_run
 
     run = root / "run"
     build_run(run, SMALL, progress=False)

@@ -238,9 +238,11 @@ def _lr_cause(cols: Columns, div: Divergence) -> dict[str, object]:
     if cols.lr is None:
         return _cause(name, None, "needs the lr field")
     lr = cols.lr[np.isfinite(cols.lr)]
+    if not len(lr) or float(np.max(lr)) <= 0:  # nothing to compare against (a hand-made log)
+        return _cause(name, None, "the lr field holds no positive finite value")
     lr_on = cols.at(cols.lr, div.step) or float("nan")
-    lr_max = float(np.max(lr)) if len(lr) else float("nan")
-    started_low = len(lr) and lr[0] < 0.5 * lr_max
+    lr_max = float(np.max(lr))
+    started_low = lr[0] < 0.5 * lr_max
     if not started_low and cols.step[0] <= 10:
         return _cause(
             name,
