@@ -225,17 +225,65 @@ def says(text: str) -> Callable[[Path, subprocess.CompletedProcess], str | None]
 
 def battery(info: dict[str, Any]) -> list[Accident]:
     """Every accident, by command. `info`: facts of the base run (step, checkpoints, names)."""
+    a: list[Accident] = []
+    names = _names(info)
+    for group in GROUPS:
+        group(a.append, info, names)
+    if ROOT:
+        a = [x for x in a if "read-only" not in x.name]
+    return a
+
+
+def _names(info: dict[str, Any]) -> dict[str, Any]:
+    """The paths and command lines every group of accidents shares."""
     step, end = info["step"], info["train_iters"]
     spike = ["spike", "--step", str(step), "--window", "20", "--embed-cap", "0", "--quiet"]
     replay = ["replay", "--config", "forensics.yaml", "--step", str(step), "--window", "2"]
-    a: list[Accident] = []
-    add = a.append
     log = "logs/train.log"
     first = info["first_prefix"]  # e.g. data/prose_text_document
     web = info["web_prefix"]
-
     # ---- triage
     tri = ["triage", log, "--out", "t"]
+    # ---- manifest
+    jsonl = "docs.jsonl"
+    docs = "".join(
+        json.dumps({"text": f"d{i}", "url": f"u{i}", "source": "s"}) + "\n"
+        for i in range(info["first_docs"])
+    )
+    mk = write(jsonl, docs)
+    man = ["manifest", jsonl, "--fields", "url"]
+    # ---- check-skip
+    cs = ["check-skip", "spike/skip.json", "--config", "forensics.yaml"]
+    # ---- scan
+    sc = ["scan", "--from", str(step - 10), "--to", str(step), "--out", "sc", "--quiet"]
+    # ---- watch (one poll)
+    wa = ["watch", log, "--max-polls", "1", "--interval", "0.1", "--no-live", "--out", "w"]
+    # ---- rescore (the cheap refusals)
+    rs = ["rescore", "--step", str(step), "--window", "5", "--out", "r"]
+    return {
+        "step": step,
+        "end": end,
+        "spike": spike,
+        "replay": replay,
+        "log": log,
+        "first": first,
+        "web": web,
+        "tri": tri,
+        "jsonl": jsonl,
+        "docs": docs,
+        "mk": mk,
+        "man": man,
+        "cs": cs,
+        "sc": sc,
+        "wa": wa,
+        "rs": rs,
+    }
+
+
+def _group_01(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 1 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    log, tri = names["log"], names["tri"]
     add(Accident("triage: missing log", ["triage", "nope.log", "--out", "t"]))
     add(Accident("triage: empty log", tri, write(log, "")))
     add(Accident("triage: binary log", tri, write(log, bytes(range(256)) * 50)))
@@ -299,6 +347,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
     add(Accident("triage: --format bogus", [*tri, "--format", "bogus"]))
     add(Accident("triage: --format tensorboard on text", [*tri, "--format", "tensorboard"]))
     add(Accident("triage: --format jsonl on text", [*tri, "--format", "jsonl"]))
+
+
+def _group_02(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 2 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    log, tri = names["log"], names["tri"]
     add(
         Accident(
             "triage: --format hf-trainer-state on text", [*tri, "--format", "hf-trainer-state"]
@@ -359,6 +413,18 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             outputs=("t/**",),
         )
     )
+
+
+def _group_03(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 3 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    step, end, replay, web, tri = (
+        names["step"],
+        names["end"],
+        names["replay"],
+        names["web"],
+        names["tri"],
+    )
     add(
         Accident(
             "triage: trainer_state with a list step",
@@ -385,7 +451,6 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             write("tb/events.out.tfevents.1.host", b"\x00" * 100),
         )
     )
-
     # ---- replay
     add(Accident("replay: --step 0", [*replay[:4], "0", "--out", "w.parquet"]))
     add(Accident("replay: --step past the end", [*replay[:4], str(end + 1), "--out", "w.parquet"]))
@@ -424,6 +489,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             outputs=("new/**",),
         )
     )
+
+
+def _group_04(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 4 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    (replay,) = names["replay"]
     add(
         Accident(
             "replay: config missing",
@@ -490,6 +561,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
                 needle=needle,
             )
         )
+
+
+def _group_05(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 5 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    (replay,) = names["replay"]
     for key, value in [
         ("global_batch_size", 0),
         ("global_batch_size", 10**12),
@@ -543,6 +620,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             edit_yaml(lambda c: stage0(c).__setitem__("blend", [])),
         )
     )
+
+
+def _group_06(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 6 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    end, replay, first, web = names["end"], names["replay"], names["first"], names["web"]
     if info["stages"]:
         add(
             Accident(
@@ -608,6 +691,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
                 idx_poke(first, what),
             )
         )
+
+
+def _group_07(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 7 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    replay, first = names["replay"], names["first"]
     add(
         Accident(
             "replay --text: .idx dtype code swapped at the same width",
@@ -668,6 +757,18 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             write(info["manifest"], "not parquet"),
         )
     )
+
+
+def _group_08(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 8 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    replay, first, jsonl, mk, man = (
+        names["replay"],
+        names["first"],
+        names["jsonl"],
+        names["mk"],
+        names["man"],
+    )
     add(
         Accident(
             "replay --text: tokenizer missing",
@@ -722,20 +823,17 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             outputs=("w.parquet",),
         )
     )
-
-    # ---- manifest
-    jsonl = "docs.jsonl"
-    docs = "".join(
-        json.dumps({"text": f"d{i}", "url": f"u{i}", "source": "s"}) + "\n"
-        for i in range(info["first_docs"])
-    )
-    mk = write(jsonl, docs)
-    man = ["manifest", jsonl, "--fields", "url"]
     add(Accident("manifest: --out the .idx", [*man, "--out", f"{first}.idx"], mk))
     add(Accident("manifest: --out tokenizer.json", [*man, "--out", "tokenizer.json"], mk))
     add(Accident("manifest: --out the config", [*man, "--out", "forensics.yaml"], mk))
     add(Accident("manifest: --out the JSONL", [*man, "--out", jsonl], mk))
     add(Accident("manifest: --out the run's manifest", [*man, "--out", info["manifest"]], mk))
+
+
+def _group_09(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 9 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    first, jsonl, mk, man = names["first"], names["jsonl"], names["mk"], names["man"]
     add(
         Accident(
             "manifest: --prefix of the run (writes PREFIX.manifest.parquet)",
@@ -799,6 +897,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             outputs=("m.parquet",),
         )
     )
+
+
+def _group_10(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 10 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    first, jsonl, mk, man = names["first"], names["jsonl"], names["mk"], names["man"]
     add(
         Accident(
             "manifest: field nobody has",
@@ -821,7 +925,6 @@ def battery(info: dict[str, Any]) -> list[Accident]:
         )
     )
     add(Accident("manifest: no --out, no --prefix", man, mk))
-
     # ---- score
     add(Accident("score: input missing", ["score", "nope.parquet", "--out", "s.parquet"]))
     add(
@@ -859,6 +962,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             both(write("d.jsonl", '{"text": "a"}\n'), write("s.parquet", "mine")),
         )
     )
+
+
+def _group_11(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 11 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    step, end, spike, first = names["step"], names["end"], names["spike"], names["first"]
     add(
         Accident(
             "score: JSONL bad line 2",
@@ -892,7 +1001,6 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             write("d.jsonl", '{"text": "a"}\n'),
         )
     )
-
     # ---- spike
     add(Accident("spike: --step 0", ["spike", "--step", "0", "--out", "s"]))
     add(Accident("spike: --step past the end", ["spike", "--step", str(end + 1), "--out", "s"]))
@@ -926,6 +1034,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
     )
     add(Accident("spike: --culprit unknown", [*spike, "--culprit", "s999", "--out", "s"]))
     add(Accident("spike: config missing", [*spike, "--config", "nope.yaml", "--out", "s"]))
+
+
+def _group_12(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 12 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    step, spike, first, cs = names["step"], names["spike"], names["first"], names["cs"]
     add(
         Accident(
             "spike: no config here",
@@ -956,9 +1070,6 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             outputs=("spike/**",),
         )
     )
-
-    # ---- check-skip
-    cs = ["check-skip", "spike/skip.json", "--config", "forensics.yaml"]
     add(Accident("check-skip: the run's own skip file", cs, expect="ok"))
     add(Accident("check-skip: skip file missing", ["check-skip", "nope.json"]))
     add(Accident("check-skip: not JSON", cs, write("spike/skip.json", "{oops")))
@@ -994,6 +1105,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
         )
     )
     add(Accident("check-skip: rollback removed", cs, edit_skip(lambda d: delitem(d, "rollback"))))
+
+
+def _group_13(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 13 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    (cs,) = names["cs"]
     add(
         Accident(
             "check-skip: rollback.iteration a string",
@@ -1054,6 +1171,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
         )
     )
     add(Accident("check-skip: --trainer nemo", [*cs, "--trainer", "nemo"]))
+
+
+def _group_14(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 14 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    end, first, cs, sc = names["end"], names["first"], names["cs"], names["sc"]
     add(
         Accident(
             "check-skip: weights changed",
@@ -1112,9 +1235,6 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             edit_skip(lambda d: d.__setitem__("iterations", [[end, end + 5]])),
         )
     )
-
-    # ---- scan
-    sc = ["scan", "--from", str(step - 10), "--to", str(step), "--out", "sc", "--quiet"]
     add(Accident("scan: --from 0", ["scan", "--from", "0", "--to", "5", "--out", "sc"]))
     add(
         Accident(
@@ -1123,13 +1243,27 @@ def battery(info: dict[str, Any]) -> list[Accident]:
     )
     add(Accident("scan: --from after --to", ["scan", "--from", "9", "--to", "5", "--out", "sc"]))
     add(Accident("scan: --out a file", [*sc[:5], "--out", "forensics.yaml"]))
+
+
+def _group_15(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 15 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    spike, replay, log, first, mk, man, sc, wa = (
+        names["spike"],
+        names["replay"],
+        names["log"],
+        names["first"],
+        names["mk"],
+        names["man"],
+        names["sc"],
+        names["wa"],
+    )
     add(Accident("scan: --out foreign files", [*sc[:5], "--out", "data"]))
     add(Accident("scan: --engine bogus", [*sc, "--engine", "bogus"]))
     add(Accident("scan: --workers 0", [*sc, "--workers", "0"]))
     add(Accident("scan: --shard-iterations 0", [*sc, "--shard-iterations", "0"]))
     add(Accident("scan: --threshold -1", [*sc, "--threshold", "-1"]))
     add(Accident("scan: .idx damaged", sc, idx_poke(first, "length")))
-
     # ---- a full disk (files cannot grow past a limit)
     for limit in (20_000, 150_000):
         add(Accident(f"spike: disk full at {limit} B", [*spike, "--out", "s"], file_limit=limit))
@@ -1158,9 +1292,6 @@ def battery(info: dict[str, Any]) -> list[Accident]:
             file_limit=3_000,
         )
     )
-
-    # ---- watch (one poll)
-    wa = ["watch", log, "--max-polls", "1", "--interval", "0.1", "--no-live", "--out", "w"]
     add(
         Accident(
             "watch: log missing",
@@ -1189,6 +1320,12 @@ def battery(info: dict[str, Any]) -> list[Accident]:
     add(Accident("watch: --format bogus", [*wa, "--format", "bogus"]))
     add(Accident("watch: --out is the log", [*wa[:-2], "--out", log]))
     add(Accident("watch: --prometheus is the log", [*wa, "--prometheus", log]))
+
+
+def _group_16(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
+    """Accidents, part 16 (the battery in order: triage, replay, manifest, score, spike,
+    check-skip, scan, full disk, watch, rescore)."""
+    log, wa, rs = names["log"], names["wa"], names["rs"]
     add(
         Accident(
             "watch: --prometheus in a missing dir",
@@ -1210,9 +1347,6 @@ def battery(info: dict[str, Any]) -> list[Accident]:
         )
     )
     add(Accident("watch: one poll of the real log", wa, expect="ok", outputs=("w/**",)))
-
-    # ---- rescore (the cheap refusals)
-    rs = ["rescore", "--step", str(step), "--window", "5", "--out", "r"]
     add(Accident("rescore: checkpoint missing", [*rs, "--checkpoint", "nope"]))
     add(Accident("rescore: neither checkpoint nor losses", rs))
     add(
@@ -1223,9 +1357,26 @@ def battery(info: dict[str, Any]) -> list[Accident]:
     add(Accident("rescore: --dtype bogus", [*rs, "--checkpoint", "nope", "--dtype", "int3"]))
     add(Accident("rescore: --batch-size 0", [*rs, "--checkpoint", "nope", "--batch-size", "0"]))
     add(Accident("rescore: --export-tokens onto the data", [*rs, "--export-tokens", "data"]))
-    if ROOT:
-        a = [x for x in a if "read-only" not in x.name]
-    return a
+
+
+GROUPS = [
+    _group_01,
+    _group_02,
+    _group_03,
+    _group_04,
+    _group_05,
+    _group_06,
+    _group_07,
+    _group_08,
+    _group_09,
+    _group_10,
+    _group_11,
+    _group_12,
+    _group_13,
+    _group_14,
+    _group_15,
+    _group_16,
+]
 
 
 def _manifest_column(run: Path, manifest: str, column: str) -> None:

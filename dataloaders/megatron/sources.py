@@ -135,43 +135,42 @@ class GPTSource:
         self.origin = "built"
         self._ends: np.ndarray | None = None
         self.sample_index: np.ndarray | None = None
-        arrays = None
-        for folder in self._megatron_cache_dirs(data):
-            arrays = cache.find_megatron_gpt(
-                folder,
-                prefix,
-                self.description,
-                self.split_name,
-                strict=data.cache_path is not None,
-            )
-            if arrays is not None:
-                self.origin = f"megatron cache {folder}"
-                break
-        if arrays is not None:
-            problem = cache.gpt_arrays_problem(arrays, len(dataset))
-            if problem is not None:
-                raise ForensicsError(
-                    f"{self.origin.removeprefix('megatron cache ')}: Megatron's cached indices "
-                    f"for {prefix.name} are damaged ({problem}); delete its "
-                    f"*-GPTDataset-{self.split_name}-* files and they are rebuilt"
-                )
-        if arrays is None:
-            arrays = cache.load_own("gpt", self.own_key, cache.GPT_FILES)
-            if arrays is not None and cache.gpt_arrays_problem(arrays, len(dataset)) is None:
-                self.origin = "forensics cache"
-            else:
-                arrays = None  # a damaged entry of our own cache is rebuilt, never trusted
+        arrays = self._cached_arrays(data)
         if arrays is not None:
             self.document_index = arrays["document_index"]
             self.sample_index = arrays["sample_index"]
             self.shuffle_index = arrays["shuffle_index"]
-            if self.sample_index.ndim != 2 or self.sample_index.shape[1] != 2:
-                raise ForensicsError(
-                    f"{prefix}: cached sample_index has shape "
-                    f"{self.sample_index.shape}, expected (n + 1, 2)"
-                )
         else:
             self._build()
+
+    def _cached_arrays(self, data: MegatronData) -> dict[str, np.ndarray] | None:
+        """Megatron's cached indices for this dataset (range-checked: a damaged entry is an
+        error naming it), else our own cache's (a damaged entry is rebuilt), else None."""
+        documents = len(self.dataset)
+        for folder in self._megatron_cache_dirs(data):
+            arrays = cache.find_megatron_gpt(
+                folder,
+                self.prefix,
+                self.description,
+                self.split_name,
+                strict=data.cache_path is not None,
+            )
+            if arrays is None:
+                continue
+            problem = cache.gpt_arrays_problem(arrays, documents)
+            if problem is not None:
+                raise ForensicsError(
+                    f"{folder}: Megatron's cached indices for {self.prefix.name} are damaged "
+                    f"({problem}); delete its *-GPTDataset-{self.split_name}-* files and they "
+                    "are rebuilt"
+                )
+            self.origin = f"megatron cache {folder}"
+            return arrays
+        arrays = cache.load_own("gpt", self.own_key, cache.GPT_FILES)
+        if arrays is None or cache.gpt_arrays_problem(arrays, documents) is not None:
+            return None  # a damaged entry of our own cache is rebuilt, never trusted
+        self.origin = "forensics cache"
+        return arrays
 
     def _megatron_cache_dirs(self, data: MegatronData) -> list[Path]:
         """--data-cache-path, else Megatron's default `<prefix>/cache/GPTDataset_indices`."""
@@ -302,28 +301,7 @@ class Stage:
         self.own_key = cache.cache_key(
             {**self.description, "sources": [src.own_key for src in self.sources]}
         )
-        arrays = None
-        if data.cache_path is not None:
-            arrays = cache.find_megatron_blend(
-                data.cache_path, [s.prefix for s in specs], self.description
-            )
-            if arrays is not None:
-                self.origin = f"megatron cache {data.cache_path}"
-                problem = cache.blend_arrays_problem(arrays, [len(x) for x in self.sources])
-                if problem is not None:
-                    raise ForensicsError(
-                        f"{data.cache_path}: Megatron's cached blend indices are damaged "
-                        f"({problem}); delete its *-BlendedDataset-train-* files and they are "
-                        "rebuilt"
-                    )
-        if arrays is None:
-            arrays = cache.load_own("blend", self.own_key, cache.BLEND_FILES)
-            if arrays is not None and cache.blend_arrays_problem(
-                arrays, [len(x) for x in self.sources]
-            ):
-                arrays = None  # rebuilt, never trusted
-            if arrays is not None:
-                self.origin = "forensics cache"
+        arrays = self._cached_blend(data, [s.prefix for s in specs])
         self.dataset_index = arrays["dataset_index"] if arrays else None
         self.dataset_sample_index = arrays["dataset_sample_index"] if arrays else None
         if arrays is not None and len(self.dataset_index) != self.size:
@@ -331,6 +309,28 @@ class Stage:
                 f"{self.sources[0].prefix}: cached blend has {len(self.dataset_index)} samples, "
                 f"expected {self.size}"
             )
+
+    def _cached_blend(self, data: MegatronData, prefixes: list[Path]) -> dict[str, Any] | None:
+        """Megatron's cached blend indices (range-checked: damaged is an error naming the
+        folder), else our own cache's (damaged is rebuilt), else None."""
+        lengths = [len(x) for x in self.sources]
+        if data.cache_path is not None:
+            arrays = cache.find_megatron_blend(data.cache_path, prefixes, self.description)
+            if arrays is not None:
+                problem = cache.blend_arrays_problem(arrays, lengths)
+                if problem is not None:
+                    raise ForensicsError(
+                        f"{data.cache_path}: Megatron's cached blend indices are damaged "
+                        f"({problem}); delete its *-BlendedDataset-train-* files and they are "
+                        "rebuilt"
+                    )
+                self.origin = f"megatron cache {data.cache_path}"
+                return arrays
+        arrays = cache.load_own("blend", self.own_key, cache.BLEND_FILES)
+        if arrays is None or cache.blend_arrays_problem(arrays, lengths) is not None:
+            return None  # rebuilt, never trusted
+        self.origin = "forensics cache"
+        return arrays
 
     def _ensure_blend(self, stop: int) -> None:
         """Blend arrays at least up to sample `stop` (a prefix is exact: see blending.py)."""
