@@ -494,7 +494,7 @@ def _group_03(add: Callable[[Accident], None], info: dict[str, Any], names: dict
 def _group_04(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
     """Accidents, part 4 (the battery in order: triage, replay, manifest, score, spike,
     check-skip, scan, full disk, watch, rescore)."""
-    (replay,) = names["replay"]
+    replay = names["replay"]
     add(
         Accident(
             "replay: config missing",
@@ -566,7 +566,7 @@ def _group_04(add: Callable[[Accident], None], info: dict[str, Any], names: dict
 def _group_05(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
     """Accidents, part 5 (the battery in order: triage, replay, manifest, score, spike,
     check-skip, scan, full disk, watch, rescore)."""
-    (replay,) = names["replay"]
+    replay = names["replay"]
     for key, value in [
         ("global_batch_size", 0),
         ("global_batch_size", 10**12),
@@ -1110,7 +1110,7 @@ def _group_12(add: Callable[[Accident], None], info: dict[str, Any], names: dict
 def _group_13(add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]) -> None:
     """Accidents, part 13 (the battery in order: triage, replay, manifest, score, spike,
     check-skip, scan, full disk, watch, rescore)."""
-    (cs,) = names["cs"]
+    cs = names["cs"]
     add(
         Accident(
             "check-skip: rollback.iteration a string",
