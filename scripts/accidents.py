@@ -1265,13 +1265,25 @@ def _group_15(add: Callable[[Accident], None], info: dict[str, Any], names: dict
     add(Accident("scan: --threshold -1", [*sc, "--threshold", "-1"]))
     add(Accident("scan: .idx damaged", sc, idx_poke(first, "length")))
     # ---- a full disk (files cannot grow past a limit)
-    for limit in (20_000, 150_000):
-        add(Accident(f"spike: disk full at {limit} B", [*spike, "--out", "s"], file_limit=limit))
+    # 20 kB stops every run; 150 kB stops the demo's report (a small run's may fit: then the
+    # right answer is the complete output)
+    for limit, expect in ((20_000, "refuse"), (150_000, "any")):
+        add(
+            Accident(
+                f"spike: disk full at {limit} B",
+                [*spike, "--out", "s"],
+                file_limit=limit,
+                expect=expect,
+                outputs=("s/**",),
+            )
+        )
         add(
             Accident(
                 f"spike --force: disk full at {limit} B",
                 [*spike, "--out", "spike", "--force"],
                 file_limit=limit,
+                expect=expect,
+                outputs=("spike/**",),
             )
         )
     add(Accident("triage: disk full", ["triage", log, "--out", "t"], file_limit=20_000))
@@ -1592,9 +1604,12 @@ def prepare_base(source: Path | None, work: Path, cache: Path) -> Path:
             check=True,
             capture_output=True,
         )
-    step = next(
-        (e["step"] for e in json.loads(events.read_text()) if e.get("verdict") == "malignant"), None
-    )
+    spikes = [e for e in json.loads(events.read_text()) if e.get("kind") == "spike"]
+    spikes.sort(key=lambda e: e.get("verdict") != "malignant")  # malignant first
+    step = spikes[0]["step"] if spikes else None
+    truth = base / "truth.json"  # a generated run says where its spike is
+    if truth.exists():
+        step = json.loads(truth.read_text()).get("spike_iteration", step)
     if step is None:
         raise SystemExit(f"{source}: its triage finds no malignant spike to run spike on")
     subprocess.run(

@@ -146,3 +146,22 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_output(run: Path, command: st
     one_line_error(proc, "the disk is full")
     after = {k: v for k, v in snapshot(run / out).items() if not k.startswith(".cache/")}
     assert after == before
+
+
+def test_a_full_disk_under_a_parquet_write_is_one_line(run: Path) -> None:
+    """polars hides the errno of a failed Parquet write ("Invalid thrift: transport error");
+    the atomic writer puts it back, so the user gets the disk line, not an internal error."""
+    import os
+    import subprocess
+    import sys
+
+    from small_run import REPO
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="400", PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "forensics.cli", "replay", "--config", "forensics.yaml"]
+    cmd += ["--step", "170", "--window", "2", "--text", "--out", "w.parquet"]
+    proc = subprocess.run(
+        cmd, cwd=run, env=env, capture_output=True, text=True, preexec_fn=_full_disk(5_000)
+    )
+    one_line_error(proc, "File too large", "the disk is full")
+    assert not (run / "w.parquet").exists() and not list(run.glob(".w.parquet*"))
