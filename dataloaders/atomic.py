@@ -68,8 +68,34 @@ def write_parquet_atomic(
     import pyarrow.parquet as pq
 
     with atomic_path(path, overwrite=overwrite) as tmp:
-        if isinstance(table, pa.Table):
-            pq.write_table(table, tmp)
-        else:
-            table.write_parquet(tmp)
+        try:
+            if isinstance(table, pa.Table):
+                pq.write_table(table, tmp)
+            else:
+                table.write_parquet(tmp)
+        except OSError:
+            raise
+        except Exception as err:
+            raise _write_failure(err, Path(tmp)) from err
     return Path(path)
+
+
+def _write_failure(err: Exception, tmp: Path) -> Exception:
+    """polars reports a full disk as "File out of specification: Invalid thrift: transport
+    error", without the errno; put it back (ENOSPC when the file system has no room left,
+    EFBIG when the file stopped at this process's file size limit), so that the user gets the
+    one-line disk message instead of an internal error. Anything else is returned as it was."""
+    import errno
+    import resource
+
+    try:
+        stat = os.statvfs(tmp.parent)
+        if stat.f_bavail * stat.f_frsize < 1 << 20:
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp.parent))
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        size = tmp.stat().st_size if tmp.exists() else 0
+        if limit != resource.RLIM_INFINITY and size >= limit - (1 << 16):
+            return OSError(errno.EFBIG, os.strerror(errno.EFBIG), str(tmp.parent))
+    except OSError:
+        pass
+    return err

@@ -114,6 +114,13 @@ class TrainingSpec(StrictModel):
     def _length_given(self) -> TrainingSpec:
         if self.train_iters is None and self.train_samples is None:
             raise ValueError("give training.train_iters or training.train_samples")
+        samples = self.train_samples or self.global_batch_size * (self.train_iters or 0)
+        if samples > MAX_TRAIN_SAMPLES or (self.train_iters or 0) > MAX_TRAIN_ITERS:
+            raise ValueError(
+                f"the run would train {samples:,} samples in {self.train_iters or '?'} iterations, "
+                "more than any pretraining run (the per-iteration and per-sample arrays would "
+                "not fit in memory); check global_batch_size, train_iters and train_samples"
+            )
         if self.rampup_batch_size is not None:
             start, incr, samples = self.rampup_batch_size
             if start <= 0 or incr <= 0 or samples <= 0:
@@ -135,6 +142,27 @@ class TrainingSpec(StrictModel):
                 "(an applied skip's restart begins at resume_from + 1)"
             )
         return self
+
+
+# Bounds that no real run reaches (15T tokens at 512 tokens a sample are 3e10 samples), checked
+# before anything is sized by them: `train_iters: 1e15` would allocate a PB-sized schedule.
+MAX_TRAIN_SAMPLES = 1 << 37
+MAX_TRAIN_ITERS = 1 << 30
+
+
+def payload_hash(payload: Any) -> str:
+    """The 16-hex-digit sha256 of a JSON-able payload (keys sorted)."""
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _without_paths(value: Any) -> Any:
+    """`value` with every Path (and every list or dict entry holding one) left out."""
+    if isinstance(value, dict):
+        return {k: _without_paths(v) for k, v in value.items() if not isinstance(v, Path)}
+    if isinstance(value, list | tuple):
+        return [_without_paths(v) for v in value if not isinstance(v, Path)]
+    return value
 
 
 class RunConfig(StrictModel):
@@ -165,6 +193,10 @@ class RunConfig(StrictModel):
 
     def config_hash(self) -> str:
         """A stable hash of everything that determines the data order (not paths' spelling)."""
+        return payload_hash(self.hash_payload())
+
+    def hash_payload(self) -> dict[str, Any]:
+        """What config_hash hashes: the config as JSON, without where it was read from."""
         payload = self.model_dump(mode="json", exclude={"source", "log", "name"})
         # The trainer decides how skip flags are spelled, not the data order; skips a restart
         # already applied do change it (and are left out when there are none, so hashes of
@@ -172,7 +204,19 @@ class RunConfig(StrictModel):
         payload["training"].pop("trainer", None)
         if not payload["training"].get("applied_skips"):
             payload["training"].pop("applied_skips", None)
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+        return payload
+
+    def order_hash(self) -> str:
+        """A hash of the settings that decide which batch an iteration is: config_hash without
+        any path, the checkpoint list or the tokenizer. Recorded beside config_hash so that
+        check-skip can tell "the run directory moved" or "the checkpoint list changed" (the
+        batches are the same) from "the blend or schedule changed" (they are not); the data
+        files themselves are compared by content in the fingerprint."""
+        payload = self.model_dump(exclude={"source", "log", "name", "checkpoints"})
+        payload["training"].pop("trainer", None)
+        if not payload["training"].get("applied_skips"):
+            payload["training"].pop("applied_skips", None)
+        return payload_hash(_without_paths(payload))
 
     def available_checkpoints(self) -> list[int]:
         """Checkpoint iterations from the list and from `iter_NNNNNNN` directories, sorted."""
@@ -227,6 +271,9 @@ def _format_validation_error(path: Path, err: ValidationError) -> str:
 
 def config_from_dict(raw: dict[str, Any], *, base_dir: Path, source: Path | None) -> RunConfig:
     """Validate a config mapping; relative paths resolve against `base_dir`."""
+    if not isinstance(raw, dict):
+        where = source or base_dir
+        raise ForensicsError(f"{where}: a run config is a mapping (data:, training:, ...)")
     resolved = _resolve_paths(raw, base_dir)
     try:
         return RunConfig.model_validate({**resolved, "source": source})

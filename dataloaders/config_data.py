@@ -86,7 +86,7 @@ class MegatronData(StrictModel):
     """Megatron-core GPTDataset / BlendedDataset parameters (the run's --data-* arguments)."""
 
     format: Literal["megatron"] = "megatron"
-    seed: int = 1234
+    seed: int = Field(default=1234, ge=0, le=2**32 - 1)  # numpy RandomState's range, as Megatron
     seq_length: int = Field(gt=0)
     split: str = "969,30,1"
     add_extra_token: bool = True  # megatron-core's add_extra_token_to_sequence (default True)

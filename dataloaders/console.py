@@ -1,5 +1,10 @@
 """The console factory: every rich Console the tool prints through (the commands, the summaries,
-the replayers' progress bars) comes from `make_console`, so they all treat a pipe the same way."""
+the replayers' progress bars) comes from `make_console`, so they all treat a pipe the same way.
+
+Everything printed carries names the tool does not control: curve names from a log
+(`loss/:book:`), document and dataset names, paths. rich would turn `:book:` into an emoji and
+highlight numbers in them, so emoji and highlighting are off here; markup stays on for our own
+fixed strings, and callers pass every name through `rich.markup.escape`."""
 
 from __future__ import annotations
 
@@ -23,4 +28,4 @@ def make_console(*, stderr: bool = False, soft_wrap: bool = False) -> Console:
     isatty = getattr(stream, "isatty", None)
     on_terminal = bool(isatty and isatty())
     width = None if on_terminal or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(stderr=stderr, highlight=False, width=width, soft_wrap=soft_wrap)
+    return Console(stderr=stderr, highlight=False, emoji=False, width=width, soft_wrap=soft_wrap)

@@ -82,6 +82,13 @@ def _show_flags_as_switches(command: Any) -> None:
 
 def main() -> None:
     """Entry point: user errors become one red line on stderr and exit code 2."""
+    import signal
+
+    # SIGINT and SIGTERM (a scheduler's kill, `timeout`) unwind the stack, so every `finally`
+    # and output guard runs, and end in one line instead of a silent death. Not as
+    # KeyboardInterrupt: typer turns that into a bare exit 130 before it reaches us.
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, _interrupted)
     try:
         command = typer.main.get_command(app)
         _show_flags_as_switches(command)
@@ -93,10 +100,80 @@ def main() -> None:
 
         make_console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}")
         sys.exit(err.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as err:  # our bug: one line for the user, the traceback kept in a file
-        sys.exit(_report_crash(err))
+    except Interrupted as err:
+        sys.exit(_report_interrupt(err))
+    except Exception as err:
+        problem = _environment_problem(err)
+        if problem is not None:  # the machine's, not ours: one line, like a bad input
+            from rich.markup import escape
+
+            from dataloaders.console import make_console
+
+            make_console(stderr=True, soft_wrap=True).print(
+                f"[bold red]error:[/] {escape(problem)}"
+            )
+            sys.exit(2)
+        sys.exit(_report_crash(err))  # our bug: one line for the user, the traceback in a file
+
+
+# errno values that mean the disk (or a quota, or a file size limit) is full, or a path may not
+# be read or written; polars reports them inside its own ComputeError as "os error N".
+_FULL = {"ENOSPC", "EFBIG", "EDQUOT"}
+_DENIED = {"EACCES", "EPERM", "EROFS"}
+
+
+def _environment_problem(err: BaseException) -> str | None:
+    """A one-line message when `err` is a full disk or a denied path (not a bug), else None."""
+    import errno
+    import re
+
+    code = err.errno if isinstance(err, OSError) else None
+    if code is None:
+        found = re.search(r"os error (\d+)", str(err))
+        code = int(found.group(1)) if found else None
+    name = errno.errorcode.get(code, "") if code is not None else ""
+    where = f"{err.filename}: " if isinstance(err, OSError) and err.filename else ""
+    if name in _FULL:
+        return (
+            f"{where}{os_strerror(code)}: the disk is full (or a quota or file size limit was "
+            "reached); free space and rerun. Outputs are published whole, so none was left "
+            "half-written"
+        )
+    if name in _DENIED:
+        return f"{where}{os_strerror(code)}: check the permissions of that path, or choose another"
+    return None
+
+
+def os_strerror(code: int) -> str:
+    import os
+
+    return os.strerror(code)
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM, raised where the program was so that it unwinds."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def _report_interrupt(err: Interrupted) -> int:
+    """One line on stderr; the exit status is the shell's 128 + signal (130, 143)."""
+    import signal
+
+    from dataloaders.console import make_console
+
+    make_console(stderr=True, soft_wrap=True).print(
+        f"[bold red]interrupted[/] ({signal.Signals(err.signum).name}): no output is left "
+        "half-written (each is published whole or not at all, an unfinished first run leaves "
+        "nothing); rerun to finish"
+    )
+    return 128 + err.signum
 
 
 def _report_crash(err: Exception) -> int:
@@ -111,11 +188,14 @@ def _report_crash(err: Exception) -> int:
     from dataloaders.console import make_console
 
     folder = Path(tempfile.gettempdir()) / "forensics-crashes"
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{id(err):x}.log"
-    path.write_text(
-        f"forensics {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(err))
-    )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            f"forensics {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(err))
+        )
+    except OSError as save:  # the report must not become a second traceback
+        path = Path(f"(not saved: {save.strerror})")
     message = " ".join(f"{type(err).__name__}: {err}".split())[:300]
     make_console(stderr=True, soft_wrap=True).print(
         f"[bold red]internal error:[/] {escape(message)}. This is a bug in forensics, not in "

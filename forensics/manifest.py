@@ -42,6 +42,7 @@ def read_jsonl_fields(path: Path, fields: list[str]) -> pl.DataFrame:
         raise ForensicsError(f"{path}: JSONL file not found")
     if not fields:
         raise ForensicsError("name at least one field to keep (--fields source,url)")
+    fields = list(dict.fromkeys(fields))  # `--fields url,url` is one column, not two
     if "doc_id" in fields:
         raise ForensicsError("doc_id is the manifest's own column (the line number)")
     clash = sorted(set(fields) & RESERVED_COLUMNS)

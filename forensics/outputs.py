@@ -7,13 +7,20 @@ themselves are atomic (dataloaders.atomic): a killed command leaves the old file
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import shutil
+import signal
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from forensics.errors import ForensicsError
+
+# Lock files this process holds, by folder (see hold_lock / fresh_output).
+_HELD: dict[Path, Any] = {}
 
 # Files a training run reads: never an output, whatever --force says.
 RUN_INPUT_SUFFIXES = (".bin", ".idx", ".yaml", ".yml", ".npy")
@@ -76,19 +83,83 @@ def check_output_dir(out: Path, names: Iterable[str], *, force: bool) -> None:
 def hold_lock(folder: Path, what: str) -> Any:
     """An exclusive lock on `folder` for this process's lifetime (the returned file): a second
     command writing into the same folder is refused instead of interleaving its files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = _try_lock(folder / "lock")
+    if handle is None:
+        raise ForensicsError(
+            f"{folder.parent}: another {what} is writing into it right now; wait for it or "
+            "choose another --out"
+        )
+    _HELD[folder.resolve()] = handle
+    return handle
+
+
+def _try_lock(path: Path) -> Any:
+    """The open, exclusively locked file `path`, or None when another holds it."""
     import fcntl
 
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = open(folder / "lock", "a+")  # noqa: SIM115 - held until the process ends
+    handle = open(path, "a+")  # noqa: SIM115 - held until released
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise ForensicsError(
-            f"{folder.parent}: another {what} is writing into it right now; wait for it or "
-            "choose another --out"
-        ) from None
+        return None
     return handle
+
+
+@contextmanager
+def fresh_output(out: Path, lock: Path) -> Iterator[None]:
+    """Leave nothing new when a command writing `out` fails or is interrupted.
+
+    An output directory that did not exist before the command and holds nothing published
+    (only `lock`: the run's lock file, or a folder holding its `lock` and cache) is removed
+    again, so SIGINT, SIGTERM or an error leaves either the old complete output or nothing.
+    Only when this process can take the lock: a directory another run is writing into is never
+    touched.
+    """
+    existed = out.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            _remove_unpublished(out, lock)
+        raise
+
+
+def _remove_unpublished(out: Path, lock: Path) -> None:
+    """Remove `out` when it holds only `lock` and nobody else holds the lock (looked at under
+    the lock: another run may publish and release in between)."""
+    if not out.is_dir():
+        return
+    lock_file = lock / "lock" if lock.is_dir() else lock
+    own = _HELD.pop(lock.resolve(), None)
+    if own is not None:
+        own.close()  # ours: released here, re-taken below like anyone else's
+    handle = _try_lock(lock_file) if lock_file.exists() else None
+    if lock_file.exists() and handle is None:
+        return  # another run is writing into it
+    try:
+        if all(p.name == lock.name for p in out.iterdir()):
+            shutil.rmtree(out, ignore_errors=True)
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+def fault_point(name: str) -> None:
+    """A test hook, free when unused: with FORENSICS_FAULT_AT=NAME[:SIGNAL] (SIGTERM when no
+    signal is named; SIGINT, SIGKILL, ...) this process sends itself SIGNAL at the point called
+    NAME, so the fault tests can interrupt a run at every stage boundary deterministically
+    instead of with timed kills. Points: `stage:<name>` as each spike stage starts, `publish`
+    after the first file of an output set is moved into place."""
+    spec = os.environ.get("FORENSICS_FAULT_AT")
+    if not spec:
+        return
+    where, _, sig = spec.rpartition(":")
+    if not sig.startswith("SIG"):
+        where, sig = spec, "SIGTERM"
+    if where == name:
+        os.kill(os.getpid(), getattr(signal, sig))
 
 
 def publish(staging: Path, out: Path, patterns: Iterable[str]) -> list[Path]:
@@ -98,8 +169,6 @@ def publish(staging: Path, out: Path, patterns: Iterable[str]) -> list[Path]:
     SIGINT and SIGTERM wait until the moves are done, so an interrupted run leaves either the old
     complete set or the new one; a full disk fails while staging, before anything is moved.
     """
-    import os
-    import signal
     import threading
 
     new = sorted(p.name for p in staging.iterdir())
@@ -119,14 +188,16 @@ def publish(staging: Path, out: Path, patterns: Iterable[str]) -> list[Path]:
         else {}
     )
     try:
-        for name in new:
+        for i, name in enumerate(new):
             os.replace(staging / name, out / name)
+            if i == 0:
+                fault_point("publish")
         for path in stale:
             path.unlink(missing_ok=True)
+        staging.rmdir()  # before a deferred signal is delivered: nothing is left behind
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
         for sig in deferred:
             os.kill(os.getpid(), sig)  # now, to the handler the program had
-    staging.rmdir()
     return [out / name for name in new]

@@ -21,7 +21,8 @@ if [ ! -f "$stamp" ]; then
   # OLMo-core, the oracle of the repeated-n-gram rule (tests/test_scan_repeats.py), without its
   # dependencies: they would downgrade rich and huggingface_hub and add cloud clients.
   .venv/bin/python -m pip install -q --no-deps ai2-olmo-core==3.0.0 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import forensics, torch, sentence_transformers" # fail loudly if an install failed
+  # fail loudly if an install failed (hypothesis: the test extra's fuzz suite, tests/test_fuzz.py)
+  .venv/bin/python -c "import forensics, torch, sentence_transformers, hypothesis"
   touch "$stamp"
 fi
 # The default embedding model: model2vec distilled from the packaged MiniLM, offline, once per

@@ -190,3 +190,21 @@ def ray_head():
         except ProcessLookupError:
             pass
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small generated run with a complete spike output in `spike/` (tests/small_run.py);
+    shared: copy it (small_run.copy_run) before changing anything."""
+    from small_run import build_small_run
+
+    cache = tmp_path_factory.mktemp("small-cache")
+    old = os.environ.get("FORENSICS_CACHE")
+    os.environ["FORENSICS_CACHE"] = str(cache)
+    try:
+        return build_small_run(tmp_path_factory.mktemp("small"))
+    finally:
+        if old is None:
+            os.environ.pop("FORENSICS_CACHE", None)
+        else:
+            os.environ["FORENSICS_CACHE"] = old

@@ -105,7 +105,7 @@ def test_replay_cli_error_is_one_red_line(tmp_path: Path):
          "--window", "2", "--out", str(tmp_path / "w.parquet")],
         capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin"},
     )  # fmt: skip
-    assert done.returncode != 0
+    assert done.returncode == 2
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and "shard.00002.mds: shard missing" in lines[0], lines
     assert not (tmp_path / "w.parquet").exists()

@@ -34,10 +34,13 @@ def test_a_second_writer_is_refused(tmp_path: Path) -> None:
     held = hold_lock(tmp_path / "run" / ".cache", "forensics spike")
     code = (
         "import sys; from pathlib import Path; from forensics.outputs import hold_lock\n"
-        f"hold_lock(Path({str(tmp_path / 'run' / '.cache')!r}), 'forensics spike')\n"
+        "from forensics.errors import ForensicsError\n"
+        f"try:\n    hold_lock(Path({str(tmp_path / 'run' / '.cache')!r}), 'forensics spike')\n"
+        "except ForensicsError as err:\n    sys.exit(f'error: {err}')\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode != 0 and "another forensics spike is writing into it" in proc.stderr
+    assert proc.returncode == 1 and "another forensics spike is writing into it" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     held.close()
     again = hold_lock(tmp_path / "run" / ".cache", "forensics spike")
     again.close()

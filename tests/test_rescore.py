@@ -392,7 +392,8 @@ def test_cli_replay_tokens_and_a_one_line_error(run: dict, tmp_path) -> None:
     assert tokens.shape == (5 * SPEC.global_batch_size, SPEC.seq_length + 1)
     assert samples["iteration"].min() == 236 and meta["window"] == [236, 240]
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
-    assert again.returncode != 0 and "already exists" in again.stderr
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1, again.stderr
     bad = [sys.executable, "-m", "forensics.cli", "rescore", "--config", str(config),
            "--step", "240", "--window", "30", "--checkpoint", str(tmp_path),
            "--out", str(tmp_path / "o")]  # fmt: skip

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from refusal import refused
 from typer.testing import CliRunner
 
 from forensics.cli import app
@@ -84,9 +85,10 @@ def test_cli_bad_checkpoints_and_warnings_named(tmp_path: Path) -> None:
     res = runner.invoke(app, ["triage", str(f), "--out", str(tmp_path / "o")])
     assert res.exit_code == 0 and "line 11" in res.output
     res = runner.invoke(
-        app, ["triage", str(f), "--out", str(tmp_path / "o"), "--checkpoints", "a,b"]
+        app, ["triage", str(f), "--out", str(tmp_path / "o2"), "--checkpoints", "a,b"]
     )
-    assert res.exit_code != 0
+    refused(res, "--checkpoints a,b: not a directory and not a comma-separated list")
+    assert not (tmp_path / "o2").exists()
 
 
 def test_triage_never_imports_torch(tmp_path: Path) -> None:
@@ -114,7 +116,8 @@ def test_cli_rejects_nonpositive_windows(tmp_path: Path, flag: str) -> None:
     f = tmp_path / "c.csv"
     loss_curves.healthy(50).select("step", "loss").write_csv(f)
     res = runner.invoke(app, ["triage", str(f), "--out", str(tmp_path / "o"), flag, "0"])
-    assert res.exit_code != 0
+    refused(res, f"{flag} 0: must be a positive number of steps")
+    assert not (tmp_path / "o").exists()
 
 
 def test_json_outputs_are_strict_json(tmp_path: Path) -> None:

@@ -175,6 +175,58 @@ def find_megatron_blend(
     return None
 
 
+def gpt_arrays_problem(arrays: dict[str, np.ndarray], documents: int) -> str | None:
+    """Why cached GPTDataset arrays cannot be what Megatron built over `documents` documents,
+    or None. Vectorised range checks over the memory maps, so a truncated or hand-made
+    `shuffle_index.npy` is refused here rather than indexed out of bounds (or, worse, in
+    bounds and wrong) in the middle of a replay."""
+    doc, sample, shuffle = (arrays[n] for n in GPT_FILES)
+    for name, arr, ndim in (("document_index", doc, 1), ("sample_index", sample, 2)):
+        if arr.ndim != ndim or arr.dtype.kind not in "iu":
+            return f"{name} has shape {arr.shape} and dtype {arr.dtype}, expected {ndim}-D integers"
+    if shuffle.ndim != 1 or shuffle.dtype.kind not in "iu":
+        return f"shuffle_index has shape {shuffle.shape} and dtype {shuffle.dtype}"
+    if sample.shape[1] != 2 or sample.shape[0] < 1:
+        return f"sample_index has shape {sample.shape}, expected (n + 1, 2)"
+    rows = sample.shape[0] - 1
+    if shuffle.shape[0] != rows:
+        return (
+            f"shuffle_index has {shuffle.shape[0]} entries, sample_index describes {rows} samples"
+        )
+    if doc.size and (int(doc.min()) < 0 or int(doc.max()) >= documents):
+        return f"document_index points outside the {documents} documents of the dataset"
+    starts = np.asarray(sample[:, 0], dtype=np.int64)
+    if starts.size and (int(starts.min()) < 0 or int(starts.max()) > doc.shape[0]):
+        return "sample_index points outside document_index"
+    if starts.size > 1 and bool((np.diff(starts) < 0).any()):
+        return "sample_index is not increasing"
+    if shuffle.size and (int(shuffle.min()) < 0 or int(shuffle.max()) >= rows):
+        return f"shuffle_index points outside the {rows} samples"
+    return None
+
+
+def blend_arrays_problem(arrays: dict[str, np.ndarray], lengths: list[int]) -> str | None:
+    """Why cached BlendedDataset arrays cannot be a blend of datasets of these lengths (in
+    samples), or None."""
+    datasets = len(lengths)
+    index, sample = (arrays[n] for n in BLEND_FILES)
+    if index.ndim != 1 or sample.ndim != 1 or index.shape != sample.shape:
+        return f"dataset_index {index.shape} and dataset_sample_index {sample.shape} differ"
+    if index.dtype.kind not in "iu" or sample.dtype.kind not in "iu":
+        return f"dtypes {index.dtype} and {sample.dtype} are not integers"
+    if index.size and (int(index.min()) < 0 or int(index.max()) >= datasets):
+        return f"dataset_index names a dataset outside the {datasets} of the blend"
+    if sample.size and int(sample.min()) < 0:
+        return "dataset_sample_index is negative"
+    if index.size:
+        most = np.full(datasets, -1, dtype=np.int64)
+        np.maximum.at(most, np.asarray(index, dtype=np.int64), np.asarray(sample, dtype=np.int64))
+        for k, (top, length) in enumerate(zip(most.tolist(), lengths, strict=True)):
+            if top >= length:
+                return f"dataset_sample_index asks dataset {k} for sample {top} of {length}"
+    return None
+
+
 # -- our own cache -------------------------------------------------------------------------
 
 

@@ -341,10 +341,34 @@ class MegatronReplayer:
         stop_ptr = int(ds.sequence_pointers[last_seq - 1]) // ds.dtype.itemsize
         length = stop_ptr + int(ds.sequence_lengths[last_seq - 1]) - begin
         end = length if end is None else end
-        return ds.tokens[begin + start : begin + end].tolist()
+        ids = ds.tokens[begin + start : begin + end]
+        if ids.size and (ids.dtype.kind == "f" or ids.min() < 0):
+            raise ForensicsError(
+                f"{ds.idx_file}: document {doc} holds values that are not token ids (negative "
+                f"or fractional, dtype {ds.dtype}): the index's dtype code does not belong to "
+                "this data"
+            )
+        return ids.tolist()
+
+    def _decode(self, ids: list[list[int]]) -> list[str]:
+        """Texts of token id lists, refusing ids past the tokenizer's vocabulary (a tokenizer
+        or dtype code that does not belong to the data would decode them to nothing)."""
+        top = max((max(x) for x in ids if x), default=-1)
+        if top >= self._vocab():
+            raise ForensicsError(
+                f"token id {top} is past the tokenizer's vocabulary (0..{self._vocab() - 1}): "
+                "the config's tokenizer, or an index's dtype code, does not belong to this data"
+            )
+        return self.tokenizer().decode_batch(ids, skip_special_tokens=False)
+
+    def _vocab(self) -> int:
+        """The tokenizer's vocabulary size, added tokens included (cached)."""
+        if getattr(self, "_vocab_size", None) is None:
+            self._vocab_size = int(self.tokenizer().get_vocab_size(with_added_tokens=True))
+        return self._vocab_size
 
     def _decode_segments(self, table: pl.DataFrame, progress: bool) -> list[str]:
-        tok = self.tokenizer()
+        self.tokenizer()  # before any work: a config without one fails here, in one line
         triples = table.select("dataset", "doc_id", "token_start", "token_end").rows()
         out: list[str] = []
         batch = 256
@@ -352,7 +376,7 @@ class MegatronReplayer:
             for i in range(0, len(triples), batch):
                 chunk = triples[i : i + batch]
                 ids = [self._doc_tokens(n, d, s, e) for n, d, s, e in chunk]
-                out.extend(tok.decode_batch(ids, skip_special_tokens=False))
+                out.extend(self._decode(ids))
                 advance(len(chunk))
         return out
 
@@ -368,17 +392,13 @@ class MegatronReplayer:
             ids = base.filter(pl.col("dataset") == name)["doc_id"]
             if ids.min() < 0 or ids.max() >= n:
                 raise ForensicsError(f"dataset {name!r} has documents 0..{n - 1}")
-        tok = self.tokenizer()
+        self.tokenizer()  # before any work: a config without one fails here, in one line
         pairs = base.rows()
         texts: list[str] = []
         with _progress(progress, len(pairs), "decoding documents") as advance:
             for i in range(0, len(pairs), 128):
                 chunk = pairs[i : i + 128]
-                texts.extend(
-                    tok.decode_batch(
-                        [self._doc_tokens(n, d) for n, d in chunk], skip_special_tokens=False
-                    )
-                )
+                texts.extend(self._decode([self._doc_tokens(n, d) for n, d in chunk]))
                 advance(len(chunk))
         table = base.with_columns(pl.Series("text", texts, dtype=pl.Utf8))
         return self._with_facets(table)
@@ -472,6 +492,7 @@ class MegatronReplayer:
         return {
             "format": "megatron",
             "config_hash": self.config.config_hash(),
+            "order_hash": self.config.order_hash(),
             "last_iteration": self.last_iteration,
             "datasets": datasets,
         }

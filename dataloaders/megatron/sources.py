@@ -16,6 +16,7 @@ else they are built (see gpt_indices.py and blending.py).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,39 @@ from dataloaders.megatron.gpt_indices import (
 from dataloaders.megatron.indexed import IndexedDataset
 
 SPLIT_NAMES = ("train", "valid", "test")
+
+
+def index_memory_limit() -> int:
+    """Bytes the indices of one dataset may take: $FORENSICS_MAX_INDEX_BYTES, else a quarter of
+    this machine's memory (a replay shares the machine with the scoring and embedding after it)."""
+    env = os.environ.get("FORENSICS_MAX_INDEX_BYTES")
+    if env:
+        return int(env)
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def check_index_size(source: GPTSource, tokens: int, epochs: int, samples: int) -> None:
+    """Refuse sizes that cannot be a real run before allocating for them: a sample longer than
+    the whole split (a seq_length typed with extra zeros), or indices larger than the memory
+    limit (the document index, its cumulative ends, the shuffle index: 12 B per document per
+    epoch and 8 B per sample)."""
+    if tokens and source.seq_length > tokens:
+        raise ForensicsError(
+            f"{source.prefix}: seq_length {source.seq_length:,} is longer than all "
+            f"{tokens:,} tokens of {source.name}'s {source.split_name} split; check seq_length"
+        )
+    need = 12 * epochs * len(source.documents) + 8 * samples
+    limit = index_memory_limit()
+    if need > limit:
+        raise ForensicsError(
+            f"{source.prefix}: the run asks {source.name} for {samples:,} samples "
+            f"({epochs:,} epochs), whose indices would take {need / 2**30:.1f} GiB (limit "
+            f"{limit / 2**30:.1f} GiB); check seq_length, global_batch_size and train_iters, "
+            "or raise FORENSICS_MAX_INDEX_BYTES"
+        )
 
 
 class GPTSource:
@@ -101,33 +135,42 @@ class GPTSource:
         self.origin = "built"
         self._ends: np.ndarray | None = None
         self.sample_index: np.ndarray | None = None
-        arrays = None
-        for folder in self._megatron_cache_dirs(data):
-            arrays = cache.find_megatron_gpt(
-                folder,
-                prefix,
-                self.description,
-                self.split_name,
-                strict=data.cache_path is not None,
-            )
-            if arrays is not None:
-                self.origin = f"megatron cache {folder}"
-                break
-        if arrays is None:
-            arrays = cache.load_own("gpt", self.own_key, cache.GPT_FILES)
-            if arrays is not None:
-                self.origin = "forensics cache"
+        arrays = self._cached_arrays(data)
         if arrays is not None:
             self.document_index = arrays["document_index"]
             self.sample_index = arrays["sample_index"]
             self.shuffle_index = arrays["shuffle_index"]
-            if self.sample_index.ndim != 2 or self.sample_index.shape[1] != 2:
-                raise ForensicsError(
-                    f"{prefix}: cached sample_index has shape "
-                    f"{self.sample_index.shape}, expected (n + 1, 2)"
-                )
         else:
             self._build()
+
+    def _cached_arrays(self, data: MegatronData) -> dict[str, np.ndarray] | None:
+        """Megatron's cached indices for this dataset (range-checked: a damaged entry is an
+        error naming it), else our own cache's (a damaged entry is rebuilt), else None."""
+        documents = len(self.dataset)
+        for folder in self._megatron_cache_dirs(data):
+            arrays = cache.find_megatron_gpt(
+                folder,
+                self.prefix,
+                self.description,
+                self.split_name,
+                strict=data.cache_path is not None,
+            )
+            if arrays is None:
+                continue
+            problem = cache.gpt_arrays_problem(arrays, documents)
+            if problem is not None:
+                raise ForensicsError(
+                    f"{folder}: Megatron's cached indices for {self.prefix.name} are damaged "
+                    f"({problem}); delete its *-GPTDataset-{self.split_name}-* files and they "
+                    "are rebuilt"
+                )
+            self.origin = f"megatron cache {folder}"
+            return arrays
+        arrays = cache.load_own("gpt", self.own_key, cache.GPT_FILES)
+        if arrays is None or cache.gpt_arrays_problem(arrays, documents) is not None:
+            return None  # a damaged entry of our own cache is rebuilt, never trusted
+        self.origin = "forensics cache"
+        return arrays
 
     def _megatron_cache_dirs(self, data: MegatronData) -> list[Path]:
         """--data-cache-path, else Megatron's default `<prefix>/cache/GPTDataset_indices`."""
@@ -139,6 +182,7 @@ class GPTSource:
         sizes = self.dataset.sequence_lengths
         tokens = int(np.sum(sizes[self.documents], dtype=np.int64))
         plan = plan_epochs(tokens, self.num_samples, self.seq_length, self.extra)
+        check_index_size(self, tokens, plan.num_epochs, plan.num_samples_total)
         rng = np.random.RandomState(self.seed)
         self.document_index = build_document_index(
             self.documents, plan.num_epochs, rng, plan.separate_final_epoch
@@ -257,17 +301,7 @@ class Stage:
         self.own_key = cache.cache_key(
             {**self.description, "sources": [src.own_key for src in self.sources]}
         )
-        arrays = None
-        if data.cache_path is not None:
-            arrays = cache.find_megatron_blend(
-                data.cache_path, [s.prefix for s in specs], self.description
-            )
-            if arrays is not None:
-                self.origin = f"megatron cache {data.cache_path}"
-        if arrays is None:
-            arrays = cache.load_own("blend", self.own_key, cache.BLEND_FILES)
-            if arrays is not None:
-                self.origin = "forensics cache"
+        arrays = self._cached_blend(data, [s.prefix for s in specs])
         self.dataset_index = arrays["dataset_index"] if arrays else None
         self.dataset_sample_index = arrays["dataset_sample_index"] if arrays else None
         if arrays is not None and len(self.dataset_index) != self.size:
@@ -275,6 +309,28 @@ class Stage:
                 f"{self.sources[0].prefix}: cached blend has {len(self.dataset_index)} samples, "
                 f"expected {self.size}"
             )
+
+    def _cached_blend(self, data: MegatronData, prefixes: list[Path]) -> dict[str, Any] | None:
+        """Megatron's cached blend indices (range-checked: damaged is an error naming the
+        folder), else our own cache's (damaged is rebuilt), else None."""
+        lengths = [len(x) for x in self.sources]
+        if data.cache_path is not None:
+            arrays = cache.find_megatron_blend(data.cache_path, prefixes, self.description)
+            if arrays is not None:
+                problem = cache.blend_arrays_problem(arrays, lengths)
+                if problem is not None:
+                    raise ForensicsError(
+                        f"{data.cache_path}: Megatron's cached blend indices are damaged "
+                        f"({problem}); delete its *-BlendedDataset-train-* files and they are "
+                        "rebuilt"
+                    )
+                self.origin = f"megatron cache {data.cache_path}"
+                return arrays
+        arrays = cache.load_own("blend", self.own_key, cache.BLEND_FILES)
+        if arrays is None or cache.blend_arrays_problem(arrays, lengths) is not None:
+            return None  # rebuilt, never trusted
+        self.origin = "forensics cache"
+        return arrays
 
     def _ensure_blend(self, stop: int) -> None:
         """Blend arrays at least up to sample `stop` (a prefix is exact: see blending.py)."""

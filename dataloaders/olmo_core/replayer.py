@@ -434,6 +434,7 @@ class OlmoCoreReplayer(OlmoCoreDocuments):
         return {
             "format": "olmo-core",
             "config_hash": self.config.config_hash(),
+            "order_hash": self.config.order_hash(),
             "olmo_core_fingerprints": [
                 files.olmo_fingerprint(st.files, self.data) for st in self.stages
             ],

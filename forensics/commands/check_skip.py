@@ -26,13 +26,22 @@ if TYPE_CHECKING:
 def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None) -> SkipPlan:
     """Raise ForensicsError unless `path` fits the run of `config` (a YAML path, or a RunConfig
     such as one from --megatron-args) and every written flag drops exactly its batches."""
+    return verify_skip(path, config, trainer)[0]
+
+
+def verify_skip(
+    path: Path, config: Path | RunConfig, trainer: str | None = None
+) -> tuple[SkipPlan, list[str]]:
+    """check_skip, also returning notes for the user (the run directory moved, the checkpoint
+    list changed) on a skip file that still fits."""
     from dataloaders.config import RunConfig, load_config
     from dataloaders.schedule import Schedule
     from dataloaders.trainer_loops import check_trainer
     from forensics.replay import open_replayer
-    from forensics.skip import fingerprint_differences, json_fingerprint, sample_ranges
+    from forensics.skip import json_fingerprint, sample_ranges
     from forensics.skip.flags import verify_flag
     from forensics.skip.plan import SkipPlan
+    from forensics.skip.runmatch import match_run, rollback_refusal
     from forensics.skip.tracker import read_tracker
 
     plan = SkipPlan.read(path)
@@ -42,14 +51,15 @@ def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None)
         run, label = load_config(config), str(config)
     replayer = open_replayer(run)
     now = json_fingerprint(replayer)
-    diffs = fingerprint_differences(plan.fingerprint, now)
-    if diffs:
-        more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
-        raise ForensicsError(
-            f"{path}: made for another run than {label}: {'; '.join(diffs[:3])}{more}"
-        )
-    ranges = plan.ranges
+    match = match_run(plan.fingerprint, now, run)
     checkpoint = int(plan.rollback["iteration"])
+    stale = rollback_refusal(run, checkpoint)
+    # Same data but a missing rollback checkpoint: say that, it is the actionable part.
+    if stale is not None and match.data_same:
+        raise ForensicsError(f"{path}: {stale}")
+    if match.refusal is not None:
+        raise ForensicsError(f"{path}: {match.refusal} (checked against {label})")
+    ranges = plan.ranges
     if ranges:
         last = max(b for _, b in ranges)  # before anything is expanded
         if last > replayer.last_iteration:
@@ -85,7 +95,7 @@ def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None)
         values = plan.flags[plan.trainer].values or []
         if read_tracker(tracker.read_text(encoding="utf-8", errors="replace")) != sorted(values):
             raise ForensicsError(f"{tracker}: does not list the plan's iterations (edited?)")
-    return plan
+    return plan, match.notes
 
 
 def describe_config(config: RunConfig) -> str:
@@ -108,7 +118,7 @@ def check_skip_command(
     from forensics.skip import expand
 
     run = resolve_run_config(config, megatron_args)
-    plan = check_skip(skip_file, run, trainer)
+    plan, notes = verify_skip(skip_file, run, trainer)
     name = trainer or plan.trainer
     n = len(expand(plan.ranges))
     rb = plan.rollback.get("iteration")
@@ -119,6 +129,8 @@ def check_skip_command(
         f"in {len(plan.iterations)} range(s)"
         + (f", for a restart from checkpoint iteration {rb}" if rb is not None else "")
     )
+    for note in notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     flag = plan.flags[name]
     if n:
         spans = ", ".join(f"{a}-{b}" for a, b in plan.ranges[:8])

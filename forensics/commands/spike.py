@@ -150,6 +150,7 @@ def spike_command(
     """Replay the iterations before a loss spike, find the data to blame, and write the report,
     the rollback point and the skip list (skip.json, megatron_args.txt)."""
     from forensics.megatron_args import resolve_run_config
+    from forensics.outputs import fresh_output
     from forensics.spike import SpikeOptions, run_spike
 
     run = resolve_run_config(config, megatron_args)
@@ -176,7 +177,9 @@ def spike_command(
         force=force,
         progress=not quiet,
     )
-    result = run_spike(run, out or Path.cwd() / f"spike-{step}", options)
+    target = out or Path.cwd() / f"spike-{step}"
+    with fresh_output(target, target / ".cache"):  # a failed first run leaves no directory
+        result = run_spike(run, target, options)
     if not quiet:
         from rich.markup import escape
 

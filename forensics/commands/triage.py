@@ -82,7 +82,7 @@ def triage_command(
     from forensics.triage.analyze import triage
     from forensics.triage.config import RunInfo, TriageConfig
     from forensics.triage.readers import FORMATS, detect_format
-    from forensics.triage.report import OUTPUT_NAMES, terminal_lines, write_outputs
+    from forensics.triage.report import OUTPUT_NAMES, terminal_lines
 
     if format not in FORMATS:
         raise ForensicsError(f"--format {format}: unknown; choose one of {', '.join(FORMATS)}")
@@ -109,10 +109,36 @@ def triage_command(
     fmt = detect_format(log) if format == "auto" else format
     with console.status("triaging"):
         result = triage(table, cfg, run)
-        paths = write_outputs(result, out, str(log), fmt)
+        paths = _publish(result, out, str(log), fmt, force)
     for line in terminal_lines(result):
         console.print(line)
     console.print(f"wrote {escape(', '.join(str(p) for p in paths))}")
+
+
+def _publish(result: Any, out: Path, source: str, fmt: str, force: bool) -> list[Path]:
+    """Write the outputs under the output directory's lock, as one set.
+
+    Nothing is created before this point, so a bad log leaves no directory behind; a failure
+    here (a full disk, a signal) removes a directory this run created, or else the lock folder
+    it added to an existing one."""
+    import shutil
+
+    from forensics.outputs import check_output_dir, fresh_output, hold_lock
+    from forensics.triage.report import OUTPUT_NAMES, STATE_DIR, write_outputs
+
+    state = out / STATE_DIR
+    had_state = state.exists()
+    with fresh_output(out, state):
+        lock = hold_lock(state, "forensics triage")
+        try:
+            check_output_dir(out, OUTPUT_NAMES, force=force)  # again, under the lock
+            return write_outputs(result, out, source, fmt)
+        except BaseException:
+            if not had_state:
+                shutil.rmtree(state, ignore_errors=True)
+            raise
+        finally:
+            lock.close()
 
 
 def _read_log(log: Path, format: str, err: Any) -> Any:

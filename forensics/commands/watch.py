@@ -82,8 +82,9 @@ def watch_command(
     """Follow a training log as it grows: alarms, spike verdicts, divergence, plateaus."""
     from dataloaders.console import make_console
     from forensics.commands.triage import parse_checkpoints
+    from forensics.outputs import fresh_output
     from forensics.triage.config import RunInfo, TriageConfig
-    from forensics.watch.loop import Watcher, WatchOptions
+    from forensics.watch.loop import LOCK_FILE, Watcher, WatchOptions
     from forensics.watch.terminal import Terminal
 
     on_malignant = _on_malignant(on_malignant, config)
@@ -116,8 +117,9 @@ def watch_command(
         spike_args=extra,
     )
     console = make_console()
-    watcher = Watcher(opts, Terminal(console, str(log), live))
-    watcher.run(max_polls=max_polls)
+    with fresh_output(out, out / LOCK_FILE):  # a refused first start leaves no directory
+        watcher = Watcher(opts, Terminal(console, str(log), live))
+        watcher.run(max_polls=max_polls)
 
 
 def _on_malignant(on_malignant: str | None, config: str | None) -> str:

@@ -20,6 +20,9 @@ class StageClock:
     def stage(self, name: str, what: str, *, spinner: bool = False) -> Iterator[None]:
         """Time a stage. Stages whose work shows its own progress bar (replay, decode, score,
         embed) get none here: rich cannot nest live displays. The others get a spinner."""
+        from forensics.outputs import fault_point
+
+        fault_point(f"stage:{name}")  # tests only: FORENSICS_FAULT_AT (forensics/outputs.py)
         t0 = time.perf_counter()
         if self.progress:
             from rich.markup import escape

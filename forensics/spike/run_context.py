@@ -92,5 +92,8 @@ def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -
                   for s in plan.crossings]  # fmt: skip
     run.notes.append(f"baseline {plan.baseline[0]}-{plan.baseline[1]}: {plan.baseline_how}")
     run._lock = hold_lock(run.cache, "forensics spike")  # held until the run's `with` ends
+    # again, under the lock: a run that started while another was finishing must not replace
+    # its outputs without --force
+    check_output_dir(out, config.config_hash(), options.step, options.force)
     write_marker(run.cache, run.config_hash, options.step, origin)
     return run

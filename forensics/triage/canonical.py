@@ -130,8 +130,6 @@ def rows_to_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
         for k, col in cols.items():
             v = row.get(k)
             col.append(v if k == "__line" or v is None else str(v))
-    frame = pl.DataFrame(
-        {k: v for k, v in cols.items() if k != "__line"},
-        schema={k: pl.Utf8 for k in cols if k != "__line"},
-    )
-    return frame.with_columns(pl.Series("__line", cols["__line"], dtype=pl.Int64))
+    lines = pl.Series("__line", cols.get("__line", [None] * len(rows)), dtype=pl.Int64)
+    fields = {k: pl.Series(k, v, dtype=pl.Utf8) for k, v in cols.items() if k != "__line"}
+    return pl.DataFrame([*fields.values(), lines])  # rows without any field keep their height

@@ -331,13 +331,14 @@ def read_hf_trainer_state(path: Path, notes: list[str]) -> tuple[pl.DataFrame, s
             row = {k: v for k, v in _flatten(entry).items() if k != "eval_loss"}
             row["__line"] = i
             train.append(row)
-        elif "eval_loss" in entry:
+        elif "eval_loss" in entry and isinstance(entry["step"], int | float | str):
             evals[entry["step"]] = entry["eval_loss"]
     if not train:
         raise ForensicsError(f"{path}: log_history has no training rows with a 'loss' field")
     for row in train:
-        if row["step"] in evals:
-            row["eval_loss"] = evals[row["step"]]
+        step = row.get("step")  # absent when the entry's step was a list or an object
+        if isinstance(step, int | float | str) and step in evals:
+            row["eval_loss"] = evals[step]
     return rows_to_frame(train), "log_history entry"
 
 

@@ -217,98 +217,100 @@ def divergence_causes(
     cfg: TriageConfig,
 ) -> list[dict[str, object]]:
     """The usual causes, in the order to check them, each with the evidence the log holds."""
-    causes: list[dict[str, object]] = []
-    # 1. Learning rate too high, or no warmup.
+
+    def near(kind: str) -> list[Alarm]:
+        """Alarms of `kind` from a recovery window before the onset to the end."""
+        lo = div.step - cfg.recovery_window
+        return [a for a in alarms if a.kind == kind and lo <= a.step <= div.end_step]
+
+    surges, collapses = near("grad_norm_alarm"), near("loss_scale_collapse")
+    return [
+        _lr_cause(cols, div),
+        _clipping_cause(cols, surges),
+        _loss_scale_cause(cols, collapses),
+        _device_cause(div, steps, loss, quiet=not surges and not collapses),
+    ]
+
+
+def _lr_cause(cols: Columns, div: Divergence) -> dict[str, object]:
+    """1. Learning rate too high, or no warmup."""
+    name = "learning rate too high or no warmup"
     if cols.lr is None:
-        causes.append(_cause("learning rate too high or no warmup", None, "needs the lr field"))
-    else:
-        lr = cols.lr[np.isfinite(cols.lr)]
-        lr_on = cols.at(cols.lr, div.step) or float("nan")
-        lr_max = float(np.max(lr)) if len(lr) else float("nan")
-        started_low = len(lr) and lr[0] < 0.5 * lr_max
-        if not started_low and cols.step[0] <= 10:
-            causes.append(
-                _cause(
-                    "learning rate too high or no warmup",
-                    True,
-                    f"no warmup: the lr starts at {lr[0]:.3g}, already {lr[0] / lr_max:.0%} of "
-                    f"its peak {lr_max:.3g}",
-                )
-            )
-        else:
-            near_peak = lr_on >= 0.9 * lr_max
-            causes.append(
-                _cause(
-                    "learning rate too high or no warmup",
-                    bool(near_peak),
-                    f"lr at the onset is {lr_on:.3g}, {lr_on / lr_max:.0%} of its peak "
-                    f"{lr_max:.3g}"
-                    + (
-                        " (divergence at peak lr, e.g. right after warmup, points at the lr)"
-                        if near_peak
-                        else " (well below peak: the lr alone is unlikely)"
-                    ),
-                )
-            )
-    # 2. Clipping misconfigured: the update was not bounded while the norm exploded.
-    surges = [
-        a
-        for a in alarms
-        if a.kind == "grad_norm_alarm" and div.step - cfg.recovery_window <= a.step <= div.end_step
-    ]
+        return _cause(name, None, "needs the lr field")
+    lr = cols.lr[np.isfinite(cols.lr)]
+    if not len(lr) or float(np.max(lr)) <= 0:  # nothing to compare against (a hand-made log)
+        return _cause(name, None, "the lr field holds no positive finite value")
+    lr_on = cols.at(cols.lr, div.step) or float("nan")
+    lr_max = float(np.max(lr))
+    started_low = lr[0] < 0.5 * lr_max
+    if not started_low and cols.step[0] <= 10:
+        return _cause(
+            name,
+            True,
+            f"no warmup: the lr starts at {lr[0]:.3g}, already {lr[0] / lr_max:.0%} of "
+            f"its peak {lr_max:.3g}",
+        )
+    near_peak = lr_on >= 0.9 * lr_max
+    return _cause(
+        name,
+        bool(near_peak),
+        f"lr at the onset is {lr_on:.3g}, {lr_on / lr_max:.0%} of its peak {lr_max:.3g}"
+        + (
+            " (divergence at peak lr, e.g. right after warmup, points at the lr)"
+            if near_peak
+            else " (well below peak: the lr alone is unlikely)"
+        ),
+    )
+
+
+def _clipping_cause(cols: Columns, surges: list[Alarm]) -> dict[str, object]:
+    """2. Clipping misconfigured: the update was not bounded while the norm exploded."""
+    name = "gradient clipping misconfigured"
     if cols.grad_norm is None:
-        causes.append(_cause("gradient clipping misconfigured", None, "needs the grad norm"))
-    else:
-        causes.append(
-            _cause(
-                "gradient clipping misconfigured",
-                bool(surges),
-                (
-                    f"the grad norm surged to {surges[0].ratio:.1f}x its baseline at step "
-                    f"{surges[0].step}; with clipping on, the update stays bounded, so check "
-                    "--clip-grad (Megatron logs the norm before clipping)"
-                )
-                if surges
-                else "no grad-norm surge before the rise",
-            )
-        )
-    # 3. fp16 loss scale collapsed.
-    collapses = [
-        a
-        for a in alarms
-        if a.kind == "loss_scale_collapse"
-        and div.step - cfg.recovery_window <= a.step <= div.end_step
-    ]
+        return _cause(name, None, "needs the grad norm")
+    if not surges:
+        return _cause(name, False, "no grad-norm surge before the rise")
+    return _cause(
+        name,
+        True,
+        f"the grad norm surged to {surges[0].ratio:.1f}x its baseline at step "
+        f"{surges[0].step}; with clipping on, the update stays bounded, so check "
+        "--clip-grad (Megatron logs the norm before clipping)",
+    )
+
+
+def _loss_scale_cause(cols: Columns, collapses: list[Alarm]) -> dict[str, object]:
+    """3. fp16 loss scale collapsed."""
+    name = "fp16 loss scale collapsed"
     if cols.loss_scale is None:
-        causes.append(_cause("fp16 loss scale collapsed", None, "no loss scale logged (bf16 run?)"))
-    else:
-        causes.append(
-            _cause(
-                "fp16 loss scale collapsed",
-                bool(collapses),
-                collapses[0].detail if collapses else "the loss scale held",
-            )
-        )
-    # 4. A faulty device: a jump with no precursor at all.
+        return _cause(name, None, "no loss scale logged (bf16 run?)")
+    return _cause(
+        name, bool(collapses), collapses[0].detail if collapses else "the loss scale held"
+    )
+
+
+def _device_cause(
+    div: Divergence, steps: np.ndarray, loss: np.ndarray, *, quiet: bool
+) -> dict[str, object]:
+    """4. A faulty device: a jump in one logged step with no precursor (`quiet`) at all."""
     i = int(np.searchsorted(steps, div.step))
     sudden = (
         i > 0
         and i < len(loss)
         and loss[i] - loss[i - 1] > 0.5 * max((div.to_level or loss[i]) - div.from_level, 0)
     )
-    causes.append(
-        _cause(
+    if sudden and quiet:
+        return _cause(
             "a faulty device",
-            bool(sudden and not surges and not collapses) or None,
-            (
-                "the loss jumped in one logged step with no grad-norm or loss-scale warning: "
-                "compare per-rank losses, check DCGM/ECC logs, rerun the step on other nodes"
-            )
-            if sudden and not surges and not collapses
-            else "only per-rank logs or a rerun of the step on other nodes can rule it out",
+            True,
+            "the loss jumped in one logged step with no grad-norm or loss-scale warning: "
+            "compare per-rank losses, check DCGM/ECC logs, rerun the step on other nodes",
         )
+    return _cause(
+        "a faulty device",
+        None,
+        "only per-rank logs or a rerun of the step on other nodes can rule it out",
     )
-    return causes
 
 
 def _cause(name: str, supported: bool | None, evidence: str) -> dict[str, object]:

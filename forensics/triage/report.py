@@ -9,10 +9,12 @@ or the Markdown.
 from __future__ import annotations
 
 import io
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
 
 from dataloaders.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from forensics.safe_text import excerpt, terminal_safe
@@ -20,6 +22,7 @@ from forensics.triage.analyze import TriageResult
 
 PNG_NAME = "triage.png"
 OUTPUT_NAMES = ("events.json", "summary.json", PNG_NAME, "report.md")
+STATE_DIR = ".triage"  # the lock and the staging folder, inside the output directory
 _MAX_PLOT_POINTS = 4000
 _VERDICT_COLOR = {"benign": "tab:green", "malignant": "tab:red", "undecided": "tab:orange"}
 
@@ -27,18 +30,28 @@ _VERDICT_COLOR = {"benign": "tab:green", "malignant": "tab:red", "undecided": "t
 def write_outputs(result: TriageResult, out: Path, source: str, fmt: str) -> list[Path]:
     """Write the four output files into `out`; return their paths.
 
-    Everything is rendered in memory first, so a failure leaves no partial set of outputs."""
+    Everything is rendered in memory, written into `out/.triage/staging` and moved into place
+    as one step (forensics.outputs.publish), so a full disk or a signal leaves the old set or
+    the new one, never a mix."""
+    from forensics.outputs import publish
+
     summary = json_safe({"source": source, "format": fmt, **result.summary})
     events = json_safe(result.events)
     png = render_png(result)
     markdown = render_markdown(result, source, fmt)
-    out.mkdir(parents=True, exist_ok=True)
-    return [
-        write_json_atomic(out / "events.json", events),
-        write_json_atomic(out / "summary.json", summary),
-        write_bytes_atomic(out / PNG_NAME, png),
-        write_text_atomic(out / "report.md", markdown),
-    ]
+    staging = out / STATE_DIR / "staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        write_json_atomic(staging / "events.json", events)
+        write_json_atomic(staging / "summary.json", summary)
+        write_bytes_atomic(staging / PNG_NAME, png)
+        write_text_atomic(staging / "report.md", markdown)
+    except BaseException:  # a full disk: nothing of this run stays behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    published = {p.name: p for p in publish(staging, out, OUTPUT_NAMES)}
+    return [published[name] for name in OUTPUT_NAMES]
 
 
 def json_safe(obj: Any) -> Any:
@@ -116,7 +129,29 @@ def render_png(result: TriageResult) -> bytes:
         squeeze=False,
         gridspec_kw={"height_ratios": [3] + [1.4] * (panels - 1)},
     )
-    ax = axes[0][0]
+    _plot_loss(axes[0][0], result)
+    row = 1
+    if has_grad:
+        _plot_grad_norm(axes[row][0], result)
+        row += 1
+    if has_lr:
+        _plot_lr_and_loss_scale(axes[row][0], result)
+    axes[-1][0].set_xlabel("iteration")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_label(name: str, max_chars: int = 40) -> str:
+    """A curve name as matplotlib shows it literally: `$` would start mathtext (an unpaired one
+    crashes the draw, a pair renders as math), so it is escaped."""
+    return excerpt(name, max_chars).replace("$", r"\$")
+
+
+def _plot_loss(ax: Any, result: TriageResult) -> None:
+    """The loss panel: every curve, and the main curve's EMA, fit and events."""
     for k, (name, c) in enumerate(result.curves.items()):
         if len(c.steps) == 0:
             continue
@@ -128,109 +163,112 @@ def render_png(result: TriageResult) -> bytes:
             lw=0.6,
             alpha=0.45 if main else 0.35,
             color="tab:blue" if main else None,
-            label=excerpt(name, 40),
+            label=plot_label(name),
         )
         if main:
-            _line(ax, c.steps, c.ema, lw=1.6, color="navy", label="EMA", marker=None)
-            if c.fit is not None:
-                fs = c.steps[c.steps >= c.fit.from_step]
-                ax.plot(
-                    fs,
-                    c.fit.predict(fs),
-                    "--",
-                    lw=1,
-                    color="gray",
-                    label=f"power law (exp {c.fit.exponent:.3f})",
-                )
-            for s in c.spikes:
-                if s.blip:
-                    continue
-                color = _VERDICT_COLOR[s.verdict]
-                ax.scatter([s.peak_step], [s.peak_loss], marker="v", s=50, color=color, zorder=5)
-                if s.verdict != "benign":  # benign ones need no line across the plot
-                    ax.axvline(s.onset_step, color=color, lw=0.8, alpha=0.6)
-            if len(c.bad_steps):
-                ax.scatter(
-                    c.bad_steps[:2000],
-                    np.full(min(len(c.bad_steps), 2000), 1.0),
-                    transform=ax.get_xaxis_transform(),
-                    marker="x",
-                    color="tab:red",
-                    s=30,
-                    zorder=6,
-                    label="loss nan / missing",
-                    clip_on=False,
-                )
-            blips = c.blips
-            if blips:
-                ax.scatter(
-                    [b.peak_step for b in blips],
-                    [b.peak_loss for b in blips],
-                    marker=".",
-                    s=12,
-                    color="tab:gray",
-                    zorder=4,
-                    label=f"{len(blips)} one-step blips",
-                )
-            if c.divergence is not None:
-                ax.axvspan(
-                    c.divergence.step,
-                    c.divergence.end_step,
-                    color="tab:red",
-                    alpha=0.12,
-                    label="divergence",
-                )
-            for p in c.plateaus:
-                ax.axvspan(p.step, p.end_step, color="tab:gray", alpha=0.15)
+            _mark_main_curve(ax, c)
     _set_loss_ylim(ax, result)
     ax.set_ylabel("loss")
     # "best" placement costs seconds on dense plots; sparse plots are where it matters.
     sparse = sum(len(c.steps) for c in result.curves.values()) <= 2000
     ax.legend(loc="best" if sparse else "upper right", fontsize=8, framealpha=0.7)
-    ax.set_title(f"triage: {result.summary['status']}  ({_event_counts(result)})", fontsize=10)
-    row = 1
-    if has_grad:
-        gx = axes[row][0]
-        t = result.table.select("step", "grad_norm").drop_nulls()
-        t = t.filter(t["grad_norm"] > 0)
-        _line(gx, t["step"].to_numpy(), t["grad_norm"].to_numpy(), lw=0.7, color="tab:purple")
-        if t.height:
-            gx.set_yscale("log")
-        for a in result.alarms:
-            if a.kind == "grad_norm_alarm":
-                gx.axvspan(a.step, max(a.end_step, a.step + 1), color="tab:red", alpha=0.25)
-        gx.set_ylabel("grad norm")
-        row += 1
-    if has_lr:
-        lx = axes[row][0]
-        if _has(result, "lr"):
-            t = result.table.select("step", "lr").drop_nulls()
-            _line(lx, t["step"].to_numpy(), t["lr"].to_numpy(), color="tab:green", lw=1)
-            lx.set_ylabel("lr")
-        if _has(result, "loss_scale"):
-            sx = lx.twinx()
-            t = result.table.select("step", "loss_scale").drop_nulls()
-            t = t.filter(t["loss_scale"] > 0)
-            _line(
-                sx,
-                t["step"].to_numpy(),
-                t["loss_scale"].to_numpy(),
-                color="tab:brown",
-                lw=1,
-                drawstyle="steps-post",
-            )
-            if t.height:
-                sx.set_yscale("log", base=2)
-            sx.set_ylabel("loss scale")
-            for a in result.alarms:
-                if a.kind == "loss_scale_collapse":
-                    lx.axvspan(a.step, max(a.end_step, a.step + 1), color="tab:brown", alpha=0.25)
-    axes[-1][0].set_xlabel("iteration")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    title = plot_label(f"triage: {result.summary['status']}  ({_event_counts(result)})", 200)
+    ax.set_title(title, fontsize=10)
+
+
+def _mark_main_curve(ax: Any, c: Any) -> None:
+    """EMA, power-law fit, spikes, nan/missing steps, blips, divergence and plateaus."""
+    _line(ax, c.steps, c.ema, lw=1.6, color="navy", label="EMA", marker=None)
+    if c.fit is not None:
+        fs = c.steps[c.steps >= c.fit.from_step]
+        ax.plot(
+            fs,
+            c.fit.predict(fs),
+            "--",
+            lw=1,
+            color="gray",
+            label=f"power law (exp {c.fit.exponent:.3f})",
+        )
+    for s in c.spikes:
+        if s.blip:
+            continue
+        color = _VERDICT_COLOR[s.verdict]
+        ax.scatter([s.peak_step], [s.peak_loss], marker="v", s=50, color=color, zorder=5)
+        if s.verdict != "benign":  # benign ones need no line across the plot
+            ax.axvline(s.onset_step, color=color, lw=0.8, alpha=0.6)
+    if len(c.bad_steps):
+        ax.scatter(
+            c.bad_steps[:2000],
+            np.full(min(len(c.bad_steps), 2000), 1.0),
+            transform=ax.get_xaxis_transform(),
+            marker="x",
+            color="tab:red",
+            s=30,
+            zorder=6,
+            label="loss nan / missing",
+            clip_on=False,
+        )
+    blips = c.blips
+    if blips:
+        ax.scatter(
+            [b.peak_step for b in blips],
+            [b.peak_loss for b in blips],
+            marker=".",
+            s=12,
+            color="tab:gray",
+            zorder=4,
+            label=f"{len(blips)} one-step blips",
+        )
+    if c.divergence is not None:
+        ax.axvspan(
+            c.divergence.step,
+            c.divergence.end_step,
+            color="tab:red",
+            alpha=0.12,
+            label="divergence",
+        )
+    for p in c.plateaus:
+        ax.axvspan(p.step, p.end_step, color="tab:gray", alpha=0.15)
+
+
+def _plot_grad_norm(gx: Any, result: TriageResult) -> None:
+    """The grad-norm panel (log scale) with the EMA alarms shaded."""
+    t = result.table.select("step", "grad_norm").drop_nulls()
+    t = t.filter(t["grad_norm"] > 0)
+    _line(gx, t["step"].to_numpy(), t["grad_norm"].to_numpy(), lw=0.7, color="tab:purple")
+    if t.height:
+        gx.set_yscale("log")
+    for a in result.alarms:
+        if a.kind == "grad_norm_alarm":
+            gx.axvspan(a.step, max(a.end_step, a.step + 1), color="tab:red", alpha=0.25)
+    gx.set_ylabel("grad norm")
+
+
+def _plot_lr_and_loss_scale(lx: Any, result: TriageResult) -> None:
+    """The lr panel, with the fp16 loss scale on a second axis and its collapses shaded."""
+    if _has(result, "lr"):
+        t = result.table.select("step", "lr").drop_nulls()
+        _line(lx, t["step"].to_numpy(), t["lr"].to_numpy(), color="tab:green", lw=1)
+        lx.set_ylabel("lr")
+    if not _has(result, "loss_scale"):
+        return
+    sx = lx.twinx()
+    t = result.table.select("step", "loss_scale").drop_nulls()
+    t = t.filter(t["loss_scale"] > 0)
+    _line(
+        sx,
+        t["step"].to_numpy(),
+        t["loss_scale"].to_numpy(),
+        color="tab:brown",
+        lw=1,
+        drawstyle="steps-post",
+    )
+    if t.height:
+        sx.set_yscale("log", base=2)
+    sx.set_ylabel("loss scale")
+    for a in result.alarms:
+        if a.kind == "loss_scale_collapse":
+            lx.axvspan(a.step, max(a.end_step, a.step + 1), color="tab:brown", alpha=0.25)
 
 
 def _set_loss_ylim(ax: Any, result: TriageResult) -> None:
@@ -412,9 +450,13 @@ def terminal_lines(result: TriageResult) -> list[str]:
         if e["kind"] == "divergence":
             first = next((c for c in e["likely_causes"] if c["supported"]), None)
             if first:
-                lines.append(f"    -> check first: {first['cause']} ({first['evidence']})")
+                lines.append(
+                    f"    -> check first: {terminal_safe(first['cause'], 200)} "
+                    f"({terminal_safe(first['evidence'], 300)})"
+                )
         if e.get("next_command"):
-            lines.append(f"    roll back to {e['rollback_iteration']}; next: {e['next_command']}")
+            command = escape(e["next_command"])
+            lines.append(f"    roll back to {e['rollback_iteration']}; next: {command}")
     n_benign = sum(1 for e in result.events if e["kind"] == "spike" and e["verdict"] == "benign")
     if n_benign:
         lines.append(f"  {n_benign} benign spikes (see report.md)")
