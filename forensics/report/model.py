@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from forensics.cluster.verdict import culprit_docs, headline_culprit, rule_text
+from forensics.report.incident import Incident
 from forensics.safe_text import excerpt
 
 EXAMPLES_PER_CLUSTER = 3
@@ -60,6 +61,9 @@ class SpikeReport:
     documents: pl.DataFrame | None = None
     # who wrote it: run name, tool version, timestamp, command line (forensics.provenance)
     provenance: dict[str, Any] | None = None
+    # the incident timeline's marks besides the loss (triage's alarms, stage switches,
+    # checkpoints, the culprit's share past the spike); None when the pipeline did not build it
+    incident: Incident | None = None
 
     @property
     def culprit(self) -> dict[str, Any] | None:

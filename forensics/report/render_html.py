@@ -44,6 +44,7 @@ ul.notes{font-size:13px;color:#444;margin:6px 0 0;padding-left:20px}
 """
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 PLOT_TITLES = {
+    "timeline": "Incident timeline: loss, alarms, stages, checkpoints, rollback, skip, culprit",
     "culprit_share": "Culprit share per iteration (over the loss when a log was given)",
     "embedding": "Embedding clusters in 2-D",
     "scores": "Score histograms, window vs baseline",

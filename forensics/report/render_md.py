@@ -125,6 +125,7 @@ def render_markdown(report: SpikeReport, plot_files: dict[str, str] | None = Non
     # The sections in report.html's order (forensics.report.sections.SECTION_ORDER).
     parts.append("## Plots\n")
     titles = {
+        "timeline": "Incident timeline",
         "culprit_share": "Culprit share per iteration",
         "embedding": "Embedding clusters in 2-D",
         "scores": "Scores, window vs baseline",

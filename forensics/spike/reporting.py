@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -15,46 +15,87 @@ from forensics.spike.restart_files import report_skip
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import Clusters
 
+if TYPE_CHECKING:
+    from forensics.report.incident import Incident
+
 
 def log_evidence(
     config: RunConfig, window: tuple[int, int], notes: list[str]
-) -> pl.DataFrame | None:
+) -> tuple[pl.DataFrame | None, list[dict[str, Any]]]:
     """The training log's loss (for the report's overlay), or None with a note; and what
     `forensics triage` finds in the log around the window (an alarm before the spike, the
-    spike's verdict), as notes, so the spike report and triage tell one story."""
+    spike's verdict), as notes and as events for the incident timeline, so the spike report
+    and triage tell one story."""
     if config.log is None:
-        return None
+        return None, []
     try:
         from forensics.triage.readers import read_log
 
         frame = read_log(config.log)
     except ForensicsError as err:
         notes.append(f"training log not overlaid: {err}")
-        return None
+        return None, []
     except ImportError:
         notes.append("training log not overlaid: the log reader is not installed")
-        return None
-    notes.extend(triage_notes(frame, window))
-    return frame.select("step", "loss")
+        return None, []
+    events = triage_events(frame, window, notes)
+    notes.extend(event_line(event) for event in events)
+    return frame.select("step", "loss"), events
 
 
-def triage_notes(frame: pl.DataFrame, window: tuple[int, int], late: int = 100) -> list[str]:
-    """triage's events from the window's start to `late` iterations past the spike, one line
-    each ("triage: grad_norm_alarm at 2258: ...")."""
+def triage_events(
+    frame: pl.DataFrame, window: tuple[int, int], notes: list[str], late: int = 100
+) -> list[dict[str, Any]]:
+    """triage's events from the window's start to `late` iterations past the spike; a failed
+    triage is a note and no events."""
     from forensics.triage.analyze import triage
 
     try:
         result = triage(frame)
     except ForensicsError as err:
-        return [f"triage of the training log failed: {err}"]
-    lines = []
-    for event in result.events:
-        if not window[0] <= int(event["step"]) <= window[1] + late:
-            continue
-        verdict = f" ({event['verdict']})" if event.get("verdict") else ""
-        summary = str(event.get("evidence", {}).get("summary") or "")
-        lines.append(f"triage: {event['kind']}{verdict} at {event['step']}: {summary}")
-    return lines
+        notes.append(f"triage of the training log failed: {err}")
+        return []
+    return [e for e in result.events if window[0] <= int(e["step"]) <= window[1] + late]
+
+
+def event_line(event: dict[str, Any]) -> str:
+    """One triage event as a note: "triage: grad_norm_alarm at 2258: ..."."""
+    verdict = f" ({event['verdict']})" if event.get("verdict") else ""
+    summary = str(event.get("evidence", {}).get("summary") or "")
+    return f"triage: {event['kind']}{verdict} at {event['step']}: {summary}"
+
+
+def triage_notes(frame: pl.DataFrame, window: tuple[int, int], late: int = 100) -> list[str]:
+    """triage's events from the window's start to `late` iterations past the spike, one line
+    each ("triage: grad_norm_alarm at 2258: ...")."""
+    notes: list[str] = []
+    events = triage_events(frame, window, notes, late)
+    return notes + [event_line(event) for event in events]
+
+
+def incident_for_report(
+    run: SpikeRun,
+    events: list[dict[str, Any]],
+    exposure: pl.DataFrame,
+    ahead: pl.DataFrame,
+    blocked: int,
+) -> Incident:
+    """The incident timeline's marks: triage's events, the data stages, the checkpoints, and
+    (when a block list exists) the culprit's share of each iteration after the spike, from the
+    exposure the skip plan measured (skip scope and ahead: to the end of training)."""
+    from forensics.report.incident import Incident, share_past_spike
+    from forensics.window_plan import stage_starts
+
+    share = share_past_spike(pl.concat([exposure, ahead]), run.options.step) if blocked else None
+    return Incident(
+        events=[
+            {k: e[k] for k in ("kind", "step", "end_step", "verdict") if k in e} for e in events
+        ],
+        stage_starts=stage_starts(run.config),
+        checkpoints=run.config.available_checkpoints(),
+        culprit_ahead=share,
+        last_iteration=getattr(run.replayer, "last_iteration", None),
+    )
 
 
 def documents_for_report(
@@ -79,11 +120,13 @@ def report_stage(
     baseline_docs: pl.DataFrame,
     rollback: Rollback,
     skip: SkipPlan,
+    exposure: pl.DataFrame,
+    ahead: pl.DataFrame,
 ) -> Any:
     """Build the report and publish it with skip.json and the restart files, as one step."""
     from forensics.report import build_report
 
-    loss = log_evidence(run.config, run.plan.window, run.notes)
+    loss, events = log_evidence(run.config, run.plan.window, run.notes)
     with run.clock.stage("report", f"to {run.out}", spinner=True):
         report = build_report(
             run.options.step,
@@ -104,5 +147,7 @@ def report_stage(
         )
         report.documents = documents_for_report(run, clusters, window_docs, replay)
         report.provenance = skip.provenance or None
+        blocked = sum(len(v) for v in skip.documents.values())
+        report.incident = incident_for_report(run, events, exposure, ahead, blocked)
         publish_outputs(report, skip, run.cache, run.out)
     return report
