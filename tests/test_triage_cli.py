@@ -15,7 +15,8 @@ from refusal import refused
 from typer.testing import CliRunner
 
 from forensics.cli import app
-from forensics.triage.report import decimate, json_safe
+from forensics.triage.plot import decimate
+from forensics.triage.report import json_safe
 from forensics_testing import loss_curves
 
 runner = CliRunner()
