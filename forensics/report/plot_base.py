@@ -179,3 +179,43 @@ def steps_past(report: SpikeReport, fraction: float, least: int) -> int:
     `least`."""
     length = report.window[1] - report.window[0] + 1
     return max(least, round(length * fraction))
+
+
+TAG_ROWS = 6
+
+
+def tag_lines(ax: Any, tags: list[tuple[float, str, str]]) -> list[Any]:
+    """A short text over the axes' top edge for each vertical line (x, text, colour), centred on
+    it and stacked in rows where it would overlap an earlier one, so lines an iteration apart
+    (a rollback checkpoint and a stage switch) stay told apart. Call after set_xlim; put the
+    title in fig.suptitle (constrained layout keeps it above the tags). Returns the texts."""
+    renderer = ax.figure.canvas.get_renderer()
+    lo, hi = sorted(ax.get_xlim())
+    taken: list[Any] = []
+    placed = []
+    for x, text, colour in sorted(tags, key=lambda t: t[0]):
+        if not lo <= x <= hi:
+            continue
+        for row in range(TAG_ROWS):
+            tag = ax.annotate(text, (x, 1.0), xycoords=ax.get_xaxis_transform(),
+                              xytext=(0, 2 + 10 * row), textcoords="offset points",
+                              ha="center", va="bottom", fontsize=7, color=colour)  # fmt: skip
+            box = tag.get_window_extent(renderer).padded(2)
+            if not any(box.overlaps(other) for other in taken):
+                taken.append(box)
+                placed.append(tag)
+                break
+            tag.remove()
+    return placed
+
+
+def restart_tags(report: SpikeReport, first_document: bool = True) -> list[tuple[float, str, str]]:
+    """tag_lines' tags for mark_restart's lines."""
+    tags = [(float(report.step), f"spike {report.step}", SPIKE_COLOUR)]
+    if report.rollback_iteration is not None:
+        tags.append((float(report.rollback_iteration), f"rollback {report.rollback_iteration}",
+                     ROLLBACK_COLOUR))  # fmt: skip
+    if first_document and report.culprit_first_iteration is not None:
+        first = report.culprit_first_iteration
+        tags.append((float(first), f"culprit from {first}", FIRST_COLOUR))
+    return tags

@@ -22,7 +22,9 @@ from forensics.report.plot_base import (
     new_figure,
     place_labels,
     png,
+    restart_tags,
     steps_past,
+    tag_lines,
 )
 
 CULPRIT_COLOURS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b")  # one per culprit cluster
@@ -87,8 +89,9 @@ def culprit_share_figure(report: SpikeReport):
             mark_spike_loss(ax2, report, loss)
             ax2.set_ylabel("loss")
             axes.append(ax2)
+    tag_lines(ax, restart_tags(report))
     legend_below(fig, axes)
-    ax.set_title("Share of each iteration's samples that hold culprit documents")
+    fig.suptitle("Share of each iteration's samples that hold culprit documents")
     return fig
 
 

@@ -23,7 +23,9 @@ from forensics.report.plot_base import (
     mark_spike_loss,
     new_figure,
     png,
+    restart_tags,
     steps_past,
+    tag_lines,
 )
 
 AFTER_SPIKE = 1.0  # the timeline runs one window's length past the spike (less if the run ends)
@@ -125,8 +127,11 @@ def timeline_figure(report: SpikeReport):
     mark_restart(ax, report, first_document=False, verdict=spike_verdict(events, report.step))
     ax.set_xlim(lo - 0.5, hi + 0.5)
     ax.set_xlabel("iteration")
+    starts = incident.stage_starts if incident is not None else []
+    stages = [(s - 0.5, f"stage {s}", STAGE_COLOUR) for s in starts if s > 1]
+    tag_lines(ax, restart_tags(report, first_document=False) + stages)
     a, b = report.window
-    ax.set_title(f"Incident timeline: spike at iteration {report.step}, replayed window {a}-{b}")
+    fig.suptitle(f"Incident timeline: spike at iteration {report.step}, replayed window {a}-{b}")
     legend_below(fig, [ax, sx])
     return fig
 
