@@ -133,11 +133,12 @@ def test_hostile_document_is_escaped_in_html_markdown_and_terminal(written):
 def test_html_is_self_contained_with_its_plots(written):
     _, _, out, files = written
     page = (out / "report.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 3
+    assert page.count('src="data:image/png;base64,') == 4
     assert "http://" not in page and "https://" not in page
-    assert {"report_culprit_share.png", "report_embedding.png", "report_scores.png"} <= set(files)
+    assert {"report_timeline.png", "report_culprit_share.png", "report_embedding.png",
+            "report_scores.png"} <= set(files)  # fmt: skip
     md = (out / "report.md").read_text()
-    assert "(report_embedding.png)" in md
+    assert "(report_embedding.png)" in md and "(report_timeline.png)" in md
     # The first screen, in the sketch's order.
     labels = ["CULPRIT", "why", "ROLL BACK", "SKIP", "AHEAD", "PASTE"]
     positions = [md.index(label) for label in labels]

@@ -16,6 +16,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from refusal import refused
@@ -580,3 +581,73 @@ def test_bad_engine_options_are_refused_before_any_work(run: dict, tmp_path: Pat
         with pytest.raises(ForensicsError, match=message.replace("(", r"\(")):
             run_spike(cfg, tmp_path / "x", SpikeOptions(step=SPEC.spike_iteration, **options))
         assert not (tmp_path / "x").exists()
+
+
+def test_report_shows_the_incident_timeline_in_html_and_beside_md(run: dict) -> None:
+    import base64
+    import re
+
+    out = run["out"]
+    png = (out / "report_timeline.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    assert "![Incident timeline](report_timeline.png)" in (out / "report.md").read_text()
+    page = (out / "report.html").read_text()
+    embedded = re.search(r'<img alt="timeline" src="data:image/png;base64,([^"]+)"', page)
+    assert embedded and base64.b64decode(embedded.group(1)) == png
+
+
+def test_timeline_tells_the_runs_story(run: dict) -> None:
+    """The real run's timeline names its rollback, skip, spike, stage switch, checkpoints,
+    triage's grad-norm alarm and the culprit share past the spike; that share is the block
+    list's share of each iteration as the replay table counts it (not Replayer.exposure, which
+    the command uses), and the culprit does go on after the spike."""
+    from forensics.report.timeline import timeline_figure
+
+    result, step = run["result"], SPEC.spike_iteration
+    fig = timeline_figure(result.report)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    skip = result.skip.to_dict()
+    want = [f"rollback: checkpoint {result.rollback.iteration}", "skipped iteration",
+            f"spike: iteration {step}", f"data stage starts: {SPEC.switch_iteration}",
+            "checkpoints on disk", "grad-norm alarm (triage)", "culprit share past the spike",
+            "loss (training log)"]  # fmt: skip
+    for prefix in want:
+        assert any(label.startswith(prefix) for label in labels), (prefix, labels)
+    assert skip["iterations"]
+    ahead = result.report.incident.culprit_ahead
+    assert (ahead["iteration"].min(), ahead["iteration"].max()) == (step + 1, SPEC.train_iters)
+    first, last = step + 1, step + 12
+    table = _replayer(run).replay(first, last, progress=False)
+    culprit = pl.DataFrame(
+        [(d, i) for d, ids in skip["documents"].items() for i in ids],
+        schema={"dataset": pl.Utf8, "doc_id": pl.Int64},
+        orient="row",
+    ).with_columns(pl.lit(True).alias("culprit"))
+    truth = (
+        table.join(culprit, on=["dataset", "doc_id"], how="left")
+        .group_by("iteration", "sample_index")
+        .agg(pl.col("culprit").fill_null(False).any())
+        .group_by("iteration")
+        .agg(pl.col("culprit").mean().alias("share"))
+        .sort("iteration")
+    )
+    got = ahead.filter(pl.col("iteration").is_between(first, last)).select("iteration", "share")
+    assert got["iteration"].to_list() == truth["iteration"].to_list()
+    assert np.allclose(got["share"].to_numpy(), truth["share"].to_numpy())
+    assert got["share"].max() > 0
+
+
+def test_embedding_labels_do_not_overlap_on_the_run(run: dict) -> None:
+    import itertools
+
+    from matplotlib.text import Text
+
+    from forensics.report.plots import embedding_figure
+
+    fig = embedding_figure(run["result"].report)
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    boxes = [Text.get_window_extent(t, renderer) for t in fig.axes[0].texts]
+    assert boxes
+    for a, b in itertools.combinations(boxes, 2):
+        assert not a.overlaps(b)

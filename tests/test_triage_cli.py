@@ -130,3 +130,25 @@ def test_json_outputs_are_strict_json(tmp_path: Path) -> None:
         json.loads((out / name).read_text(), parse_constant=lambda c: pytest.fail(c))
     cleaned = json_safe({"a": [np.float64("nan"), np.int64(3), float("inf")], "b": 1.5})
     assert cleaned == {"a": [None, 3, None], "b": 1.5} and type(cleaned["a"][1]) is int
+
+
+def test_triage_png_names_every_line_and_span_in_a_legend() -> None:
+    """Each panel has a legend: the loss's spike lines, the grad norm and its alarm, the lr,
+    the loss scale and its collapse (a benign spike with a grad-norm precursor and an fp16
+    loss scale halving ten times at the spike)."""
+    from forensics.triage.analyze import triage
+    from forensics.triage.plot import triage_figure
+
+    df = loss_curves.make("benign_spike")
+    s = df["step"].to_numpy()
+    halvings = np.clip(s - loss_curves.SPIKE_STEP + 1, 0, 10)
+    result = triage(df.with_columns(pl.Series("loss_scale", 65536.0 / 2.0**halvings)))
+    kinds = {e["kind"] for e in result.events}
+    assert {"grad_norm_alarm", "loss_scale_collapse", "spike"} <= kinds
+    fig = triage_figure(result)
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()]
+               for ax in fig.axes if ax.get_legend()]  # fmt: skip
+    loss, grad, lr = legends
+    assert "benign spike: peak" in loss and "EMA" in loss
+    assert grad == ["grad norm", "grad-norm alarm (EMA over its baseline)"]
+    assert set(lr) == {"lr", "loss scale (right axis)", "loss-scale collapse"}

@@ -58,26 +58,34 @@ def past_share(report: SpikeReport, last: int) -> pl.DataFrame | None:
     return part if part.height else None
 
 
+def _edges(iterations: Any) -> Any:
+    """Bin edges for one bar per iteration (iteration i covers i-0.5..i+0.5; the series are
+    contiguous: exposure and replay tables hold every iteration of their span)."""
+    import numpy as np
+
+    return np.append(iterations - 0.5, iterations[-1] + 0.5)
+
+
 def draw_share(ax: Any, report: SpikeReport, last: int) -> float:
     """The culprit share in % on `ax`: solid over the replayed window, hatched and lighter past
-    the spike (to `last`). Returns the highest share drawn, in %."""
+    the spike (to `last`), one bar per iteration. Returns the highest share drawn, in %."""
     top = 0.0
     share = report.culprit_share
     if share is not None and share.height:
         it, pct = share["iteration"].to_numpy(), share["share"].to_numpy() * 100
-        ax.fill_between(it, pct, step="mid", color=SHARE_COLOUR, alpha=0.35, lw=0,
-                        label="culprit share of the iteration's samples (window)")  # fmt: skip
-        ax.step(it, pct, where="mid", color=SHARE_COLOUR, lw=1)
+        ax.stairs(pct, _edges(it), fill=True, color=SHARE_COLOUR, alpha=0.35, lw=0,
+                  label="culprit share of the iteration's samples (window)")  # fmt: skip
+        ax.stairs(pct, _edges(it), color=SHARE_COLOUR, lw=1)
         top = float(pct.max())
     past = past_share(report, last)
     if past is not None:
         it, pct = past["iteration"].to_numpy(), past["share"].to_numpy() * 100
         rest = remaining_share(report.incident.culprit_ahead)  # type: ignore[union-attr]
-        ax.fill_between(it, pct, step="mid", facecolor="none", edgecolor=SHARE_COLOUR,
-                        hatch=PAST_HATCH, alpha=0.45, lw=0,
-                        label=f"culprit share past the spike (block list; {100 * rest:.1f}% of "
-                              "the rest of the run)")  # fmt: skip
-        ax.step(it, pct, where="mid", color=SHARE_COLOUR, lw=0.7, alpha=0.45)
+        ax.stairs(pct, _edges(it), fill=True, facecolor="none", edgecolor=SHARE_COLOUR,
+                  hatch=PAST_HATCH, alpha=0.45, lw=0,
+                  label=f"culprit share past the spike (block list; {100 * rest:.1f}% of "
+                        "the rest of the run)")  # fmt: skip
+        ax.stairs(pct, _edges(it), color=SHARE_COLOUR, lw=0.7, alpha=0.45)
         top = max(top, float(pct.max()))
     return top
 
