@@ -86,7 +86,8 @@ def incident_for_report(
     from forensics.report.incident import Incident, share_past_spike
     from forensics.window_plan import stage_starts
 
-    share = share_past_spike(pl.concat([exposure, ahead]), run.options.step) if blocked else None
+    spans = pl.concat([exposure, ahead], how="vertical_relaxed")
+    share = share_past_spike(spans, run.options.step) if blocked else None
     return Incident(
         events=[
             {k: e[k] for k in ("kind", "step", "end_step", "verdict") if k in e} for e in events
