@@ -1,4 +1,4 @@
-"""The compiled per-document loops (`forensics.score.kernels`) against plain Python references.
+"""The compiled loops (`forensics.score.doc_counts`, `utf8_scan`) against plain Python references.
 
 The kernels replaced polars group-bys and must give the same numbers: checked here on small
 random documents with a vocabulary small enough that words and n-grams repeat, including empty
@@ -14,8 +14,9 @@ from collections import Counter
 import numpy as np
 import polars as pl
 
-from forensics.score import kernels as K
-from forensics.score.tokens import _MIX
+from forensics.score import doc_counts as D
+from forensics.score import utf8_scan as U
+from forensics.score.doc_counts import MIX
 
 
 def _docs(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -33,14 +34,14 @@ def _ngram_hash(words: np.ndarray) -> int:
     out = np.uint64(0)
     with np.errstate(over="ignore"):
         for j, w in enumerate(words):
-            out = (out ^ (w * _MIX[j])) * np.uint64(0x100000001B3) + np.uint64(j + 1)
+            out = (out ^ (w * MIX[j])) * np.uint64(0x100000001B3) + np.uint64(j + 1)
     return int(out)
 
 
 def test_ngram_stats_match_a_per_document_count() -> None:
     doc, h, length, _ = _docs(1)
-    bounds = K.doc_bounds(doc, int(doc.max()) + 1)
-    top, covered = K.ngram_stats(bounds, h, length, 6)
+    bounds = D.doc_bounds(doc, int(doc.max()) + 1)
+    top, covered = D.ngram_stats(bounds, h, length, 6)
     for d in range(len(bounds) - 1):
         a, b = bounds[d], bounds[d + 1]
         for j, n in enumerate((2, 3, 4)):
@@ -63,8 +64,8 @@ def test_ngram_stats_match_a_per_document_count() -> None:
 
 def test_top_keyword_counts_ties_and_gaps() -> None:
     doc, h, _, content = _docs(2)
-    bounds = K.doc_bounds(doc, int(doc.max()) + 1)
-    count, index, gap = K.top_keyword(bounds, h, content)
+    bounds = D.doc_bounds(doc, int(doc.max()) + 1)
+    count, index, gap = D.top_keyword(bounds, h, content)
     for d in range(len(bounds) - 1):
         a, b = bounds[d], bounds[d + 1]
         seen = Counter(int(h[i]) for i in range(a, b) if content[i])
@@ -82,10 +83,10 @@ def test_top_keyword_counts_ties_and_gaps() -> None:
 def test_slot_words_and_minhash_match_their_definitions() -> None:
     doc, h, _, content = _docs(3)
     n_docs = int(doc.max()) + 1
-    bounds = K.doc_bounds(doc, n_docs)
-    slot = K.slot_words(bounds, h, content, 4, 0.1)
+    bounds = D.doc_bounds(doc, n_docs)
+    slot = D.slot_words(bounds, h, content, 4, 0.1)
     masked = np.array([i % 5 == 0 for i in range(len(h))])
-    sig, eligible = K.minhash(bounds, h, masked.astype(np.int64), np.ones(n_docs, bool),
+    sig, eligible = D.minhash(bounds, h, masked.astype(np.int64), np.ones(n_docs, bool),
                               3, 8, 5, np.iinfo(np.uint64).max)  # fmt: skip
     for d in range(n_docs):
         a, b = bounds[d], bounds[d + 1]
@@ -105,10 +106,10 @@ def test_slot_words_and_minhash_match_their_definitions() -> None:
 
 
 NEEDS = {
-    K.HAS_CONTROL: r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F\x80-\x9F]",
-    K.HAS_LATIN1_LEAD: "[\u00c2-\u00f4]",
-    K.HAS_FFFD: "\ufffd",
-    K.HAS_EAST_ASIAN: r"[\p{Han}\p{Hangul}\p{Hiragana}\p{Katakana}\uFF61-\uFF9F]",
+    U.HAS_CONTROL: r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F\x80-\x9F]",
+    U.HAS_LATIN1_LEAD: "[\u00c2-\u00f4]",
+    U.HAS_FFFD: "\ufffd",
+    U.HAS_EAST_ASIAN: r"[\p{Han}\p{Hangul}\p{Hiragana}\p{Katakana}\uFF61-\uFF9F]",
 }
 
 
@@ -126,22 +127,22 @@ def test_byte_scans_agree_with_the_regexes() -> None:
             "\U00020000",
         ]
     )
-    visible, symbols = K.visible_and_ascii_class(texts.slice(1), r"[(){}_#]")
+    visible, symbols = U.visible_and_ascii_class(texts.slice(1), r"[(){}_#]")
     want_visible = (texts.str.len_chars() - texts.str.count_matches(r"\s")).fill_null(0)
     assert visible.tolist() == want_visible.to_list()[1:]
     assert symbols.tolist() == texts.str.count_matches(r"[(){}_#]").fill_null(0).to_list()[1:]
     # Every code point outside the surrogates, one per row: each bit is a superset of what its
     # regexes need, so gating a regex by it never skips a page the regex would match.
     chars = pl.Series([chr(c) for c in range(0x30000) if not 0xD800 <= c <= 0xDFFF])
-    bits = K.char_groups(chars)
+    bits = U.char_groups(chars)
     for bit, pattern in NEEDS.items():
         has = chars.str.contains(pattern).to_numpy()
         assert ((bits & bit) != 0)[has].all(), hex(bit)
-    assert K.char_groups(texts)[0] == 0
+    assert U.char_groups(texts)[0] == 0
 
 
 def test_words_end_where_polars_ends_them_and_hash_its_lowercase() -> None:
-    """`kernels.words` against `str.extract_all(r"\\w+")` + `to_lowercase`: the same words, the
+    """`utf8_scan.words` against `str.extract_all(r"\\w+")` + `to_lowercase`: the same words, the
     same lengths, and equal hashes exactly for equal lowercase forms (final sigma, dotted I,
     titlecase digraphs, combining marks, CJK, digits, emoji between words)."""
     texts = pl.Series(
@@ -153,7 +154,7 @@ def test_words_end_where_polars_ends_them_and_hash_its_lowercase() -> None:
             "Don't stop: the THE The tHe, café CAFÉ",
         ]
     )
-    doc, h, length, cap, digit = K.words(texts)
+    doc, h, length, cap, digit = U.words(texts)
     ref = (
         pl.DataFrame({"text": texts})
         .with_row_index("doc")

@@ -8,8 +8,9 @@ Public API (used by `forensics score` and by `forensics spike`):
 `scored` has every input column plus `garbage_score`, `spam_score` (Float64 in [0, 1];
 >= FLAG_THRESHOLD means flagged), `garbage_reason`, `spam_reason` (Utf8, "" when not flagged).
 Row order is preserved. Signals live in one module per family: `garbage` (+ `legacy_codecs`,
-`patterns`), `spam` (per document), `skeleton` (across the documents of the table); `kernels`
-holds the compiled (numba) per-document loops they share.
+`patterns`), `spam` (per document), `skeleton` (across the documents of the table); the
+compiled (numba) loops they share are `utf8_scan` (characters and words, over the UTF-8 bytes)
+and `doc_counts` (per-document counts over the word hashes).
 """
 
 from __future__ import annotations

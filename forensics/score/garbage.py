@@ -27,10 +27,16 @@ import numpy as np
 import polars as pl
 
 from forensics.safe_text import excerpt
-from forensics.score import kernels as K
 from forensics.score import patterns as P
 from forensics.score.legacy_codecs import CODEC_NAMES, SEGMENT_SHARE, legacy_evidence
 from forensics.score.mixed_script import MixedScriptWords
+from forensics.score.utf8_scan import (
+    HAS_CONTROL,
+    HAS_EAST_ASIAN,
+    HAS_FFFD,
+    HAS_LATIN1_LEAD,
+    char_groups,
+)
 
 CHUNK_CHARS = 512
 # Corrupted fraction at which a flagged signal's score saturates at 1.0.
@@ -67,13 +73,13 @@ _PRIORITY = (
     "ctrl_in_word", "pua",
 )  # fmt: skip
 MIXED = MixedScriptWords()
-# The character a pattern cannot match without (a `kernels.char_groups` bit); patterns not
+# The character a pattern cannot match without (a `utf8_scan.char_groups` bit); patterns not
 # named (ftfy's heuristic, private-use / unassigned) run on every page that is not plain ASCII.
 _GATES = {
-    "c0": K.HAS_CONTROL, "ctrl_in_word": K.HAS_CONTROL, "c1": K.HAS_CONTROL,
-    "nul": K.HAS_CONTROL, "utf16": K.HAS_CONTROL,
-    "utf8_as_cp1252": K.HAS_LATIN1_LEAD, "cp1252_in_word": K.HAS_LATIN1_LEAD,
-    "fffd": K.HAS_FFFD, "east_asian": K.HAS_EAST_ASIAN, "mixed_candidates": K.HAS_EAST_ASIAN,
+    "c0": HAS_CONTROL, "ctrl_in_word": HAS_CONTROL, "c1": HAS_CONTROL,
+    "nul": HAS_CONTROL, "utf16": HAS_CONTROL,
+    "utf8_as_cp1252": HAS_LATIN1_LEAD, "cp1252_in_word": HAS_LATIN1_LEAD,
+    "fffd": HAS_FFFD, "east_asian": HAS_EAST_ASIAN, "mixed_candidates": HAS_EAST_ASIAN,
 }  # fmt: skip
 _AUX = {
     "nul": P.NUL,
@@ -85,7 +91,7 @@ _AUX = {
 
 def _gated_counts(frame: pl.DataFrame, groups: np.ndarray) -> pl.DataFrame:
     """`doc` and every pattern's match count (`<name>_n`), each pattern run only on the rows
-    whose `kernels.char_groups` bits say it can match (`_GATES`); the others count 0."""
+    whose `utf8_scan.char_groups` bits say it can match (`_GATES`); the others count 0."""
     patterns = {s.name: s.pattern for s in SIGNALS} | _AUX
     out = frame.select("doc")
     for bit in sorted(set(_GATES.get(k, 0) for k in patterns)):
@@ -119,7 +125,7 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
         pl.col("text").str.contains(r"[^\x09\x0A\x0D\x20-\x7E]").not_().fill_null(True)
     ).to_series()
     names = [f"{s.name}_n" for s in SIGNALS] + [f"{n}_n" for n in _AUX]
-    counted = _gated_counts(frame.filter(~plain), K.char_groups(texts).take(np.flatnonzero(~plain)))
+    counted = _gated_counts(frame.filter(~plain), char_groups(texts).take(np.flatnonzero(~plain)))
     whole = (
         frame.select("doc", n_chars.alias("n_chars"))
         .join(counted, on="doc", how="left")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from forensics.score.kernels import doc_bounds, minhash
+from forensics.score.doc_counts import doc_bounds, minhash
 from forensics.score.tokens import Tokens
 
 SHINGLE = 3  # words per skeleton shingle: short, so one slot breaks few shingles
@@ -65,7 +65,7 @@ def signatures(
     (`_EMPTY` where a bin got none); `eligible` bool [n_docs], documents with >= MIN_SHINGLES
     informative shingles. A shingle of masks only ("X X 0 X X") is a list of names or numbers,
     not template text, and is skipped. Duplicate shingles need no removal: a minimum ignores
-    repeats. Shingle hashes are `tokens.ngram_hashes`'s, binned in one compiled pass.
+    repeats. Shingle hashes are `doc_counts.MIX`'s n-gram hashes, binned in one compiled pass.
     """
     bounds = tok.bounds if tok.bounds is not None else doc_bounds(tok.doc, tok.n_docs)
     return minhash(

@@ -17,14 +17,10 @@ import polars as pl
 
 from forensics.safe_text import excerpt
 from forensics.score.code import SYMBOLS, code_likeness, code_line_exprs, prose_likeness
+from forensics.score.doc_counts import doc_bounds, ngram_stats, top_keyword
 from forensics.score.doorway import MIN_KEYWORD_SHARE, MIN_SENTENCES, DoorwayFrames
-from forensics.score.kernels import (
-    doc_bounds,
-    ngram_stats,
-    top_keyword,
-    visible_and_ascii_class,
-)
 from forensics.score.tokens import WORD, Tokens
+from forensics.score.utf8_scan import visible_and_ascii_class
 
 # Documents with fewer words are scored with proportionally damped per-document signals:
 # repetition statistics on a handful of words are noise.
@@ -195,7 +191,7 @@ def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
     position in the flat token arrays, -1 when none); `keyword_gap` (median distance in words
     between its consecutive occurrences: a stuffed page repeats its keyword every few words
     throughout, a README names its package in bursts). All from compiled per-document loops
-    (`kernels`).
+    (`doc_counts`).
     """
     bounds = tok.bounds if tok.bounds is not None else doc_bounds(tok.doc, tok.n_docs)
     n_words = np.diff(bounds)

@@ -2,8 +2,8 @@
 
 The cross-document skeleton signal needs every row at once, so the table is scored as a whole;
 the heavy lifting inside each scorer is polars (native, multi-threaded), numpy and the compiled
-per-document loops of `kernels`. Only documents that already carry evidence reach Python-level
-code (legacy-codec checks, reasons).
+loops of `utf8_scan` and `doc_counts`. Only documents that already carry evidence reach
+Python-level code (legacy-codec checks, reasons).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from forensics.score.kernels import content_words, doc_bounds, slot_words, word_hashes, words
+from forensics.score.doc_counts import doc_bounds, slot_words
+from forensics.score.utf8_scan import content_words, word_hashes, words
 
 WORD = r"\w+"
 STOPWORDS = frozenset(
@@ -77,7 +78,7 @@ def tokenize(texts: pl.Series) -> Tokens:
 
     A word is "capitalised" when it differs from its lowercase form (Austin, NASA, iPhone) and
     a "number" when it holds an ASCII digit; both are skeleton masks. One compiled pass over the
-    UTF-8 bytes (`kernels.words`).
+    UTF-8 bytes (`utf8_scan.words`).
     """
     doc, h, length, cap, digit = words(texts.cast(pl.Utf8))
     content = content_words(h, length, digit | cap, _stopword_hashes())
@@ -96,48 +97,3 @@ def tokenize(texts: pl.Series) -> Tokens:
         content=content,
         bounds=bounds,
     )
-
-
-_MIX = np.array(
-    [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
-     0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9,
-     0x2545F4914F6CDD1D, 0x9FB21C651E98DF25],
-    dtype=np.uint64,
-)  # fmt: skip
-
-
-def ngram_hashes(doc: np.ndarray, h: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Hashes of all word n-grams that do not cross a document boundary.
-
-    Returns (start, hash): `start` int64 [m], index of the n-gram's first word in the flat
-    arrays; `hash` uint64 [m], an order-sensitive combination of the n word hashes.
-    """
-    m = len(h) - n + 1
-    if m <= 0:
-        return np.empty(0, np.int64), np.empty(0, np.uint64)
-    starts = np.arange(m, dtype=np.int64)
-    valid = doc[:m] == doc[n - 1 :]
-    out = np.zeros(m, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(n):
-            part = h[j : j + m] * _MIX[j % len(_MIX)]
-            out = (out ^ part) * np.uint64(0x100000001B3) + np.uint64(j + 1)
-    return starts[valid], out[valid]
-
-
-def ngram_series(doc: np.ndarray, h: np.ndarray, max_n: int):
-    """Yield (n, start, hash) for n = 2..max_n, each n-gram hash built from the (n-1)-gram's.
-
-    Same values as `ngram_hashes(doc, h, n)`, at one pass per n instead of n passes.
-    """
-    with np.errstate(over="ignore"):
-        cur = (h * _MIX[0]) * np.uint64(0x100000001B3) + np.uint64(1)
-        for n in range(2, max_n + 1):
-            m = len(h) - n + 1
-            if m <= 0:
-                return
-            cur = (cur[:m] ^ (h[n - 1 : n - 1 + m] * _MIX[(n - 1) % len(_MIX)])) * np.uint64(
-                0x100000001B3
-            ) + np.uint64(n)
-            valid = doc[:m] == doc[n - 1 :]
-            yield n, np.flatnonzero(valid), cur[valid]
