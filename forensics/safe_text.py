@@ -2,7 +2,8 @@
 
 Crawled garbage contains ANSI escape sequences (which can rewrite a terminal), C0/C1 control
 characters, bidi overrides and `<script>` tags. Anything derived from document text goes through
-`terminal_safe` before rich prints it and through `html_safe` before it lands in HTML.
+`terminal_safe` before rich prints it, through `html_safe` before it lands in HTML, and through
+`md_safe` (`fence_safe` inside a ~~~ fence) before it lands in Markdown.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 # CSI / OSC / other ESC sequences, then any remaining C0/C1 control or bidi/format override.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>])")
 
 
 def excerpt(text: str | None, max_chars: int = 300) -> str:
@@ -37,3 +39,15 @@ def terminal_safe(text: str | None, max_chars: int = 300) -> str:
 def html_safe(text: str | None, max_chars: int = 300) -> str:
     """Excerpt for HTML: `<script>` becomes `&lt;script&gt;`."""
     return html.escape(excerpt(text, max_chars), quote=True)
+
+
+def md_safe(text: object, max_chars: int = 300) -> str:
+    """Inert Markdown text, escaped once: `<`, `>`, `&` as entities (quotes stay quotes: an
+    entity's `#` would be backslash-escaped and show literally), Markdown punctuation
+    backslash-escaped, one line."""
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(excerpt(str(text), max_chars), quote=False))
+
+
+def fence_safe(text: object, max_chars: int = 2000) -> str:
+    """Text for inside a ~~~ fence: no control characters, no fence markers."""
+    return excerpt(str(text), max_chars).replace("~~~", "~ ~ ~").replace("```", "` ` `")

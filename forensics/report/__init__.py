@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forensics.report.model import SpikeReport, build_report, summary_lines
+from forensics.report.model import SpikeReport, build_report
+from forensics.report.summary import summary_lines
 from forensics.report.terminal import print_summary
 
 __all__ = ["SpikeReport", "build_report", "print_summary", "summary_lines", "write_report"]

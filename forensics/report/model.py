@@ -1,10 +1,10 @@
-"""The spike report's data, and the first screen an engineer acts on.
+"""The spike report's data: what every renderer shows, and how its clusters and numbers are named.
 
 Why one model and three renderers: report.json, report.md, report.html and the terminal table
-must tell the same story with the same numbers. Everything is computed here (`build_report`,
-`summary_lines`); the renderers only lay it out and escape it. Text from documents or manifests
-is kept raw here (with control characters already neutralised in excerpts) and escaped by each
-renderer for its medium.
+must tell the same story with the same numbers. Everything is computed here (`build_report`)
+and in `summary` (the first screen, `summary_lines`); the renderers only lay it out and escape
+it. Text from documents or manifests is kept raw here (with control characters already
+neutralised in excerpts) and escaped by each renderer for its medium.
 """
 
 from __future__ import annotations
@@ -21,12 +21,7 @@ from forensics.safe_text import excerpt
 EXAMPLES_PER_CLUSTER = 3
 EXAMPLE_CLUSTERS = 12  # culprits and suspects (then the top clusters) that get examples
 EXCERPT_CHARS = 300
-FLAG_CHARS = 160  # a longer paste line is shown as $(cat restart-<trainer>.flags), never cut
-NO_CULPRIT_ADVICE = (
-    "no cluster stands out: the spike is then more likely numerical (a hard batch, a bf16 "
-    "overflow, a hardware glitch). If it is benign, do nothing; if spikes keep coming and no "
-    "dirty data is found, only then lower the learning rate or tighten gradient clipping."
-)
+TABLE_ROWS = 30  # cluster rows in report.md's and report.html's tables
 
 
 @dataclass
@@ -92,6 +87,23 @@ def cluster_notes(row: dict[str, Any]) -> list[str]:
     if row.get("top_reasons"):
         notes.append("reasons: " + "; ".join(row["top_reasons"]))
     return notes
+
+
+def cluster_rows(
+    report: SpikeReport, limit: int = TABLE_ROWS, explained: bool = True
+) -> list[dict]:
+    """The rows the tables show, `limit` at most: culprits, suspects that stand on their own,
+    clean clusters by suspicion, then (if `explained`) the clusters inside a culprit."""
+    ranked = report.clusters.with_columns(
+        pl.col("verdict").replace_strict({"culprit": 0, "suspect": 1, "clean": 2}).alias("_v"),
+        pl.col("explained_by").is_not_null().alias("_x"),
+    )
+    if not explained:
+        ranked = ranked.filter(~pl.col("_x"))
+    ranked = ranked.sort(
+        ["_x", "_v", "suspicion", "docs", "id"], descending=[False, False, True, True, False]
+    )
+    return list(ranked.drop("_v", "_x").head(limit).iter_rows(named=True))
 
 
 def pick_examples(
@@ -200,6 +212,20 @@ def embedding_points(assignments: pl.DataFrame, culprit: pl.DataFrame) -> pl.Dat
     )
 
 
+def corroborating_rows(ranked: pl.DataFrame, top: dict[str, Any]) -> list[dict[str, Any]]:
+    """Embedding clusters whose embedded documents are mostly (over half) the culprit's: they
+    found the same documents by content alone. Biggest first, each with `in_culprit`."""
+    mine = set(top.get("members") or [])
+    if not mine or "kind" not in ranked.columns:
+        return []
+    found = []
+    for row in ranked.filter(pl.col("kind") == "embedding").iter_rows(named=True):
+        members = set(row.get("members") or [])
+        if members and len(members & mine) / len(members) > 0.5:
+            found.append(row | {"in_culprit": len(members & mine)})
+    return sorted(found, key=lambda r: (-len(r["members"]), r["id"]))
+
+
 def build_report(
     step: int,
     window: tuple[int, int],
@@ -267,10 +293,11 @@ def build_report(
     )
 
 
-# -- the first screen ---------------------------------------------------------------------------
+# -- numbers, as every medium prints them -----------------------------------------------------
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
+    """A share as the report prints it: "0%", "<0.1%", one decimal below 10%, else none."""
     if x == 0:
         return "0%"
     if x < 0.001:
@@ -289,184 +316,10 @@ def format_p(p: float) -> str:
     return f"p = {p:.2g}"
 
 
-def _ranges(iterations: list[list[int]] | list[tuple[int, int]]) -> tuple[str, int]:
-    parts, total = [], 0
-    for first, last in iterations:
-        parts.append(f"{first}-{last}" if first != last else f"{first}")
-        total += last - first + 1
-    shown = ", ".join(parts[:6]) + (f", ... ({len(parts)} ranges)" if len(parts) > 6 else "")
-    return shown, total
-
-
-def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
-    lines = []
-    name = "this cluster" if top["kind"] == "embedding" else f"this {top['facet']}"
-    if top["new_in_window"]:
-        seam = "new in the window (absent from the baseline): a mixture switch"
-        if report.culprit_first_iteration is not None:
-            seam += f"; its first document appears at iteration {report.culprit_first_iteration}"
-        lines.append(seam)
-    share = (
-        f"{name} is {_pct(top['window_share'])} of the window's documents, "
-        f"{_pct(top['baseline_share'])} of the baseline's ({format_p(top['p_value'])}"
-    )
-    share += ")" if top["new_in_window"] else f", {top['enrichment']:.1f}x)"
-    lines.append(share)
-    flagged = (
-        f"{_pct(top['flagged_rate'])} of its documents are flagged: garbage "
-        f"{_pct(top['garbage_rate'])}, spam {_pct(top['spam_rate'])} (rest of the window: "
-        f"{_pct(top['rest_flagged_rate'])})"
-    )
-    lines.append(flagged)
-    if top.get("top_reasons"):
-        lines.append("top reasons: " + "; ".join(top["top_reasons"]))
-    if top["kind"] == "embedding" and top.get("dominant_sources"):
-        lines.append("it lives in: " + ", ".join(top["dominant_sources"]))
-    if top.get("aliases"):
-        lines.append("same documents as: " + ", ".join(top["aliases"][:4]))
-    ranked = report.clusters
-    corroborating = corroborating_clusters(ranked, top)
-    if corroborating:
-        named = "; ".join(corroborating[:3])
-        more = f" ({len(corroborating)} in all)" if len(corroborating) > 3 else ""
-        lines.append(f"embedding clusters mostly made of its documents: {named}{more}")
-    others = ranked.filter(
-        (pl.col("id") != top["id"])
-        & pl.col("explained_by").is_null()
-        & (pl.col("verdict") != "clean")
-    )
-    if others.height:
-        nxt = others.row(0, named=True)
-        lines.append(
-            f"next most suspicious cluster: {cluster_name(nxt)}, "
-            f"{_pct(nxt['flagged_rate'])} flagged ({nxt['verdict']})"
-        )
-    else:
-        lines.append("no other cluster is a suspect outside it")
-    return lines
-
-
-def corroborating_rows(ranked: pl.DataFrame, top: dict[str, Any]) -> list[dict[str, Any]]:
-    """Embedding clusters whose embedded documents are mostly (over half) the culprit's: they
-    found the same documents by content alone. Biggest first, each with `in_culprit`."""
-    mine = set(top.get("members") or [])
-    if not mine or "kind" not in ranked.columns:
-        return []
-    found = []
-    for row in ranked.filter(pl.col("kind") == "embedding").iter_rows(named=True):
-        members = set(row.get("members") or [])
-        if members and len(members & mine) / len(members) > 0.5:
-            found.append(row | {"in_culprit": len(members & mine)})
-    return sorted(found, key=lambda r: (-len(r["members"]), r["id"]))
-
-
-def corroborating_clusters(ranked: pl.DataFrame, top: dict[str, Any]) -> list[str]:
-    """corroborating_rows in words, named with keywords (each has a drill-down section)."""
-    return [
-        f"{cluster_name(r)}, {r['in_culprit']} of its docs" for r in corroborating_rows(ranked, top)
-    ]
-
-
-def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
-    """The first screen as (label, text) lines, raw text; renderers escape it for their medium."""
-    first, last = report.window
-    b0, b1 = report.baseline
-    out: list[tuple[str, str]] = [
-        ("", f"Spike at iteration {report.step}, window {first}-{last}, baseline {b0}-{b1}")
-    ]
-    from forensics.report.confidence import confidence_lines, no_culprit_lines
-
-    top = report.culprit
-    if top is None:
-        out.extend(no_culprit_lines(report, NO_CULPRIT_ADVICE))  # dirty data is not cleared
-        suspects = report.clusters.filter(pl.col("verdict") == "suspect")
-        if suspects.height:
-            s = suspects.row(0, named=True)
-            out.append(
-                (
-                    "",
-                    f"most suspicious: {cluster_name(s)} (suspect: {_pct(s['flagged_rate'])} "
-                    f"flagged, {_pct(s['window_share'])} of the window, "
-                    f"{_pct(s['baseline_share'])} of the baseline)",
-                )
-            )
-    else:
-        label = cluster_name(top)
-        dataset = _dominant_dataset(top)
-        out.append(("CULPRIT", label + (f" (dataset {dataset})" if dataset else "")))
-        out.extend(("why" if i == 0 else "", line) for i, line in enumerate(_why(report, top)))
-    from forensics.report.action_view import action_lines, skip_label
-    from forensics.report.model_view import model_summary
-
-    skip = report.skip or {}
-    out.extend(action_lines(skip, report.rollback_iteration))  # rebuild or skip leads
-    out.extend(model_summary(report))
-    out.extend(confidence_lines(report))  # how sure: data, model, loss explained
-    if report.rollback_iteration is not None:
-        text = f"to iteration {report.rollback_iteration}"
-        text += f" ({report.step - report.rollback_iteration} iterations before the spike)"
-        if report.rollback_note:
-            text += f"; {report.rollback_note}"
-        out.append(("ROLL BACK", text))
-    if skip.get("iterations"):
-        shown, total = _ranges(skip["iterations"])
-        text = f"iterations {shown} ({total} iterations)"
-        coll = skip.get("collateral") or {}
-        if coll:
-            text += "; " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in coll.items())
-        if skip.get("documents") is not None:
-            text += f"; block list: {int(skip['documents']):,} documents"
-        out.append((skip_label(skip), text))
-    if skip.get("ahead"):
-        ahead = skip["ahead"]
-        text = (
-            "; ".join(f"{k.replace('_', ' ')}: {format_value(v)}" for k, v in ahead.items())
-            if isinstance(ahead, dict)
-            else str(ahead)
-        )
-        out.append(("AHEAD", text))
-    flags = skip.get("flags") or {}
-    chosen = flags.get(skip.get("trainer"), {})
-    if skip.get("iterations") and chosen:
-        if chosen.get("flag"):
-            pin = chosen.get("pin") or ""
-            paste = f"{pin} {chosen['flag']}" if pin.startswith("--") else str(chosen["flag"])
-            if len(paste) <= FLAG_CHARS:
-                out.append(("PASTE", f"{skip['trainer']}: {paste}"))
-            else:  # never a cut line: the whole one is in a file beside the report
-                out.append(("PASTE", f"{skip['trainer']}: $(cat restart-{skip['trainer']}.flags)"))
-                whole = f"{len(paste):,} characters"
-                out.append(("", f"(the file beside this report holds the whole line, {whole})"))
-            if pin and not pin.startswith("--"):
-                out.append(("", f"load the rollback checkpoint: {pin}"))
-            out.append(("", f"({chosen.get('semantics', '')}; then {chosen.get('consequence')})"))
-            if skip.get("tracker_file"):
-                out.append(("", f"or --result-rejected-tracker-filename {skip['tracker_file']}"))
-        else:
-            out.append(("NO FLAG", f"{skip['trainer']}: {chosen.get('refusal')}"))
-        others = [n for n, f in flags.items() if n != skip.get("trainer") and f.get("flag")]
-        if others:
-            out.append(("", "other trainers' flags: megatron_args.txt (" + ", ".join(others) + ")"))
-    return out
-
-
 def format_value(value: Any) -> str:
+    """A skip-plan value in words: shares as percentages, lists cut at eight."""
     if isinstance(value, float):
-        return _pct(value) if 0 <= value <= 1 else f"{value:,.2f}"
+        return pct(value) if 0 <= value <= 1 else f"{value:,.2f}"
     if isinstance(value, list | tuple):
         return ", ".join(format_value(v) for v in value[:8]) + (", ..." if len(value) > 8 else "")
     return str(value)
-
-
-def _dominant_dataset(top: dict[str, Any]) -> str | None:
-    if top.get("facet") == "dataset":
-        return None
-    if top.get("main_dataset"):
-        return str(top["main_dataset"])
-    for alias in top.get("aliases") or []:
-        if alias.startswith("dataset="):
-            return alias.split("=", 1)[1]
-    for source in top.get("dominant_sources") or []:
-        if source.startswith("dataset="):
-            return source.split("=", 1)[1]
-    return None

@@ -11,6 +11,8 @@ import html
 import math
 from typing import Any
 
+from forensics.safe_text import html_safe, md_safe
+
 NO_MODEL = (
     "no checkpoint given: the verdict rests on the data side alone (what was unusual, not what "
     "the model choked on); rerun with --checkpoint DIR (the pre-spike checkpoint in Hugging Face "
@@ -61,9 +63,7 @@ SAMPLE_HEAD = ["iteration", "position", "loss", "loss z", "worst-token z", "grad
 
 
 def markdown_section(report: Any) -> str:
-    """## What the model choked on (Markdown; text escaped with render_md's helpers)."""
-    from forensics.report.render_md import md_safe
-
+    """## What the model choked on (Markdown; text escaped with md_safe)."""
     view = report.model
     if not view:
         return f"## What the model choked on\n\n{md_safe(NO_MODEL, 600)}.\n"
@@ -91,8 +91,6 @@ def markdown_section(report: Any) -> str:
 
 def html_section(report: Any) -> str:
     """<h2>What the model choked on</h2> (HTML; document text through html_safe)."""
-    from forensics.safe_text import html_safe
-
     view = report.model
     if not view:
         return f"<h2>What the model choked on</h2><p>{html.escape(NO_MODEL)}.</p>"

@@ -16,11 +16,11 @@ from forensics.report.model import (
     SpikeReport,
     cluster_name,
     cluster_notes,
+    cluster_rows,
     format_p,
     format_value,
-    summary_lines,
 )
-from forensics.report.render_md import cluster_rows
+from forensics.report.summary import summary_lines
 from forensics.safe_text import html_safe
 
 CSS = """

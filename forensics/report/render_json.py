@@ -19,7 +19,8 @@ from typing import Any
 
 import polars as pl
 
-from forensics.report.model import SpikeReport, summary_lines
+from forensics.report.model import SpikeReport
+from forensics.report.summary import summary_lines
 
 INTERNAL_COLUMNS = ("members", "flagged_members")
 

@@ -9,34 +9,11 @@ so a crawled `<script>` or `[link](...)` stays text.
 
 from __future__ import annotations
 
-import html
-import re
-
-import polars as pl
-
-from forensics.report.model import (
-    SpikeReport,
-    cluster_name,
-    cluster_notes,
-    format_p,
-    summary_lines,
-)
-from forensics.safe_text import excerpt
-
-TABLE_ROWS = 30
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>])")
-
-
-def md_safe(text: object, max_chars: int = 300) -> str:
-    """Inert Markdown text, escaped once: `<`, `>`, `&` as entities (quotes stay quotes: an
-    entity's `#` would be backslash-escaped and show literally), Markdown punctuation
-    backslash-escaped, one line."""
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(excerpt(str(text), max_chars), quote=False))
-
-
-def fence_safe(text: object, max_chars: int = 2000) -> str:
-    """Text for inside a ~~~ fence: no control characters, no fence markers."""
-    return excerpt(str(text), max_chars).replace("~~~", "~ ~ ~").replace("```", "` ` `")
+from forensics.report.model import SpikeReport, cluster_name, cluster_notes, cluster_rows, format_p
+from forensics.report.model_view import markdown_section
+from forensics.report.sections import documents_markdown, skip_markdown
+from forensics.report.summary import summary_lines
+from forensics.safe_text import fence_safe, md_safe
 
 
 def summary_block(report: SpikeReport) -> str:
@@ -51,23 +28,6 @@ def notes_block(report: SpikeReport) -> str:
     if not report.notes:
         return ""
     return "\n".join(f"- note: {md_safe(note, 600)}" for note in report.notes) + "\n"
-
-
-def cluster_rows(
-    report: SpikeReport, limit: int = TABLE_ROWS, explained: bool = True
-) -> list[dict]:
-    """The rows the tables show, `limit` at most: culprits, suspects that stand on their own,
-    clean clusters by suspicion, then (if `explained`) the clusters inside a culprit."""
-    ranked = report.clusters.with_columns(
-        pl.col("verdict").replace_strict({"culprit": 0, "suspect": 1, "clean": 2}).alias("_v"),
-        pl.col("explained_by").is_not_null().alias("_x"),
-    )
-    if not explained:
-        ranked = ranked.filter(~pl.col("_x"))
-    ranked = ranked.sort(
-        ["_x", "_v", "suspicion", "docs", "id"], descending=[False, False, True, True, False]
-    )
-    return list(ranked.drop("_v", "_x").head(limit).iter_rows(named=True))
 
 
 def _table(report: SpikeReport) -> str:
@@ -138,9 +98,6 @@ def render_markdown(report: SpikeReport, plot_files: dict[str, str] | None = Non
     if report.embedding_note:
         parts.append(f"Embedding sample: {md_safe(report.embedding_note.get('text', ''), 600)}.\n")
     parts += ["## Examples\n", _examples(report)]
-    from forensics.report.model_view import markdown_section
-    from forensics.report.sections import documents_markdown, skip_markdown
-
     parts += [documents_markdown(report), markdown_section(report), skip_markdown(report)]
     parts += [
         "## How the verdicts are made\n",

@@ -11,6 +11,10 @@ from typing import Any
 
 import polars as pl
 
+from forensics.report.drilldown import chosen_clusters
+from forensics.report.model import cluster_name, format_value
+from forensics.safe_text import fence_safe, md_safe
+
 SECTION_ORDER = (
     "Plots",
     "Clusters",
@@ -25,10 +29,6 @@ SECTION_ORDER = (
 def documents_markdown(report: Any) -> str:
     """Per culprit/suspect cluster: its documents' count, flagged share and the first few ids
     with the iterations that drew them; the texts are in report.html and documents.parquet."""
-    from forensics.report.drilldown import chosen_clusters
-    from forensics.report.model import cluster_name
-    from forensics.report.render_md import md_safe
-
     docs = getattr(report, "documents", None)
     chosen = chosen_clusters(report) if report.clusters.height else report.clusters
     if docs is None or chosen.height == 0:
@@ -54,9 +54,6 @@ def documents_markdown(report: Any) -> str:
 
 def skip_markdown(report: Any) -> str:
     """Skip and restart: the action, the ranges, and every trainer's whole flag in a fence."""
-    from forensics.report.model import format_value
-    from forensics.report.render_md import fence_safe, md_safe
-
     skip = report.skip
     if not skip:
         return ""

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from dataloaders.console import make_console
-from forensics.report.model import SpikeReport, cluster_name, format_p, summary_lines
-from forensics.report.render_md import cluster_rows
+from forensics.report.model import SpikeReport, cluster_name, cluster_rows, format_p
+from forensics.report.summary import summary_lines
 from forensics.safe_text import terminal_safe
 
 TERMINAL_ROWS = 10
