@@ -249,38 +249,7 @@ def cluster_sources(
     window = window.with_columns(pl.Series("_s1", sig_w[0]), pl.Series("_s2", sig_w[1]))
     baseline = baseline.with_columns(pl.Series("_s1", sig_b[0]), pl.Series("_s2", sig_b[1]))
 
-    parts = []
-    for facet in facets:
-        key = _facet_key(facet)
-        win = window.group_by(key).agg(
-            pl.len().alias("docs"),
-            pl.col("_flag").sum().alias("flagged"),
-            pl.col("_garbage").sum().alias("garbage"),
-            pl.col("_spam").sum().alias("spam"),
-            pl.col("_row").cast(pl.Int64).alias("members"),
-            pl.col("_row").filter(pl.col("_flag")).cast(pl.Int64).alias("flagged_members"),
-            pl.col("dataset").cast(pl.Utf8).mode().sort().first().alias("main_dataset"),
-            pl.col("_s1").sum().alias("_w1"),
-            pl.col("_s2").sum().alias("_w2"),
-        )
-        base = baseline.group_by(key).agg(
-            pl.len().alias("baseline_docs"),
-            pl.col("_s1").sum().alias("_b1"),
-            pl.col("_s2").sum().alias("_b2"),
-        )
-        part = (
-            win.join(base, on="key", how="left")
-            .join(top_reasons(window, key), on="key", how="left")
-            .with_columns(
-                pl.lit(facet).alias("facet"),
-                pl.col("baseline_docs").fill_null(0),
-                pl.col("_b1").fill_null(0),
-                pl.col("_b2").fill_null(0),
-                pl.col("top_reasons").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))),
-            )
-            .sort(["docs", "key"], descending=[True, False])
-        )
-        parts.append(part)
+    parts = [_facet_groups(window, baseline, facet) for facet in facets]
     groups = pl.concat(parts, how="vertical_relaxed")
     groups = _merge_aliases(groups)
 
@@ -303,6 +272,41 @@ def cluster_sources(
         pl.col("docs").cast(pl.Int64),
         pl.col("baseline_docs").cast(pl.Int64),
         pl.col("flagged").cast(pl.Int64),
+    )
+
+
+def _facet_groups(window: pl.DataFrame, baseline: pl.DataFrame, facet: str) -> pl.DataFrame:
+    """One row per value of `facet` in the window: its window counts and members, its baseline
+    documents, its top reasons, and the member signature sums (`_w1` ... `_b2`) that
+    `_merge_aliases` compares; biggest first."""
+    key = _facet_key(facet)
+    win = window.group_by(key).agg(
+        pl.len().alias("docs"),
+        pl.col("_flag").sum().alias("flagged"),
+        pl.col("_garbage").sum().alias("garbage"),
+        pl.col("_spam").sum().alias("spam"),
+        pl.col("_row").cast(pl.Int64).alias("members"),
+        pl.col("_row").filter(pl.col("_flag")).cast(pl.Int64).alias("flagged_members"),
+        pl.col("dataset").cast(pl.Utf8).mode().sort().first().alias("main_dataset"),
+        pl.col("_s1").sum().alias("_w1"),
+        pl.col("_s2").sum().alias("_w2"),
+    )
+    base = baseline.group_by(key).agg(
+        pl.len().alias("baseline_docs"),
+        pl.col("_s1").sum().alias("_b1"),
+        pl.col("_s2").sum().alias("_b2"),
+    )
+    return (
+        win.join(base, on="key", how="left")
+        .join(top_reasons(window, key), on="key", how="left")
+        .with_columns(
+            pl.lit(facet).alias("facet"),
+            pl.col("baseline_docs").fill_null(0),
+            pl.col("_b1").fill_null(0),
+            pl.col("_b2").fill_null(0),
+            pl.col("top_reasons").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))),
+        )
+        .sort(["docs", "key"], descending=[True, False])
     )
 
 
