@@ -63,7 +63,7 @@ def test_missing_jsonl(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("column", ["dataset", "iteration", "text", "skipped"])
 def test_a_manifest_cannot_replace_replay_columns(tmp_path: Path, column: str) -> None:
-    from dataloaders.megatron.replayer import load_manifest
+    from dataloaders.megatron.manifests import load_manifest
 
     path = tmp_path / "m.parquet"
     pl.DataFrame({"doc_id": [0, 1], column: ["a", "b"]}).write_parquet(path)

@@ -4,62 +4,28 @@ Global sample s of iteration i (schedule.py) is served by the data stage in forc
 s -> (dataset k, dataset sample m) -> GPTDataset row j = shuffle_index[m] -> tokens from
 sample_index[j] to sample_index[j + 1] (+ the extra token) over document_index positions. Each
 position touched is one *segment* of the replay table (see dataloaders/base.py for its columns).
+Each document's facets come from its dataset's provenance manifest (manifests.py).
 Everything is vectorised over the whole window; nothing loops per sample in Python.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from dataloaders.base import RESERVED_COLUMNS
 from dataloaders.config import RunConfig
 from dataloaders.config_data import MegatronData
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.gpt_indices import split_range
 from dataloaders.megatron.indexed import IndexedDataset
+from dataloaders.megatron.manifests import Manifests
 from dataloaders.megatron.sources import GPTSource, Stage
 from dataloaders.progress import progress_bar as _progress
 from dataloaders.schedule import Schedule
 
 EXPOSURE_CHUNK = 4_000_000  # samples per vectorised chunk when scanning long ranges
-
-
-def load_manifest(path: Path, num_documents: int) -> pl.DataFrame:
-    """A provenance manifest: one row per document in .idx order, doc_id 0..n-1, string facets."""
-    if not path.is_file():
-        raise ForensicsError(f"{path}: manifest not found")
-    try:
-        table = pl.read_parquet(path)
-    except Exception as err:  # polars raises several types for a non-Parquet file
-        raise ForensicsError(f"{path}: not a readable Parquet manifest ({err})") from None
-    if "doc_id" not in table.columns:
-        raise ForensicsError(f"{path}: manifest has no doc_id column")
-    if table.height != num_documents:
-        raise ForensicsError(
-            f"{path}: manifest has {table.height} rows but the dataset has {num_documents} "
-            "documents (one row per document, in .idx order)"
-        )
-    table = table.sort("doc_id")
-    ids = table["doc_id"].to_numpy()
-    if not np.array_equal(ids, np.arange(num_documents)):
-        raise ForensicsError(f"{path}: manifest doc_id must be 0..{num_documents - 1}, each once")
-    facets = [c for c in table.columns if c != "doc_id"]
-    clash = sorted(set(facets) & RESERVED_COLUMNS)
-    if clash:
-        raise ForensicsError(
-            f"{path}: manifest column {', '.join(repr(c) for c in clash)} would replace the "
-            "replay table's own; rename it (e.g. source_dataset)"
-        )
-    try:
-        return table.select([pl.col(c).cast(pl.Utf8) for c in facets])
-    except pl.exceptions.PolarsError as err:
-        raise ForensicsError(
-            f"{path}: manifest columns must be strings ({str(err).splitlines()[0]})"
-        ) from None
 
 
 class MegatronReplayer:
@@ -87,8 +53,8 @@ class MegatronReplayer:
                     self.specs[spec.display_name] = spec
         self.datasets = {spec.prefix: IndexedDataset(spec.prefix) for spec in self.specs.values()}
         self._refuse_empty_splits()
+        self.manifests = Manifests(self.specs, self.datasets)
         self._stages: dict[int, Stage] = {}
-        self._manifests: dict[str, pl.DataFrame | None] = {}
         self._tokenizer: Any = None
 
     def _refuse_empty_splits(self) -> None:
@@ -109,13 +75,7 @@ class MegatronReplayer:
 
     @property
     def facets(self) -> list[str]:
-        out: list[str] = []
-        for name in self.specs:
-            table = self._manifest(name)
-            for col in table.columns if table is not None else []:
-                if col not in out:
-                    out.append(col)
-        return out
+        return self.manifests.facets
 
     def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
         return self.schedule.iteration_samples(first, last)
@@ -256,7 +216,7 @@ class MegatronReplayer:
                 "token_end": pl.Series(segs["token_end"], dtype=pl.Int64),
             }
         )
-        table = self._with_facets(table)
+        table = self.manifests.attach(table)
         if text:
             table = table.with_columns(
                 pl.Series("text", self._decode_segments(table, progress), dtype=pl.Utf8)
@@ -264,65 +224,10 @@ class MegatronReplayer:
         return table.with_columns(pl.lit(True).alias("exact"))
 
     def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
-        """Every document of the run whose `facet` is `key` (None: the facet has no value), as
-        dataset, doc_id, whether or not a window drew it: a blamed crawl batch's documents that
-        come later in the run belong in the block list. facet "dataset": the whole dataset."""
-        frames = []
-        for name, spec in self.specs.items():
-            if facet == "dataset":
-                if key != name:
-                    continue
-                n = self.datasets[spec.prefix].num_documents
-                doc_ids = pl.Series("doc_id", np.arange(n, dtype=np.int64))
-            else:
-                manifest = self._manifest(name)
-                if manifest is None or facet not in manifest.columns:
-                    continue
-                column = pl.col(facet).cast(pl.Utf8)
-                match = column.is_null() if key is None else column == key
-                # load_manifest keeps the facets in .idx order: the row number is the doc_id
-                doc_ids = pl.Series(
-                    "doc_id", np.flatnonzero(manifest.select(match.fill_null(False)).to_series())
-                )
-            frames.append(
-                doc_ids.to_frame("doc_id").select(pl.lit(name).alias("dataset"), "doc_id")
-            )
-        if not frames:
-            return pl.DataFrame(schema={"dataset": pl.Utf8, "doc_id": pl.Int64})
-        return pl.concat(frames)
+        """Every document of the run whose `facet` is `key` (`Manifests.documents_with`)."""
+        return self.manifests.documents_with(facet, key)
 
-    # -- facets and text -------------------------------------------------------------------
-
-    def _manifest(self, name: str) -> pl.DataFrame | None:
-        if name not in self._manifests:
-            spec = self.specs[name]
-            path = spec.manifest
-            if path is None:
-                default = Path(f"{spec.prefix}.manifest.parquet")
-                path = default if default.is_file() else None
-            ds = self.datasets[spec.prefix]
-            self._manifests[name] = None if path is None else load_manifest(path, ds.num_documents)
-        return self._manifests[name]
-
-    def _with_facets(self, table: pl.DataFrame) -> pl.DataFrame:
-        facets = self.facets
-        if not facets:
-            return table
-        columns: dict[str, np.ndarray] = {
-            f: np.full(table.height, None, dtype=object) for f in facets
-        }
-        names = table["dataset"].to_numpy()
-        docs = table["doc_id"].to_numpy()
-        for name in np.unique(names):
-            manifest = self._manifest(str(name))
-            if manifest is None:
-                continue
-            where = np.flatnonzero(names == name)
-            for col in manifest.columns:
-                columns[col][where] = manifest[col].gather(docs[where]).to_numpy()
-        return table.with_columns(
-            [pl.Series(f, columns[f].tolist(), dtype=pl.Utf8) for f in facets]
-        )
+    # -- text -------------------------------------------------------------------
 
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
@@ -401,7 +306,7 @@ class MegatronReplayer:
                 texts.extend(self._decode([self._doc_tokens(n, d) for n, d in chunk]))
                 advance(len(chunk))
         table = base.with_columns(pl.Series("text", texts, dtype=pl.Utf8))
-        return self._with_facets(table)
+        return self.manifests.attach(table)
 
     # -- exposure --------------------------------------------------------------------------
 
