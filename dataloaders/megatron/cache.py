@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +271,33 @@ def save_own(
     except OSError:
         return None
     return folder
+
+
+# -- which cache serves ---------------------------------------------------------------------
+
+Arrays = dict[str, np.ndarray]
+
+
+def find_indices(
+    megatron: Iterable[tuple[Path, Arrays | None]],
+    problem: Callable[[Arrays], str | None],
+    damaged: Callable[[Path, str], str],
+    own: tuple[str, str, tuple[str, ...]],
+) -> tuple[Arrays | None, str]:
+    """Cached indices by the rule GPT datasets and blends share: Megatron's first (`megatron`
+    yields each folder with what `find_megatron_*` found there, lazily), where a damaged entry
+    (`problem` says how) is an error worded by `damaged(folder, problem)`, since the run reads
+    those very files; then ours (`own`: kind, key, file names), where a damaged entry is rebuilt,
+    never trusted. Returns (arrays, origin): origin "megatron cache <folder>", "forensics
+    cache", or "built" with None."""
+    for folder, arrays in megatron:
+        if arrays is None:
+            continue
+        found = problem(arrays)
+        if found is not None:
+            raise ForensicsError(damaged(folder, found))
+        return arrays, f"megatron cache {folder}"
+    arrays = load_own(*own)
+    if arrays is None or problem(arrays) is not None:
+        return None, "built"
+    return arrays, "forensics cache"

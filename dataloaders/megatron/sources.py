@@ -30,6 +30,7 @@ from dataloaders.megatron.blending import (
     normalize,
     sizes_per_dataset,
 )
+from dataloaders.megatron.cache import find_megatron_blend, find_megatron_gpt
 from dataloaders.megatron.gpt_indices import (
     build_document_index,
     build_shuffle_index,
@@ -147,29 +148,26 @@ class GPTSource:
         """Megatron's cached indices for this dataset (range-checked: a damaged entry is an
         error naming it), else our own cache's (a damaged entry is rebuilt), else None."""
         documents = len(self.dataset)
-        for folder in self._megatron_cache_dirs(data):
-            arrays = cache.find_megatron_gpt(
+        strict = data.cache_path is not None
+        megatron = (  # lazily: the first folder holding an entry serves
+            (
                 folder,
-                self.prefix,
-                self.description,
-                self.split_name,
-                strict=data.cache_path is not None,
+                find_megatron_gpt(
+                    folder, self.prefix, self.description, self.split_name, strict=strict
+                ),
             )
-            if arrays is None:
-                continue
-            problem = cache.gpt_arrays_problem(arrays, documents)
-            if problem is not None:
-                raise ForensicsError(
-                    f"{folder}: Megatron's cached indices for {self.prefix.name} are damaged "
-                    f"({problem}); delete its *-GPTDataset-{self.split_name}-* files and they "
-                    "are rebuilt"
-                )
-            self.origin = f"megatron cache {folder}"
-            return arrays
-        arrays = cache.load_own("gpt", self.own_key, cache.GPT_FILES)
-        if arrays is None or cache.gpt_arrays_problem(arrays, documents) is not None:
-            return None  # a damaged entry of our own cache is rebuilt, never trusted
-        self.origin = "forensics cache"
+            for folder in self._megatron_cache_dirs(data)
+        )
+        arrays, self.origin = cache.find_indices(
+            megatron,
+            lambda found: cache.gpt_arrays_problem(found, documents),
+            lambda folder, problem: (
+                f"{folder}: Megatron's cached indices for {self.prefix.name} are damaged "
+                f"({problem}); delete its *-GPTDataset-{self.split_name}-* files and they "
+                "are rebuilt"
+            ),
+            ("gpt", self.own_key, cache.GPT_FILES),
+        )
         return arrays
 
     def _megatron_cache_dirs(self, data: MegatronData) -> list[Path]:
@@ -314,22 +312,21 @@ class Stage:
         """Megatron's cached blend indices (range-checked: damaged is an error naming the
         folder), else our own cache's (damaged is rebuilt), else None."""
         lengths = [len(x) for x in self.sources]
-        if data.cache_path is not None:
-            arrays = cache.find_megatron_blend(data.cache_path, prefixes, self.description)
-            if arrays is not None:
-                problem = cache.blend_arrays_problem(arrays, lengths)
-                if problem is not None:
-                    raise ForensicsError(
-                        f"{data.cache_path}: Megatron's cached blend indices are damaged "
-                        f"({problem}); delete its *-BlendedDataset-train-* files and they are "
-                        "rebuilt"
-                    )
-                self.origin = f"megatron cache {data.cache_path}"
-                return arrays
-        arrays = cache.load_own("blend", self.own_key, cache.BLEND_FILES)
-        if arrays is None or cache.blend_arrays_problem(arrays, lengths) is not None:
-            return None  # rebuilt, never trusted
-        self.origin = "forensics cache"
+        folder = data.cache_path
+        megatron = (
+            []
+            if folder is None
+            else [(folder, find_megatron_blend(folder, prefixes, self.description))]
+        )
+        arrays, self.origin = cache.find_indices(
+            megatron,
+            lambda found: cache.blend_arrays_problem(found, lengths),
+            lambda folder, problem: (
+                f"{folder}: Megatron's cached blend indices are damaged ({problem}); delete its "
+                "*-BlendedDataset-train-* files and they are rebuilt"
+            ),
+            ("blend", self.own_key, cache.BLEND_FILES),
+        )
         return arrays
 
     def _ensure_blend(self, stop: int) -> None:
