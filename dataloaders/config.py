@@ -110,6 +110,14 @@ class TrainingSpec(StrictModel):
     def _known_trainer(cls, value: str) -> str:
         return _known_trainer(value)
 
+    def iterations(self, batch: int) -> int:
+        """How many iterations the run trains: train_iters, else the whole batches of `batch`
+        samples in train_samples (a fixed batch size: Megatron's rampup is schedule.py's)."""
+        if self.train_iters is not None:
+            return self.train_iters
+        assert self.train_samples is not None
+        return self.train_samples // batch
+
     @model_validator(mode="after")
     def _length_given(self) -> TrainingSpec:
         if self.train_iters is None and self.train_samples is None:

@@ -31,6 +31,14 @@ def _is_number_type(annotation: Any) -> bool:
     return False
 
 
+def check_resume_order(resumes: list[Any]) -> None:
+    """A family's data.resumes name distinct iterations in increasing order (each restart's
+    state is read in turn, from the one before it)."""
+    iters = [r.iteration for r in resumes]
+    if iters != sorted(set(iters)):
+        raise ValueError(f"data.resumes must be in increasing iteration order, got {iters}")
+
+
 class StrictModel(BaseModel):
     """Unknown keys are errors; values are not silently coerced across types (`seed: true` is
     not seed 1, `seed: "7"` not 7)."""
@@ -208,9 +216,7 @@ class HFData(StrictModel):
             raise ValueError("a save_to_disk directory (data.path) is replayed map-style only")
         if self.pack_group_size is not None and self.pack_tokens is None:
             raise ValueError("pack_group_size needs pack_tokens")
-        iters = [r.iteration for r in self.resumes]
-        if iters != sorted(set(iters)):
-            raise ValueError(f"data.resumes must be in increasing iteration order, got {iters}")
+        check_resume_order(self.resumes)
         return self
 
     @property
@@ -298,9 +304,7 @@ class OlmoCoreData(StrictModel):
                 f"global_batch_size {self.global_batch_size} tokens does not split into whole "
                 f"instances over dp_world_size {self.dp_world_size} (OLMo-core refuses it too)"
             )
-        iters = [r.iteration for r in self.resumes]
-        if iters != sorted(set(iters)):
-            raise ValueError(f"data.resumes must be in increasing iteration order, got {iters}")
+        check_resume_order(self.resumes)
         paths: dict[str, list[Path]] = {}
         for sources in [self.sources] + [r.sources for r in self.resumes if r.sources]:
             for src in sources:
@@ -411,9 +415,7 @@ class MosaicData(StrictModel):
         absolute = any(s.repeat is not None or s.choose is not None for s in self.streams)
         if absolute and self.epoch_size is not None:
             raise ValueError("epoch_size only goes with proportion weights (streaming's rule)")
-        iters = [r.iteration for r in self.resumes]
-        if iters != sorted(set(iters)):
-            raise ValueError(f"data.resumes must be in increasing iteration order, got {iters}")
+        check_resume_order(self.resumes)
         return self
 
     @property

@@ -156,10 +156,7 @@ class HFReplayer:
             return self._map_style_plan()
 
     def _limit(self) -> int:
-        training = self.config.training
-        if training.train_iters is not None:
-            return training.train_iters
-        return training.train_samples // self.gbs
+        return self.config.training.iterations(self.gbs)
 
     def _resume_points(self) -> tuple[list[int], int | None]:
         """(iterations resumed from a state_dict that we replay, first best-effort iteration)."""

@@ -186,10 +186,7 @@ class MosaicReplayer:
 
     @cached_property
     def _limit(self) -> int:
-        t = self.config.training
-        if t.train_iters is not None:
-            return int(t.train_iters)
-        return int(t.train_samples // self.data.global_batch_size)
+        return int(self.config.training.iterations(self.data.global_batch_size))
 
     def _partition(self, epoch: int, sample_in_epoch: int, ipn: int | None) -> np.ndarray:
         plan, world = self.plan, self.world

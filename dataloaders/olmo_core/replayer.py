@@ -235,10 +235,7 @@ class OlmoCoreReplayer(OlmoCoreDocuments):
 
     @property
     def last_iteration(self) -> int:
-        training = self.config.training
-        if training.train_iters is not None:
-            return int(training.train_iters)
-        return int(training.train_samples // self.ipb)
+        return int(self.config.training.iterations(self.ipb))
 
     @property
     def facets(self) -> list[str]:
