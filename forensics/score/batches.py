@@ -82,34 +82,20 @@ def combine(parts: list[BatchScores], texts: pl.Series) -> pl.DataFrame:
     per-document scores, and the skeleton signal computed over all of them at once.
 
     Returns garbage_score, spam_score, garbage_reason, spam_reason, garbage_rule, spam_rule."""
-    from forensics.score.skeleton import cluster_signatures, skeleton_scores
+    from forensics.score.skeleton import cluster_signatures
+    from forensics.score.spam import SpamSignals
+    from forensics.score.table import assemble_scores
 
     texts = texts.cast(pl.Utf8)
     if not parts:
         parts = [score_batch(texts.slice(0, 0))]
     signatures = Signatures.concat([p.signatures for p in parts])
-    skeleton, skeleton_reason = skeleton_scores(
-        cluster_signatures(signatures, texts.hash(5).to_numpy())
+    clusters = cluster_signatures(signatures, texts.hash(5).to_numpy())
+    spam = SpamSignals(
+        np.concatenate([p.spam for p in parts]),
+        [r for p in parts for r in p.spam_reason],
+        [r for p in parts for r in p.spam_rule],
+        {},
     )
-    per_doc = np.concatenate([p.spam for p in parts])
-    spam = np.maximum(per_doc, skeleton)
-    empty = texts.is_null().to_numpy() | (texts.str.len_chars().fill_null(0).to_numpy() == 0)
-    spam[empty] = 0.0
-    doc_reasons = [r for p in parts for r in p.spam_reason]
-    doc_rules = [r for p in parts for r in p.spam_rule]
-    # Both reasons when both fire: an engineer wants to see every way a page is spam.
-    reasons = ["; ".join(r for r in (pr, sr) if r)
-               for pr, sr in zip(doc_reasons, skeleton_reason, strict=True)]  # fmt: skip
-    rules = [";".join(k for k in (pr, "skeleton" if sr else "") if k)
-             for pr, sr in zip(doc_rules, skeleton_reason, strict=True)]  # fmt: skip
     garbage = pl.concat([p.garbage for p in parts])
-    return pl.DataFrame(
-        {
-            "garbage_score": garbage["garbage_score"],
-            "spam_score": np.clip(spam, 0.0, 1.0).astype(np.float64),
-            "garbage_reason": garbage["garbage_reason"],
-            "spam_reason": pl.Series(reasons, dtype=pl.Utf8),
-            "garbage_rule": garbage["garbage_rule"],
-            "spam_rule": pl.Series(rules, dtype=pl.Utf8),
-        }
-    )
+    return assemble_scores(texts, garbage, spam, clusters, keys=True)

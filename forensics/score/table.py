@@ -144,13 +144,21 @@ def _score_batch(
         parts.signatures.append(pending_signatures.result())
 
 
-def _assemble(texts: pl.Series, parts: _Parts, clusters: SkeletonClusters, keys: bool):
-    """The output columns from the gathered parts (see `score_texts`)."""
+def assemble_scores(
+    texts: pl.Series,
+    garbage: pl.DataFrame,
+    spam: SpamSignals,
+    clusters: SkeletonClusters,
+    keys: bool,
+) -> pl.DataFrame:
+    """The output columns (see `score_texts`) of `texts` from their per-document scores
+    (`garbage`: `score_garbage` rows; `spam`: the spam rules, in row order) and the template
+    clusters of the whole table: a page's spam score is the larger of its rules' and its
+    skeleton's, with both reasons; an empty text scores 0. Shared by `score_texts` and by the
+    parts of a window scored elsewhere (`batches.combine`), so both give one table."""
     from forensics.score.skeleton import skeleton_scores
-    from forensics.score.spam import SpamSignals
 
     skel_score, skel_reason = skeleton_scores(clusters)
-    spam = SpamSignals.concat(parts.spam)
     score = np.maximum(spam.score, skel_score)
     empty = texts.is_null().to_numpy() | (texts.str.len_chars().fill_null(0).to_numpy() == 0)
     score[empty] = 0.0
@@ -160,7 +168,6 @@ def _assemble(texts: pl.Series, parts: _Parts, clusters: SkeletonClusters, keys:
     for reason, rule, skel in pairs:
         reasons.append("; ".join(r for r in (reason, skel) if r))
         rules.append(";".join(k for k in (rule, "skeleton" if skel else "") if k))
-    garbage = pl.concat(parts.garbage) if parts.garbage else _EMPTY_GARBAGE
     columns = {
         "garbage_score": garbage["garbage_score"],
         "spam_score": pl.Series(np.clip(score, 0.0, 1.0).astype(np.float64)),
@@ -204,7 +211,10 @@ def score_texts(
     finally:
         if pool is not None:
             pool.shutdown()
-    return _assemble(texts, parts, clusters, keys)
+    from forensics.score.spam import SpamSignals
+
+    garbage = pl.concat(parts.garbage) if parts.garbage else _EMPTY_GARBAGE
+    return assemble_scores(texts, garbage, SpamSignals.concat(parts.spam), clusters, keys)
 
 
 def score_table(
