@@ -22,6 +22,7 @@ import socket
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from forensics.errors import ForensicsError
@@ -31,10 +32,25 @@ ENGINES = ("local", "ray")
 Item = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Parts:
+    """A stage's parts, as every engine takes them: `task(item)` for each of `items`, `workers`
+    at a time, and `on_done(result)` as each result comes back (in completion order)."""
+
+    task: Callable[[Item], Item]
+    items: Sequence[Item]
+    workers: int
+    on_done: Callable[[Item], None]
+
+
+def _unknown_engine(engine: str) -> ForensicsError:
+    return ForensicsError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+
+
 def check_engine(engine: str, workers: int, address: str | None) -> None:
     """Bad engine options, before any work: a one-line error."""
     if engine not in ENGINES:
-        raise ForensicsError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+        raise _unknown_engine(engine)
     if workers < 1:
         raise ForensicsError(f"--workers {workers}: must be >= 1")
     if address and engine != "ray":
@@ -110,16 +126,14 @@ def ray_session(workers: int, address: str | None, env: dict[str, str]) -> Itera
 
 
 def map_ray(
-    task: Callable[[Item], Item],
-    items: Sequence[Item],
-    workers: int,
-    on_done: Callable[[Item], None],
+    parts: Parts,
     address: str | None = None,
     env: dict[str, str] | None = None,
     on_error: Callable[[str], None] | None = None,
 ) -> list[Item]:
-    """Run `task` over `items` as a Ray Data map; returns the items without a result.
+    """Run the parts as a Ray Data map; returns the items without a result.
     `env`: extra environment for the workers; `on_error` hears why Ray gave up on a task."""
+    task, items, workers, on_done = parts.task, parts.items, parts.workers, parts.on_done
     env = {**threads_env(workers), **(env or {})}
     if os.environ.get("PYTHONPATH"):
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
@@ -149,23 +163,33 @@ def map_ray(
     return [i for i in items if int(i["part"]) not in seen]
 
 
-def map_local(
-    task: Callable[[Item], Item],
-    items: Sequence[Item],
-    workers: int,
-    on_done: Callable[[Item], None],
-) -> list[Item]:
-    """Run `task` over `items` in a spawn process pool; returns the items that failed RETRIES
-    times (their worker died each time)."""
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` set in this process's environment (spawned children read it at start), the old
+    values restored afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def map_local(parts: Parts) -> list[Item]:
+    """Run the parts in a spawn process pool; returns the items that failed RETRIES times
+    (their worker died each time)."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    pending = {int(i["part"]): i for i in items}
+    task, workers, on_done = parts.task, parts.workers, parts.on_done
+    pending = {int(i["part"]): i for i in parts.items}
     failures: dict[int, int] = {}
-    saved = {k: os.environ.get(k) for k in threads_env(workers)}
-    os.environ.update(threads_env(workers))  # spawned children read them at start
-    try:
+    with _environment(threads_env(workers)):
         while pending:
             broken = False
             with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
@@ -190,12 +214,6 @@ def map_local(
             given_up = [pending[p] for p in pending if failures.get(p, 0) >= RETRIES]
             if given_up:
                 return given_up
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return []
 
 
@@ -211,8 +229,9 @@ def map_parts(
 ) -> list[Item]:
     """`task` over `items` on the chosen engine (see the module doc); the failed items.
     (Local workers inherit this process's environment; `env` and `on_error` serve Ray.)"""
+    parts = Parts(task, items, workers, on_done)
     if engine == "local":
-        return map_local(task, items, workers, on_done)
+        return map_local(parts)
     if engine == "ray":
-        return map_ray(task, items, workers, on_done, address, env, on_error)
-    raise ForensicsError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+        return map_ray(parts, address, env, on_error)
+    raise _unknown_engine(engine)
