@@ -13,24 +13,32 @@ def json_fingerprint(replayer: Any) -> dict[str, Any]:
     return json.loads(json.dumps(replayer.fingerprint(), default=str))
 
 
+def diff_items(recorded: Any, now: Any, where: str = "") -> list[tuple[str, Any, Any]]:
+    """(where, recorded, now) for every leaf that differs; a missing side is `...`."""
+    if isinstance(recorded, dict) and isinstance(now, dict):
+        out: list[tuple[str, Any, Any]] = []
+        for key in sorted(set(recorded) | set(now), key=str):
+            at = f"{where}.{key}" if where else str(key)
+            out.extend(diff_items(recorded.get(key, ...), now.get(key, ...), at))
+        return out
+    if isinstance(recorded, list) and isinstance(now, list) and len(recorded) == len(now):
+        out = []
+        for i, (a, b) in enumerate(zip(recorded, now, strict=True)):
+            out.extend(diff_items(a, b, f"{where}[{i}]"))
+        return out
+    return [] if recorded == now else [(where or "fingerprint", recorded, now)]
+
+
+def describe(item: tuple[str, Any, Any]) -> str:
+    """One difference as a reader wants it."""
+    where, old, new = item
+    if new is ...:
+        return f"{where}: missing now"
+    if old is ...:
+        return f"{where}: not in the skip file"
+    return f"{where}: skip file has {old!r}, now {new!r}"
+
+
 def fingerprint_differences(expected: Any, actual: Any, path: str = "") -> list[str]:
     """Human-readable differences between two fingerprints (nested dicts / lists / scalars)."""
-    if isinstance(expected, dict) and isinstance(actual, dict):
-        out: list[str] = []
-        for key in sorted(set(expected) | set(actual), key=str):
-            where = f"{path}.{key}" if path else str(key)
-            if key not in actual:
-                out.append(f"{where}: missing now")
-            elif key not in expected:
-                out.append(f"{where}: not in the skip file")
-            else:
-                out.extend(fingerprint_differences(expected[key], actual[key], where))
-        return out
-    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
-        out = []
-        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            out.extend(fingerprint_differences(e, a, f"{path}[{i}]"))
-        return out
-    if expected != actual:
-        return [f"{path or 'fingerprint'}: skip file has {expected!r}, now {actual!r}"]
-    return []
+    return [describe(item) for item in diff_items(expected, actual, path)]

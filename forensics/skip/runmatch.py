@@ -22,6 +22,7 @@ from pathlib import PurePath
 from typing import Any
 
 from dataloaders.config import RunConfig, payload_hash
+from forensics.skip.fingerprint import describe, diff_items
 
 HASHES = ("config_hash", "order_hash")
 
@@ -33,32 +34,6 @@ class RunMatch:
     refusal: str | None = None
     notes: list[str] = field(default_factory=list)
     data_same: bool = True  # the data files are the same (a refusal is about the config only)
-
-
-def diff_items(recorded: Any, now: Any, where: str = "") -> list[tuple[str, Any, Any]]:
-    """(where, recorded, now) for every leaf that differs; a missing side is `...`."""
-    if isinstance(recorded, dict) and isinstance(now, dict):
-        out: list[tuple[str, Any, Any]] = []
-        for key in sorted(set(recorded) | set(now), key=str):
-            at = f"{where}.{key}" if where else str(key)
-            out.extend(diff_items(recorded.get(key, ...), now.get(key, ...), at))
-        return out
-    if isinstance(recorded, list) and isinstance(now, list) and len(recorded) == len(now):
-        out = []
-        for i, (a, b) in enumerate(zip(recorded, now, strict=True)):
-            out.extend(diff_items(a, b, f"{where}[{i}]"))
-        return out
-    return [] if recorded == now else [(where or "fingerprint", recorded, now)]
-
-
-def describe(item: tuple[str, Any, Any]) -> str:
-    """One difference as a reader wants it."""
-    where, old, new = item
-    if new is ...:
-        return f"{where}: missing now"
-    if old is ...:
-        return f"{where}: not in the skip file"
-    return f"{where}: skip file has {old!r}, now {new!r}"
 
 
 def relocation(items: list[tuple[str, Any, Any]]) -> tuple[str, str] | None:
