@@ -4,28 +4,14 @@ a simulated log the triage reader parses, and configs/demo.yaml in step with the
 from __future__ import annotations
 
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from forensics_testing.demo.build import DemoSpec, build_run, relocated_config
+from forensics_testing.demo.build import TINY, DemoSpec, build_run, relocated_config
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = replace(
-    DemoSpec(),
-    seed=99,
-    dirty_kind="mixed",
-    docs_prose=120,
-    docs_code=80,
-    docs_per_crawl=20,
-    vocab_size=1500,
-    train_iters=600,
-    switch_iteration=301,
-    spike_iteration=330,
-    log_tail=30,
-)
 
 
 @pytest.fixture(scope="module")

@@ -330,25 +330,10 @@ def test_terminal_shows_names_as_written() -> None:
 def test_malignant_verdict_runs_forensics_spike_and_posts_the_culprit(tmp_path: Path) -> None:
     # The demo's generated run (real Megatron data, a dirty crawl batch from iteration 330, a
     # simulated log): the watcher sees the spike turn malignant and runs `forensics spike`.
-    from dataclasses import replace
+    from forensics_testing.demo.build import TINY, build_run
 
-    from forensics_testing.demo.build import DemoSpec, build_run
-
-    spec = replace(
-        DemoSpec(),
-        seed=99,
-        dirty_kind="mixed",
-        docs_prose=120,
-        docs_code=80,
-        docs_per_crawl=20,
-        vocab_size=1500,
-        train_iters=600,
-        switch_iteration=301,
-        spike_iteration=330,
-        log_tail=30,
-    )
     run = tmp_path / "run"
-    truth = build_run(run, spec, progress=False)
+    truth = build_run(run, TINY, progress=False)
     lines = (run / "logs" / "train.log").read_text().splitlines()
     log = tmp_path / "live.log"
     out = tmp_path / "w"

@@ -70,6 +70,22 @@ class DemoSpec:
             raise ValueError("need 1 < switch_iteration <= spike_iteration < train_iters")
 
 
+# The demo's story (a mixture switch, a dirty crawl batch, a malignant spike) at the smallest size
+# that still tells it: the run the demo and watch tests build in seconds.
+TINY = DemoSpec(
+    seed=99,
+    dirty_kind="mixed",
+    docs_prose=120,
+    docs_code=80,
+    docs_per_crawl=20,
+    vocab_size=1500,
+    train_iters=600,
+    switch_iteration=301,
+    spike_iteration=330,
+    log_tail=30,
+)
+
+
 @dataclass
 class _Doc:
     text: str
