@@ -28,6 +28,7 @@ fi
 # The default embedding model: model2vec distilled from the packaged MiniLM, offline, once per
 # machine (~2 CPU-minutes; cached under ~/.cache/forensics/models, or $FORENSICS_MODEL_DIR).
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/python -m forensics.cluster.static_model >/dev/null
-# The scorers' compiled loops (forensics/score/kernels.py): numba compiles them on first use
-# (~16 CPU-s) and caches the machine code beside the source; do it here, not in the first run.
+# The scorers' compiled loops (forensics/score/utf8_scan.py, doc_counts.py): numba compiles
+# them on first use (~16 CPU-s) and caches the machine code beside the source; do it here, not
+# in the first run.
 .venv/bin/python -c "import polars as pl; from forensics.score import score_table; score_table(pl.DataFrame({'text': ['warm up the kernels']}))"
