@@ -91,6 +91,8 @@ def _mutate(data: bytearray, binary: bytearray, kind: str, at: int, value: int) 
         else:
             binary.extend(b"\0" * value)
         return
+    if not data and kind in ("byte", "bit"):
+        return  # an earlier mutation truncated it all: no byte left to damage
     at %= max(len(data), 1)
     if kind == "byte":
         data[at] = value
