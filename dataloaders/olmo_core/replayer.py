@@ -430,6 +430,15 @@ class OlmoCoreReplayer(OlmoCoreDocuments):
             }
         )
 
+    def blend_shares(self, stage: int) -> tuple[dict[str, float], str]:
+        """Each source's share of data stage `stage`'s instances: OLMo-core has no mixture
+        weights; its permutation is uniform over the concatenated sources' instances."""
+        counts: dict[str, int] = {}
+        for f in self.stages[stage].files:
+            counts[f.source] = counts.get(f.source, 0) + f.instances
+        total = max(sum(counts.values()), 1)
+        return {name: n / total for name, n in counts.items()}, "sources' sizes"
+
     def fingerprint(self) -> dict[str, Any]:
         return {
             "format": "olmo-core",

@@ -16,6 +16,8 @@ import polars as pl
 
 from forensics.cluster.verdict import culprit_docs, headline_culprit, rule_text
 from forensics.report.incident import Incident
+from forensics.report.why_shares import blend_lines
+from forensics.report.why_shares import pct as _pct
 from forensics.safe_text import excerpt
 
 EXAMPLES_PER_CLUSTER = 3
@@ -270,14 +272,6 @@ def build_report(
 # -- the first screen ---------------------------------------------------------------------------
 
 
-def _pct(x: float) -> str:
-    if x == 0:
-        return "0%"
-    if x < 0.001:
-        return "<0.1%"
-    return f"{100 * x:.1f}%" if x < 0.1 else f"{100 * x:.0f}%"
-
-
 def format_p(p: float) -> str:
     """p-values as an engineer reads them: "p < 1e-30" below 1e-4, else two digits."""
     if p <= 1e-300:
@@ -312,6 +306,7 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     )
     share += ")" if top["new_in_window"] else f", {top['enrichment']:.1f}x)"
     lines.append(share)
+    lines.extend(blend_lines(top, report.step, report.window))
     flagged = (
         f"{_pct(top['flagged_rate'])} of its documents are flagged: garbage "
         f"{_pct(top['garbage_rate'])}, spam {_pct(top['spam_rate'])} (rest of the window: "
@@ -390,6 +385,7 @@ def summary_lines(report: SpikeReport) -> list[tuple[str, str]]:
                     f"{_pct(s['baseline_share'])} of the baseline)",
                 )
             )
+            out.extend(("", line) for line in blend_lines(s, report.step, report.window))
     else:
         label = cluster_name(top)
         dataset = _dominant_dataset(top)

@@ -21,6 +21,7 @@ from forensics.report.model import (
     format_p,
     summary_lines,
 )
+from forensics.report.why_shares import table_cell
 from forensics.safe_text import excerpt
 
 TABLE_ROWS = 30
@@ -72,8 +73,8 @@ def cluster_rows(
 
 def _table(report: SpikeReport) -> str:
     head = (
-        "| id | verdict | cluster | docs | window | baseline | enrichment | p | flagged | "
-        "garbage | spam | suspicion | note |\n|" + "---|" * 13 + "\n"
+        "| id | verdict | cluster | docs | window | baseline | enrichment | p | samples / expected"
+        " | flagged | garbage | spam | suspicion | note |\n|" + "---|" * 14 + "\n"
     )
     body = []
     for r in cluster_rows(report):
@@ -82,7 +83,8 @@ def _table(report: SpikeReport) -> str:
         body.append(
             f"| {md_safe(r['id'])} | {label} | {md_safe(cluster_name(r), 80)} | "
             f"{r['docs']:,} | {100 * r['window_share']:.2f}% | {100 * r['baseline_share']:.2f}% | "
-            f"{r['enrichment']:.1f} | {format_p(r['p_value'])} | {100 * r['flagged_rate']:.0f}% | "
+            f"{r['enrichment']:.1f} | {format_p(r['p_value'])} | {table_cell(r)} | "
+            f"{100 * r['flagged_rate']:.0f}% | "
             f"{100 * r['garbage_rate']:.0f}% | {100 * r['spam_rate']:.0f}% | "
             f"{r['suspicion']:.3f} | {md_safe('; '.join(note), 160)} |"
         )
