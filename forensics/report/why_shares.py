@@ -65,7 +65,11 @@ def density_line(row: dict[str, Any], step: int, window: tuple[int, int]) -> str
     length = window[1] - window[0] + 1
     peak = int(row["peak_iteration"])
     before = step - peak
-    when = f"{before} iterations before the spike" if before > 0 else "at the spike"
+    when = (
+        f"{before} iteration{'s' if before != 1 else ''} before the spike"
+        if before
+        else "at the spike"
+    )
     line = (
         f"in {int(hits):,} of {length:,} iterations, up to {pct(float(row['peak_share']))} of a "
         f"step at iteration {peak}, {when}"
