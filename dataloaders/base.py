@@ -76,7 +76,15 @@ def round_robin(per_worker: list[list[Any]]) -> list[Any]:
 
 
 class Replayer(Protocol):
-    """A training job's data order, reconstructed from its config."""
+    """A training job's data order, reconstructed from its config.
+
+    Optional (looked up with getattr; a family without them has no expected shares):
+    `blend_shares(stage) -> ({dataset: share of the stage's samples}, basis)`, the mixture
+    weights the config gives data stage `stage` (0-based, the replay table's `stage`) and a word
+    on where they come from ("blend", "stream weights", "sources' sizes"); and
+    `facet_shares(facet) -> DataFrame(dataset, key, share) | None`, each facet value's share of
+    its dataset's samples, None when the family cannot tell.
+    """
 
     @property
     def last_iteration(self) -> int:

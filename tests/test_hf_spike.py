@@ -126,6 +126,11 @@ def test_spike_blames_the_dirty_shard_of_a_streaming_run(tmp_path, monkeypatch):
     assert set(hit) <= skipped | set(range(1, skip["scope"][0]))
     assert skip["culprit_clusters"]
     assert skip["fingerprint"]["format"] == "hf"
+    report = json.loads((out / "report.json").read_text())
+    # the baseline (9 iterations) is too small, and an HF run has no mixture weights: it says so
+    assert any("too small to judge" in n for n in report["notes"]), report["notes"]
+    assert any("gives no mixture weights" in n for n in report["notes"]), report["notes"]
+    assert all(c["expected_share"] is None for c in report["clusters"])
 
 
 def test_replay_command_matches_the_real_pipeline(tmp_path):

@@ -107,3 +107,9 @@ def test_spike_blames_the_dirty_shard_of_a_streaming_run(tmp_path: Path):
     skipped = {i for a, b in skip["iterations"] for i in range(a, b + 1)}
     assert set(hit) <= skipped | set(range(1, skip["scope"][0]))
     assert skip["fingerprint"]["format"] == "mosaic-streaming"
+    # streams without weights: an epoch takes every sample once, so forum is expected at its
+    # share of all samples
+    report = json.loads((out / "report.json").read_text())
+    forum = next(c for c in report["clusters"] if (c["facet"], c["key"]) == ("dataset", "forum"))
+    want = sum(SHARDS["forum"]) / sum(sum(s) for s in SHARDS.values())
+    assert abs(forum["expected_share"] - want) < 1e-12 and forum["blend_stages"] == "stage 1"

@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 from olmo_core_run import config_dict, oracle_spec, run_oracle, write_config
 from refusal import refused
 
@@ -107,6 +108,12 @@ def test_spike_blames_the_source_added_at_the_restart(tmp_path, monkeypatch):
     skip = json.loads((out / "skip.json").read_text())
     assert set(skip["documents"]) == {"forum"}, skip["documents"]
     assert skip["culprit_clusters"]
+    # no mixture weights in OLMo-core: after the restart forum is expected at its share of the
+    # library's dataset (its instances over the resumed dataset's size)
+    report = json.loads((out / "report.json").read_text())
+    forum = next(c for c in report["clusters"] if c["id"] == skip["culprit_clusters"][0])
+    assert forum["expected_share"] == pytest.approx(forum_instances / resumed["size"], rel=1e-9)
+    assert forum["blend_stages"] == "stage 2"
     skipped = set(expand(skip["iterations"]))
     in_window = [i for i in hit if step - window < i <= step]
     assert set(in_window) <= skipped

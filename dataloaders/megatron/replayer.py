@@ -92,6 +92,18 @@ class MegatronReplayer:
             )
         return self._stages[index]
 
+    def blend_shares(self, stage: int) -> tuple[dict[str, float], str]:
+        """Each dataset's share of data stage `stage`'s samples, and what it comes from."""
+        from dataloaders.megatron.shares import stage_blend_shares
+
+        return stage_blend_shares(self, stage), "blend"
+
+    def facet_shares(self, facet: str) -> pl.DataFrame | None:
+        """dataset, key, share: each facet value's share of its dataset's samples."""
+        from dataloaders.megatron.shares import split_token_shares
+
+        return split_token_shares(self, facet)
+
     def save_cache(self) -> None:
         """Store the indices built so far in our cache, so the next replay starts warm."""
         for stage in self._stages.values():

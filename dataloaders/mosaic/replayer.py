@@ -470,6 +470,13 @@ class MosaicReplayer:
         hits = steps.join(flagged, on=["dataset", "doc_id"], how="semi")
         return exposure_counts(steps, hits, first, last)
 
+    def blend_shares(self, stage: int) -> tuple[dict[str, float], str]:
+        """Each stream's share of an epoch's samples (proportion / repeat / choose), and what it
+        comes from. A streaming run has one stage."""
+        choose = self.plan.choose_per_stream
+        shares = (choose / max(int(choose.sum()), 1)).tolist()
+        return dict(zip(self.names, shares, strict=True)), "stream weights"
+
     def fingerprint(self) -> dict[str, Any]:
         return {
             "format": "mosaic-streaming",

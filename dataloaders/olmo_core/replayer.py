@@ -427,6 +427,30 @@ class OlmoCoreReplayer(OlmoCoreDocuments):
             }
         )
 
+    def blend_shares(self, stage: int) -> tuple[dict[str, float], str]:
+        """Each source's share of data stage `stage`'s instances: OLMo-core has no mixture
+        weights; its permutation is uniform over the concatenated sources' instances."""
+        counts: dict[str, int] = {}
+        for f in self.stages[stage].files:
+            counts[f.source] = counts.get(f.source, 0) + f.instances
+        total = max(sum(counts.values()), 1)
+        return {name: n / total for name, n in counts.items()}, "sources' sizes"
+
+    def facet_shares(self, facet: str) -> pl.DataFrame | None:
+        """dataset, key, share: each token file's share of its source's instances (facet
+        "file"; a source keeps its paths in every stage); None for the other facets."""
+        if facet != FILE_FACET:
+            return None
+        table = pl.DataFrame(
+            {
+                "dataset": self._names("source"),
+                "key": self._names("path"),
+                "n": [f.instances for f in self.files],
+            }
+        )
+        share = pl.col("n") / pl.col("n").sum().over("dataset")
+        return table.select("dataset", "key", share.cast(pl.Float64).alias("share"))
+
     def fingerprint(self) -> dict[str, Any]:
         return {
             "format": "olmo-core",

@@ -12,23 +12,32 @@ cases, each handled here after it, on the ranked table:
   blamed on its dirtiness and on its density over the window's iterations (a burst before the
   spike), never exonerated for not being over-represented.
 
-Every row gets `label` (what the report shows: culprit, suspect, "new, clean", clean) and
-`density` (see `burst_density`); the context is described by `BaselineFit.notes`.
+Where the run config gives mixture weights, the baseline's comparison is replaced in those cases
+by one with the window's own blend (expected.py): over-represented = more common than the blend
+of the window's data stage says it should be.
+
+Every row gets `label` (what the report shows: culprit, suspect, "new, clean", clean), its
+presence over the window's iterations (presence.py: `density`, `iterations_with`, `peak_share`,
+`peak_iteration`, `sample_share`) and its expected share (expected.py: `expected_share`,
+`blend_ratio`, `blend_p_value`, `blend_stages`); the context is described by `BaselineFit.notes`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from forensics.cluster.expected import Blend
 
 # Fewer baseline documents than this (or than BASELINE_MIN_RATIO x the window's) cannot show
 # that a group is over-represented: a 1% group expects under 2 documents in 150.
 MIN_BASELINE_DOCS = 150
 BASELINE_MIN_RATIO = 0.1
-# The last part of the window (a quarter of its iterations) in which a burst is looked for, and
-# how many times its fair share of a group's samples it must hold to be a burst.
-BURST_TAIL = 0.25
+# How many times its fair share of a group's samples the last quarter of the window's iterations
+# (presence.BURST_TAIL) must hold to be a burst.
 BURST_FACTOR = 2.0
 NEW_CLEAN = "new, clean"
 
@@ -67,61 +76,51 @@ def describe_fit(
     return fit
 
 
-def burst_density(
-    ranked: pl.DataFrame, window_docs: pl.DataFrame, replay: pl.DataFrame, window: tuple[int, int]
-) -> pl.Series:
-    """Per cluster: the share of its window samples that fall in the last BURST_TAIL of the
-    window's iterations, divided by that tail's share of the iterations (1 = spread evenly,
-    >= BURST_FACTOR = a burst just before the spike; 0 when it has no samples)."""
-    first, last = window
-    tail_start = last - max(1, round(BURST_TAIL * (last - first + 1))) + 1
-    tail_share = (last - tail_start + 1) / (last - first + 1)
-    rows = window_docs.select("dataset", "doc_id").with_row_index("member")
-    seen = replay.select("iteration", "dataset", "doc_id").join(rows, on=["dataset", "doc_id"])
-    members = (
-        ranked.select("id", "members")
-        .explode("members")
-        .drop_nulls("members")
-        .rename({"members": "member"})
-        .with_columns(pl.col("member").cast(pl.UInt32))
-    )
-    per = (
-        members.join(seen.with_columns(pl.col("member").cast(pl.UInt32)), on="member")
-        .group_by("id")
-        .agg((pl.col("iteration") >= tail_start).mean().alias("tail"))
-    )
-    dens = ranked.select("id").join(per, on="id", how="left")["tail"].fill_null(0.0)
-    return (dens / tail_share).alias("density")
-
-
 def fitted_verdicts(
     clusters: pl.DataFrame,
     fit: BaselineFit,
     window_docs: pl.DataFrame,
     replay: pl.DataFrame,
     window: tuple[int, int],
+    blend: Blend | None = None,
 ) -> pl.DataFrame:
     """assign_verdicts for the baseline at hand, then the labels (see the module docstring).
 
     When the baseline cannot show over-representation, something else counts in its place: with a
     switch between it and the window, being new in the window or bursting before the spike; with
     a baseline too small to judge, nothing is asked beyond the dirt (its density is reported).
+    In both cases a group whose expected share the blend gives is over-represented when it is
+    more common than that, and the baseline test no longer counts for it.
     Nesting then names the most specific group, as always.
     A new group that is not dirty is "new, clean" (verdict clean), never a suspect.
     """
-    from forensics.cluster.verdict import assign_verdicts, dirty_rule
+    from forensics.cluster.expected import expected_shares
+    from forensics.cluster.presence import window_presence
+    from forensics.cluster.verdict import (
+        MIN_ENRICHMENT,
+        P_MAX,
+        assign_verdicts,
+        baseline_rule,
+        dirty_rule,
+    )
 
-    if clusters.height and replay.height:
-        clusters = clusters.with_columns(burst_density(clusters, window_docs, replay, window))
-    else:
-        clusters = clusters.with_columns(pl.lit(0.0).alias("density"))
+    if clusters.height:
+        clusters = clusters.join(window_presence(clusters, window_docs, replay, window), on="id")
+        clusters = clusters.join(expected_shares(clusters, blend), on="id")
     # Stand-in evidence for dirty groups only: a clean group is never made a suspect by it.
-    evidence = None
+    evidence, represented = None, None
     if fit.too_small:  # nothing to compare with: the dirt decides (nesting names the group)
         evidence = dirty_rule()
     elif fit.switch_between:
         evidence = dirty_rule() & (pl.col("new_in_window") | (pl.col("density") >= BURST_FACTOR))
-    ranked = assign_verdicts(clusters, evidence)
+    if evidence is not None and blend is not None:
+        over_blend = (pl.col("blend_ratio") >= MIN_ENRICHMENT) & (pl.col("blend_p_value") < P_MAX)
+        represented = (
+            pl.when(pl.col("expected_share").is_not_null())
+            .then(over_blend.fill_null(False))
+            .otherwise(baseline_rule())
+        )
+    ranked = assign_verdicts(clusters, evidence, represented)
     if ranked.height == 0:
         return ranked.with_columns(pl.lit(None, dtype=pl.Utf8).alias("label"))
     clean_new = pl.col("new_in_window") & ~pl.col("dirty") & (pl.col("verdict") != "culprit")

@@ -41,16 +41,25 @@ def rule_text() -> dict[str, str]:
     return {"verdict_rule": RULE, "suspicion_formula": SUSPICION_FORMULA}
 
 
+def baseline_rule() -> pl.Expr:
+    """Over-represented against the baseline window."""
+    return (pl.col("p_value") < P_MAX) & (pl.col("enrichment") >= MIN_ENRICHMENT)
+
+
 def dirty_rule() -> pl.Expr:
     floor = pl.max_horizontal(pl.lit(FLAG_FLOOR), FLAG_RATIO * pl.col("rest_flagged_rate"))
     return (pl.col("flagged_rate") >= floor) & (pl.col("flag_p_value") < P_MAX)
 
 
-def assign_verdicts(clusters: pl.DataFrame, evidence: pl.Expr | None = None) -> pl.DataFrame:
+def assign_verdicts(
+    clusters: pl.DataFrame, evidence: pl.Expr | None = None, represented: pl.Expr | None = None
+) -> pl.DataFrame:
     """Add `over_represented`, `dirty`, `verdict`, `explained_by`; sort by suspicion.
 
     `evidence`: a boolean expression that also counts as over-representation (a baseline that
-    cannot show it: forensics.cluster.baseline_fit), or None.
+    cannot show it: forensics.cluster.baseline_fit), or None. `represented`: a boolean
+    expression that replaces the baseline test (over-representation against the blend's
+    expected share, where the baseline cannot judge), or None.
 
     Input: source and/or embedding cluster tables concatenated (how="diagonal"). Sorted by
     suspicion descending, then id (a dirty cluster that is not over-represented can outrank a
@@ -72,7 +81,7 @@ def assign_verdicts(clusters: pl.DataFrame, evidence: pl.Expr | None = None) -> 
     flagged = (
         clusters.with_columns(
             (
-                ((pl.col("p_value") < P_MAX) & (pl.col("enrichment") >= MIN_ENRICHMENT))
+                (represented if represented is not None else baseline_rule())
                 | (evidence if evidence is not None else pl.lit(False))
             ).alias("over_represented"),
             dirty_rule().alias("dirty"),

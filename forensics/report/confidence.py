@@ -127,6 +127,7 @@ def no_culprit_lines(report: Any, advice: str) -> list[tuple[str, str]]:
     """NO CULPRIT: "likely numerical" only when no dirty group is in the window; otherwise the
     dirty groups are named and the spike is not cleared."""
     from forensics.cluster.baseline_fit import dirty_in_window
+    from forensics.report.why_shares import blend_lines
 
     dirty = dirty_in_window(report.clusters)
     if dirty.height == 0:
@@ -140,5 +141,6 @@ def no_culprit_lines(report: Any, advice: str) -> list[tuple[str, str]]:
             f"{name} ({100 * r['flagged_rate']:.0f}% flagged, {100 * r['window_share']:.1f}% of "
             f"the window; {dirty.height} dirty group(s) in all). Not cleared as numerical: "
             "inspect it (report.html) or blame it with --culprit " + str(r["id"]),
-        )
+        ),
+        *[("", line) for line in blend_lines(r, report.step, report.window)],
     ]

@@ -21,6 +21,7 @@ from forensics.report.model import (
     format_value,
 )
 from forensics.report.summary import summary_lines
+from forensics.report.why_shares import table_cell
 from forensics.safe_text import html_safe
 
 CSS = """
@@ -85,7 +86,7 @@ def _notes(report: SpikeReport) -> str:
 
 def _table(report: SpikeReport) -> str:
     cols = ["id", "verdict", "cluster", "docs", "window", "baseline", "enrichment", "p",
-            "flagged", "garbage", "spam", "suspicion", "note"]  # fmt: skip
+            "samples / expected", "flagged", "garbage", "spam", "suspicion", "note"]  # fmt: skip
     head = "<tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
     rows, clean = [], []
     for r in cluster_rows(report):
@@ -99,6 +100,7 @@ def _table(report: SpikeReport) -> str:
             f'<td class="num">{100 * r["baseline_share"]:.2f}%',
             f'<td class="num">{r["enrichment"]:.1f}',
             f'<td class="num">{_e(format_p(r["p_value"]))}',
+            f'<td class="num">{_e(table_cell(r))}',
             f'<td class="num">{100 * r["flagged_rate"]:.0f}%',
             f'<td class="num">{100 * r["garbage_rate"]:.0f}%',
             f'<td class="num">{100 * r["spam_rate"]:.0f}%',

@@ -13,6 +13,7 @@ from forensics.report.model import SpikeReport, cluster_name, cluster_notes, clu
 from forensics.report.model_view import markdown_section
 from forensics.report.sections import documents_markdown, skip_markdown
 from forensics.report.summary import summary_lines
+from forensics.report.why_shares import table_cell
 from forensics.safe_text import fence_safe, md_safe
 
 
@@ -32,8 +33,8 @@ def notes_block(report: SpikeReport) -> str:
 
 def _table(report: SpikeReport) -> str:
     head = (
-        "| id | verdict | cluster | docs | window | baseline | enrichment | p | flagged | "
-        "garbage | spam | suspicion | note |\n|" + "---|" * 13 + "\n"
+        "| id | verdict | cluster | docs | window | baseline | enrichment | p | samples / expected"
+        " | flagged | garbage | spam | suspicion | note |\n|" + "---|" * 14 + "\n"
     )
     body = []
     for r in cluster_rows(report):
@@ -42,7 +43,8 @@ def _table(report: SpikeReport) -> str:
         body.append(
             f"| {md_safe(r['id'])} | {label} | {md_safe(cluster_name(r), 80)} | "
             f"{r['docs']:,} | {100 * r['window_share']:.2f}% | {100 * r['baseline_share']:.2f}% | "
-            f"{r['enrichment']:.1f} | {format_p(r['p_value'])} | {100 * r['flagged_rate']:.0f}% | "
+            f"{r['enrichment']:.1f} | {format_p(r['p_value'])} | {table_cell(r)} | "
+            f"{100 * r['flagged_rate']:.0f}% | "
             f"{100 * r['garbage_rate']:.0f}% | {100 * r['spam_rate']:.0f}% | "
             f"{r['suspicion']:.3f} | {md_safe('; '.join(note), 160)} |"
         )

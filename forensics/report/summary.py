@@ -24,6 +24,7 @@ from forensics.report.model import (
     pct,
 )
 from forensics.report.model_view import model_summary
+from forensics.report.why_shares import blend_lines
 
 FLAG_CHARS = 160  # a longer paste line is shown as $(cat restart-<trainer>.flags), never cut
 NO_CULPRIT_ADVICE = (
@@ -57,6 +58,7 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     )
     share += ")" if top["new_in_window"] else f", {top['enrichment']:.1f}x)"
     lines.append(share)
+    lines.extend(blend_lines(top, report.step, report.window))
     flagged = (
         f"{pct(top['flagged_rate'])} of its documents are flagged: garbage "
         f"{pct(top['garbage_rate'])}, spam {pct(top['spam_rate'])} (rest of the window: "
@@ -132,6 +134,7 @@ def _verdict_lines(report: SpikeReport) -> list[Line]:
                 f"{pct(s['baseline_share'])} of the baseline)",
             )
         )
+        out.extend(("", line) for line in blend_lines(s, report.step, report.window))
     return out
 
 

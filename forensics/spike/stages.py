@@ -192,6 +192,7 @@ def fit_stage(
     """Verdicts that fit the baseline (a mixture switch between it and the window, a baseline
     too small to judge), with the notes saying which case applies."""
     from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
+    from forensics.cluster.expected import blend_note, no_blend_note, window_blend
     from forensics.window_plan import stage_starts
 
     window, baseline = run.plan.window, run.plan.baseline
@@ -201,7 +202,11 @@ def fit_stage(
     rows = replay.filter(pl.col("side") == "window") if replay is not None else None
     if rows is None:
         rows = pl.DataFrame(schema={"iteration": pl.Int64, "dataset": pl.Utf8, "doc_id": pl.Int64})
-    return fitted_verdicts(clusters, fit, window_docs, rows, window)
+    blend = window_blend(run.replayer, rows, starts)
+    if fit.switch_between or fit.too_small:  # the blend then stands in for the baseline
+        note = blend_note(blend) if blend is not None else no_blend_note(run.replayer)
+        run.notes.extend([note] if note else [])
+    return fitted_verdicts(clusters, fit, window_docs, rows, window, blend)
 
 
 def model_stage(

@@ -1,0 +1,106 @@
+"""Where each cluster sits in the window's iterations: its density, its peak, its sample share.
+
+Cluster statistics (stats.py) count distinct documents; an engineer reading a spike also wants
+to know when the group was drawn: spread evenly over the window, or a burst just before the
+spike ("in 12 of 300 iterations, up to 21% of a step at iteration 2187"). And the blend speaks
+in samples, not documents, so the comparison with expected shares (expected.py) needs each
+cluster's share of the window's samples.
+
+Input tables: the ranked clusters (`id`, `members`: 0-based rows of `window_docs`), the window's
+documents (`dataset`, `doc_id`, in the order `members` refers to) and the window's replay rows
+(one per iteration x sample x document segment: `iteration`, `dataset`, `doc_id`, and where the
+family has them `sample_index`, `token_start`, `token_end`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# The last part of the window (a quarter of its iterations) in which a burst is looked for.
+BURST_TAIL = 0.25
+
+PRESENCE_COLUMNS = {
+    "density": pl.Float64,  # tail share of its samples / the tail's share of the iterations
+    "iterations_with": pl.Int64,  # window iterations drawing at least one of its documents
+    "peak_share": pl.Float64,  # the largest share of one iteration's samples holding them
+    "peak_iteration": pl.Int64,  # the (first) iteration where that peak is
+    "sample_share": pl.Float64,  # its share of the window's samples (a sample split by tokens)
+}
+
+
+def weighted_segments(rows: pl.DataFrame) -> pl.DataFrame:
+    """The replay rows with `_sample` (the sample a segment belongs to) and `weight` (its part
+    of that sample: its tokens over the sample's, or an equal part when the family leaves token
+    ranges open), so that the weights of one sample sum to 1."""
+    sample = "sample_index" if "sample_index" in rows.columns else None
+    out = rows.with_columns(
+        (pl.col(sample) if sample else pl.int_range(pl.len())).cast(pl.Int64).alias("_sample")
+    )
+    if "token_start" in out.columns and "token_end" in out.columns:
+        tokens = (pl.col("token_end") - pl.col("token_start")).cast(pl.Float64)
+    else:
+        tokens = pl.lit(None, dtype=pl.Float64)
+    out = out.with_columns(tokens.alias("_tokens"))
+    per = pl.col("_tokens").sum().over("iteration", "_sample")
+    equal = 1.0 / pl.len().over("iteration", "_sample")
+    return out.with_columns(
+        pl.when(pl.col("_tokens").is_null().any().over("iteration", "_sample") | (per <= 0))
+        .then(equal)
+        .otherwise(pl.col("_tokens") / per)
+        .alias("weight")
+    )
+
+
+def _member_segments(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, segments: pl.DataFrame
+) -> pl.DataFrame:
+    """id, iteration, _sample, weight: every window segment of every cluster's documents."""
+    rows = window_docs.select("dataset", "doc_id").with_row_index("member")
+    seen = segments.select("iteration", "_sample", "weight", "dataset", "doc_id").join(
+        rows, on=["dataset", "doc_id"]
+    )
+    members = (
+        ranked.select("id", "members")
+        .explode("members")
+        .drop_nulls("members")
+        .select("id", pl.col("members").cast(pl.UInt32).alias("member"))
+    )
+    return members.join(seen.with_columns(pl.col("member").cast(pl.UInt32)), on="member")
+
+
+def window_presence(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, rows: pl.DataFrame, window: tuple[int, int]
+) -> pl.DataFrame:
+    """`id` plus PRESENCE_COLUMNS, one row per cluster of `ranked` (zeros and nulls for a
+    cluster the replay rows never show)."""
+    first, last = window
+    tail_start = last - max(1, round(BURST_TAIL * (last - first + 1))) + 1
+    tail_share = (last - tail_start + 1) / (last - first + 1)
+    segments = weighted_segments(rows)
+    samples = segments.select("iteration", "_sample").unique()
+    per_iteration = samples.group_by("iteration").agg(pl.len().alias("_n"))
+    hits = _member_segments(ranked, window_docs, segments)
+    sampled = hits.group_by("id", "iteration", "_sample").agg(pl.col("weight").sum())
+    steps = (
+        sampled.group_by("id", "iteration")
+        .agg(pl.len().alias("_hit"), pl.col("weight").sum())
+        .join(per_iteration, on="iteration")
+        .with_columns((pl.col("_hit") / pl.col("_n")).alias("_share"))
+        .sort("id", "_share", "iteration", descending=[False, True, False])
+    )
+    per = steps.group_by("id", maintain_order=True).agg(
+        pl.len().cast(pl.Int64).alias("iterations_with"),
+        pl.col("_share").first().alias("peak_share"),
+        pl.col("iteration").first().cast(pl.Int64).alias("peak_iteration"),
+        (pl.col("_hit").filter(pl.col("iteration") >= tail_start).sum() / pl.col("_hit").sum())
+        .truediv(tail_share)
+        .alias("density"),
+        (pl.col("weight").sum() / max(samples.height, 1)).alias("sample_share"),
+    )
+    out = ranked.select("id").join(per, on="id", how="left")
+    return out.with_columns(
+        pl.col("density").fill_null(0.0),
+        pl.col("iterations_with").fill_null(0),
+        pl.col("peak_share").fill_null(0.0),
+        pl.col("sample_share").fill_null(0.0),
+    ).select("id", *[pl.col(c).cast(t) for c, t in PRESENCE_COLUMNS.items()])
