@@ -63,6 +63,7 @@ SAMPLE_HEAD = ["iteration", "position", "loss", "loss z", "worst-token z", "grad
 def markdown_section(report: Any) -> str:
     """## What the model choked on (Markdown; text escaped with render_md's helpers)."""
     from forensics.report.render_md import md_safe
+    from forensics.safe_text import md_code
 
     view = report.model
     if not view:
@@ -82,7 +83,7 @@ def markdown_section(report: Any) -> str:
         parts.append("\nTop documents by segment loss z (the peak-loss token in \u27e6 \u27e7):\n")
         for d in view["top_documents"]:
             parts.append(
-                f"- `{md_safe(d['dataset'], 60)}` doc {d['doc_id']} (iteration {d['iteration']}, "
+                f"- {md_code(d['dataset'], 60)} doc {d['doc_id']} (iteration {d['iteration']}, "
                 f"position {d['position']}): loss z {_z(d['loss_z'])}, worst-token z "
                 f"{_z(d['max_token_z'])}: {md_safe(span_text(d.get('span')), 400)}"
             )

@@ -21,7 +21,7 @@ from forensics.report.model import (
     format_p,
     summary_lines,
 )
-from forensics.safe_text import excerpt
+from forensics.safe_text import excerpt, md_code
 
 TABLE_ROWS = 30
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>])")
@@ -105,7 +105,7 @@ def _examples(report: SpikeReport) -> str:
         for ex in group.iter_rows(named=True):
             reasons = md_safe("; ".join(ex["reasons"]) or "not flagged", 200)
             out.append(
-                f"- `{md_safe(ex['dataset'], 60)}` doc {ex['doc_id']} ({reasons}): "
+                f"- {md_code(ex['dataset'], 60)} doc {ex['doc_id']} ({reasons}): "
                 f"{md_safe(ex['excerpt'])}"
             )
         out.append("")

@@ -92,12 +92,10 @@ def paste_line(skip_file: Path) -> str | None:
     """The chosen trainer's restart line from skip.json (checkpoint pin and skip flag)."""
     if not skip_file.exists():
         return None
+    from forensics.skip.flags import restart_line
+
     plan = json.loads(skip_file.read_text())
-    chosen = plan.get("flags", {}).get(plan.get("trainer"), {})
-    if not chosen.get("flag"):
-        return None
-    pin = chosen.get("pin") or ""
-    return f"{pin} {chosen['flag']}" if pin.startswith("--") else chosen["flag"]
+    return restart_line(plan.get("flags", {}).get(plan.get("trainer")) or {})
 
 
 def spike_result(step: int, out: Path, log: Path, returncode: int | None) -> dict[str, Any]:
