@@ -9,14 +9,12 @@ Prometheus file parsed by prometheus_client's text-format parser, kill -9 and re
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import polars as pl
 import pytest
 import watch_trainer
 from watch_trainer import RECOVERY_WINDOW, scenario
+from webhook_receiver import Receiver, serve_webhook
 
 from forensics.triage.analyze import triage
 from forensics.triage.config import TriageConfig
@@ -208,34 +207,10 @@ def test_watcher_resumes_from_its_directory_without_repeats(tmp_path: Path) -> N
 # --------------------------------------------------------------------------- CLI end to end
 
 
-class _Receiver(http.server.BaseHTTPRequestHandler):
-    bodies: list[dict] = []
-    fail_first = 1
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        n = int(self.headers["Content-Length"])
-        body = json.loads(self.rfile.read(n))
-        if _Receiver.fail_first > 0:  # the first delivery fails: the sender must retry
-            _Receiver.fail_first -= 1
-            self.send_response(503)
-            self.end_headers()
-            return
-        _Receiver.bodies.append(body)
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def receiver():
-    _Receiver.bodies, _Receiver.fail_first = [], 1
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
+    with serve_webhook() as url:
+        yield url
 
 
 def _watch_cli(log: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -279,7 +254,7 @@ def test_cli_killed_and_restarted_webhook_and_prometheus(tmp_path: Path, receive
     assert ev == [("raised", "spike", "undecided"), ("verdict", "spike", "malignant")]
     assert [m["seq"] for m in got] == list(range(1, len(got) + 1))
     # every message reached the webhook once, in order, despite the failed first POST
-    assert [b["seq"] for b in _Receiver.bodies] == [m["seq"] for m in got]
+    assert [b["seq"] for b in Receiver.bodies] == [m["seq"] for m in got]
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
     assert families["forensics_watch_last_step"].samples[0].value == 3350
     assert families["forensics_grad_norm_ema_ratio"].samples[0].value > 0
@@ -400,59 +375,6 @@ def test_malignant_verdict_runs_forensics_spike_and_posts_the_culprit(tmp_path: 
     assert done["flags_file"] == str(out / "spike-330" / "restart-megatron-lm.flags")
     assert done["flags_file"] in done["summary"]
     assert (out / "spike-330" / "skip.json").exists()
-
-
-@pytest.mark.parametrize("kind", ["rebuild", "skip"])
-def test_finished_spike_message_names_the_action(
-    small_run: Path, tmp_path: Path, receiver: str, kind: str
-) -> None:
-    """The message a finished spike run sends (here one a previous watcher started: the new
-    watcher finds its outputs and reports them) names the action skip.json decided, the rollback
-    iteration and the flags file to restart with, on the webhook and on the terminal, whole."""
-    import shutil
-
-    from rich.console import Console
-
-    from forensics.watch.book import EventBook
-    from forensics.watch.terminal import message_text
-
-    out = tmp_path / "w"
-    spike = out / "spike-170"
-    shutil.copytree(small_run / "spike", spike)
-    plan = json.loads((spike / "skip.json").read_text())
-    assert plan["action"]["kind"] == "rebuild"  # the small run's culprit keeps coming
-    if kind == "skip":  # as decide_action writes a culprit confined to the window
-        plan["action"] = {"kind": "skip", "command": None, "stopgap": None, "why": "confined"}
-        (spike / "skip.json").write_text(json.dumps(plan))
-    EventBook(out).append({"message": "forensics_started", "kind": "spike_forensics",
-                           "step": 170, "window": 40})  # fmt: skip
-    log = tmp_path / "train.log"
-    log.touch()
-    w = Watcher(WatchOptions(log=log, out=out, cfg=CFG, webhook=receiver, webhook_backoff_s=0.01))
-    w.close()
-    (sent,) = [b for b in _Receiver.bodies if b["message"] == "forensics"]
-    rollback = json.loads((spike / "report.json").read_text())["rollback_iteration"]
-    flags = spike / "restart-megatron-lm.flags"
-    assert (sent["action"], sent["rollback_iteration"], sent["flags_file"]) == (
-        kind,
-        rollback,
-        str(flags),
-    )
-    assert sent["paste"] == flags.read_text().strip()
-    restart = f"restart from checkpoint iteration {rollback} with $(cat {flags})"
-    text = sent["summary"]
-    assert text.startswith("forensics spike for step 170: culprit crawl_batch=crawl-2026-w17 (s")
-    if kind == "rebuild":
-        rebuilt = f"{plan['action']['rebuild_out']}/restart-rebuilt.flags"
-        assert f"ACTION remove and rebuild: {plan['action']['command']}, then " in text
-        assert f"restart from checkpoint iteration {rollback} with $(cat {rebuilt})" in text
-        assert f"; stopgap: {restart}" in text and sent["rebuild_flags_file"] == rebuilt
-    else:
-        assert f"ACTION skip: {restart};" in text and "rebuild" not in text
-    assert "spike found" not in text
-    console = Console(record=True, width=100, color_system=None)
-    console.print(message_text(sent), soft_wrap=True)
-    assert console.export_text().strip() == f"#{sent['seq']} {text}"  # whole, never cut
 
 
 def test_live_view_renders_and_watch_starts_without_torch(tmp_path: Path) -> None:
