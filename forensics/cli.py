@@ -54,11 +54,12 @@ def _options(
     """Find the data behind a malignant loss spike and write the skip list for the restart."""
 
 
-# In runbook order: is it malignant, which data, is the plan right, then the tools around them.
+# In the README runbook's order: is it malignant, which data, then the ACTION the spike decided
+# (remove and rebuild, or check the skip plan before pasting it), then the tools around them.
 app.command("triage")(triage.triage_command)
 app.command("spike")(spike.spike_command)
-app.command("check-skip")(check_skip.check_skip_command)
 app.command("rebuild")(rebuild.rebuild_command)
+app.command("check-skip")(check_skip.check_skip_command)
 app.command("watch")(watch.watch_command)
 app.command("scan")(scan.scan_command)
 app.command("replay")(replay.replay_command)

@@ -36,6 +36,16 @@ def terminal_safe(text: str | None, max_chars: int = 300) -> str:
     return escape(excerpt(text, max_chars))
 
 
+def md_code(text: str | None, max_chars: int = 300) -> str:
+    """A Markdown code span that shows `text` as written. A code span takes no escapes (a
+    backslash or an entity there shows literally), so the text goes in raw, fenced by one more
+    backtick than its longest run of them; HTML inside a code span is text."""
+    body = excerpt(text, max_chars) or " "
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", body)), default=0) + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
 def html_safe(text: str | None, max_chars: int = 300) -> str:
     """Excerpt for HTML: `<script>` becomes `&lt;script&gt;`."""
     return html.escape(excerpt(text, max_chars), quote=True)

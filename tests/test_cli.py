@@ -21,11 +21,20 @@ def test_version_and_short_help() -> None:
 
 
 def test_commands_in_runbook_order() -> None:
+    """--help lists the README runbook's commands in its order, then the tools around them; -h
+    on every command is its --help."""
     import re
+    from pathlib import Path
 
-    listed = re.findall(r"^\W+([a-z][a-z-]+)\s{2,}\S", _cli("--help").stdout, re.M)
-    order = ["triage", "spike", "check-skip", "watch", "replay", "score", "manifest"]
-    assert [name for name in listed if name in order] == order
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    runbook = readme.split("## The runbook", 1)[1].split("```")[1]
+    steps = list(dict.fromkeys(re.findall(r"^forensics ([a-z][a-z-]+)", runbook, re.M)))
+    assert steps == ["triage", "spike", "rebuild", "check-skip"]
+    commands = _cli("--help").stdout.split("Commands")[1]
+    listed = re.findall(r"^\W+([a-z][a-z-]+)\s{2,}\S", commands, re.M)
+    assert listed == [*steps, "watch", "scan", "replay", "score", "manifest", "rescore"]
+    for name in listed:
+        assert _cli(name, "-h").stdout == _cli(name, "--help").stdout, name
 
 
 def test_switches_are_shown_as_switches() -> None:

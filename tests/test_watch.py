@@ -9,14 +9,12 @@ Prometheus file parsed by prometheus_client's text-format parser, kill -9 and re
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import polars as pl
 import pytest
 import watch_trainer
 from watch_trainer import RECOVERY_WINDOW, scenario
+from webhook_receiver import Receiver, serve_webhook
 
 from forensics.triage.analyze import triage
 from forensics.triage.config import TriageConfig
@@ -208,34 +207,10 @@ def test_watcher_resumes_from_its_directory_without_repeats(tmp_path: Path) -> N
 # --------------------------------------------------------------------------- CLI end to end
 
 
-class _Receiver(http.server.BaseHTTPRequestHandler):
-    bodies: list[dict] = []
-    fail_first = 1
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        n = int(self.headers["Content-Length"])
-        body = json.loads(self.rfile.read(n))
-        if _Receiver.fail_first > 0:  # the first delivery fails: the sender must retry
-            _Receiver.fail_first -= 1
-            self.send_response(503)
-            self.end_headers()
-            return
-        _Receiver.bodies.append(body)
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def receiver():
-    _Receiver.bodies, _Receiver.fail_first = [], 1
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
+    with serve_webhook() as url:
+        yield url
 
 
 def _watch_cli(log: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -279,7 +254,7 @@ def test_cli_killed_and_restarted_webhook_and_prometheus(tmp_path: Path, receive
     assert ev == [("raised", "spike", "undecided"), ("verdict", "spike", "malignant")]
     assert [m["seq"] for m in got] == list(range(1, len(got) + 1))
     # every message reached the webhook once, in order, despite the failed first POST
-    assert [b["seq"] for b in _Receiver.bodies] == [m["seq"] for m in got]
+    assert [b["seq"] for b in Receiver.bodies] == [m["seq"] for m in got]
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
     assert families["forensics_watch_last_step"].samples[0].value == 3350
     assert families["forensics_grad_norm_ema_ratio"].samples[0].value > 0
@@ -379,6 +354,11 @@ def test_malignant_verdict_runs_forensics_spike_and_posts_the_culprit(tmp_path: 
     assert done["paste"].startswith(
         f"--ckpt-step {done['rollback_iteration']} --iterations-to-skip "
     )
+    # The message names what to do, as the report's ACTION line does, and the file to use.
+    assert done["action"] in ("rebuild", "skip") and "ACTION " in done["summary"]
+    assert f"checkpoint iteration {done['rollback_iteration']}" in done["summary"]
+    assert done["flags_file"] == str(out / "spike-330" / "restart-megatron-lm.flags")
+    assert done["flags_file"] in done["summary"]
     assert (out / "spike-330" / "skip.json").exists()
 
 

@@ -11,7 +11,7 @@ import html
 import math
 from typing import Any
 
-from forensics.safe_text import html_safe, md_safe
+from forensics.safe_text import html_safe, md_code, md_safe
 
 NO_MODEL = (
     "no checkpoint given: the verdict rests on the data side alone (what was unusual, not what "
@@ -64,6 +64,7 @@ SAMPLE_HEAD = ["iteration", "position", "loss", "loss z", "worst-token z", "grad
 
 def markdown_section(report: Any) -> str:
     """## What the model choked on (Markdown; text escaped with md_safe)."""
+
     view = report.model
     if not view:
         return f"## What the model choked on\n\n{md_safe(NO_MODEL, 600)}.\n"
@@ -82,7 +83,7 @@ def markdown_section(report: Any) -> str:
         parts.append("\nTop documents by segment loss z (the peak-loss token in \u27e6 \u27e7):\n")
         for d in view["top_documents"]:
             parts.append(
-                f"- `{md_safe(d['dataset'], 60)}` doc {d['doc_id']} (iteration {d['iteration']}, "
+                f"- {md_code(d['dataset'], 60)} doc {d['doc_id']} (iteration {d['iteration']}, "
                 f"position {d['position']}): loss z {_z(d['loss_z'])}, worst-token z "
                 f"{_z(d['max_token_z'])}: {md_safe(span_text(d.get('span')), 400)}"
             )

@@ -23,6 +23,7 @@ from forensics.report.model import (
 from forensics.report.summary import summary_lines
 from forensics.report.why_shares import table_cell
 from forensics.safe_text import html_safe
+from forensics.skip.flags import restart_line
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
@@ -31,6 +32,12 @@ h1{font-size:22px;margin:0 0 12px} h2{font-size:18px;margin:28px 0 8px;border-bo
 pre.summary{background:#fafafa;border:1px solid #ddd;border-left:6px solid #d62728;padding:12px;
 white-space:pre-wrap;font-size:13px;line-height:1.45}
 pre.summary.none{border-left-color:#1f77b4}
+pre.summary span.ln{display:block;padding-left:11ch;text-indent:-11ch}
+code.paste{display:inline-block;max-width:calc(100% - 12ch);overflow-x:auto;white-space:pre;
+vertical-align:top;background:#fff;border:1px solid #ddd;padding:1px 4px;user-select:all;
+text-indent:0}
+pre.flags{white-space:pre;overflow-x:auto;font-size:12px;background:#f7f7f7;border:1px solid #eee;
+padding:6px;margin:4px 0 10px}
 .label{font-weight:bold;color:#d62728}
 table{border-collapse:collapse;font-size:12px;width:100%}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
@@ -57,15 +64,44 @@ def _e(text: object) -> str:
 
 
 def _summary(report: SpikeReport) -> str:
-    lines = []
+    """The first screen: one <pre> of <span class="ln"> lines (a wrapped line hangs under its
+    text, not under the labels), a <span data-label> per labelled line (the screenshot test finds
+    CULPRIT and ACTION by it) and the chosen trainer's paste line whole in one
+    <code class="paste">: one line that scrolls sideways, never wrapped inside a number."""
+    lines: list[str] = []
+    paste = _paste(report)
     for label, text in summary_lines(report):
+        if paste and label == "PASTE":
+            lines += paste
+            continue
+        if paste and text.startswith("(the file beside this report holds the whole line"):
+            continue  # the HTML shows the whole line on the first screen
         safe = html_safe(text, 2000)
         if label:
-            lines.append(f'<span class="label">{_e(label):<10}</span> {safe}')
+            lines.append(
+                f'<span class="label">{_e(label):<10}</span> '
+                f'<span data-label="{_e(label.lower())}">{safe}</span>'
+            )
         else:
             lines.append(" " * 11 + safe if lines else safe)
     cls = "summary" if report.culprit is not None else "summary none"
-    return f'<pre class="{cls}">' + "\n".join(lines) + "</pre>"
+    rows = "".join(f'<span class="ln">{line}</span>' for line in lines)
+    return f'<pre class="{cls}">{rows}</pre>'
+
+
+def _paste(report: SpikeReport) -> list[str]:
+    """The PASTE line: the chosen trainer's restart-<trainer>.flags line, whole (report.md and
+    the terminal point at the file when it is long; a page can scroll it)."""
+    skip = report.skip or {}
+    trainer = skip.get("trainer")
+    line = restart_line((skip.get("flags") or {}).get(trainer) or {})
+    if not skip.get("iterations") or not line:
+        return []
+    return [
+        f'<span class="label">{"PASTE":<10}</span> '
+        f'<span data-label="paste">{_e(trainer)} (restart-{_e(trainer)}.flags):</span>',
+        f'{" " * 11}<code class="paste">{html_safe(line, len(line) + 1)}</code>',
+    ]
 
 
 def _stamp(report: SpikeReport) -> str:
@@ -172,9 +208,13 @@ def _skip(report: SpikeReport) -> str:
     flags = skip.get("flags") or {}
     for name, flag in flags.items() if skip.get("iterations") else ():
         chosen = " (this run's trainer)" if name == skip.get("trainer") else ""
-        parts.append(f"<h3>{_e(name)}{_e(chosen)}</h3>")
-        if flag.get("flag"):
-            parts.append(f'<div class="ex">{html_safe(flag["flag"], 200000)}</div>')
+        parts.append(f"<h3>{_e(name)}{_e(chosen)}: restart-{_e(name)}.flags</h3>")
+        line = restart_line(flag)
+        if line:  # whole and on one line, as the file holds it (it scrolls sideways)
+            parts.append(f'<pre class="flags">{html_safe(line, len(line) + 1)}</pre>')
+            pin = flag.get("pin") or ""
+            if pin and not pin.startswith("--"):
+                parts.append(f"<p>Load the rollback checkpoint: <code>{html_safe(pin)}</code></p>")
             parts.append(f'<p class="muted">{html_safe(flag.get("consequence") or "", 2000)}</p>')
         else:
             parts.append(f"<p>No exact flag: {html_safe(flag.get('refusal') or '', 2000)}</p>")

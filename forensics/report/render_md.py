@@ -14,7 +14,7 @@ from forensics.report.model_view import markdown_section
 from forensics.report.sections import documents_markdown, skip_markdown
 from forensics.report.summary import summary_lines
 from forensics.report.why_shares import table_cell
-from forensics.safe_text import fence_safe, md_safe
+from forensics.safe_text import fence_safe, md_code, md_safe
 
 
 def summary_block(report: SpikeReport) -> str:
@@ -67,7 +67,7 @@ def _examples(report: SpikeReport) -> str:
         for ex in group.iter_rows(named=True):
             reasons = md_safe("; ".join(ex["reasons"]) or "not flagged", 200)
             out.append(
-                f"- `{md_safe(ex['dataset'], 60)}` doc {ex['doc_id']} ({reasons}): "
+                f"- {md_code(ex['dataset'], 60)} doc {ex['doc_id']} ({reasons}): "
                 f"{md_safe(ex['excerpt'])}"
             )
         out.append("")

@@ -13,7 +13,8 @@ import polars as pl
 
 from forensics.report.drilldown import chosen_clusters
 from forensics.report.model import cluster_name, format_value
-from forensics.safe_text import fence_safe, md_safe
+from forensics.safe_text import fence_safe, md_code, md_safe
+from forensics.skip.flags import restart_line
 
 SECTION_ORDER = (
     "Plots",
@@ -46,7 +47,7 @@ def documents_markdown(report: Any) -> str:
         for d in mine.head(5).iter_rows(named=True):
             its = d.get("iterations") or []
             shown = ", ".join(str(i) for i in its[:6]) + (" ..." if len(its) > 6 else "")
-            out.append(f"  - `{md_safe(d['dataset'], 60)}` doc {d['doc_id']}: iterations {shown}")
+            out.append(f"  - {md_code(d['dataset'], 60)} doc {d['doc_id']}: iterations {shown}")
     out.append("\nWhole documents, corrupted spans marked: report.html; every window document: "
                "documents.parquet.\n")  # fmt: skip
     return "\n".join(out)
@@ -61,7 +62,7 @@ def skip_markdown(report: Any) -> str:
     action = skip.get("action") or {}
     if action.get("kind"):
         first = action.get("command") or "skip the iterations below"
-        out.append(f"First: **{md_safe(action['kind'])}**: `{md_safe(first, 400)}`\n")
+        out.append(f"First: **{md_safe(action['kind'])}**: {md_code(first, 400)}\n")
         out.append(f"{md_safe(action.get('why', ''), 600)}\n")
     if skip.get("iterations"):
         ranges = ", ".join(f"{a}-{b}" for a, b in skip["iterations"])
@@ -74,13 +75,13 @@ def skip_markdown(report: Any) -> str:
     flags = skip.get("flags") or {}
     for name, flag in flags.items() if skip.get("iterations") else ():
         chosen = " (this run's trainer)" if name == skip.get("trainer") else ""
-        out.append(f"### {md_safe(name)}{chosen}\n")
-        if flag.get("flag"):
+        out.append(f"### {md_safe(name)}{chosen}: restart-{md_safe(name)}.flags\n")
+        line = restart_line(flag)
+        if line:  # whole, as restart-<trainer>.flags holds it
             pin = flag.get("pin") or ""
-            line = f"{pin} {flag['flag']}" if pin.startswith("--") else flag["flag"]
-            out.append("~~~text\n" + fence_safe(line, 200_000) + "\n~~~\n")
+            out.append("~~~text\n" + fence_safe(line, len(line) + 1) + "\n~~~\n")
             if pin and not pin.startswith("--"):
-                out.append(f"Load the rollback checkpoint: `{md_safe(pin)}`\n")
+                out.append(f"Load the rollback checkpoint: {md_code(pin)}\n")
         else:
             out.append(f"No exact flag: {md_safe(flag.get('refusal') or '', 2000)}\n")
     return "\n".join(out) + "\n"

@@ -64,6 +64,11 @@ def _stretch_lines(skip: dict[str, Any]) -> list[str]:
     return out
 
 
+def _whole(line: str) -> str:
+    """A flag line for HTML, whole (never cut with an ellipsis): one line that scrolls."""
+    return html_safe(line, len(line) + 1)
+
+
 def write_report(
     out: Path,
     scan: pl.DataFrame,
@@ -117,7 +122,8 @@ def write_report(
     html = (
         "<!doctype html><html><head><meta charset='utf-8'><title>forensics scan</title>"
         "<style>body{font-family:sans-serif;max-width:1150px;margin:2em auto}"
-        "td,th{padding:2px 10px;text-align:left}code{word-break:break-all}</style></head><body>"
+        "td,th{padding:2px 10px;text-align:left}pre{white-space:pre;overflow-x:auto}</style>"
+        "</head><body>"
         f"<h1>forensics scan {first}-{last}</h1><p>{html_safe(head, 1000)}</p>"
         f"<p><b>{html_safe(verdict, 1000)}</b></p><ul>{items}</ul>"
         f"<img alt='flagged share' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
@@ -125,7 +131,7 @@ def write_report(
         f"<th>flagged</th><th>share</th></tr>{rows}</table>"
         f"<h2>Skip flags (restart from iteration {skip['rollback']['iteration']})</h2>"
         + "".join(
-            f"<p>{html_safe(name)}: <code>{html_safe(flag['flag'] or '(none)', 100000)}</code></p>"
+            f"<p>{html_safe(name)}:</p><pre>{_whole(flag['flag'] or '(none)')}</pre>"
             for name, flag in skip["flags"].items()
         )
         + "".join(f"<p>note: {html_safe(n, 1000)}</p>" for n in skip["notes"])

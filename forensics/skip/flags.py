@@ -111,6 +111,17 @@ class TrainerFlag:
         return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
 
 
+def restart_line(flag: dict | TrainerFlag) -> str | None:
+    """The line `restart-<trainer>.flags` holds, and every report's paste line: the checkpoint
+    pin first where it is a flag (`--ckpt-step R`), then the skip flag; None when refused.
+    A pin that is not a flag (a file to write, a config key) is shown beside it, never in it."""
+    data = flag.to_dict() if isinstance(flag, TrainerFlag) else flag
+    if not data.get("flag"):
+        return None
+    pin = data.get("pin") or ""
+    return f"{pin} {data['flag']}" if pin.startswith("--") else str(data["flag"])
+
+
 # -- writing ------------------------------------------------------------------------------------
 
 

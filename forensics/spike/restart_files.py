@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from forensics.skip.flags import restart_line
 from forensics.skip.plan import SkipPlan
 from forensics.skip.tracker import how_to_pass
 
@@ -33,10 +34,9 @@ def restart_flag_files(skip: SkipPlan) -> dict[str, str]:
     flag, so `$(cat restart-megatron-lm.flags)` can go into the launch command as it is."""
     out = {}
     for name, flag in skip.flags.items():
-        if not skip.iterations or not flag.flag:
-            continue
-        pin = f"{flag.pin} " if flag.pin and flag.pin.startswith("--") else ""
-        out[f"restart-{name}.flags"] = f"{pin}{flag.flag}\n"
+        line = restart_line(flag)
+        if skip.iterations and line:
+            out[f"restart-{name}.flags"] = line + "\n"
     return out
 
 

@@ -3,9 +3,10 @@
 A subprocess (`python -m forensics.cli spike ... --out DIR/spike-S/ --quiet`), so the watcher
 keeps reading while the replay, scoring and clustering run, and a crash there cannot take the
 watcher down. Its output goes to DIR/spike-S.log. When it ends, the result message carries what
-an engineer acts on: the culprit cluster, the rollback iteration and the flag line to paste
-(from the spike's own report.json, skip.json and megatron_args.txt); a failure carries the last
-line of its error.
+an engineer acts on, as the report's ACTION line says it: the culprit cluster, the action the
+spike decided (skip.json `action`: remove and rebuild, or skip), the rollback iteration and the
+flags file to restart with (from the spike's own report.json, skip.json and restart files); a
+failure carries the last line of its error.
 """
 
 from __future__ import annotations
@@ -92,40 +93,80 @@ def paste_line(skip_file: Path) -> str | None:
     """The chosen trainer's restart line from skip.json (checkpoint pin and skip flag)."""
     if not skip_file.exists():
         return None
+    from forensics.skip.flags import restart_line
+
     plan = json.loads(skip_file.read_text())
-    chosen = plan.get("flags", {}).get(plan.get("trainer"), {})
-    if not chosen.get("flag"):
-        return None
-    pin = chosen.get("pin") or ""
-    return f"{pin} {chosen['flag']}" if pin.startswith("--") else chosen["flag"]
+    return restart_line(plan.get("flags", {}).get(plan.get("trainer")) or {})
+
+
+def action_words(out: Path, plan: dict[str, Any], rollback: int | None) -> dict[str, Any]:
+    """skip.json's action for a message: `action` (rebuild / remove / skip / none), the flags
+    file to restart with and, in `action_text`, what to do in words, as the report's ACTION
+    line says it."""
+    action = plan.get("action") or {}
+    kind = action.get("kind")
+    trainer = plan.get("trainer")
+    flags = out / f"restart-{trainer}.flags"
+    flags_file = str(flags) if trainer and flags.exists() else None
+    restart = "restart from " + (
+        f"checkpoint iteration {rollback}" if rollback is not None else "the rollback checkpoint"
+    )
+    if flags_file:
+        with_flags = f"{restart} with $(cat {flags_file})"
+    else:
+        refusal = ((plan.get("flags") or {}).get(trainer) or {}).get("refusal")
+        with_flags = f"no {trainer} skip flag ({refusal}); remove the block list's documents"
+    body: dict[str, Any] = {"action": kind, "flags_file": flags_file}
+    if kind in ("rebuild", "remove"):
+        if kind == "rebuild":
+            where = action.get("rebuild_out") or out.parent / f"rebuild-{plan.get('step')}"
+            rebuilt = f"{where}/restart-rebuilt.flags"
+            text = f"ACTION remove and rebuild: {action['command']}, then {restart} with "
+            text += f"$(cat {rebuilt})"
+            body["rebuild_flags_file"] = rebuilt
+        else:
+            text = f"ACTION remove the culprit: {action['command']}, then {restart} on that data"
+        if action.get("stopgap") and flags_file:
+            text += f"; stopgap: {with_flags}"
+    elif kind == "skip":
+        text = f"ACTION skip: {with_flags}"
+    elif kind == "none" or not plan.get("iterations"):
+        text = "nothing to remove or skip (the spike looks numerical; see the report)"
+    else:  # a skip.json from before the action was decided
+        text = with_flags
+    return body | {"action_command": action.get("command"), "action_text": text}
 
 
 def spike_result(step: int, out: Path, log: Path, returncode: int | None) -> dict[str, Any]:
-    """What the finished spike run found (or why it failed), as a message body."""
+    """What the finished spike run found (or why it failed), as a message body: the summary
+    leads with the culprit and the ACTION skip.json decided (remove and rebuild, or skip), with
+    the rollback iteration and the flags file to restart with."""
     report = out / "report.json"
     if returncode == 0 and report.exists():
         data = json.loads(report.read_text())
-        paste = paste_line(out / "skip.json")
+        skip_file = out / "skip.json"
+        plan = json.loads(skip_file.read_text()) if skip_file.exists() else {}
         culprit = next((c for c in data.get("clusters", []) if c.get("id") == data["culprit"]), {})
+        name = (
+            f"{culprit['facet']}={culprit['key']}"
+            if culprit.get("facet") and culprit.get("key") is not None
+            else culprit.get("kind")
+        )
+        found = f"culprit {name} ({data['culprit']})" if data.get("culprit") else "no culprit"
+        action = action_words(out, plan, data.get("rollback_iteration"))
         return {
             "ok": True,
             "out": str(out),
             "culprit": data.get("culprit"),
-            "culprit_cluster": (
-                f"{culprit['facet']}={culprit['key']}"
-                if culprit.get("facet") and culprit.get("key") is not None
-                else culprit.get("kind")
-            ),
+            "culprit_cluster": name,
             "culprit_first_iteration": data.get("culprit_first_iteration"),
             "rollback_iteration": data.get("rollback_iteration"),
             "rollback_note": data.get("rollback_note"),
-            "paste": paste,
+            **action,
+            "paste": paste_line(skip_file),
             "report": str(out / "report.md"),
-            "summary": (
-                f"forensics spike for step {step}: culprit {data.get('culprit')} "
-                f"({culprit.get('facet')}={culprit.get('key')}), roll back to "
-                f"{data.get('rollback_iteration')}; paste: {paste or '(nothing to skip)'}"
-            ),
+            "summary": f"forensics spike for step {step}: {found}; {action['action_text']}; "
+            f"report: {out / 'report.md'}",
         }
     tail = ""
     if log.exists():

@@ -27,7 +27,8 @@ def message_text(msg: dict[str, Any]) -> Text:
     """One message as a line of plain text with a style on its head (no markup parsing)."""
     key = msg.get("verdict") or msg.get("kind", "")
     line = Text(f"#{msg.get('seq', '?')} ", style="dim")
-    line.append(excerpt(str(msg.get("summary", "")), 400), style=_STYLE.get(key, ""))
+    # long enough never to cut a path or a command out of a message (only control characters go)
+    line.append(excerpt(str(msg.get("summary", "")), 4000), style=_STYLE.get(key, ""))
     return line
 
 
