@@ -70,7 +70,10 @@ FLAG_NAMES = {
     MEGATRON_LM_PRE_017: "--iterations-to-skip",
     MEGATRON_DEEPSPEED: "--skip-train-iteration-range",
     MEGATRON_DEEPSPEED_ARGONNE: "--train-range-to-skip",
-    OLMO_CORE: "steps_to_skip=",
+    # OLMo-core's experiment scripts take dotlist overrides: olmo_core/internal/experiment.py:389
+    # `config.merge(cli_context.overrides)`, each value read by yaml.safe_load (config.py
+    # _clean_opt); TrainerConfig sits under `trainer` (ai2-olmo-core 3.0.0).
+    OLMO_CORE: "--trainer.steps_to_skip=",
 }
 
 
@@ -153,8 +156,8 @@ def parse_skip_flag(trainer: str, text: str) -> list[tuple[int, int]] | list[int
 
     Megatron-LM: the list of values. BigScience Megatron-DeepSpeed: `a-b` pairs sorted, with
     overlapping ones merged (arguments.py:289-308). argonne: (a, b) pairs. OLMo-core:
-    (start, stop) pairs from `steps_to_skip=[StepSkipRange(start=A, stop=B), ...]` or its JSON
-    form `[{"start": A, "stop": B}, ...]`.
+    (start, stop) pairs from the override `--trainer.steps_to_skip=[{"start":A,"stop":B},...]`
+    (or `steps_to_skip=` with that JSON, or the Python form `[StepSkipRange(start=A, stop=B)]`).
     """
     check_trainer(trainer)
     name = FLAG_NAMES[trainer]
@@ -187,9 +190,7 @@ def parse_skip_flag(trainer: str, text: str) -> list[tuple[int, int]] | list[int
 
 
 def _parse_olmo(text: str) -> list[tuple[int, int]]:
-    body = text.strip()
-    if body.startswith("steps_to_skip="):
-        body = body[len("steps_to_skip=") :].strip()
+    body = re.sub(r"^(--)?(trainer\.)?steps_to_skip=", "", text.strip()).strip()
     if not body:
         return []
     if body.startswith("[{") or body == "[]":

@@ -1,7 +1,7 @@
 """`forensics spike` end to end on a generated OLMo-core run: the job restarts at iteration 61 on
 changed data (a new `forum` source of mojibake pages added, OLMo-core's
 ignore_fingerprint_mismatch), the loss spikes in the new data stage; the spike must blame the
-forum source and write the StepSkipRange flag that skips the iterations that drew it.
+forum source and write the steps_to_skip override that skips the iterations that drew it.
 
 The data-loader state of the restart and where the forum instances land come from iterating the
 real library (ai2-olmo-core, tests/oracles/olmo_core_loader.py), not from our replay.
@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from olmo_core_run import config_dict, oracle_spec, run_oracle, write_config
+from olmo_core_run import ORACLE_PY, config_dict, oracle_spec, run_oracle, write_config
 from refusal import refused
 
 from dataloaders.trainer_loops import parse_skip_flag
@@ -119,18 +120,40 @@ def test_spike_blames_the_source_added_at_the_restart(tmp_path, monkeypatch):
     assert set(in_window) <= skipped
     assert skip["trainer"] == "olmo-core"  # the default for an olmo-core data loader
     flag = skip["flags"]["olmo-core"]["flag"]
-    assert flag.startswith("steps_to_skip=[StepSkipRange(start=")
+    assert flag.startswith('--trainer.steps_to_skip=[{"start":') and len(flag.split()) == 1
     steps = parse_skip_flag("olmo-core", flag)
     assert {i for a, b in steps for i in range(a, b)} == skipped  # stop exclusive
     assert skip["fingerprint"]["format"] == "olmo-core"
-    assert "StepSkipRange" in (out / "megatron_args.txt").read_text()
+    assert "--trainer.steps_to_skip=" in (out / "megatron_args.txt").read_text()
+    # The restart file, word-split as $(cat ...) does, is what OLMo-core's own experiment CLI
+    # makes of it (olmo_core/internal/experiment.py:389 `config.merge(cli_context.overrides)`):
+    # the real TrainerConfig.merge, run in the oracle venv, must give these StepSkipRanges.
+    words = (out / "restart-olmo-core.flags").read_text().split()
+    assert _olmo_core_merge(words) == [list(s) for s in steps]
     check = CliRunner().invoke(app, ["check-skip", str(out / "skip.json"), "--config", str(config)])
     assert check.exit_code == 0, check.output
     a, b = steps[0]  # an edited range is refused
-    skip["flags"]["olmo-core"]["flag"] = flag.replace(f"stop={b})", f"stop={b + 1})", 1)
+    skip["flags"]["olmo-core"]["flag"] = flag.replace(f'"stop":{b}}}', f'"stop":{b + 1}}}', 1)
     (out / "skip.json").write_text(json.dumps(skip))
     check = CliRunner().invoke(app, ["check-skip", str(out / "skip.json"), "--config", str(config)])
     refused(check, "the olmo-core flag is wrong for this run")
+
+
+def _olmo_core_merge(words: list[str]) -> list[list[int]]:
+    """ai2-olmo-core's TrainerConfig.merge of the override words (prefix `trainer`, as an
+    ExperimentConfig hands them down): the steps_to_skip it builds, as [start, stop] lists."""
+    script = (
+        "import json, sys\n"
+        "from olmo_core.train.common import StepSkipRange\n"
+        "from olmo_core.train.config import TrainerConfig\n"
+        "merged = TrainerConfig(save_folder='x').merge(sys.argv[1:], prefix='trainer')\n"
+        "assert all(isinstance(s, StepSkipRange) for s in merged.steps_to_skip)\n"
+        "print(json.dumps([[s.start, s.stop] for s in merged.steps_to_skip]))\n"
+    )
+    done = subprocess.run(
+        [str(ORACLE_PY), "-c", script, *words], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_replay_text_is_the_decoded_document_piece(tmp_path, monkeypatch):

@@ -130,6 +130,17 @@ def test_hostile_document_is_escaped_in_html_markdown_and_terminal(written):
     assert "CULPRIT" in text and "crawl_batch=crawl-2026-10-17" in text
 
 
+def test_long_paste_line_points_at_the_flags_file_from_where_spike_ran():
+    """The first screen's $(cat ...) must work from the shell the engineer ran spike in, not only
+    from inside the spike directory: skip.json's action.flags_dir leads the path."""
+    from forensics.report.summary import summary_lines
+
+    _, report = make_report()
+    report.skip["action"] = {"kind": "skip", "why": "confined", "flags_dir": "runs/spike-81234"}
+    (paste,) = [text for label, text in summary_lines(report) if label == "PASTE"]
+    assert paste == "megatron-lm: $(cat runs/spike-81234/restart-megatron-lm.flags)"
+
+
 def test_html_is_self_contained_with_its_plots(written):
     _, _, out, files = written
     page = (out / "report.html").read_text()

@@ -21,14 +21,15 @@ from markdown_it import MarkdownIt
 from test_report import make_report
 
 from forensics.report import write_report
-from forensics.report.model import FLAG_CHARS
 from forensics.report.sections import SECTION_ORDER
+from forensics.report.summary import FLAG_CHARS
 from forensics.skip.flags import restart_line
 
 ENTITY = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);")
 # Text from a manifest that HTML and Markdown both have to escape exactly once.
 AWKWARD = 'manifest field O\'Brien & Sons "quoted" <b>bold?</b> 5 < 6 & done'
 CLUSTER_HEAD = ["id", "verdict", "cluster", "docs", "window", "baseline", "enrichment", "p",
+                "samples / expected",
                 "flagged", "garbage", "spam", "suspicion", "note"]  # fmt: skip
 chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 

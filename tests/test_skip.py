@@ -131,8 +131,11 @@ def test_argonne_pairs_and_olmo_core_stop_exclusive() -> None:
     assert flags[MEGATRON_DEEPSPEED_ARGONNE].flag == "--train-range-to-skip 11 12 15 15"
     # trainer.py:1489: `start <= global_step < stop` after `global_step += 1`.
     assert flags[OLMO_CORE].flag == (
-        "steps_to_skip=[StepSkipRange(start=11, stop=13), StepSkipRange(start=15, stop=16)]"
+        '--trainer.steps_to_skip=[{"start":11,"stop":13},{"start":15,"stop":16}]'
     )
+    assert parse_skip_flag(OLMO_CORE, "steps_to_skip=[StepSkipRange(start=11, stop=13)]") == [
+        (11, 13)
+    ]
     assert list(flags)[0] == MEGATRON_LM and set(flags) == set(TRAINERS)
     assert parse_skip_flag(OLMO_CORE, '[{"start": 11, "stop": 13}]') == [(11, 13)]
 

@@ -186,7 +186,11 @@ def _paste_lines(skip: dict[str, Any]) -> list[Line]:
         if len(paste) <= FLAG_CHARS:
             out.append(("PASTE", f"{skip['trainer']}: {paste}"))
         else:  # never a cut line: the whole one is in a file beside the report
-            out.append(("PASTE", f"{skip['trainer']}: $(cat restart-{skip['trainer']}.flags)"))
+            where = (skip.get("action") or {}).get("flags_dir")
+            path = f"{where}/" if where else ""
+            out.append(
+                ("PASTE", f"{skip['trainer']}: $(cat {path}restart-{skip['trainer']}.flags)")
+            )
             whole = f"{len(paste):,} characters"
             out.append(("", f"(the file beside this report holds the whole line, {whole})"))
         if pin and not pin.startswith("--"):

@@ -102,6 +102,7 @@ def action_for_plan(skip: Any, config: Any, out: Path) -> dict[str, Any]:
         blocked_documents=sum(len(v) for v in skip.documents.values()),
         command=command,
     )
+    action["flags_dir"] = str(out)  # restart-<trainer>.flags: a $(cat ...) that works from here
     if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)
         action["rebuild_out"] = str(Path(out).parent / f"rebuild-{skip.step}")
     return action

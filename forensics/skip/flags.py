@@ -10,7 +10,8 @@ transcribed in `dataloaders.trainer_loops`, with the source lines):
   `b - iteration` MICRO-batches without advancing the counters, so a range is written in
   micro-batches (gas per global batch) and every range is shifted by the drains before it.
 - megatron-deepspeed-argonne: `--train-range-to-skip a b ...`, inclusive pairs, whole steps.
-- olmo-core: `steps_to_skip=[StepSkipRange(start=a, stop=b + 1)]` (stop exclusive).
+- olmo-core: `--trainer.steps_to_skip=[{"start":a,"stop":b+1}]`, the experiment script's dotlist
+  override of TrainerConfig.steps_to_skip (a list of StepSkipRange; stop exclusive).
 
 Every string is checked by simulation: the trainer's loop is run from the restart with the parsed
 string and must draw-and-drop exactly the intended batches and train every other batch of the
@@ -21,6 +22,7 @@ with the reason, never written approximately.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -137,8 +139,10 @@ def _spell(trainer: str, ranges: Sequence[Range], schedule: Schedule, checkpoint
     if trainer == MEGATRON_DEEPSPEED_ARGONNE:
         return name + " " + " ".join(f"{a} {b}" for a, b in ranges)
     if trainer == OLMO_CORE:
-        inner = ", ".join(f"StepSkipRange(start={a}, stop={b + 1})" for a, b in ranges)
-        return f"steps_to_skip=[{inner}]"
+        # one shell word (no spaces), so $(cat restart-olmo-core.flags) passes it whole; YAML
+        # reads the JSON, and TrainerConfig.from_dict makes each item a StepSkipRange
+        items = [{"start": a, "stop": b + 1} for a, b in ranges]
+        return name + json.dumps(items, separators=(",", ":"))
     return (
         name + " " + " ".join(f"{a}-{b}" for a, b in deepspeed_ranges(ranges, schedule, checkpoint))
     )

@@ -5,7 +5,8 @@ SKIP_README: dict[str, str] = {
     "action": "what to do first: kind rebuild (run `command`: remove the block list and rebuild "
     "the data; the skip flags are the stopgap), remove (the same with your own pipeline), skip "
     "(the skip flags are the fix) or none; share_ahead is the culprit's share of the samples of "
-    "the rest of the run, material_share the threshold it is compared with; why says it in words",
+    "the rest of the run, material_share the threshold it is compared with; why says it in words; "
+    "flags_dir is where the restart-<trainer>.flags files are, as seen from where spike ran",
     "step": "the spike's iteration (1-indexed, as logged)",
     "window": "[first, last] iterations replayed before the spike",
     "rollback": "the checkpoint to restart from (iteration) and the first iteration the restart "
