@@ -18,10 +18,10 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -m pip install -q -e ".[$extras]" 2>&1 | grep -v "is ignored" || true
-  # OLMo-core, the oracle of the repeated-n-gram rule (tests/test_scan_repeats.py), without its
+  # OLMo-core, the oracle of the repeated-n-gram rule (tests/forensics/score/test_scan_repeats.py), without its
   # dependencies: they would downgrade rich and huggingface_hub and add cloud clients.
   .venv/bin/python -m pip install -q --no-deps ai2-olmo-core==3.0.0 2>&1 | grep -v "is ignored" || true
-  # fail loudly if an install failed (hypothesis: the test extra's fuzz suite, tests/test_fuzz.py)
+  # fail loudly if an install failed (hypothesis: the test extra's fuzz suite, tests/forensics/test_fuzz.py)
   .venv/bin/python -c "import forensics, torch, sentence_transformers, hypothesis"
   touch "$stamp"
 fi

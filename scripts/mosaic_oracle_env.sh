@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build .venv-mosaic/: MosaicML streaming 0.13.0 with torch, the oracle for tests/test_mosaic_*.
+# Build .venv-mosaic/: MosaicML streaming 0.13.0 with torch, the oracle for the MosaicML tests
+# (tests/dataloaders/mosaic/, tests/forensics/spike/test_mosaic_spike.py).
 #
 # streaming pins numpy<2.2 and transformers<5, which clash with the project's venv, so it gets its
 # own environment. torch is the same 2.13.0 (the CPU wheel pip finds on disk); the constraint file

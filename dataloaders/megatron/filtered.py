@@ -5,8 +5,8 @@ never modified. The copy is vectorised: the kept sequences form contiguous byte 
 source `.bin` (Megatron writes sequences back to back, and `IndexedDataset` refuses a pair where
 they are not), so the `.bin` is copied run by run in large blocks and the `.idx` is computed
 from the source's arrays with numpy, never document by document. The output is byte-identical
-to megatron-core's `IndexedDatasetBuilder` fed the kept documents in order (tests/test_rebuild.py
-holds it to that).
+to megatron-core's `IndexedDatasetBuilder` fed the kept documents in order
+(tests/forensics/rebuild/test_rebuild.py holds it to that).
 """
 
 from __future__ import annotations

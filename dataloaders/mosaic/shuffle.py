@@ -6,7 +6,8 @@ imports torch, torchvision and transformers before any of these numpy-only funct
 function below is the library's, line for line in numpy (same RNG calls in the same order, so the
 same PCG64 streams), with the source cited. Source: mosaicml/streaming at commit
 89e7bb9082457a59f6efcfa4ef910102e07a9729, whose streaming/base/ is byte-identical to the 0.13.0
-wheel; tests/test_mosaic_order.py checks every algorithm against the installed library.
+wheel; tests/dataloaders/mosaic/test_mosaic_order.py checks every algorithm against the
+installed library.
 
 Each `get_shuffle_*` maps an epoch's (resampled) shard sizes to a permutation of sample ids:
     ids  int64[sum(shard_sizes)]  ids[k] = the sample placed at position k of the epoch

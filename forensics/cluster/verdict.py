@@ -8,7 +8,7 @@ because it overlaps a higher-ranked culprit (the culprit crawl batch's domains, 
 contains it) is a suspect "explained by" that culprit, so the report names one culprit, not five.
 
 Thresholds are calibrated on generated windows with the scorer's ~1% false-positive rate: a
-clean window yields no culprit (tests/test_cluster_verdict.py).
+clean window yields no culprit (tests/forensics/cluster/).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Token loss t of a sample (t = 0..L-1) is the loss of predicting the sample's token t+1. A segment
 occupying tokens [start, end) of the sample owns the losses whose *predicted* token lies in it:
 t in [max(start, 1) - 1, end - 1). The segments of a sample tile 1..L, so their loss sums add up
-to the sample's sum exactly (tests/test_rescore.py holds this). A segment of one token at the
-sample's start predicts nothing and has no loss.
+to the sample's sum exactly (tests/forensics/rescore/test_rescore.py holds this). A segment of
+one token at the sample's start predicts nothing and has no loss.
 
 z-scores: (x - mean over the baseline's samples (or segments)) / their standard deviation
 (ddof 1). Why z and not raw loss: a checkpoint's loss level depends on the model and the data mix;

@@ -21,8 +21,8 @@ pass per period) and keeps, per row, the match with the most repetitions (the sm
 and then the first match on ties, the order OLMo-core's generator yields them in). Rows of
 different lengths are padded with distinct negative values, which never equal a token or each
 other, so a row's result is exactly what OLMo-core returns for that row alone (its own `-1`
-padding only ever compares unequal, as ours does). tests/test_scan_repeats.py runs OLMo-core's
-own function as the oracle.
+padding only ever compares unequal, as ours does).
+tests/forensics/score/test_scan_repeats.py runs OLMo-core's own function as the oracle.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 # ruff: noqa
 # Verbatim copy of allenai/OLMo-core src/scripts/dump_training_batch.py at commit
-# fa6c5014c9f6e9ee789da2d9c20d5126fee8df0d (Apache-2.0), the oracle tests/test_olmo_core_dump.py runs.
+# fa6c5014c9f6e9ee789da2d9c20d5126fee8df0d (Apache-2.0), the oracle tests/dataloaders/olmo_core/test_olmo_core_dump.py runs.
 #!/usr/bin/env python3
 """
 Download the exact training batch for a given checkpoint and step number.

@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 import yaml
 from mosaic_support import write_mds
+from repo_paths import REPO_ROOT
 
 from dataloaders.config import load_config
 from dataloaders.mosaic.order import loader_batches, loader_steps
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 def _run(folder: Path, gbs: int = 5, iters: int = 10, **data) -> Path:

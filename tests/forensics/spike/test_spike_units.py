@@ -1,5 +1,5 @@
 """The spike pipeline's own logic: windows, baseline choice, output-directory guard, forward
-exposure summary, block list. (The whole pipeline: tests/test_spike_e2e.py.)"""
+exposure summary, block list. (The whole pipeline: tests/forensics/spike/test_spike_e2e.py.)"""
 
 from __future__ import annotations
 

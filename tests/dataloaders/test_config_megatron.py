@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from repo_paths import REPO_ROOT
 
 from dataloaders.config import load_config
 from forensics.errors import ForensicsError
 from forensics.megatron_args import config_from_megatron_args, split_megatron_args
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 def test_example_config_is_valid() -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
+from repo_paths import REPO_ROOT
 from typer.testing import CliRunner
 
 from dataloaders.megatron.indexed import write_indexed_dataset
@@ -249,7 +250,7 @@ def test_seed_mismatch_with_megatron_cache(run: dict[str, Path], tmp_path: Path)
         ],
         capture_output=True,
         text=True,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=REPO_ROOT,
     )
     assert proc.returncode == 2
     message = proc.stderr.replace("\n", "")  # rich wraps long lines when not on a terminal

@@ -26,6 +26,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from repo_paths import REPO_ROOT  # noqa: E402
+
 from dataloaders.config import load_config  # noqa: E402
 from forensics.errors import ForensicsError  # noqa: E402
 from forensics.replay import open_replayer  # noqa: E402
@@ -35,7 +37,7 @@ from forensics.spike import SpikeOptions, run_spike  # noqa: E402
 from forensics_testing.demo.build import DemoSpec, build_run  # noqa: E402
 from forensics_testing.demo.train import iteration_batches, save, tiny_gpt2, train  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 SPEC = DemoSpec(
     name="rescore",
     seed=7,

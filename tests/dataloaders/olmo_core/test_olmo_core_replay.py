@@ -35,6 +35,7 @@ from olmo_core_run import (
     write_config,
     write_documents,
 )
+from repo_paths import REPO_ROOT
 
 from dataloaders.config import load_config
 from forensics.errors import ForensicsError
@@ -312,7 +313,7 @@ def test_cache_is_reused_and_a_bad_entry_is_rebuilt(run_dir, tmp_path, _private_
 
 
 def test_example_config_validates():
-    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "example-olmo-core.yaml")
+    config = load_config(REPO_ROOT / "configs" / "example-olmo-core.yaml")
     assert config.data.format == "olmo-core"
     assert config.training.global_batch_size == config.data.instances_per_batch
     assert config.data.stage_start_iterations == [1]

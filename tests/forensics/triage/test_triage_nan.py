@@ -20,6 +20,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from repo_paths import REPO_ROOT
 from typer.testing import CliRunner
 
 from forensics.cli import app
@@ -29,7 +30,7 @@ from forensics.triage.readers import read_log, read_log_with_warnings
 from forensics_testing import loss_curves
 
 runner = CliRunner()
-LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "curves" / "megatron_logs"
+LOGS = REPO_ROOT.parent / "shared" / "curves" / "megatron_logs"
 needs_shared = pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/curves not present")
 BREAK = 1001
 

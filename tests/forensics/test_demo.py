@@ -8,10 +8,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from repo_paths import REPO_ROOT
 
 from forensics_testing.demo.build import TINY, DemoSpec, build_run, relocated_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ import polars as pl
 import pytest
 from conftest import free_port
 from polars.testing import assert_frame_equal
+from repo_paths import REPO_ROOT
 
 from dataloaders.config import load_config
 from forensics.errors import ForensicsError
@@ -31,7 +32,7 @@ SPEC = ScanRunSpec()
 PLANTED = {(a, b): kind for kind, a, b in SPEC.stretches}
 KIND_FLAG = {"mojibake": "garbage", "spam": "spam", "ngram": "ngram"}
 SHARD = 10
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 datasets = pytest.importorskip("datasets")
 torch = pytest.importorskip("torch")
 
+from repo_paths import REPO_ROOT  # noqa: E402
+
 from dataloaders.config import config_from_dict  # noqa: E402
 from dataloaders.hf import open_hf_replayer, record_shards  # noqa: E402
 from forensics.errors import ForensicsError  # noqa: E402
@@ -493,7 +495,7 @@ table = open_hf_replayer(cfg).replay(1, 5, text=True)
 assert len(table) == 20, len(table)
 print("torch" in sys.modules)
 """
-    root = Path(__file__).resolve().parents[1]
+    root = REPO_ROOT
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True
     )
@@ -503,7 +505,7 @@ print("torch" in sys.modules)
 def test_example_config_validates():
     from dataloaders.config import load_config
 
-    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "example-hf.yaml")
+    config = load_config(REPO_ROOT / "configs" / "example-hf.yaml")
     assert config.data.format == "hf"
     assert config.training.global_batch_size == config.data.global_batch_size
 
@@ -523,7 +525,7 @@ def test_record_command_writes_shards_the_replay_accepts(shard_sets, tmp_path):
     }
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(raw))
-    root = Path(__file__).resolve().parents[1]
+    root = REPO_ROOT
     done = subprocess.run(
         [sys.executable, "-m", "dataloaders.hf", "record", str(path)],
         cwd=root, capture_output=True, text=True, check=True,

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from repo_paths import REPO_ROOT
 
 from forensics.rollback import recommend_rollback
 from forensics.triage.analyze import triage
@@ -14,7 +15,7 @@ from forensics.triage.config import RunInfo
 from forensics.triage.readers import read_log
 from forensics_testing import loss_curves
 
-CURVES = Path(__file__).resolve().parents[2] / "shared" / "curves"
+CURVES = REPO_ROOT.parent / "shared" / "curves"
 needs_shared = pytest.mark.skipif(not CURVES.is_dir(), reason="../shared/curves not present")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from repo_paths import REPO_ROOT
+
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "forensics.cli", *args]
@@ -24,9 +26,8 @@ def test_commands_in_runbook_order() -> None:
     """--help lists the README runbook's commands in its order, then the tools around them; -h
     on every command is its --help."""
     import re
-    from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (REPO_ROOT / "README.md").read_text()
     runbook = readme.split("## The runbook", 1)[1].split("```")[1]
     steps = list(dict.fromkeys(re.findall(r"^forensics ([a-z][a-z-]+)", runbook, re.M)))
     assert steps == ["triage", "spike", "rebuild", "check-skip"]

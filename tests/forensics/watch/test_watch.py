@@ -21,6 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import watch_trainer
+from repo_paths import REPO_ROOT, TESTS
 from watch_trainer import RECOVERY_WINDOW, scenario
 from webhook_receiver import Receiver, serve_webhook
 
@@ -29,8 +30,8 @@ from forensics.triage.config import TriageConfig
 from forensics.triage.readers import megatron_raw
 from forensics.watch.loop import Watcher, WatchOptions
 
-ROOT = Path(__file__).resolve().parents[1]
-TRAINER = Path(__file__).with_name("watch_trainer.py")
+ROOT = REPO_ROOT
+TRAINER = TESTS / "watch_trainer.py"
 CFG = TriageConfig(recovery_window=RECOVERY_WINDOW)
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
