@@ -70,9 +70,9 @@ FLAG_NAMES = {
     MEGATRON_LM_PRE_017: "--iterations-to-skip",
     MEGATRON_DEEPSPEED: "--skip-train-iteration-range",
     MEGATRON_DEEPSPEED_ARGONNE: "--train-range-to-skip",
-    # OLMo-core's experiment scripts take dotlist overrides: olmo_core/internal/experiment.py:389
-    # `config.merge(cli_context.overrides)`, each value read by yaml.safe_load (config.py
-    # _clean_opt); TrainerConfig sits under `trainer` (ai2-olmo-core 3.0.0).
+    # OLMo-core's experiment scripts take dotlist overrides: allenai/OLMo-core fa6c5014
+    # src/olmo_core/internal/experiment.py:415 `config.merge(cli_context.overrides)`, each value
+    # read by yaml.safe_load (src/olmo_core/config.py:361); TrainerConfig sits under `trainer`.
     OLMO_CORE: "--trainer.steps_to_skip=",
 }
 

@@ -70,8 +70,15 @@ def checkpoint_pin(trainer: str, checkpoint: int) -> str:
         # megatron/checkpointing.py reads the iteration to load from this file (BigScience :112,
         # argonne :185); there is no flag for it
         return f"echo {checkpoint} > $LOAD/latest_checkpointed_iteration.txt"
-    # olmo_core/train/checkpoint.py:85 names checkpoint directories step{step}
-    return f"load_path=<save_folder>/step{checkpoint}"
+    # allenai/OLMo-core fa6c5014 src/olmo_core/train/trainer.py:684-697: fit() loads the save
+    # folder's LATEST checkpoint first and ignores load_path when it finds one, so restarting in
+    # the old save folder resumes after the spike; checkpoint.py:85 names directories step{step}.
+    # Not a flag (the new folder is the user's to name): shown beside the flags, never in them.
+    return (
+        f"restart in a NEW save folder: --trainer.save_folder=NEW "
+        f"--trainer.load_path=<old save_folder>/step{checkpoint} (OLMo-core resumes the save "
+        "folder's latest checkpoint and ignores load_path when the folder holds one)"
+    )
 
 
 def consequence(trainer: str, skipped: int) -> str:

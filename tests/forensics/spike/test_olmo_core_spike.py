@@ -126,9 +126,17 @@ def test_spike_blames_the_source_added_at_the_restart(tmp_path, monkeypatch):
     assert skip["fingerprint"]["format"] == "olmo-core"
     assert "--trainer.steps_to_skip=" in (out / "megatron_args.txt").read_text()
     # The restart file, word-split as $(cat ...) does, is what OLMo-core's own experiment CLI
-    # makes of it (olmo_core/internal/experiment.py:389 `config.merge(cli_context.overrides)`):
+    # makes of it (allenai/OLMo-core fa6c5014 src/olmo_core/internal/experiment.py:415
+    # `config.merge(cli_context.overrides)`, values by yaml.safe_load, src/olmo_core/config.py:361):
     # the real TrainerConfig.merge, run in the oracle venv, must give these StepSkipRanges.
     words = (out / "restart-olmo-core.flags").read_text().split()
+    # OLMo-core's fit() resumes the save folder's latest checkpoint and ignores load_path when
+    # there is one (allenai/OLMo-core fa6c5014 src/olmo_core/train/trainer.py:684-697): the pin
+    # asks for a new save folder loading the rollback's step directory, beside the flags.
+    pin = skip["flags"]["olmo-core"]["pin"]
+    rollback = skip["rollback"]["iteration"]
+    assert f"--trainer.load_path=<old save_folder>/step{rollback}" in pin
+    assert "--trainer.save_folder=NEW" in pin and "load_path" not in " ".join(words)
     assert _olmo_core_merge(words) == [list(s) for s in steps]
     check = CliRunner().invoke(app, ["check-skip", str(out / "skip.json"), "--config", str(config)])
     assert check.exit_code == 0, check.output
