@@ -6,7 +6,7 @@ Light at import time (typer and pathlib only); the writer loads when the command
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,7 +29,9 @@ def rebuild_command(
     ] = False,
 ) -> None:
     """Write each blocked dataset without the block list's documents (.bin/.idx + manifest), the
-    restart's --data-path and a config that replays the new order (Megatron runs only)."""
+    restart's --data-path and a config that replays the new order (Megatron); for Hugging Face,
+    OLMo-core and MosaicML streaming runs, the config without the blocked files (whole files only:
+    part of a file is refused) and the restart's new file list."""
     from rich.markup import escape
 
     from forensics.megatron_args import resolve_run_config
@@ -40,6 +42,9 @@ def rebuild_command(
     run = resolve_run_config(config, megatron_args)
     result = run_rebuild(skip_file, run, out, force=force)
     console = make_console()
+    if "files_removed" in result.summary:
+        show_file_rebuild(console, result)
+        return
     for name, row in result.counts.items():
         console.print(
             f"[green]rebuilt[/] {escape(name)}: {row['documents_removed']:,} documents removed "
@@ -52,5 +57,24 @@ def rebuild_command(
     console.print(escape(summary["restart_flags"]), soft_wrap=True, highlight=False)
     if summary["load_rollback_checkpoint"]:
         console.print(f"load the checkpoint: {escape(summary['load_rollback_checkpoint'])}")
+    console.print(f"[bold]note[/]: {escape(summary['notes'][0])}", soft_wrap=True)
+    console.print(f"details: {escape(str(result.out / 'rebuild.md'))}")
+
+
+def show_file_rebuild(console: Any, result: Any) -> None:
+    """The terminal lines of a file-based rebuild: each file removed, the restart lines."""
+    from rich.markup import escape
+
+    summary = result.summary
+    for row in summary["files_removed"]:
+        console.print(
+            f"[green]removed[/] {escape(row['file'])} ({row['documents']:,} documents of "
+            f"{escape(row['dataset'])})",
+            soft_wrap=True,
+        )
+    console.print(f"restart from checkpoint iteration {summary['rollback_iteration']} with:")
+    for name, text in summary["restart"].items():
+        console.print(f"{escape(str(result.out / name))}:", soft_wrap=True)
+        console.print(escape(text), soft_wrap=True, highlight=False)
     console.print(f"[bold]note[/]: {escape(summary['notes'][0])}", soft_wrap=True)
     console.print(f"details: {escape(str(result.out / 'rebuild.md'))}")

@@ -54,17 +54,6 @@ class RebuildPlan:
         ]
 
 
-def refuse_unsupported(config: RunConfig) -> None:
-    """One line for a data family rebuild cannot write, before any work."""
-    fmt = getattr(config.data, "format", "megatron")
-    if fmt != "megatron":
-        raise ForensicsError(
-            f"forensics rebuild: not supported for {fmt} runs (it writes Megatron .bin/.idx); "
-            "nothing was written. Remove the documents of skip.json's block list from the "
-            "shards with your own pipeline, or restart with the skip flags (restart-*.flags)"
-        )
-
-
 def stage_at(stages: list[Any], iteration: int) -> int:
     """Index of the stage in force at `iteration`."""
     return max(i for i, s in enumerate(stages) if s.start_iteration <= iteration)
@@ -80,7 +69,6 @@ def data_path_line(blend: list[dict[str, Any]]) -> str:
 
 def plan_rebuild(config: RunConfig, skip: SkipPlan, out: Path) -> RebuildPlan:
     """Decide the datasets to filter and the stages of the rebuilt run (no files touched)."""
-    refuse_unsupported(config)
     stages = config.data.data_stages
     resume = int(skip.rollback.get("resume_iteration") or skip.rollback["iteration"] + 1)
     ahead = stages[stage_at(stages, resume) :]

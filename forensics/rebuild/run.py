@@ -10,6 +10,11 @@ From a spike directory's `skip.json` and the run config it was made for, it writ
     restart-rebuilt.flags        the checkpoint pin (where it is a flag) and `--data-path`
     rebuild.json / rebuild.md    what was removed, the new blends, and what changes
 
+A Hugging Face, OLMo-core or MosaicML streaming run whose block list is whole files gets
+rebuilt.yaml without those files, `<stream>_rebuilt/` folders (index.json of the kept shards,
+linked), the restart's file list (data_files.json, restart-rebuilt.flags or streams.json) and
+rebuild.json / rebuild.md (forensics.rebuild.files); part of a file is refused in one line.
+
 The output rule is every command's (forensics.outputs): nothing is replaced without --force, no
 input of the run is ever an output, and files appear together or not at all (staging folder,
 then one publish).
@@ -30,7 +35,7 @@ from dataloaders.atomic import write_parquet_atomic
 from dataloaders.config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
 from forensics.outputs import check_output_dir, hold_lock, publish, run_inputs
-from forensics.rebuild.plan import RebuildPlan, plan_rebuild, refuse_unsupported
+from forensics.rebuild.plan import RebuildPlan, plan_rebuild
 from forensics.skip.plan import SkipPlan
 
 SUMMARY_FILE = "rebuild.json"
@@ -130,11 +135,12 @@ def run_rebuild(
     skip_file: Path, config: RunConfig, out: Path | None = None, *, force: bool = False
 ) -> RebuildResult:
     """The whole command; every refusal comes before anything is written."""
-    refuse_unsupported(config)
     skip = SkipPlan.read(skip_file)
     check_fingerprint(skip, config, skip_file)
     out = Path(out) if out is not None else skip_file.parent.parent / f"rebuild-{skip.step}"
     out = out.resolve()
+    if config.data.format != "megatron":
+        return run_file_rebuild(skip, skip_file, config, out, force)
     plan = plan_rebuild(config, skip, out)
     raw = rebuilt_config_checked(config, plan, out)
     names = output_names(plan)
@@ -148,6 +154,37 @@ def run_rebuild(
     from forensics.rebuild.texts import write_texts
 
     result.summary = write_texts(plan, raw, result.counts, staging, skip_file, out)
+    publish(staging, out, previous_outputs(out))
+    verify_published(out / CONFIG_FILE)
+    lock.close()
+    return result
+
+
+def run_file_rebuild(
+    skip: SkipPlan, skip_file: Path, config: RunConfig, out: Path, force: bool
+) -> RebuildResult:
+    """A file-based run (forensics.rebuild.files): the rebuilt config without the blocked files,
+    the new stream folders, the restart lines; refused in one line for part of a file."""
+    from forensics.rebuild.files import plan_files, rebuilt_file_config, stage_files
+    from forensics.rebuild.texts import write_file_texts
+    from forensics.replay import open_replayer
+
+    plan = plan_files(config, skip, open_replayer(config), out)
+    raw = rebuilt_file_config(config, plan)
+    config_from_dict(json.loads(json.dumps(raw)), base_dir=out, source=None)
+    folders = [p.name for p in plan.streams.values()]
+    check_outputs(
+        out, config, ["rebuild.json", "rebuild.md", CONFIG_FILE, *plan.restart, *folders], force
+    )
+    lock = hold_lock(out / ".cache", "forensics rebuild")
+    staging = out / ".cache" / "staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    result = RebuildResult(out=out, plan=plan, counts=plan.counts())  # type: ignore[arg-type]
+    stage_files(plan, config, staging)
+    result.summary = write_file_texts(plan, raw, staging, skip_file, out)
+    for name in folders:  # --force: an earlier rebuild's stream folder (a move cannot replace it)
+        shutil.rmtree(out / name, ignore_errors=True)
     publish(staging, out, previous_outputs(out))
     verify_published(out / CONFIG_FILE)
     lock.close()

@@ -135,3 +135,118 @@ def note_markdown(summary: dict[str, Any]) -> str:
         lines += [f"Load the rollback checkpoint: `{summary['load_rollback_checkpoint']}`", ""]
     lines += [f"- {note}" for note in summary["notes"]]
     return "\n".join(lines) + "\n"
+
+
+FAMILY_RESTART = {
+    "hf": "give the training script data_files.json's list instead of the old one "
+    "(load_dataset(FORMAT, data_files=LIST)). The HF Trainer's resume skips the first {skipped} "
+    "batches of the new order, so iteration i >= {resume} is rebuilt.yaml's iteration i; a "
+    "datasets state_dict of the old file list does not fit the new one (resume by skipping "
+    "batches instead)",
+    "olmo-core": "restart from the rollback checkpoint with restart-rebuilt.flags (the "
+    "experiment script's overrides: the new dataset.paths, and ignore_fingerprint_mismatch since "
+    "the checkpoint's data loader state holds the old dataset's fingerprint). The loader "
+    "continues at the state's epoch and batch in the new order: in the first epoch iteration "
+    "i >= {resume} is rebuilt.yaml's iteration i; to replay the restart exactly, add {{iteration: "
+    "{resume}, state: <checkpoint {rollback}>/train/rank0.pt, sources: rebuilt.yaml's sources}} "
+    "to the original config's data.resumes",
+    "mosaic-streaming": "point each stream at its local in streams.json (remote none: the new "
+    "folders link the kept shards of the original folders, which must stay). StreamingDataset "
+    "resumes from the checkpoint's state at its sample_in_epoch of the new epoch order: in epoch "
+    "0 iteration i >= {resume} is rebuilt.yaml's iteration i; to replay the restart exactly, add "
+    "the checkpoint's state as {{iteration: {resume}, state_file: ...}} to rebuilt.yaml's "
+    "data.resumes",
+}
+
+
+def file_order_note(plan: Any, out: Path) -> list[str]:
+    """What changes when a file-based run restarts on the rebuilt file list."""
+    rb = plan.skip.rollback["iteration"]
+    words = {"resume": plan.resume, "skipped": plan.resume - 1, "rollback": rb}
+    notes = [
+        f"The data order changes from iteration {plan.resume} on: the restart reads the file "
+        f"list without the {len(plan.dropped)} removed file(s), so its batches differ from the "
+        f"original run's; iterations up to {rb} are unchanged. rebuilt.yaml describes the "
+        "rebuilt data from iteration 1 (the original's restarts left out): replay the new order "
+        f"with forensics replay --config {out / 'rebuilt.yaml'} --step STEP --window W.",
+        "Restart: " + FAMILY_RESTART[plan.fmt].format(**words) + ".",
+        "Do not also pass the skip flags of skip.json: they name batches of the old order.",
+        "doc_ids of the rebuilt run count the kept files only: they differ from the original "
+        "run's for every file after the first removed one.",
+    ]
+    if plan.emptied:
+        notes.append(
+            f"Every file of {', '.join(plan.emptied)} is blocked: dropped from the run (the "
+            "remaining datasets share its place)."
+        )
+    return notes
+
+
+def write_file_texts(
+    plan: Any, raw: dict[str, Any], staging: Path, skip_file: Path, out: Path
+) -> dict[str, Any]:
+    """rebuilt.yaml, the family's restart file, rebuild.json and rebuild.md of a file-based
+    rebuild, into `staging`; returns the summary (rebuild.json's content)."""
+    import yaml
+
+    header = "# " + " ".join(f"{k}={v}" for k, v in provenance(raw.get("name")).items()) + "\n"
+    write_text_atomic(staging / "rebuilt.yaml", header + yaml.safe_dump(raw, sort_keys=False))
+    for name, text in plan.restart.items():
+        write_text_atomic(staging / name, text)
+    files = sorted(p.name for p in staging.iterdir()) + ["rebuild.json", "rebuild.md"]
+    summary = {
+        "provenance": provenance(raw.get("name")),
+        "format": plan.fmt,
+        "skip_file": str(skip_file.resolve()),
+        "step": plan.skip.step,
+        "rollback_iteration": plan.skip.rollback["iteration"],
+        "resume_iteration": plan.resume,
+        "files_removed": [
+            {"dataset": u.dataset, "file": str(u.path), "documents": int(u.doc_ids.size)}
+            for u in plan.dropped
+        ],
+        "datasets": plan.counts(),
+        "emptied": plan.emptied,
+        "restart": {name: text.strip() for name, text in plan.restart.items()},
+        "config": str(out / "rebuilt.yaml"),
+        "notes": file_order_note(plan, out),
+        "files": sorted(set(files)),
+        "readme": FILE_README,
+    }
+    write_json_atomic(staging / "rebuild.json", summary)
+    write_text_atomic(staging / "rebuild.md", file_note_markdown(summary))
+    return summary
+
+
+FILE_README = {
+    "files_removed": "every data file (shard) the rebuild left out, and its documents",
+    "datasets": "per dataset that lost files: files and documents removed and kept; rebuilt: "
+    "a stream's new folder",
+    "emptied": "datasets whose every file is blocked: dropped from the run",
+    "restart": "the restart's new data lines: a file in this folder -> its content",
+    "config": "the rebuilt run's config: forensics replay --config on it gives the new order",
+    "notes": "what the restart does differently",
+    "files": "every file or folder this rebuild wrote into its folder",
+}
+
+
+def file_note_markdown(summary: dict[str, Any]) -> str:
+    """rebuild.md of a file-based rebuild: the files removed, the restart lines, the notes."""
+    p = summary["provenance"]
+    lines = [
+        f"# Rebuild for the spike at iteration {summary['step']}",
+        "",
+        f"{p['tool']} {p['version']}, {p['written_at']}: `{p['command']}`",
+        "",
+        "| dataset | file removed | documents |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {row['dataset']} | `{row['file']}` | {row['documents']:,} |"
+        for row in summary["files_removed"]
+    ]
+    lines += ["", f"Restart from checkpoint iteration {summary['rollback_iteration']} with:", ""]
+    for name, text in summary["restart"].items():
+        lines += [f"{name}:", "", "```", text, "```", ""]
+    lines += [f"- {note}" for note in summary["notes"]]
+    return "\n".join(lines) + "\n"

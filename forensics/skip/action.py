@@ -21,7 +21,7 @@ from typing import Any
 MATERIAL_AHEAD_SHARE = 0.01
 
 REBUILD = "rebuild"  # remove the block list's documents and rebuild the data
-REMOVE = "remove"  # the same, by the user's own pipeline (no rebuild for this data family)
+REMOVE = "remove"  # the same, by the user's own pipeline (no rebuild for this block list)
 SKIP = "skip"  # skip the listed iterations on a restart from the rollback checkpoint
 NOTHING = "none"  # no culprit, nothing to skip
 
@@ -88,14 +88,16 @@ def shown_path(path: Path) -> Path:
         return Path(path)
 
 
-def action_for_plan(skip: Any, config: Any, out: Path) -> dict[str, Any]:
-    """decide_action for a SkipPlan of a run: the rebuild command where the data family has
-    one (Megatron .bin/.idx), the user's own removal otherwise."""
+def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> dict[str, Any]:
+    """decide_action for a SkipPlan of a run: the rebuild command where `forensics rebuild` can
+    write the data without the block list (Megatron .bin/.idx; for the file-based families when
+    the block list is whole files, `forensics.skip.units`), the user's own removal otherwise."""
     from forensics.skip.ranges import expand
 
-    megatron = getattr(config.data, "format", "megatron") == "megatron"
     out = shown_path(out)
-    command = rebuild_command(out, config.source, config.source is None) if megatron else None
+    command = None
+    if rebuildable(skip, config, replayer):
+        command = rebuild_command(out, config.source, config.source is None)
     action = decide_action(
         skip.ahead,
         skip_iterations=len(expand(skip.ranges)),
@@ -106,3 +108,17 @@ def action_for_plan(skip: Any, config: Any, out: Path) -> dict[str, Any]:
     if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)
         action["rebuild_out"] = str(Path(out).parent / f"rebuild-{skip.step}")
     return action
+
+
+def rebuildable(skip: Any, config: Any, replayer: Any) -> bool:
+    """Whether `forensics rebuild` can remove this block list: any Megatron run; a file-based
+    run (with its replayer) when every blocked document set is whole files."""
+    from forensics.skip.units import FILE_FAMILIES, refusal
+
+    fmt = getattr(config.data, "format", "megatron")
+    if fmt == "megatron":
+        return True
+    documents = {k: v for k, v in skip.documents.items() if v}
+    if fmt not in FILE_FAMILIES or replayer is None or not documents:
+        return False
+    return refusal(config, replayer, documents) is None

@@ -90,6 +90,6 @@ def plan_skip(
         tracker_file=TRACKER_FILE if tracked else None,
     )
     # the action the plan leads with (rebuild or skip) and a readme for every key
-    plan.action, plan.readme = action_for_plan(plan, run.config, run.out), SKIP_README
+    plan.action, plan.readme = action_for_plan(plan, run.config, run.out, run.replayer), SKIP_README
     plan.provenance = provenance(run.config.name)
     return plan

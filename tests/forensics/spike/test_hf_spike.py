@@ -9,81 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import random
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-import yaml
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 datasets = pytest.importorskip("datasets")
 
-from forensics_testing.demo.dirty import dirty_page, site_name, web_page  # noqa: E402
-from forensics_testing.demo.texts import harvest  # noqa: E402
-
-SHARDS, ROWS, DIRTY = 12, 40, 7  # shard 7 of 12 is the dirty crawl
-SEED, BUFFER, SIZE, WORLD = 5, 32, 8, 2
-
-
-def build_run(folder: Path) -> tuple[Path, list[list[int]]]:
-    """Shards of clean web pages plus one dirty one; returns the config and, per rank, the uids
-    of every batch as the real pipeline yields them."""
-    from datasets.distributed import split_dataset_by_node
-
-    prose = harvest(SHARDS * ROWS, 0, seed=3)["prose"]
-    assert len(prose) >= SHARDS * ROWS, "not enough installed READMEs/docstrings"
-    rng = random.Random(11)
-    files = []
-    uid = 0
-    for s in range(SHARDS):
-        texts = []
-        for i in range(ROWS):
-            page = web_page(prose[uid + i].text, site_name(rng), rng)
-            texts.append(
-                dirty_page("mojibake", i, prose[uid + i].text, rng)[0] if s == DIRTY else page
-            )
-        table = pa.table(
-            {
-                "text": texts,
-                "uid": list(range(uid, uid + ROWS)),
-                "crawl": [f"crawl-{s // 4}"] * ROWS,
-            }
-        )
-        name = f"web-{s:02d}.parquet"
-        pq.write_table(table, folder / name, row_group_size=10)
-        files.append(name)
-        uid += ROWS
-    config = {
-        "name": "hf-stream",
-        "data": {
-            "format": "hf",
-            "files": files,
-            "streaming": True,
-            "datasets_version": datasets.__version__,
-            "seed": SEED,
-            "buffer_size": BUFFER,
-            "max_buffer_input_shards": 1,
-            "world_size": WORLD,
-            "per_device_batch_size": SIZE,
-            "provenance_fields": ["crawl"],
-        },
-        "training": {"global_batch_size": SIZE * WORLD, "train_iters": 30},
-        "checkpoints": [5, 10, 15, 20, 25],
-    }
-    path = folder / "run.yaml"
-    path.write_text(yaml.safe_dump(config))
-
-    per_rank = []
-    for rank in range(WORLD):
-        paths = [str(folder / f) for f in files]
-        ds = datasets.load_dataset("parquet", data_files=paths, split="train", streaming=True)
-        ds = ds.shuffle(seed=SEED, buffer_size=BUFFER, max_buffer_input_shards=1)
-        ds = split_dataset_by_node(ds, rank=rank, world_size=WORLD)
-        uids = [ex["uid"] for ex in ds]
-        per_rank.append([uids[i : i + SIZE] for i in range(0, len(uids), SIZE)])
-    return path, per_rank
+from file_runs import DIRTY, ROWS, SIZE, WORLD  # noqa: E402
+from file_runs import build_hf_run as build_run  # noqa: E402
 
 
 def test_spike_blames_the_dirty_shard_of_a_streaming_run(tmp_path, monkeypatch):

@@ -10,67 +10,11 @@ with its own answer.
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
-import yaml
-from mosaic_support import run_oracle, write_mds
-
-from forensics_testing.demo.dirty import dirty_page, site_name, web_page
-from forensics_testing.demo.texts import harvest
-
-SHARDS = {"web": [40, 40, 40, 40], "forum": [40, 40, 40]}
-DIRTY_STREAM, DIRTY_SHARD = "forum", 1
-BATCH, RANKS, WORKERS, SEED = 8, 2, 1, 21
-
-
-def build_run(folder: Path) -> tuple[Path, list[list[list[int]]], set[int]]:
-    """The streams, the run config, per rank the uids of every batch as the real loaders yield
-    them, and the dirty uids."""
-    total = sum(sum(s) for s in SHARDS.values())
-    prose = harvest(total, 0, seed=3)["prose"]
-    assert len(prose) >= total, "not enough installed READMEs/docstrings"
-    rng = random.Random(11)
-    uid, dirty = 0, set()
-    for name, shards in SHARDS.items():
-        rows = []
-        for k, n in enumerate(shards):
-            for i in range(n):
-                body = prose[uid].text
-                if name == DIRTY_STREAM and k == DIRTY_SHARD:
-                    text = dirty_page("mojibake", i, body, rng)[0]
-                    dirty.add(uid)
-                else:
-                    text = web_page(body, site_name(rng), rng)
-                rows.append({"text": text, "uid": uid, "source": f"{name}-crawl-{k}"})
-                uid += 1
-        write_mds(folder / name, rows, shards)
-    args = {"batch_size": BATCH, "shuffle": True, "shuffle_seed": SEED, "shuffle_block_size": 64}
-    spec = {
-        "streams": [{"local": str(folder / name)} for name in SHARDS],
-        "dataset": args,
-        "num_workers": WORKERS,
-        "drop_last": True,
-        "epochs": 1,
-    }
-    per_rank = [r["epochs"][0] for r in run_oracle(spec, folder / "oracle", ranks_per_node=RANKS)]
-    config = {
-        "name": "mosaic-run",
-        "data": {
-            "format": "mosaic-streaming",
-            "streams": [{"local": name} for name in SHARDS],
-            **args,
-            "ranks_per_node": RANKS,
-            "num_workers": WORKERS,
-            "drop_last": True,
-            "provenance_fields": ["source"],
-        },
-        "training": {"global_batch_size": BATCH * RANKS, "train_iters": len(per_rank[0])},
-        "checkpoints": [4, 8, 12],
-    }
-    path = folder / "run.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path, per_rank, dirty
+from file_runs import DIRTY_STREAM
+from file_runs import MDS_SHARDS as SHARDS
+from file_runs import build_mosaic_run as build_run
 
 
 def test_spike_blames_the_dirty_shard_of_a_streaming_run(tmp_path: Path):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from file_runs import olmo_pages
 from olmo_core_run import ORACLE_PY, config_dict, oracle_spec, run_oracle, write_config
 from refusal import refused
 
@@ -30,27 +30,8 @@ RESTART, TRAIN_ITERS = 61, 90
 DOCS = 100
 
 
-def _pages(folder: Path) -> tuple[dict[str, list[str]], object]:
-    from forensics_testing.demo.build import _train_tokenizer
-    from forensics_testing.demo.dirty import dirty_page, site_name, web_page
-    from forensics_testing.demo.texts import harvest
-
-    prose = harvest(3 * DOCS, 0, seed=4)["prose"]
-    assert len(prose) >= 3 * DOCS, "not enough installed READMEs/docstrings"
-    rng = random.Random(8)
-    texts = {
-        "web": [web_page(t.text, site_name(rng), rng) for t in prose[:DOCS]],
-        "books": [t.text for t in prose[DOCS : 2 * DOCS]],
-        "forum": [
-            dirty_page("mojibake", i, t.text, rng)[0] for i, t in enumerate(prose[2 * DOCS :])
-        ],
-    }
-    tok = _train_tokenizer([t for v in texts.values() for t in v], 3000, folder / "tokenizer.json")
-    return texts, tok
-
-
 def build_run(folder: Path) -> tuple[Path, dict]:
-    texts, tok = _pages(folder)
+    texts, tok = olmo_pages(folder, DOCS)
     for name, docs in texts.items():
         ids = [np.asarray(tok.encode(t).ids + [0], dtype=np.uint16) for t in docs]
         np.concatenate(ids).tofile(folder / f"{name}.npy")
@@ -171,7 +152,7 @@ def test_replay_text_is_the_decoded_document_piece(tmp_path, monkeypatch):
     from forensics.replay import open_replayer
 
     monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))
-    texts, tok = _pages(tmp_path)
+    texts, tok = olmo_pages(tmp_path, DOCS)
     ids = [tok.encode(t).ids + [0] for t in texts["web"][:40]]
     np.concatenate([np.asarray(i, dtype=np.uint16) for i in ids]).tofile(tmp_path / "web.npy")
     config = config_dict({"web": ["web.npy"]}, seq=SEQ, ipb=4, seed=1, train_iters=5)

@@ -1,0 +1,123 @@
+"""`forensics rebuild` on the file-based families (Hugging Face files, OLMo-core token files,
+MosaicML streams): a spike blames a whole dirty file, the rebuild writes a config without it, and
+the rebuilt run replays without any of its documents and with every other file's; a block list
+that covers part of a file is refused in one line, with nothing written.
+
+The truths come from the source files (texts, uids) and skip.json, not from the rebuild's
+summary; where the library can check the new file list cheaply, it does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import yaml
+from file_runs import DIRTY, ROWS, build_hf_run
+from refusal import one_line_error
+from typer.testing import CliRunner
+
+from dataloaders.config import load_config
+from forensics.cli import app
+from forensics.replay import open_replayer
+from forensics.skip.action import action_for_plan
+from forensics.skip.plan import SkipPlan
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def spike(config: Path, step: int, window: int, baseline: str, out: Path) -> dict:
+    """`forensics spike` through the CLI; returns skip.json."""
+    result = CliRunner().invoke(
+        app,
+        [
+            "spike", "--config", str(config), "--step", str(step), "--window", str(window),
+            "--baseline", baseline, "--embed-cap", "0", "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "skip.json").read_text())
+
+
+def rebuild(spike_dir: Path, config: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`forensics rebuild` in a subprocess (the one-line refusal goes through the CLI's handler)."""
+    return subprocess.run(
+        [sys.executable, "-m", "forensics.cli", "rebuild", str(spike_dir), "--config", str(config),
+         "--out", str(out), *extra],
+        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+
+
+def replayed_texts(config: Path) -> pl.DataFrame:
+    """Every document the run `config` draws (whole run), with its text and facets."""
+    replayer = open_replayer(load_config(config))
+    table = replayer.replay(1, replayer.last_iteration, text=False, progress=False)
+    keys = table.select("dataset", "doc_id").unique()
+    return replayer.documents(keys, progress=False)
+
+
+def refuse_partial(spike_dir: Path, config: Path, tmp: Path, dataset: str, needle: str) -> None:
+    """The block list without its first document: part of a file. One line, nothing written;
+    and the action the spike would write for it is the user's own removal."""
+    skip = json.loads((spike_dir / "skip.json").read_text())
+    skip["documents"][dataset] = skip["documents"][dataset][1:]
+    partial = tmp / "partial"
+    partial.mkdir()
+    (partial / "skip.json").write_text(json.dumps(skip))
+    proc = rebuild(partial, config, tmp / "no-out")
+    n = len(skip["documents"][dataset])
+    one_line_error(proc, needle, f"{n} of its {n + 1} documents are blocked", "your own pipeline")
+    assert "skip flags" in proc.stderr
+    assert not (tmp / "no-out").exists()
+    plan = SkipPlan.read(partial / "skip.json")
+    plan.ahead = {"share_of_remaining_samples": 0.5}
+    run = load_config(config)
+    action = action_for_plan(plan, run, spike_dir, open_replayer(run))
+    assert action["kind"] == "remove" and "forensics rebuild" not in action["command"]
+
+
+def test_hf_rebuild_drops_the_dirty_file(tmp_path: Path, monkeypatch) -> None:
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "SLEEP_TIME_ON_THREADS_SHUTDOWN", 0)
+    config, per_rank = build_hf_run(tmp_path)
+    dirty = set(range(DIRTY * ROWS, (DIRTY + 1) * ROWS))  # uid = row number in the old files
+    hit = [
+        i + 1 for i in range(len(per_rank[0])) if any(u in dirty for r in per_rank for u in r[i])
+    ]
+    step = hit[len(hit) // 2]  # the dirty file still comes in after the spike: the rebuild leads
+    skip = spike(config, step, step - hit[0] + 1, f"1-{hit[0] - 2}", tmp_path / "spike")
+    dirty_file = tmp_path / f"web-{DIRTY:02d}.parquet"
+    assert set(skip["documents"]["hf"]) == dirty
+    assert skip["action"]["kind"] == "rebuild", skip["action"]
+    assert skip["action"]["command"].startswith("forensics rebuild")
+    out = tmp_path / "rebuild"
+    proc = rebuild(tmp_path / "spike", config, out)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "rebuild.json").read_text())
+    assert [r["file"] for r in summary["files_removed"]] == [str(dirty_file)]
+    before = load_config(config).data.files
+    new_files = json.loads((out / "data_files.json").read_text())
+    assert new_files == [str(p) for p in before if p != dirty_file]
+    assert yaml.safe_load((out / "rebuilt.yaml").read_text())["data"]["files"] == new_files
+    assert "data order changes from iteration" in summary["notes"][0]
+    # the library reads the new list: every row of the old files but the dirty file's
+    rows = datasets.load_dataset("parquet", data_files=new_files, split="train")
+    assert rows.num_rows == len(before) * ROWS - ROWS
+    # our replay of the rebuilt run: none of the dirty texts, every other file's documents
+    dirty_texts = set(pq.read_table(dirty_file)["text"].to_pylist())
+    kept_texts = {t for f in new_files for t in pq.read_table(f)["text"].to_pylist()}
+    drawn = replayed_texts(out / "rebuilt.yaml")
+    assert not dirty_texts & set(drawn["text"].to_list())
+    assert set(drawn["text"].to_list()) <= kept_texts
+    assert set(drawn["file"].to_list()) == {Path(f).name for f in new_files}
+    # an existing output is never replaced without --force
+    again = rebuild(tmp_path / "spike", config, out)
+    one_line_error(again, "already holds")
+    assert rebuild(tmp_path / "spike", config, out, "--force").returncode == 0
+    refuse_partial(tmp_path / "spike", config, tmp_path, "hf", str(dirty_file))
