@@ -18,7 +18,17 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import yaml
-from file_runs import DIRTY, ROWS, build_hf_run
+from file_runs import (
+    BATCH,
+    DIRTY,
+    DIRTY_STREAM,
+    MDS_SHARDS,
+    RANKS,
+    ROWS,
+    build_hf_run,
+    build_mosaic_run,
+)
+from mosaic_support import run_oracle
 from refusal import one_line_error
 from typer.testing import CliRunner
 
@@ -74,11 +84,16 @@ def refuse_partial(spike_dir: Path, config: Path, tmp: Path, dataset: str, needl
     one_line_error(proc, needle, f"{n} of its {n + 1} documents are blocked", "your own pipeline")
     assert "skip flags" in proc.stderr
     assert not (tmp / "no-out").exists()
-    plan = SkipPlan.read(partial / "skip.json")
+    action = action_if_material(partial / "skip.json", config)
+    assert action["kind"] == "remove" and "forensics rebuild" not in action["command"]
+
+
+def action_if_material(skip_file: Path, config: Path) -> dict:
+    """The action the spike writes for this block list were the culprit 50% of the run ahead."""
+    plan = SkipPlan.read(skip_file)
     plan.ahead = {"share_of_remaining_samples": 0.5}
     run = load_config(config)
-    action = action_for_plan(plan, run, spike_dir, open_replayer(run))
-    assert action["kind"] == "remove" and "forensics rebuild" not in action["command"]
+    return action_for_plan(plan, run, skip_file.parent, open_replayer(run))
 
 
 def test_hf_rebuild_drops_the_dirty_file(tmp_path: Path, monkeypatch) -> None:
@@ -121,3 +136,69 @@ def test_hf_rebuild_drops_the_dirty_file(tmp_path: Path, monkeypatch) -> None:
     one_line_error(again, "already holds")
     assert rebuild(tmp_path / "spike", config, out, "--force").returncode == 0
     refuse_partial(tmp_path / "spike", config, tmp_path, "hf", str(dirty_file))
+
+
+def texts_in_order(config: Path) -> list[list[str]]:
+    """Per iteration of the run `config`, the texts of its samples in position order."""
+    replayer = open_replayer(load_config(config))
+    table = replayer.replay(1, replayer.last_iteration, text=False, progress=False)
+    docs = replayer.documents(table.select("dataset", "doc_id").unique(), progress=False)
+    table = table.join(docs.select("dataset", "doc_id", "text"), on=["dataset", "doc_id"])
+    return [
+        part.sort("position")["text"].to_list()
+        for _, part in table.group_by("iteration", maintain_order=True)
+    ]
+
+
+def test_mosaic_rebuild_drops_the_dirty_shard(tmp_path: Path) -> None:
+    config, per_rank, dirty = build_mosaic_run(tmp_path)
+    hit = [
+        i + 1 for i in range(len(per_rank[0])) if any(u in dirty for b in per_rank for u in b[i])
+    ]
+    step = hit[-1]  # the shard's every sample is drawn by then: nothing ahead, the action skips
+    skip = spike(config, step, step - hit[0] + 1, f"1-{hit[0] - 2}", tmp_path / "spike")
+    offset = sum(MDS_SHARDS["web"])  # uid = offset + forum's doc_id
+    assert {offset + d for d in skip["documents"][DIRTY_STREAM]} == dirty
+    # were it material ahead, the whole shard leads with the rebuild
+    action = action_if_material(tmp_path / "spike" / "skip.json", config)
+    assert action["kind"] == "rebuild" and action["command"].startswith("forensics rebuild")
+    out = tmp_path / "rebuild"
+    proc = rebuild(tmp_path / "spike", config, out)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "rebuild.json").read_text())
+    assert [r["file"] for r in summary["files_removed"]] == [
+        str(tmp_path / DIRTY_STREAM / "shard.00001.mds")
+    ]
+    streams = json.loads((out / "streams.json").read_text())
+    assert streams == [
+        {"name": "web", "local": str(tmp_path / "web"), "remote": None},
+        {"name": "forum", "local": str(out / "forum_rebuilt"), "remote": None},
+    ]
+    index = json.loads((out / "forum_rebuilt" / "index.json").read_text())
+    assert [s["raw_data"]["basename"] for s in index["shards"]] == [
+        "shard.00000.mds",
+        "shard.00002.mds",
+    ]
+    # uid -> text from the original run's replay, then the real StreamingDataset on the rebuilt
+    # streams against our replay of rebuilt.yaml, batch for batch
+    before = open_replayer(load_config(config))
+    keys = pl.concat([before.documents_by_facet("dataset", name) for name in MDS_SHARDS])
+    original = before.documents(keys, progress=False)  # every sample, drawn or not
+    text_of = {
+        (offset if name == DIRTY_STREAM else 0) + d: t
+        for name, d, t in original.select("dataset", "doc_id", "text").iter_rows()
+    }
+    spec = {
+        "streams": [{"local": s["local"]} for s in streams],
+        "dataset": {"batch_size": BATCH, "shuffle": True, "shuffle_seed": 21,
+                    "shuffle_block_size": 64},
+        "num_workers": 1, "drop_last": True, "epochs": 1,
+    }  # fmt: skip
+    ranks = [r["epochs"][0] for r in run_oracle(spec, tmp_path / "oracle2", ranks_per_node=RANKS)]
+    library = [[text_of[u] for rank in ranks for u in rank[i]] for i in range(len(ranks[0]))]
+    ours = texts_in_order(out / "rebuilt.yaml")  # train_iters runs on into the next epoch
+    assert len(ours) > len(library) and ours[: len(library)] == library
+    drawn = {t for batch in library for t in batch}  # 240 samples, 15 whole batches
+    assert not drawn & {text_of[u] for u in dirty}
+    assert drawn == {t for u, t in text_of.items() if u not in dirty}
+    refuse_partial(tmp_path / "spike", config, tmp_path, DIRTY_STREAM, "shard.00001.mds")
