@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import yaml
@@ -27,8 +28,11 @@ from file_runs import (
     ROWS,
     build_hf_run,
     build_mosaic_run,
+    olmo_pages,
 )
 from mosaic_support import run_oracle
+from olmo_core_run import config_dict, oracle_positions, oracle_spec, write_config
+from olmo_core_run import run_oracle as run_olmo_oracle
 from refusal import one_line_error
 from typer.testing import CliRunner
 
@@ -41,13 +45,13 @@ from forensics.skip.plan import SkipPlan
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def spike(config: Path, step: int, window: int, baseline: str, out: Path) -> dict:
+def spike(config: Path, step: int, window: int, baseline: str, out: Path, *extra: str) -> dict:
     """`forensics spike` through the CLI; returns skip.json."""
     result = CliRunner().invoke(
         app,
         [
             "spike", "--config", str(config), "--step", str(step), "--window", str(window),
-            "--baseline", baseline, "--embed-cap", "0", "--out", str(out),
+            "--baseline", baseline, "--embed-cap", "0", "--out", str(out), *extra,
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -202,3 +206,68 @@ def test_mosaic_rebuild_drops_the_dirty_shard(tmp_path: Path) -> None:
     assert not drawn & {text_of[u] for u in dirty}
     assert drawn == {t for u, t in text_of.items() if u not in dirty}
     refuse_partial(tmp_path / "spike", config, tmp_path, DIRTY_STREAM, "shard.00001.mds")
+
+
+def build_olmo_run(folder: Path) -> tuple[Path, dict[str, list[str]]]:
+    """An OLMo-core run of three token files: web.npy and forum.npy (mojibake pages) in source
+    web, books.npy in source books."""
+    texts, tok = olmo_pages(folder, 100)
+    for name, docs in texts.items():
+        ids = [np.asarray(tok.encode(t).ids + [0], dtype=np.uint16) for t in docs]
+        np.concatenate(ids).tofile(folder / f"{name}.npy")
+    sources = {"web": ["web.npy", "forum.npy"], "books": ["books.npy"]}
+    config = config_dict(sources, seq=64, ipb=12, seed=17, world=2, train_iters=90)
+    config["data"] |= {"eos_token_id": 0, "vocab_size": 3000}
+    config |= {"tokenizer": "tokenizer.json", "checkpoints": list(range(10, 91, 10))}
+    return write_config(folder, config), texts
+
+
+def test_olmo_core_rebuild_drops_the_dirty_token_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))
+    config, texts = build_olmo_run(tmp_path)
+    forum = tmp_path / "forum.npy"
+    # the forum file is drawn from the start (no mixture switch): name it the culprit, as a
+    # user does with --culprit after reading the report
+    spike(config, 40, 10, "1-20", tmp_path / "spike")
+    report = json.loads((tmp_path / "spike" / "report.json").read_text())
+    cluster = next(c["id"] for c in report["clusters"] if c["key"] == str(forum))
+    skip = spike(config, 40, 10, "1-20", tmp_path / "spike", "--culprit", cluster, "--force")
+    replayer = open_replayer(load_config(config))
+    whole = replayer.documents_by_facet("file", str(forum))["doc_id"].to_list()
+    assert sorted(skip["documents"]["web"]) == sorted(whole) and "books" not in skip["documents"]
+    action = action_if_material(tmp_path / "spike" / "skip.json", config)
+    assert action["kind"] == "rebuild" and action["command"].startswith("forensics rebuild")
+    out = tmp_path / "rebuild"
+    proc = rebuild(tmp_path / "spike", config, out)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "rebuild.json").read_text())
+    assert [r["file"] for r in summary["files_removed"]] == [str(forum)]
+    flags = (out / "restart-rebuilt.flags").read_text().split()
+    paths = json.loads(flags[0].removeprefix("--dataset.paths="))
+    assert paths == [str(tmp_path / "web.npy"), str(tmp_path / "books.npy")]
+    assert flags[1] == "--data_loader.ignore_fingerprint_mismatch=true"
+    rebuilt = yaml.safe_load((out / "rebuilt.yaml").read_text())
+    assert rebuilt["data"]["sources"] == [
+        {"name": "web", "paths": [paths[0]]},
+        {"name": "books", "paths": [paths[1]]},
+    ]
+    # the library's NumpyFSLDataLoader over the flag's paths: our replay of rebuilt.yaml, step
+    # for step
+    spec = oracle_spec(rebuilt, tmp_path) | {"paths": paths, "work_dir": str(tmp_path / "w2")}
+    (tmp_path / "oracle").mkdir()
+    want = oracle_positions(run_olmo_oracle([spec], tmp_path / "oracle")[0])
+    again = open_replayer(load_config(out / "rebuilt.yaml"))
+    table = again.replay(1, again.last_iteration, text=False, progress=False)
+    got: dict[int, list[int]] = {}
+    samples = table.unique(["iteration", "position"]).sort("iteration", "position")
+    for it, inst in samples.select("iteration", "dataset_sample").iter_rows():
+        got.setdefault(it, []).append(inst)
+    assert got == want
+    drawn = replayed_texts(out / "rebuilt.yaml")
+    assert set(drawn["file"].to_list()) == set(paths)
+    drawn_texts = {t.removesuffix("<|endoftext|>") for t in drawn["text"].to_list()}  # EOS 0
+    assert not drawn_texts & set(texts["forum"])
+    kept = set(texts["web"]) | set(texts["books"])
+    # every instance is drawn (several epochs); a file's tail shorter than an instance is not
+    assert drawn_texts <= kept and len(drawn_texts) >= len(kept) - 2
+    refuse_partial(tmp_path / "spike", config, tmp_path, "web", str(forum))
