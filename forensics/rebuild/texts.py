@@ -163,10 +163,11 @@ def file_order_note(plan: Any, out: Path) -> list[str]:
     """What changes when a file-based run restarts on the rebuilt file list."""
     rb = plan.skip.rollback["iteration"]
     words = {"resume": plan.resume, "skipped": plan.resume - 1, "rollback": rb}
+    before = f"iterations up to {rb} are unchanged" if rb else "it trains from the start"
     notes = [
         f"The data order changes from iteration {plan.resume} on: the restart reads the file "
         f"list without the {len(plan.dropped)} removed file(s), so its batches differ from the "
-        f"original run's; iterations up to {rb} are unchanged. rebuilt.yaml describes the "
+        f"original run's; {before}. rebuilt.yaml describes the "
         "rebuilt data from iteration 1 (the original's restarts left out): replay the new order "
         f"with forensics replay --config {out / 'rebuilt.yaml'} --step STEP --window W.",
         "Restart: " + FAMILY_RESTART[plan.fmt].format(**words) + ".",

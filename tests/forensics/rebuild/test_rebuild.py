@@ -136,7 +136,7 @@ def test_refusals_write_nothing(rebuilt: dict, tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
-def test_hf_runs_are_refused_in_one_line(rebuilt: dict, tmp_path: Path) -> None:
+def test_a_block_list_for_another_family_is_refused_in_one_line(rebuilt: dict, tmp_path: Path) -> None:
     hf = tmp_path / "hf.yaml"
     (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
     hf.write_text(
@@ -150,7 +150,9 @@ def test_hf_runs_are_refused_in_one_line(rebuilt: dict, tmp_path: Path) -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
-    assert "not supported for hf runs" in proc.stderr and proc.stderr.count("\n") == 1
+    # HF runs are rebuilt (tests/forensics/rebuild/test_rebuild_files.py), but not with a block
+    # list of this Megatron run's doc_ids
+    assert "made for another run" in proc.stderr and proc.stderr.count("\n") == 1
     assert not (tmp_path / "o").exists()
 
 
