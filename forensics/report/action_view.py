@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from forensics.skip.action import rebuild_restart
+
 LEADS_WITH_REMOVAL = ("rebuild", "remove")
 
 
@@ -23,8 +25,7 @@ def action_lines(skip: dict[str, Any], rollback: int | None) -> list[tuple[str, 
         lines = [("ACTION", lead + str(action["command"])), ("", str(action["why"]))]
         restart = f"then restart from checkpoint iteration {rollback}" if rollback else "then"
         if kind == "rebuild":
-            flags = f"{action.get('rebuild_out', 'rebuild-STEP')}/restart-rebuilt.flags"
-            restart += f" with $(cat {flags}) (the checkpoint pin and the new --data-path)"
+            restart += " " + rebuild_restart(action)
         else:
             restart += " on the filtered data"
         lines.append(("", restart + "; the data order changes from the restart on"))

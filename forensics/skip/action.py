@@ -14,6 +14,15 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+# What the restart is given from the rebuild's folder, per data family: (file, what it holds,
+# whether it is command-line flags to $(cat ...)). forensics.rebuild writes these files.
+REBUILD_RESTART = {
+    "megatron": ("restart-rebuilt.flags", "the checkpoint pin and the new --data-path", True),
+    "olmo-core": ("restart-rebuilt.flags", "the new dataset.paths overrides", True),
+    "hf": ("data_files.json", "the new data_files list", False),
+    "mosaic-streaming": ("streams.json", "each stream's new local folder", False),
+}
+
 # The culprit's share of the rest of the run's samples from which removing it leads. At 1% of
 # every remaining batch the run trains on about as much of it again as the window held in the
 # demo's spike (4% of the window's documents over 60 iterations); below it, the skip list
@@ -107,7 +116,24 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
     action["flags_dir"] = str(out)  # restart-<trainer>.flags: a $(cat ...) that works from here
     if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)
         action["rebuild_out"] = str(Path(out).parent / f"rebuild-{skip.step}")
+        name, what, flags = REBUILD_RESTART[getattr(config.data, "format", "megatron")]
+        action |= {
+            "restart_file": f"{action['rebuild_out']}/{name}",
+            "restart_holds": what,
+            "restart_is_flags": flags,
+        }
     return action
+
+
+def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
+    """How the restart takes the rebuild's data: "with $(cat DIR/restart-rebuilt.flags) (...)"
+    for flags, "with DIR/data_files.json (...)" otherwise (skip files from before the file
+    families name no file: Megatron's flags)."""
+    default = f"{action.get('rebuild_out', 'rebuild-STEP')}/restart-rebuilt.flags"
+    file = action.get("restart_file") or default
+    what = action.get("restart_holds") or REBUILD_RESTART["megatron"][1]
+    text = f"with $(cat {file})" if action.get("restart_is_flags", True) else f"with {file}"
+    return f"{text} ({what})" if say_what else text
 
 
 def rebuildable(skip: Any, config: Any, replayer: Any) -> bool:

@@ -119,11 +119,15 @@ def action_words(out: Path, plan: dict[str, Any], rollback: int | None) -> dict[
     body: dict[str, Any] = {"action": kind, "flags_file": flags_file}
     if kind in ("rebuild", "remove"):
         if kind == "rebuild":
+            from forensics.skip.action import rebuild_restart
+
             where = action.get("rebuild_out") or out.parent / f"rebuild-{plan.get('step')}"
-            rebuilt = f"{where}/restart-rebuilt.flags"
-            text = f"ACTION remove and rebuild: {action['command']}, then {restart} with "
-            text += f"$(cat {rebuilt})"
-            body["rebuild_flags_file"] = rebuilt
+            action = {"rebuild_out": str(where), **action}
+            text = f"ACTION remove and rebuild: {action['command']}, then {restart} "
+            text += rebuild_restart(action, say_what=False)
+            body["rebuild_flags_file"] = (
+                action.get("restart_file") or f"{where}/restart-rebuilt.flags"
+            )
         else:
             text = f"ACTION remove the culprit: {action['command']}, then {restart} on that data"
         if action.get("stopgap") and flags_file:

@@ -115,6 +115,10 @@ def test_hf_rebuild_drops_the_dirty_file(tmp_path: Path, monkeypatch) -> None:
     assert set(skip["documents"]["hf"]) == dirty
     assert skip["action"]["kind"] == "rebuild", skip["action"]
     assert skip["action"]["command"].startswith("forensics rebuild")
+    # the report and the terminal restart with the file the rebuild writes for this family
+    assert skip["action"]["restart_file"].endswith("/data_files.json")
+    report_md = (tmp_path / "spike" / "report.md").read_text()
+    assert f"with {skip['action']['restart_file']} (the new data_files list)" in report_md
     out = tmp_path / "rebuild"
     proc = rebuild(tmp_path / "spike", config, out)
     assert proc.returncode == 0, proc.stderr
