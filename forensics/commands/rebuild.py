@@ -76,5 +76,7 @@ def show_file_rebuild(console: Any, result: Any) -> None:
     for name, text in summary["restart"].items():
         console.print(f"{escape(str(result.out / name))}:", soft_wrap=True)
         console.print(escape(text), soft_wrap=True, highlight=False)
+    if summary["load_rollback_checkpoint"]:
+        console.print(f"load the checkpoint: {escape(summary['load_rollback_checkpoint'])}")
     console.print(f"[bold]note[/]: {escape(summary['notes'][0])}", soft_wrap=True)
     console.print(f"details: {escape(str(result.out / 'rebuild.md'))}")

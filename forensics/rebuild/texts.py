@@ -143,7 +143,8 @@ FAMILY_RESTART = {
     "batches of the new order, so iteration i >= {resume} is rebuilt.yaml's iteration i; a "
     "datasets state_dict of the old file list does not fit the new one (resume by skipping "
     "batches instead)",
-    "olmo-core": "restart from the rollback checkpoint with restart-rebuilt.flags (the "
+    "olmo-core": "load the rollback checkpoint (load_rollback_checkpoint) with "
+    "restart-rebuilt.flags (the "
     "experiment script's overrides: the new dataset.paths, and ignore_fingerprint_mismatch since "
     "the checkpoint's data loader state holds the old dataset's fingerprint). The loader "
     "continues at the state's epoch and batch in the new order: in the first epoch iteration "
@@ -209,6 +210,11 @@ def write_file_texts(
         "datasets": plan.counts(),
         "emptied": plan.emptied,
         "restart": {name: text.strip() for name, text in plan.restart.items()},
+        "load_rollback_checkpoint": (
+            checkpoint_pin(plan.skip.trainer, int(plan.skip.rollback["iteration"]))
+            if plan.fmt == "olmo-core"
+            else None
+        ),
         "config": str(out / "rebuilt.yaml"),
         "notes": file_order_note(plan, out),
         "files": sorted(set(files)),
@@ -225,6 +231,7 @@ FILE_README = {
     "a stream's new folder",
     "emptied": "datasets whose every file is blocked: dropped from the run",
     "restart": "the restart's new data lines: a file in this folder -> its content",
+    "load_rollback_checkpoint": "how to load the rollback checkpoint (OLMo-core: not a flag)",
     "config": "the rebuilt run's config: forensics replay --config on it gives the new order",
     "notes": "what the restart does differently",
     "files": "every file or folder this rebuild wrote into its folder",
@@ -249,5 +256,7 @@ def file_note_markdown(summary: dict[str, Any]) -> str:
     lines += ["", f"Restart from checkpoint iteration {summary['rollback_iteration']} with:", ""]
     for name, text in summary["restart"].items():
         lines += [f"{name}:", "", "```", text, "```", ""]
+    if summary["load_rollback_checkpoint"]:
+        lines += [f"Load the rollback checkpoint: `{summary['load_rollback_checkpoint']}`", ""]
     lines += [f"- {note}" for note in summary["notes"]]
     return "\n".join(lines) + "\n"

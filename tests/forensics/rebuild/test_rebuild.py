@@ -136,7 +136,7 @@ def test_refusals_write_nothing(rebuilt: dict, tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
-def test_a_block_list_for_another_family_is_refused_in_one_line(rebuilt: dict, tmp_path: Path) -> None:
+def test_another_familys_block_list_is_refused_in_one_line(rebuilt: dict, tmp_path: Path) -> None:
     hf = tmp_path / "hf.yaml"
     (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
     hf.write_text(

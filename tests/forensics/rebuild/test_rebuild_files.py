@@ -249,7 +249,8 @@ def test_olmo_core_rebuild_drops_the_dirty_token_file(tmp_path: Path, monkeypatc
     flags = (out / "restart-rebuilt.flags").read_text().split()
     paths = json.loads(flags[0].removeprefix("--dataset.paths="))
     assert paths == [str(tmp_path / "web.npy"), str(tmp_path / "books.npy")]
-    assert flags[1] == "--data_loader.ignore_fingerprint_mismatch=true"
+    assert flags[1] == "--data_loader.ignore_fingerprint_mismatch=true" and len(flags) == 2
+    assert "--trainer.load_path=<old save_folder>/step" in summary["load_rollback_checkpoint"]
     rebuilt = yaml.safe_load((out / "rebuilt.yaml").read_text())
     assert rebuilt["data"]["sources"] == [
         {"name": "web", "paths": [paths[0]]},
