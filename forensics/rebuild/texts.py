@@ -96,26 +96,37 @@ def write_texts(
     return summary
 
 
+# The keys both kinds of rebuild write, worded once.
+SHARED_README = {
+    "config": "the rebuilt run's config: forensics replay --config on it gives the new order",
+    "notes": "what the restart does differently",
+}
+
 README = {
     "datasets": "per blocked dataset: source and rebuilt prefixes, documents and tokens kept and "
     "removed, repeat_factor (how much more often a kept document is drawn at the same weight)",
     "data_path": "the restart's --data-path (and any later mixture switch's), absolute paths",
     "restart_flags": "what restart-rebuilt.flags holds: the checkpoint pin and --data-path",
     "load_rollback_checkpoint": "how to load the rollback checkpoint when it is not a flag",
-    "config": "the rebuilt run's config: forensics replay --config on it gives the new order",
-    "notes": "what the restart does differently",
+    **SHARED_README,
     "files": "every file this rebuild wrote into its folder",
 }
 
 
-def note_markdown(summary: dict[str, Any]) -> str:
-    """rebuild.md: the summary for a person, flags in code blocks (never cut)."""
+def _heading(summary: dict[str, Any]) -> list[str]:
+    """rebuild.md's title and provenance line, the same for both kinds of rebuild."""
     p = summary["provenance"]
-    lines = [
+    return [
         f"# Rebuild for the spike at iteration {summary['step']}",
         "",
         f"{p['tool']} {p['version']}, {p['written_at']}: `{p['command']}`",
         "",
+    ]
+
+
+def note_markdown(summary: dict[str, Any]) -> str:
+    """rebuild.md: the summary for a person, flags in code blocks (never cut)."""
+    lines = _heading(summary) + [
         "| dataset | documents removed | kept | tokens removed | repeat factor |",
         "|---|---|---|---|---|",
     ]
@@ -232,20 +243,14 @@ FILE_README = {
     "emptied": "datasets whose every file is blocked: dropped from the run",
     "restart": "the restart's new data lines: a file in this folder -> its content",
     "load_rollback_checkpoint": "how to load the rollback checkpoint (OLMo-core: not a flag)",
-    "config": "the rebuilt run's config: forensics replay --config on it gives the new order",
-    "notes": "what the restart does differently",
+    **SHARED_README,
     "files": "every file or folder this rebuild wrote into its folder",
 }
 
 
 def file_note_markdown(summary: dict[str, Any]) -> str:
     """rebuild.md of a file-based rebuild: the files removed, the restart lines, the notes."""
-    p = summary["provenance"]
-    lines = [
-        f"# Rebuild for the spike at iteration {summary['step']}",
-        "",
-        f"{p['tool']} {p['version']}, {p['written_at']}: `{p['command']}`",
-        "",
+    lines = _heading(summary) + [
         "| dataset | file removed | documents |",
         "|---|---|---|",
     ]
