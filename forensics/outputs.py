@@ -168,13 +168,21 @@ def publish(staging: Path, out: Path, patterns: Iterable[str]) -> list[Path]:
 
     SIGINT and SIGTERM wait until the moves are done, so an interrupted run leaves either the old
     complete set or the new one; a full disk fails while staging, before anything is moved.
+    A staged folder (a rebuilt stream) replaces an earlier one of its name: the old one is moved
+    aside inside the same protected step (a rename cannot replace a non-empty folder) and deleted
+    after; an earlier folder is stale only when a pattern names it exactly.
     """
     import threading
 
     new = sorted(p.name for p in staging.iterdir())
     stale = [
-        p for pattern in patterns for p in out.glob(pattern) if p.is_file() and p.name not in new
+        p
+        for pattern in patterns
+        for p in out.glob(pattern)
+        if p.name not in new and (p.is_file() or (p.is_dir() and p.name == pattern))
     ]
+    aside = staging.with_name(staging.name + ".replaced")
+    shutil.rmtree(aside, ignore_errors=True)
     # Python runs signal handlers in the main thread: defer SIGINT/SIGTERM there (a thread mask
     # would not do: another thread, torch's or rich's, would take the signal instead).
     deferred: list[int] = []
@@ -189,12 +197,20 @@ def publish(staging: Path, out: Path, patterns: Iterable[str]) -> list[Path]:
     )
     try:
         for i, name in enumerate(new):
+            if (out / name).is_dir() and not (out / name).is_symlink():
+                aside.mkdir(exist_ok=True)
+                os.replace(out / name, aside / name)
             os.replace(staging / name, out / name)
             if i == 0:
                 fault_point("publish")
         for path in stale:
-            path.unlink(missing_ok=True)
+            if path.is_dir() and not path.is_symlink():
+                aside.mkdir(exist_ok=True)
+                os.replace(path, aside / path.name)
+            else:
+                path.unlink(missing_ok=True)
         staging.rmdir()  # before a deferred signal is delivered: nothing is left behind
+        shutil.rmtree(aside, ignore_errors=True)
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)

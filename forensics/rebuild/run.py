@@ -183,9 +183,7 @@ def run_file_rebuild(
     result = RebuildResult(out=out, plan=plan, counts=plan.counts())  # type: ignore[arg-type]
     stage_files(plan, config, staging)
     result.summary = write_file_texts(plan, raw, staging, skip_file, out)
-    for name in folders:  # --force: an earlier rebuild's stream folder (a move cannot replace it)
-        shutil.rmtree(out / name, ignore_errors=True)
-    publish(staging, out, previous_outputs(out))
+    publish(staging, out, previous_outputs(out))  # replaces an earlier rebuild's stream folders
     verify_published(out / CONFIG_FILE)
     lock.close()
     return result

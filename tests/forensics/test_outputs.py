@@ -30,6 +30,25 @@ def test_publish_replaces_the_set_and_removes_stale_outputs(tmp_path: Path) -> N
     assert (out / "notes.txt").read_text() == "the user's" and not staging.exists()
 
 
+def test_publish_replaces_folders_and_removes_only_named_stale_ones(tmp_path: Path) -> None:
+    """A rebuilt stream is a folder: a --force rerun replaces the earlier one whole (a rename
+    cannot replace a non-empty folder), drops a folder the previous run wrote and this one does
+    not, and leaves a folder a glob merely matches alone."""
+    out, staging = tmp_path / "out", tmp_path / "out" / ".cache" / "staging"
+    (out / "web_rebuilt").mkdir(parents=True)
+    (out / "web_rebuilt" / "old-shard.mds").write_text("old")
+    (out / "code_rebuilt").mkdir()
+    (out / "code_rebuilt" / "index.json").write_text("{}")
+    (out / "notes_rebuilt").mkdir()  # the user's, not named by the previous run
+    (staging / "web_rebuilt").mkdir(parents=True)
+    (staging / "web_rebuilt" / "index.json").write_text('{"shards": []}')
+    (staging / "rebuild.json").write_text("{}")
+    publish(staging, out, ["rebuild.json", "web_rebuilt", "code_rebuilt", "*_rebuilt"])
+    assert sorted(p.name for p in (out / "web_rebuilt").iterdir()) == ["index.json"]
+    assert not (out / "code_rebuilt").exists() and (out / "notes_rebuilt").is_dir()
+    assert sorted(p.name for p in (out / ".cache").iterdir()) == []  # nothing set aside is left
+
+
 def test_a_second_writer_is_refused(tmp_path: Path) -> None:
     held = hold_lock(tmp_path / "run" / ".cache", "forensics spike")
     code = (
