@@ -248,6 +248,8 @@ def _resolve_paths(raw: Any, base: Path) -> Any:
         "state",
         "local",
         "state_file",
+        "mix_base_dir",
+        "mix_file",
     }
     path_list_keys = {"files", "data_files", "paths"}
     if isinstance(raw, dict):
