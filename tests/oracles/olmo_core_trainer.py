@@ -1,7 +1,8 @@
 """Train a tiny model with ai2-olmo-core's own Trainer on CPU, as an OLMo-core script does (runs
 in .venv-olmo, not ours), and record what each step trained.
 
-Usage: python olmo_core_trainer.py SPEC.json OUT.json
+Usage: python olmo_core_trainer.py JOBS.json OUT.json
+  JOBS: {"runs": [spec, ...], "vocab_sizes": [...], "globs": [pattern, ...]}
 
 The script follows the library's example (allenai/OLMo-core src/examples/llm/train.py): the
 dataset from NumpyFSLDatasetConfig (paths or mix, globs, source permutation, dtype left to the
@@ -51,7 +52,10 @@ class RecordIndices(Callback):
     steps: Any = None
 
     def pre_step(self, batch: dict[str, Any]) -> None:
-        self.steps[str(self.step)] = batch["index"].tolist()
+        self.steps[str(self.step)] = {
+            "index": batch["index"].tolist(),
+            "input_ids": batch["input_ids"].tolist(),
+        }
 
 
 def experiment(spec: dict[str, Any]) -> ExperimentConfig:
@@ -113,19 +117,55 @@ def train(spec: dict[str, Any], steps: dict[str, Any], max_steps: int) -> None:
     trainer.fit()
 
 
-def main() -> None:
-    spec = json.loads(open(sys.argv[1]).read())
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(spec.get("port", 29571)))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """One training job (and its restart when "stop_after" is given): the steps it trained."""
     steps: dict[str, Any] = {}
     first = spec.get("stop_after", spec["max_steps"])
     train(spec, steps, first)
     if first < spec["max_steps"]:  # the job restarts and resumes from its newest checkpoint
         train(spec, steps, spec["max_steps"])
+    out: dict[str, Any] = {"steps": steps}
+    if spec.get("mix"):
+        from olmo_core.data import DataMix
+
+        paths, labels = DataMix(spec["mix"]).build(
+            spec["mix_base_dir"], spec["tokenizer"]["identifier"]
+        )
+        out["mix"] = {"paths": paths, "labels": labels}
+    return out
+
+
+def dtypes(vocab_sizes: list[int]) -> dict[str, str | None]:
+    """NumpyDatasetConfig.get_dtype with dtype unset, per vocabulary size (None: it refuses)."""
+    out: dict[str, str | None] = {}
+    for vocab in vocab_sizes:
+        config = NumpyFSLDatasetConfig(
+            paths=["unused.npy"],
+            sequence_length=8,
+            tokenizer=TokenizerConfig(vocab_size=vocab, eos_token_id=0, pad_token_id=1),
+        )
+        try:
+            out[str(vocab)] = config.get_dtype().__name__
+        except ValueError:
+            out[str(vocab)] = None
+    return out
+
+
+def main() -> None:
+    from olmo_core.io import deterministic_glob_directory
+
+    jobs = json.loads(open(sys.argv[1]).read())
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(jobs.get("port", 29571)))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    result = {
+        "runs": [run(spec) for spec in jobs.get("runs", [])],
+        "dtypes": dtypes(jobs.get("vocab_sizes", [])),
+        "globs": {p: deterministic_glob_directory(p) for p in jobs.get("globs", [])},
+    }
     dist.destroy_process_group()
     with open(sys.argv[2], "w") as handle:
-        json.dump({"steps": steps}, handle)
+        json.dump(result, handle)
 
 
 if __name__ == "__main__":
