@@ -472,4 +472,3 @@ class OlmoCoreReplayer(OlmoCoreDocuments):
             ],
             "files": [{"file": str(f.path), "size": f.size} for f in self.files],
         }
-

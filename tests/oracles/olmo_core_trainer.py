@@ -96,7 +96,9 @@ def experiment(spec: dict[str, Any]) -> ExperimentConfig:
         max_sequence_length=seq,
         optim=AdamWConfig(lr=1e-3),
     )
-    return ExperimentConfig(dataset=dataset, data_loader=loader, trainer=trainer, train_module=module)
+    return ExperimentConfig(
+        dataset=dataset, data_loader=loader, trainer=trainer, train_module=module
+    )
 
 
 def train(spec: dict[str, Any], steps: dict[str, Any], max_steps: int) -> None:

@@ -427,4 +427,3 @@ def test_save_folder_refusals(trained, tmp_path):
     (newest / "config.json").write_text(json.dumps(config))
     with pytest.raises(ForensicsError, match="rank0.pt: trainer state not found"):
         run_config_from_save_folder(copy)
-
