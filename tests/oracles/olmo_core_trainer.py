@@ -153,6 +153,35 @@ def dtypes(vocab_sizes: list[int]) -> dict[str, str | None]:
     return out
 
 
+def defaults() -> dict[str, Any]:
+    """The defaults of the library's dataset, tokenizer, filter and loader configs ("<required>"
+    for a field without one) and wrap_numpy_dataset's shuffle default."""
+    import dataclasses
+    import inspect
+
+    from olmo_core.data import NumpyDataLoaderBase
+
+    def of(cls: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = "<factory>"
+            else:
+                out[f.name] = "<required>"
+        return out
+
+    wrap = inspect.signature(NumpyDataLoaderBase.wrap_numpy_dataset)
+    return {
+        "dataset": of(NumpyFSLDatasetConfig),
+        "tokenizer": of(TokenizerConfig),
+        "filter": of(InstanceFilterConfig),
+        "loader": of(NumpyDataLoaderConfig),
+        "shuffle": wrap.parameters["shuffle"].default,
+    }
+
+
 def main() -> None:
     from olmo_core.io import deterministic_glob_directory
 
@@ -164,6 +193,7 @@ def main() -> None:
         "runs": [run(spec) for spec in jobs.get("runs", [])],
         "dtypes": dtypes(jobs.get("vocab_sizes", [])),
         "globs": {p: deterministic_glob_directory(p) for p in jobs.get("globs", [])},
+        "defaults": defaults(),
     }
     dist.destroy_process_group()
     with open(sys.argv[2], "w") as handle:

@@ -270,8 +270,11 @@ def test_dtype_default_is_the_librarys(trained, tmp_path):
     assert config_from_dict(raw, base_dir=tmp_path, source=None).data.dtype == "uint16"
 
 
-def test_library_defaults_of_the_other_fields(tmp_path):
-    """Each field the library defaults is defaulted the same; the ones it does not are required."""
+def test_library_defaults_of_the_other_fields(trained, tmp_path):
+    """Each field the library defaults is defaulted the same (read from the library's own config
+    classes); each one it does not default is required here too."""
+    _, out = trained
+    lib = out["defaults"]
     base = {
         "format": "olmo-core",
         "sources": [{"name": "a", "paths": ["a.npy"]}],
@@ -282,22 +285,45 @@ def test_library_defaults_of_the_other_fields(tmp_path):
         "dp_world_size": 1,
     }
     training = {"global_batch_size": 8, "train_iters": 2}
-    data = config_from_dict({"data": base, "training": training}, base_dir=tmp_path, source=None)
-    defaults = {
-        "max_target_sequence_length": None,  # NumpyFSLDatasetConfig
-        "bos_token_id": None,  # TokenizerConfig
-        "instance_filter": None,  # NumpyDatasetConfig.instance_filter_config
-        "expand_glob": False,
-        "source_permutation_seed": None,
-        "mix": None,
-        "generate_doc_lengths": False,
-        "shuffle": True,  # NumpyDataLoaderBase.wrap_numpy_dataset
+    data = config_from_dict(
+        {"data": base, "training": training}, base_dir=tmp_path, source=None
+    ).data
+    ours_vs_library = {
+        "max_target_sequence_length": lib["dataset"]["max_target_sequence_length"],
+        "bos_token_id": lib["tokenizer"]["bos_token_id"],
+        "instance_filter": lib["dataset"]["instance_filter_config"],
+        "expand_glob": lib["dataset"]["expand_glob"],
+        "source_permutation_seed": lib["dataset"]["source_permutation_seed"],
+        "mix": lib["dataset"]["mix"],
+        "mix_base_dir": lib["dataset"]["mix_base_dir"],
+        "generate_doc_lengths": lib["dataset"]["generate_doc_lengths"],
+        "work_dir": lib["dataset"]["work_dir"],
+        "shuffle": lib["shuffle"],
     }
-    for name, value in defaults.items():
-        assert getattr(data.data, name) == value, name
-    for name in ("seed", "sequence_length", "global_batch_size", "dp_world_size"):
+    for name, value in ours_vs_library.items():
+        assert getattr(data, name) == value, name
+    assert lib["dataset"]["dtype"] is None  # inferred: test_dtype_default_is_the_librarys
+    with_filter = config_from_dict(
+        {"data": {**base, "instance_filter": {}}, "training": training},
+        base_dir=tmp_path,
+        source=None,
+    ).data.instance_filter
+    assert with_filter is not None and with_filter.model_dump() == lib["filter"]
+    required = {
+        "seed": lib["loader"]["seed"],
+        "global_batch_size": lib["loader"]["global_batch_size"],
+        "sequence_length": lib["dataset"]["sequence_length"],
+        "vocab_size": lib["tokenizer"]["vocab_size"],
+        "eos_token_id": lib["tokenizer"]["eos_token_id"],
+        "pad_token_id": lib["tokenizer"]["pad_token_id"],
+        "dp_world_size": "<required>",  # the process group's size (data_loader.py:1157)
+    }
+    for name, default in required.items():
+        assert default == "<required>", name
         raw = {k: v for k, v in base.items() if k != name}
-        with pytest.raises(ForensicsError, match=f"data.olmo-core.{name}: Field required"):
+        if name == "vocab_size":
+            raw["dtype"] = "uint32"  # else the dtype refusal comes first
+        with pytest.raises(ForensicsError, match=f"{name}: Field required"):
             config_from_dict(
                 {"data": raw, "training": training}, base_dir=tmp_path, source=tmp_path / "r"
             )
