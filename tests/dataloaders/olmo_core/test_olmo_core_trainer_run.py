@@ -453,3 +453,27 @@ def test_save_folder_refusals(trained, tmp_path):
     (newest / "config.json").write_text(json.dumps(config))
     with pytest.raises(ForensicsError, match="rank0.pt: trainer state not found"):
         run_config_from_save_folder(copy)
+
+
+def test_new_fields_at_their_defaults_keep_the_config_hash(tmp_path):
+    """A run that recorded its config_hash before these fields existed keeps it; set, they count."""
+    base = {
+        "format": "olmo-core",
+        "sources": [{"name": "a", "paths": ["a.npy"]}],
+        "sequence_length": 8,
+        **DOLMA2,
+        "global_batch_size": 64,
+        "seed": 1,
+        "dp_world_size": 1,
+    }
+    training = {"global_batch_size": 8, "train_iters": 2}
+
+    def hashes(**extra: Any) -> tuple[str, str]:
+        raw = {"data": {**base, **extra}, "training": training}
+        config = config_from_dict(raw, base_dir=tmp_path, source=None)
+        return config.config_hash(), config.order_hash()
+
+    plain = hashes()
+    assert hashes(expand_glob=False, generate_doc_lengths=False) == plain
+    assert hashes(source_permutation_seed=None) == plain
+    assert hashes(source_permutation_seed=3)[1] != plain[1]
