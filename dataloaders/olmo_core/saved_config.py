@@ -173,13 +173,7 @@ def _find_step_dirs(save_folder: Path) -> tuple[Path, list[int]]:
     return save_folder, steps
 
 
-def run_config_from_save_folder(save_folder: Path) -> dict[str, Any]:
-    """Our run-config mapping (the shape of configs/example-olmo-core.yaml) of the run whose
-    checkpoints are in `save_folder`, from the newest checkpoint's config.json, data_paths.txt
-    and trainer state; anything needed and missing is a one-line ForensicsError."""
-    save_folder, steps = _find_step_dirs(Path(save_folder))
-    newest = max(s for s in steps if (save_folder / f"step{s}" / CONFIG_NAME).is_file())
-    step_dir = save_folder / f"step{newest}"
+def _read_config(step_dir: Path) -> dict[str, Any]:
     where = step_dir / CONFIG_NAME
     try:
         config = json.loads(where.read_text(encoding="utf-8"))
@@ -187,18 +181,71 @@ def run_config_from_save_folder(save_folder: Path) -> dict[str, Any]:
         raise ForensicsError(f"{where}: not valid JSON ({err})") from None
     if not isinstance(config, dict):
         raise ForensicsError(f"{where}: expected the experiment config mapping")
+    return config
+
+
+def _order_fields(config: dict[str, Any], step_dir: Path) -> tuple[dict[str, Any], list[Any]]:
+    """(the data fields that decide the order, but the token files; the token files)."""
+    where = step_dir / CONFIG_NAME
     dataset = _section(config, "dataset", where)
     loader = _section(config, "data_loader", where)
-    trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
     data = _dataset_fields(dataset, where)
-    data.update(_sources(dataset, step_dir))
+    files = _sources(dataset, step_dir)
+    data.update({k: v for k, v in files.items() if k != "sources"})
     data["global_batch_size"] = _need(loader, "global_batch_size", where, "data_loader")
     data["seed"] = _need(loader, "seed", where, "data_loader")
-    state = _trainer_state(step_dir)
-    data["dp_world_size"] = _dp_world_size(config, state, where)
     work_dir = loader.get("work_dir") or dataset.get("work_dir")
     if work_dir is not None:
         data["work_dir"] = str(work_dir)
+    return data, files["sources"]
+
+
+def _stages(save_folder: Path, steps: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The newest checkpoint's data fields, and the data stages: a checkpoint whose token files
+    differ from the one before it was saved by a job restarted on other data (OLMo-core's
+    ignore_fingerprint_mismatch) from the newest checkpoint before it, so the replay continues
+    over the new files from the step after that one. Any other change is refused."""
+    saved = [s for s in steps if (save_folder / f"step{s}" / CONFIG_NAME).is_file()]
+    data: dict[str, Any] = {}
+    stages: list[dict[str, Any]] = []
+    before = None
+    for step in saved:
+        step_dir = save_folder / f"step{step}"
+        fields, sources = _order_fields(_read_config(step_dir), step_dir)
+        if stages and fields != data:
+            changed = sorted(k for k in set(fields) | set(data) if fields.get(k) != data.get(k))
+            raise ForensicsError(
+                f"{step_dir / CONFIG_NAME}: data.{changed[0]} is {fields.get(changed[0])!r}, "
+                f"{data.get(changed[0])!r} in step{before}; write a config for this run"
+            )
+        if not stages or sources != stages[-1]["sources"]:
+            stages.append({"after": before, "sources": sources})
+        data, before = fields, step
+    return data, stages
+
+
+def run_config_from_save_folder(save_folder: Path) -> dict[str, Any]:
+    """Our run-config mapping (the shape of configs/example-olmo-core.yaml) of the run whose
+    checkpoints are in `save_folder`, from its checkpoints' config.json and data_paths.txt and
+    the newest trainer state; anything needed and missing is a one-line ForensicsError."""
+    save_folder, steps = _find_step_dirs(Path(save_folder))
+    data, stages = _stages(save_folder, steps)
+    newest = max(s for s in steps if (save_folder / f"step{s}" / CONFIG_NAME).is_file())
+    step_dir = save_folder / f"step{newest}"
+    where = step_dir / CONFIG_NAME
+    config = _read_config(step_dir)
+    trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
+    state = _trainer_state(step_dir)
+    data["dp_world_size"] = _dp_world_size(config, state, where)
+    data["sources"] = stages[0]["sources"]
+    resumes = []
+    for number, stage in enumerate(stages[1:], start=1):
+        after = stage["after"]
+        named = [{**src, "name": f"{src['name']}-stage{number}"} for src in stage["sources"]]
+        state_file = save_folder / f"step{after}" / "train" / "rank0.pt"
+        resumes.append({"iteration": after + 1, "state": str(state_file), "sources": named})
+    if resumes:
+        data["resumes"] = resumes
     seq = int(data["sequence_length"])
     if not isinstance(data["global_batch_size"], int) or data["global_batch_size"] % seq:
         raise ForensicsError(

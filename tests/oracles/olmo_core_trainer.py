@@ -10,8 +10,9 @@ library when the spec has none), the loader from NumpyDataLoaderConfig, a Traine
 CheckpointerCallback (save_interval) and the ConfigSaverCallback given the experiment's
 `as_config_dict()`, then `trainer.fit()`. The save folder it leaves is the library's own:
 step{N}/train/rank0.pt, config.json, data_paths.txt. A callback records `batch["index"]` of every
-step (pre_step); with "resume": true a second Trainer is built over the same save folder and
-resumes from its newest checkpoint (`maybe_load_checkpoint`), as a restarted job does.
+step (pre_step); with "stop_after": k the job stops after k steps and a second Trainer is built
+over the same save folder, resuming from its newest checkpoint (`maybe_load_checkpoint`) as a
+restarted job does, on "restart_paths" when given (with `ignore_fingerprint_mismatch`).
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ def experiment(spec: dict[str, Any]) -> ExperimentConfig:
         else None,
     )
     loader = NumpyDataLoaderConfig(
-        global_batch_size=spec["global_batch_size"], seed=spec["seed"], num_workers=0
+        global_batch_size=spec["global_batch_size"],
+        seed=spec["seed"],
+        num_workers=0,
+        ignore_fingerprint_mismatch=spec.get("ignore_fingerprint_mismatch", False),
     )
     trainer = (
         TrainerConfig(
@@ -125,7 +129,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     first = spec.get("stop_after", spec["max_steps"])
     train(spec, steps, first)
     if first < spec["max_steps"]:  # the job restarts and resumes from its newest checkpoint
-        train(spec, steps, spec["max_steps"])
+        again = spec
+        if spec.get("restart_paths"):  # on other data, as the library allows it
+            again = {**spec, "paths": spec["restart_paths"], "ignore_fingerprint_mismatch": True}
+        train(again, steps, spec["max_steps"])
     out: dict[str, Any] = {"steps": steps}
     if spec.get("mix"):
         from olmo_core.data import DataMix

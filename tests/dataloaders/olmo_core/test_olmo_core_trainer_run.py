@@ -93,6 +93,21 @@ def _mix_spec(folder: Path) -> dict[str, Any]:
     }
 
 
+def _changed_spec(folder: Path) -> dict[str, Any]:
+    """Six steps over the web files, then a restart from step6 on web + code files."""
+    return {
+        **_glob_spec(folder),
+        "paths": [str(folder / GLOBS[0])],
+        "restart_paths": [str(folder / g) for g in GLOBS],
+        "source_permutation_seed": None,
+        "work_dir": str(folder / "work-changed"),
+        "save_folder": str(folder / "save-changed"),
+        "max_steps": 10,
+        "stop_after": 6,
+        "save_interval": 3,
+    }
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """Token files, then the library's two training jobs over them (one interpreter)."""
@@ -107,7 +122,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, A
     for _, path in mix_data:
         _write_tokens(path, rng, 25)
     jobs = {
-        "runs": [_glob_spec(folder), _mix_spec(folder)],
+        "runs": [_glob_spec(folder), _mix_spec(folder), _changed_spec(folder)],
         "vocab_sizes": VOCABS,
         "globs": [str(folder / g) for g in GLOBS] + [str(folder / "data/*/x/*.npy")],
     }
@@ -425,6 +440,25 @@ def test_a_mix_run_from_its_save_folder(trained, tmp_path):
     for listing in copy.glob("step*/data_paths.txt"):
         listing.unlink()
     with pytest.raises(ForensicsError, match="reads data mix 'v3-small-ppl-validation'"):
+        run_config_from_save_folder(copy)
+
+
+def test_a_restart_on_other_data_from_its_save_folder(trained, tmp_path):
+    """Checkpoints whose token files changed: the job restarted on other data from the newest
+    checkpoint before them; the replay continues over the new files from there."""
+    folder, out = trained
+    raw, config = _saved(folder, "save-changed")
+    (resume,) = raw["data"]["resumes"]
+    assert resume["iteration"] == 7 and resume["state"].endswith("step6/train/rank0.pt")
+    assert len(resume["sources"][0]["paths"]) == 5 and len(raw["data"]["sources"][0]["paths"]) == 3
+    _assert_replays(config, out["runs"][2]["steps"])
+    # another change than the token files is refused, naming the field and the checkpoints
+    copy = tmp_path / "save-changed"
+    shutil.copytree(folder / "save-changed", copy)
+    saved = json.loads((copy / "step9" / "config.json").read_text())
+    saved["data_loader"]["seed"] = 99
+    (copy / "step9" / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ForensicsError, match=r"step9/config.json: data.seed is 99, 17 in step6"):
         run_config_from_save_folder(copy)
 
 
