@@ -511,3 +511,56 @@ def test_new_fields_at_their_defaults_keep_the_config_hash(tmp_path):
     assert hashes(expand_glob=False, generate_doc_lengths=False) == plain
     assert hashes(source_permutation_seed=None) == plain
     assert hashes(source_permutation_seed=3)[1] != plain[1]
+
+
+def test_rebuild_of_a_mix_run_is_what_the_library_builds(trained):
+    """The rebuild of a mix run names its kept files: its rebuilt config (no mix, the source
+    permutation kept) replays the order ai2-olmo-core builds from the saved experiment config
+    merged with the restart words (the library's Config.merge, prefix `dataset`, as its
+    experiment CLI hands overrides down)."""
+    from forensics.rebuild.files import FilePlan, rebuilt_data, restart_files
+    from forensics.skip.units import FileUnit
+
+    folder, _ = trained
+    config = _config(
+        folder,
+        {
+            "mix": MIX,
+            "mix_base_dir": "mixbase",
+            "mix_file": str(_mix_listing()),
+            "tokenizer_identifier": TOKENIZER_ID,
+            "source_permutation_seed": 11,
+            "seed": 5,
+        },
+        6,
+    )
+    replayer = open_replayer(config)
+    units = [FileUnit(f.source, str(f.path), f.path, np.zeros(0, np.int64)) for f in replayer.files]
+    kept: dict[str, list[Any]] = {}
+    for unit in units[1:]:  # the first file of the mix is dropped
+        kept.setdefault(unit.dataset, []).append(unit)
+    plan = FilePlan(None, "olmo-core", 1, units[:1], kept, [])  # type: ignore[arg-type]
+    data = rebuilt_data(config, plan)
+    assert "mix" not in data and data["source_permutation_seed"] == 11
+    raw = {**config.model_dump(mode="json", exclude_none=True), "data": data}
+    rebuilt = open_replayer(config_from_dict(raw, base_dir=folder, source=None))
+    words = restart_files(plan, config)["restart-rebuilt.flags"].split()
+    assert "--dataset.mix=null" in words
+    script = (
+        "import json, sys\n"
+        "from olmo_core.data import NumpyFSLDatasetConfig\n"
+        "saved = json.load(open(sys.argv[1]))['dataset']\n"
+        "merged = NumpyFSLDatasetConfig.from_dict(saved).merge(sys.argv[2:], prefix='dataset')\n"
+        "paths, _, _ = merged._resolve_paths_metadata(allow_mix=True)\n"
+        "print(json.dumps(paths))\n"
+    )
+    saved = folder / "save-mix" / "step6" / "config.json"
+    done = subprocess.run(
+        [str(oracle_python()), "-c", script, str(saved), *words],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    library = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [str(f.path) for f in rebuilt.stages[0].files] == library
+    assert len(library) == len(units) - 1
