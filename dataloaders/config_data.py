@@ -265,19 +265,11 @@ def olmo_core_dtype(vocab_size: int) -> str:
 
 
 class OlmoCoreData(StrictModel):
-    """An OLMo-core NumpyFSLDataset + NumpyFSLDataLoader run (see dataloaders/olmo_core).
-
-    Every default is the library's (ai2-olmo-core 3.0.0, files under olmo_core/data/): dtype
-    from the vocabulary size (numpy_dataset.py:2685 get_dtype); max_target_sequence_length None
-    (numpy_dataset.py:2832); bos_token_id None (tokenizer.py:67); instance_filter None
-    (numpy_dataset.py:2652); expand_glob False (numpy_dataset.py:2635); source_permutation_seed
-    None (numpy_dataset.py:2657); generate_doc_lengths False (numpy_dataset.py:2842, it adds
-    document lengths to each instance and never changes the order); shuffle True
-    (data_loader.py:404, NumpyDataLoaderConfig has no shuffle field). The library has no default
-    for sequence_length, the token ids, vocab_size, global_batch_size and seed
-    (data_loader.py:1112-1113), nor for dp_world_size (data_loader.py:1157 takes the process
-    group's size): they are required.
-    """
+    """An OLMo-core NumpyFSLDataset + NumpyFSLDataLoader run (see dataloaders/olmo_core). Every
+    default is the library's, cited in docs/olmo-core.md (ai2-olmo-core 3.0.0): dtype from the
+    vocabulary size, the others as NumpyFSLDatasetConfig, TokenizerConfig, InstanceFilterConfig
+    and wrap_numpy_dataset default them. What the library does not default is required
+    (dp_world_size: it takes the process group's size, data_loader.py:1157)."""
 
     format: Literal["olmo-core"]
     sources: list[OlmoCoreSource] = Field(default_factory=list)
@@ -308,7 +300,13 @@ class OlmoCoreData(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _library_dtype(cls, raw: Any) -> Any:
-        """dtype left unset is inferred from the vocabulary size, as OLMo-core infers it."""
+        """dtype left unset is inferred from the vocabulary size, as OLMo-core infers it; the
+        data-parallel size, which the library reads from the job, is asked for by name."""
+        if isinstance(raw, dict) and raw.get("dp_world_size") is None:
+            raise ValueError(
+                "set data.dp_world_size, the run's data-parallel size (OLMo-core takes it from "
+                "the job; the trainer state's world_size without model parallelism)"
+            )
         if not isinstance(raw, dict) or raw.get("dtype") is not None:
             return raw
         vocab = raw.get("vocab_size")

@@ -338,7 +338,8 @@ def test_library_defaults_of_the_other_fields(trained, tmp_path):
         raw = {k: v for k, v in base.items() if k != name}
         if name == "vocab_size":
             raw["dtype"] = "uint32"  # else the dtype refusal comes first
-        with pytest.raises(ForensicsError, match=f"{name}: Field required"):
+        message = "set data.dp_world_size" if name == "dp_world_size" else f"{name}: Field required"
+        with pytest.raises(ForensicsError, match=message):
             config_from_dict(
                 {"data": raw, "training": training}, base_dir=tmp_path, source=tmp_path / "r"
             )
