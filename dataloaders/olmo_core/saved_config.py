@@ -41,6 +41,11 @@ def checkpoint_steps(save_folder: Path) -> list[int]:
 
 def _section(config: dict[str, Any], key: str, where: Path) -> dict[str, Any]:
     value = config.get(key)
+    if isinstance(value, list):  # olmo_core/internal/experiment.py:100, the composable API
+        raise ForensicsError(
+            f"{where}: {key} is a list of instance sources (OLMo-core's composable data API); "
+            "only NumpyFSLDatasetConfig runs are replayed"
+        )
     if not isinstance(value, dict):
         raise ForensicsError(f"{where}: no {key!r} section (not an OLMo-core experiment config)")
     return value
@@ -189,6 +194,9 @@ def _order_fields(config: dict[str, Any], step_dir: Path) -> tuple[dict[str, Any
     where = step_dir / CONFIG_NAME
     dataset = _section(config, "dataset", where)
     loader = _section(config, "data_loader", where)
+    kind = str(loader.get("_CLASS_", "NumpyDataLoaderConfig"))
+    if not kind.endswith("NumpyDataLoaderConfig"):
+        raise ForensicsError(f"{where}: data_loader is {kind}; only NumpyDataLoaderConfig runs")
     data = _dataset_fields(dataset, where)
     files = _sources(dataset, step_dir)
     data.update({k: v for k, v in files.items() if k != "sources"})

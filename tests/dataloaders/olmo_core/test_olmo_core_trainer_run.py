@@ -488,6 +488,10 @@ def test_save_folder_refusals(trained, tmp_path):
     (newest / "config.json").write_text(json.dumps(config))
     with pytest.raises(ForensicsError, match="rank0.pt: trainer state not found"):
         run_config_from_save_folder(copy)
+    config["dataset"] = [config["dataset"]]  # the composable API's list of instance sources
+    (newest / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ForensicsError, match="config.json: dataset is a list of instance sources"):
+        run_config_from_save_folder(copy)
 
 
 def test_new_fields_at_their_defaults_keep_the_config_hash(tmp_path):
