@@ -31,7 +31,12 @@ from olmo_core.data.numpy_dataset import InstanceFilterConfig
 from olmo_core.nn.transformer import TransformerConfig
 from olmo_core.optim import AdamWConfig
 from olmo_core.train import Duration, TrainerConfig
-from olmo_core.train.callbacks import Callback, CheckpointerCallback, ConfigSaverCallback
+from olmo_core.train.callbacks import (
+    Callback,
+    CheckpointerCallback,
+    ConfigSaverCallback,
+    StabilityMonitorCallback,
+)
 from olmo_core.train.train_module import TransformerTrainModuleConfig
 
 
@@ -86,13 +91,15 @@ def experiment(spec: dict[str, Any]) -> ExperimentConfig:
             save_folder=spec["save_folder"],
             max_duration=Duration.steps(spec["max_steps"]),
             device="cpu",
-            metrics_collect_interval=1000,
+            metrics_collect_interval=2,
         )
         .with_callback(
             "checkpointer",
             CheckpointerCallback(save_interval=spec["save_interval"], save_async=False),
         )
         .with_callback("config_saver", ConfigSaverCallback())
+        # a callback with state of its own: the trainer state's "callbacks" entry is not empty
+        .with_callback("stability", StabilityMonitorCallback(window_size=2, rolling_window=4))
     )
     seq = spec["sequence_length"]
     module = TransformerTrainModuleConfig(
