@@ -164,9 +164,9 @@ def payload_hash(payload: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-# Fields added to the OLMo-core data section after runs recorded their config_hash: left out of
-# the hashes while at their default, so those runs' hashes stay what they were.
-_LATER_DEFAULTS = {
+# OLMo-core data fields left out of the hashes while at their defaults: a config that does not
+# use them hashes the same whether it spells them out or not (skip files record these hashes).
+_OPTIONAL_OLMO_FIELDS = {
     "expand_glob": False,
     "source_permutation_seed": None,
     "mix": None,
@@ -177,10 +177,10 @@ _LATER_DEFAULTS = {
 }
 
 
-def _without_later_defaults(payload: dict[str, Any]) -> dict[str, Any]:
+def _without_unused_olmo_fields(payload: dict[str, Any]) -> dict[str, Any]:
     data = payload.get("data")
     if isinstance(data, dict) and data.get("format") == "olmo-core":
-        for key, default in _LATER_DEFAULTS.items():
+        for key, default in _OPTIONAL_OLMO_FIELDS.items():
             if key in data and data[key] == default:
                 del data[key]
     return payload
@@ -227,7 +227,7 @@ class RunConfig(StrictModel):
 
     def hash_payload(self) -> dict[str, Any]:
         """What config_hash hashes: the config as JSON, without where it was read from."""
-        payload = _without_later_defaults(
+        payload = _without_unused_olmo_fields(
             self.model_dump(mode="json", exclude={"source", "log", "name"})
         )
         # The trainer decides how skip flags are spelled, not the data order; skips a restart
@@ -244,7 +244,7 @@ class RunConfig(StrictModel):
         check-skip can tell "the run directory moved" or "the checkpoint list changed" (the
         batches are the same) from "the blend or schedule changed" (they are not); the data
         files themselves are compared by content in the fingerprint."""
-        payload = _without_later_defaults(
+        payload = _without_unused_olmo_fields(
             self.model_dump(exclude={"source", "log", "name", "checkpoints"})
         )
         payload["training"].pop("trainer", None)

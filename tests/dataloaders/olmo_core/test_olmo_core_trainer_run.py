@@ -494,8 +494,9 @@ def test_save_folder_refusals(trained, tmp_path):
         run_config_from_save_folder(copy)
 
 
-def test_new_fields_at_their_defaults_keep_the_config_hash(tmp_path):
-    """A run that recorded its config_hash before these fields existed keeps it; set, they count."""
+def test_unused_path_fields_leave_the_config_hash_alone(tmp_path):
+    """A config that does not use globs, mixes or the permutation hashes the same whether it
+    spells their defaults out or not (skip files record the hashes); set, they count."""
     base = {
         "format": "olmo-core",
         "sources": [{"name": "a", "paths": ["a.npy"]}],
