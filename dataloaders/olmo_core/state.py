@@ -59,7 +59,8 @@ def load_trainer_state(path: Path) -> Any:
     if extra:
         raise ForensicsError(
             f"{path}: the trainer state holds {', '.join(extra)}, which an OLMo-core trainer "
-            "state never needs; refusing to unpickle it (give the data-loader state as JSON)"
+            "state never needs; refusing to unpickle it (give its data_loader state_dict() "
+            "as a JSON file instead)"
         )
     try:
         with torch.serialization.safe_globals(allowed):
