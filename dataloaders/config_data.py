@@ -255,14 +255,27 @@ class OlmoCoreResume(StrictModel):
     sources: list[OlmoCoreSource] | None = None
 
 
+def olmo_core_dtype(vocab_size: int) -> str:
+    """OLMo-core's dtype for an unset `dtype`: the smallest uint holding vocab_size - 1
+    (ai2-olmo-core 3.0.0 olmo_core/data/numpy_dataset.py:2685-2699 get_dtype)."""
+    for bits in (8, 16, 32, 64):
+        if vocab_size - 1 <= 2**bits - 1:
+            return f"uint{bits}"
+    raise ValueError(f"vocab_size {vocab_size} is too big for any token dtype (OLMo-core too)")
+
+
 class OlmoCoreData(StrictModel):
-    """An OLMo-core NumpyFSLDataset + NumpyFSLDataLoader run (see dataloaders/olmo_core)."""
+    """An OLMo-core NumpyFSLDataset + NumpyFSLDataLoader run (see dataloaders/olmo_core). Every
+    default is the library's, cited in docs/olmo-core.md (ai2-olmo-core 3.0.0): dtype from the
+    vocabulary size, the others as NumpyFSLDatasetConfig, TokenizerConfig, InstanceFilterConfig
+    and wrap_numpy_dataset default them. What the library does not default is required
+    (dp_world_size: it takes the process group's size, data_loader.py:1157)."""
 
     format: Literal["olmo-core"]
-    sources: list[OlmoCoreSource] = Field(min_length=1)
+    sources: list[OlmoCoreSource] = Field(default_factory=list)
     sequence_length: int = Field(gt=0)
     max_target_sequence_length: int | None = Field(default=None, gt=0)
-    dtype: Literal["uint8", "uint16", "uint32", "uint64"] = "uint16"
+    dtype: Literal["uint8", "uint16", "uint32", "uint64"]
     eos_token_id: int = Field(ge=0)
     pad_token_id: int = Field(ge=0)
     vocab_size: int = Field(gt=0)
@@ -270,17 +283,46 @@ class OlmoCoreData(StrictModel):
     global_batch_size: int = Field(gt=0)  # in TOKENS, as NumpyDataLoaderConfig.global_batch_size
     seed: int
     shuffle: bool = True
-    dp_world_size: int = Field(default=1, gt=0)
+    dp_world_size: int = Field(gt=0)
     work_dir: Path | None = None  # where the run saved global_indices_*.npy (read when present)
     metadata_fields: list[str] = Field(default_factory=lambda: ["id", "src", "loc"])
     instance_filter: OlmoCoreInstanceFilter | None = None
+    generate_doc_lengths: bool = False
+    # NumpyDatasetConfig's path resolution (dataloaders/olmo_core/paths.py)
+    expand_glob: bool = False
+    source_permutation_seed: int | None = None
+    mix: str | None = None
+    mix_base_dir: Path | None = None
+    mix_file: Path | None = None  # olmo_core/data/mixes/<mix>.txt of the ai2-olmo-core release
+    tokenizer_identifier: str | None = None  # TokenizerConfig.identifier, names a mix's files
     resumes: list[OlmoCoreResume] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _library_dtype(cls, raw: Any) -> Any:
+        """dtype left unset is inferred from the vocabulary size, as OLMo-core infers it; the
+        data-parallel size, which the library reads from the job, is asked for by name."""
+        if isinstance(raw, dict) and raw.get("dp_world_size") is None:
+            raise ValueError(
+                "set data.dp_world_size, the run's data-parallel size (OLMo-core takes it from "
+                "the job; the trainer state's world_size without model parallelism)"
+            )
+        if not isinstance(raw, dict) or raw.get("dtype") is not None:
+            return raw
+        vocab = raw.get("vocab_size")
+        if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab <= 0:
+            raise ValueError(
+                "set data.dtype or data.vocab_size (OLMo-core infers the token dtype from the "
+                "tokenizer's vocab size)"
+            )
+        return {**raw, "dtype": olmo_core_dtype(vocab)}
 
     @model_validator(mode="after")
     def _consistent(self) -> OlmoCoreData:
         names = [s.name for s in self.sources]
         if len(set(names)) != len(names):
             raise ValueError(f"data.sources names must be unique, got {names}")
+        self._check_mix()
         taken = RESERVED_COLUMNS | {"file", "instance_masked"}
         clash = sorted(set(self.metadata_fields) & taken)
         if clash or len(set(self.metadata_fields)) != len(self.metadata_fields):
@@ -314,6 +356,28 @@ class OlmoCoreData(StrictModel):
                         "changed source a new name (documents are named by source and file)"
                     )
         return self
+
+    def _check_mix(self) -> None:
+        """Either sources or a mix, as OLMo-core's "Only one of 'paths' or 'mix'"; a mix needs
+        its base directory, its listing file and the tokenizer identifier that names its files."""
+        if self.mix is None:
+            if not self.sources:
+                raise ValueError("give data.sources (the token files) or data.mix")
+            given = [
+                n for n in ("mix_base_dir", "mix_file", "tokenizer_identifier") if getattr(self, n)
+            ]
+            if given:
+                raise ValueError(f"data.{given[0]} is only read with data.mix")
+            return
+        if self.sources:
+            raise ValueError("give data.sources or data.mix, not both (OLMo-core refuses both)")
+        for name, what in (
+            ("mix_base_dir", "the directory the mix's paths are relative to"),
+            ("mix_file", "the mix's listing, olmo_core/data/mixes/<mix>.txt of ai2-olmo-core"),
+            ("tokenizer_identifier", "the tokenizer identifier that names the mix's files"),
+        ):
+            if getattr(self, name) is None:
+                raise ValueError(f"data.mix needs data.{name} ({what})")
 
     @property
     def stage_start_iterations(self) -> list[int]:
