@@ -143,5 +143,32 @@ def prometheus_text(log: str, values: dict[str, float | None], counts: dict[str,
     return "\n".join(lines) + "\n"
 
 
+def watch_metrics(
+    log: str,
+    view: dict[str, Any],
+    messages: list[dict[str, Any]],
+    stalled: bool,
+    last_growth: float,
+) -> str:
+    """The watcher's textfile: its live view's values and its messages counted by kind."""
+    counts: dict[str, int] = {}
+    for m in messages:
+        counts[m["kind"]] = counts.get(m["kind"], 0) + 1
+    values = {
+        "forensics_watch_last_step": view.get("step"),
+        "forensics_loss": view.get("loss"),
+        "forensics_loss_ema": view.get("loss_ema"),
+        "forensics_grad_norm": view.get("grad_norm"),
+        "forensics_grad_norm_ema_ratio": view.get("grad_ratio"),
+        "forensics_open_spikes": view.get("open_spikes", 0),
+        "forensics_malignant_spikes": view.get("malignant", 0),
+        "forensics_divergence": view.get("divergence", 0),
+        "forensics_alarm_active": view.get("alarm_active", 0),
+        "forensics_log_stalled": int(stalled),
+        "forensics_log_last_growth_timestamp_seconds": last_growth,
+    }
+    return prometheus_text(log, values, counts)
+
+
 def write_prometheus(path: Path, text: str) -> None:
     write_text_atomic(path, text)
