@@ -130,9 +130,7 @@ def recommend_rollback(
     return rb
 
 
-def _before(
-    step: int, available: list[int], mark: Mark, onset: Mark | None, rule: str
-) -> Rollback:
+def _before(step: int, available: list[int], mark: Mark, onset: Mark | None, rule: str) -> Rollback:
     """The latest checkpoint before `mark` (state after C < mark.iteration: never trained on
     it); a target with a note when none is listed."""
     clean = [c for c in available if c < mark.iteration]

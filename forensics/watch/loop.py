@@ -64,6 +64,7 @@ class WatchOptions:
     cfg: TriageConfig = field(default_factory=TriageConfig)
     run: RunInfo = field(default_factory=RunInfo)
     webhook_backoff_s: float = 0.5
+    webhook_format: str = "json"
     spike_args: tuple[str, ...] = ()
 
 
@@ -115,7 +116,13 @@ class Watcher:
         self.terminal = terminal
         self.jobs: dict[int, SpikeJob] = {}
         self.webhook = (
-            WebhookSender(opts.webhook, self.out, backoff_s=opts.webhook_backoff_s)
+            WebhookSender(
+                opts.webhook,
+                self.out,
+                backoff_s=opts.webhook_backoff_s,
+                fmt=opts.webhook_format,
+                log=str(opts.log),
+            )
             if opts.webhook
             else None
         )
