@@ -45,7 +45,7 @@ def event_rollback(
     """forensics.rollback's rule for a loss event: new data (a stage switch shortly before the
     onset, from --config) is the evidence to go before; alarms the event followed are warnings."""
     stage = new_data_stage(onset, run)
-    mark = None if stage is None else Mark(stage, "the new data (its data stage's first iteration)")
+    mark = None if stage is None else Mark(stage, "the data stage that brought new data")
     return recommend_rollback(
         onset, run.checkpoints, onset=mark, warnings=warnings_before(onset, peak, alarms, cfg)
     )

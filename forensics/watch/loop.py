@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
@@ -448,20 +447,9 @@ class Watcher:
             self.view["status"] = "waiting for the log (missing, empty or only a preamble)"
         else:
             self.view["status"] = "stalled" if self.stalled else "growing"
-        table = self.detector.table
-        if table is not None and "grad_norm" in table.columns:
-            from forensics.triage.trend import ema_by_step, trailing_median
-
-            g = table.select("step", "grad_norm").filter(
-                pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0)
-            )
-            g = g.tail(self.opts.cfg.grad_baseline_rows + 1)
-            if g.height >= 4:
-                steps, vals = g["step"].to_numpy(), g["grad_norm"].to_numpy()
-                fast = ema_by_step(steps, vals, self.opts.cfg.grad_half_life)
-                base = trailing_median(vals, self.opts.cfg.grad_baseline_rows)
-                if np.isfinite(base[-1]) and base[-1] > 0:
-                    self.view["grad_ratio"] = float(fast[-1] / base[-1])
+        ratio = self.detector.grad_ratio()
+        if ratio is not None:
+            self.view["grad_ratio"] = ratio
 
     def _prometheus(self) -> str:
         return watch_metrics(
@@ -483,11 +471,20 @@ class Watcher:
                 self.poll()
                 left = self.opts.interval - (time.monotonic() - start)
                 if left > 0 and not self._stop:
-                    time.sleep(left)
+                    self.wait(left)
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
             self.close()
+
+    def wait(self, seconds: float) -> None:
+        """Sleep until the next poll, or until a background analysis ends: its plan is then
+        posted at once, not up to a poll interval later."""
+        end = time.monotonic() + seconds
+        while not self._stop and time.monotonic() < end:
+            if any(job.returncode()[0] for job in self.jobs.values()):
+                return
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
     def close(self) -> None:
         if self.webhook is not None:

@@ -55,7 +55,9 @@ def test_log_ending_40_steps_after_the_spike_has_the_plan_in_events_json(tmp_pat
     assert spike["verdict"] == "undecided" and spike["step"] == 2260
     # The stage switch at 2201 is the evidence: the latest checkpoint before it.
     assert spike["rollback_iteration"] == 2200 and spike["rollback_rule"] == "evidence"
-    assert spike["evidence"]["rollback"].startswith("rule: the latest checkpoint before the new")
+    assert spike["evidence"]["rollback"].startswith(
+        "rule: the latest checkpoint before the data stage that brought new data (iteration 2201)"
+    )
     assert spike["next_command"] == (
         "forensics spike --config configs/demo.yaml --step 2260 --window 300 --out spike-2260/"
     )
