@@ -75,3 +75,33 @@ def test_plan_statuses_move_forward_only() -> None:
         "provisional plan for the spike at step 120; provisional culprit crawl_batch=b7; roll "
         "back to 100; decide by step 400; ACTION skip: x"
     )
+
+
+def test_wait_ends_when_an_analysis_finishes(tmp_path: Path) -> None:
+    """Between polls the watcher waits the interval, but not past the end of a background
+    analysis: the plan is posted one poll after the spike plus the analysis, no later."""
+    import time
+
+    from forensics.watch.loop import Watcher, WatchOptions
+
+    class Job:
+        def __init__(self, done_at: float) -> None:
+            self.done_at = done_at
+
+        def returncode(self) -> tuple[bool, int | None]:
+            return time.monotonic() >= self.done_at, 0
+
+    log = tmp_path / "train.log"
+    log.touch()
+    w = Watcher(WatchOptions(log=log, out=tmp_path / "w", interval=5.0))
+    try:
+        t = time.monotonic()
+        w.wait(0.3)
+        assert time.monotonic() - t >= 0.3  # nothing running: the whole interval
+        w.jobs[100] = Job(time.monotonic() + 0.4)  # type: ignore[assignment]
+        t = time.monotonic()
+        w.wait(5.0)
+        assert 0.4 <= time.monotonic() - t < 2.0
+    finally:
+        w.jobs.clear()
+        w.close()
