@@ -103,14 +103,17 @@ def warning_marks(
     step: int, window: tuple[int, int], events: list[dict[str, Any]], starts: list[int]
 ) -> list[Mark]:
     """Earlier signs of trouble in the window the rollback must go before: a grad-norm alarm
-    triage tied to this spike (its loss event onset at or after the window's start), and a data
-    stage that began inside the window."""
+    in the window that triage tied to this spike (the loss event it announced starts no later
+    than NEAR iterations past `step`), and a data stage that began inside the window."""
+    from forensics.rollback import NEAR
+
     marks = [
         Mark(int(e["step"]), "the grad-norm alarm")
         for e in events
         if e.get("kind") == "grad_norm_alarm"
         and window[0] <= int(e["step"]) <= step
         and e.get("loss_onset_step") is not None
+        and int(e["loss_onset_step"]) <= step + NEAR
     ]
     marks += [Mark(s, "the data stage switch") for s in starts if window[0] < s <= step]
     return marks

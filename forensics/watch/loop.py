@@ -46,6 +46,7 @@ from forensics.watch.tbfollow import TBPosition, TensorBoardFollower, TensorBoar
 STATE_FILE = "state.json"
 WINDOW_FILE = "window.parquet"
 LOCK_FILE = ".watch.lock"
+MAX_ANALYSES = 2  # background spike runs at once; in a burst of spikes the rest get triage's plan
 _UNDETECTED_LIMIT = 4 << 20  # detect_format reads this much: past it, "cannot tell" is final
 
 
@@ -373,6 +374,8 @@ class Watcher:
         if self.opts.on_malignant != "spike" or not self.opts.config:
             return []
         if key in self.jobs or self.book.has("forensics_started", step=key):
+            return []
+        if len(self.jobs) >= MAX_ANALYSES:  # a burst of spikes: their plans are triage's own
             return []
         from forensics.rollback import FAR, spike_window
 

@@ -99,3 +99,22 @@ def test_checkpoint_discovery_reads_iter_directories_only(tmp_path) -> None:
         (tmp_path / name).mkdir()
     (tmp_path / "iter_0000300").write_text("a file, not a checkpoint")
     assert checkpoint_iterations(tmp_path) == [100, 200]
+
+
+def test_spike_warnings_are_the_windows_alarms_and_stage_switches() -> None:
+    """forensics spike's warnings: a grad-norm alarm in the window that announced this spike,
+    a stage that began inside the window; not an alarm no loss event followed, not one before
+    the window, not the run's first stage."""
+    from forensics.rollback import Mark
+    from forensics.spike.blame import warning_marks
+
+    events = [
+        {"kind": "grad_norm_alarm", "step": 380, "loss_onset_step": 449},
+        {"kind": "grad_norm_alarm", "step": 300, "loss_onset_step": None},  # nothing followed
+        {"kind": "grad_norm_alarm", "step": 100, "loss_onset_step": 120},  # before the window
+        {"kind": "spike", "step": 449, "verdict": "malignant"},
+    ]
+    marks = warning_marks(449, (250, 449), events, [1, 340])
+    assert marks == [Mark(380, "the grad-norm alarm"), Mark(340, "the data stage switch")]
+    rb = recommend_rollback(449, range(0, 449, 50), onset=420, warnings=marks)
+    assert (rb.iteration, rb.before) == (300, 340)
