@@ -146,6 +146,7 @@ def plan_latency(console: Console, interval: float, lines_per_s: float) -> None:
         written: dict[str, float] = {}
 
         def trainer() -> None:
+            time.sleep(interval * 0.5)  # the line lands mid-interval, as it would in a live run
             with open(log, "a") as fh:
                 for i, ln in enumerate(lines[spike_at:]):
                     fh.write(ln + "\n")
@@ -166,7 +167,6 @@ def plan_latency(console: Console, interval: float, lines_per_s: float) -> None:
         )
         w.poll()  # the history before the spike, read before the spike is written
         writer = threading.Thread(target=trainer, daemon=True)
-        time.sleep(interval * 0.5)  # the line lands mid-interval, as it would in a live run
         writer.start()
         deadline = time.time() + 600
         with console.status("waiting for the plan"):
@@ -186,12 +186,8 @@ def plan_latency(console: Console, interval: float, lines_per_s: float) -> None:
         return None if m is None else m["time"] - t0
 
     plan = next((m for m in msgs if m["message"] == "plan"), None)
-    raised, started, done, posted = (
-        at("raised"),
-        at("forensics_started"),
-        at("forensics"),
-        at("plan"),
-    )
+    raised, started = at("raised", "spike"), at("forensics_started")
+    done, posted = at("forensics"), at("plan")
     table = Table(title=f"forensics watch: spike line -> plan (poll every {interval:g} s)")
     table.add_column("moment")
     table.add_column("seconds after the spike's line", justify="right")
