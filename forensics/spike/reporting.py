@@ -123,11 +123,17 @@ def report_stage(
     skip: SkipPlan,
     exposure: pl.DataFrame,
     ahead: pl.DataFrame,
+    evidence: tuple[pl.DataFrame | None, list[dict[str, Any]]] | None = None,
 ) -> Any:
-    """Build the report and publish it with skip.json and the restart files, as one step."""
+    """Build the report and publish it with skip.json and the restart files, as one step.
+
+    `evidence`: log_evidence's loss and triage events, when the caller already read the log
+    (the rollback stage needs its alarms)."""
     from forensics.report import build_report
 
-    loss, events = log_evidence(run.config, run.plan.window, run.notes)
+    if evidence is None:
+        evidence = log_evidence(run.config, run.plan.window, run.notes)
+    loss, events = evidence
     with run.clock.stage("report", f"to {run.out}", spinner=True):
         report = build_report(
             run.options.step,
