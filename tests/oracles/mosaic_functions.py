@@ -33,7 +33,6 @@ def _signature(case: dict) -> dict:
     import inspect
 
     from streaming.base import StreamingDataset
-
     from torch.utils.data import DataLoader
 
     params = inspect.signature(StreamingDataset.__init__).parameters.values()

@@ -16,6 +16,7 @@ SPEC: {"streams": [{"local": dir, "proportion"|"repeat"|"choose": ...}, ...],
        "stop_after": batches of the first epoch after which to take the loader's state_dict and
                      stop (null: run all epochs), "resume_state": a state_dict to load first,
        "state_after_epochs": take the loader's state_dict after this many whole epochs, and stop,
+       "persistent_workers": the DataLoader's (llm-foundry's default is true),
        "out": folder}
 Writes OUT/rank<R>.json: {"epochs": [[[uid, ...] per batch] per epoch], "state": state_dict or
 null}. The uid column identifies a sample across streams.
@@ -48,6 +49,7 @@ def run_rank(spec: dict) -> None:
         num_workers=spec["num_workers"],
         drop_last=spec["drop_last"],
         collate_fn=_uids,
+        persistent_workers=bool(spec.get("persistent_workers")) and spec["num_workers"] > 0,
     )
     if spec.get("resume_state") is not None:
         loader.load_state_dict(spec["resume_state"])

@@ -99,10 +99,17 @@ def test_state_saved_at_a_padded_epoch_end(root: Path, tmp_path: Path):
 def test_elastic_resume_onto_more_nodes(root: Path, tmp_path: Path):
     """A run on 2 nodes (batch 6 per rank) stopped after 7 batches and resumed on 3 nodes
     (batch 4 per rank, the same global batch of 12): 3 nodes do not divide the 2 canonical
-    nodes, so the library re-cuts the initial partition (relaxed). The replay yields the same."""
+    nodes, so the library re-cuts the initial partition (relaxed), in the resumed epoch and the
+    next. The replay yields the same.
+
+    The DataLoader workers are persistent, as llm-foundry makes them: the state's
+    initial_physical_nodes lives in the worker's copy of the dataset (set by _resume), so a
+    fresh worker of the next epoch, forked from a main process that never read it, partitions
+    with none and streaming raises (partition/orig.py:49-57): such a run stops there, and the replay
+    describes the runs that went on."""
     dataset = {"batch_size": 6, "shuffle": True, "shuffle_algo": "py1br",
                "shuffle_block_size": 50, "num_canonical_nodes": 2}  # fmt: skip
-    spec = _spec(root, dataset, workers=1, epochs=2)
+    spec = {**_spec(root, dataset, workers=1, epochs=2), "persistent_workers": True}
     first = run_oracle({**spec, "stop_after": 7}, tmp_path / "first", ranks_per_node=1, nodes=2)
     state = first[0]["state"]
     assert state["initial_physical_nodes"] == 2 and state["sample_in_epoch"] == 7 * 12
