@@ -62,7 +62,9 @@ def resume_settings(data: Any, global_batch: int, where: str) -> list[Setting]:
 
 
 def load_state(resume: Any) -> Any:
-    """The resume's MosaicState: inline, or read from its state_file (one-line error)."""
+    """The resume's MosaicState: inline, or read from its state_file (one-line error), a JSON
+    file of the state_dict or of Composer's dataset_state holding it under "train"
+    (composer/core/state.py:_dataset_state_dict)."""
     from dataloaders.config_data import MosaicState
 
     if resume.state is not None:
@@ -70,6 +72,8 @@ def load_state(resume: Any) -> Any:
     path = Path(resume.state_file)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(raw, dict) and "epoch" not in raw and isinstance(raw.get("train"), dict):
+            raw = raw["train"]  # Composer's dataset_state: {"train": state_dict, "eval": {}}
         return MosaicState.model_validate(raw)
     except (OSError, ValueError) as err:
         first = str(err).splitlines()[0]
