@@ -7,7 +7,8 @@ A case: {"fn": "shuffle", "algo", "sizes", "ncn", "seed", "epoch", "block"} |
          "ipn"} | {"fn": "sampling", "sizes", "choose", "gran", "seed", "epoch", "use_epoch"} |
         {"fn": "abbrev", "value"} (util.number_abbrev_to_int) |
         {"fn": "signature"} (StreamingDataset.__init__'s keyword defaults) |
-        {"fn": "write", "out", "rows", "columns", "compression", "size_limit"} (MDSWriter)
+        {"fn": "write", "out", "rows", "columns", "compression", "size_limit"} (MDSWriter) |
+        {"fn": "replicate", "nodes", "ranks", "workers", "r"} (World.replicate, every rank)
 """
 
 from __future__ import annotations
@@ -54,7 +55,18 @@ def _write(case: dict) -> dict:
     return {}
 
 
-OTHER = {"abbrev": _abbrev, "signature": _signature, "write": _write}
+def _replicate(case: dict) -> dict:
+    from streaming.base.world import World
+
+    nodes, ranks, workers, replication = (case[k] for k in ("nodes", "ranks", "workers", "r"))
+    out = []
+    for rank in range(nodes * ranks):
+        world = World(nodes, ranks, workers, rank * workers).replicate(replication)
+        out.append([world.num_nodes, world.ranks_per_node, world.node, world.rank_of_node])
+    return {"worlds": out}
+
+
+OTHER = {"abbrev": _abbrev, "signature": _signature, "write": _write, "replicate": _replicate}
 
 
 def main() -> None:

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mosaic_support import run_oracle, write_mds
+from mosaic_support import run_library_functions, run_oracle, write_mds
 
 from dataloaders.config import config_from_dict
+from dataloaders.mosaic.order import World
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 
@@ -144,3 +145,24 @@ def test_replication_gives_consecutive_ranks_the_same_samples(root: Path, tmp_pa
     iters = expected[-1][0]
     data = {**dataset, "ranks_per_node": 4, "num_workers": 2}
     assert _ours(_open(root, data, 10, iters), iters) == expected
+
+
+def test_replicated_world_is_the_librarys(tmp_path: Path):
+    """World.replicate on several worlds: the nodes and ranks per node of the replicated world
+    and where each original rank lands in it (its parallel rank is the replay's position)."""
+    shapes = [(1, 4, 2, 2), (2, 4, 1, 2), (2, 4, 1, 4), (4, 8, 2, 2), (3, 2, 1, 3), (2, 3, 1, 2),
+              (8, 8, 1, 16), (2, 2, 1, 3)]  # fmt: skip
+    cases = [{"fn": "replicate", "nodes": n, "ranks": r, "workers": w, "r": rep}
+             for n, r, w, rep in shapes]  # fmt: skip
+    library = run_library_functions(cases, tmp_path)
+    for (nodes, ranks, workers, rep), want in zip(shapes, library, strict=True):
+        try:
+            world = World(nodes, ranks, workers).replicate(rep)
+        except ValueError:
+            assert "error" in want, (nodes, ranks, rep)
+            continue
+        got = [
+            [world.num_nodes, world.ranks_per_node, *divmod(rank // rep, world.ranks_per_node)]
+            for rank in range(nodes * ranks)
+        ]
+        assert got == want["worlds"], (nodes, ranks, rep)
