@@ -5,14 +5,20 @@ What StreamingDataset does with a loaded state (mosaicml-streaming 0.13.0, datas
 mosaicml/streaming@89e7bb90): load_state_dict (:816-856) parks it; the next __iter__ reads it in
 _resume (:691-750), taking the state's epoch, sample_in_epoch, num_canonical_nodes, shuffle_seed
 and initial_physical_nodes, and partitions that epoch from sample_in_epoch on over the resumed
-run's world (_get_work :1012-1066, get_partitions with drop_first = sample_in_epoch). A state
-saved at the end of an epoch whose size the world does not divide counts the repeated samples
-(StreamingDataLoader.state_dict, dataloader.py: samples yielded x ranks), e.g. 4002 of 4000: the
-partition is then empty, __iter__ returns at once (:1501-1503), and the following __iter__ finds
-the state stale (obj['epoch'] < next epoch, :731) and starts the next epoch at sample 0.
-get_partitions refuses only a state further than the epoch plus its padding
-(partition/__init__.py:56-60). The replay does the same: the resumed epoch yields what its
+run's world (_get_work :1012-1066, get_partitions with drop_first = sample_in_epoch).
+
+A state saved at the end of an epoch whose size the world does not divide counts the repeated
+samples (StreamingDataLoader.state_dict, dataloader.py:63-79: samples yielded x ranks), e.g.
+4002 of 4000: the partition is then empty, __iter__ returns at once (:1500-1503), and the
+following __iter__ finds the state stale (obj["epoch"] < next epoch, :726) and starts the next
+epoch at sample 0. get_partitions refuses only a state further than the epoch plus its padding
+(partition/__init__.py:57-61). The replay does the same: the resumed epoch yields what its
 partition holds (nothing, at such an epoch end) and the next epoch follows from its start.
+
+On another node count, initial_physical_nodes is kept for the later epochs (a dataset copy that
+ran _resume keeps it: the main process without workers, persistent workers). A fresh worker of
+a later epoch has none and, where nodes and canonical nodes do not divide, streaming raises; the
+replay describes the runs that went on (docs/mosaic-streaming.md).
 """
 
 from __future__ import annotations
