@@ -71,22 +71,25 @@ def _spec(root: Path, dataset: dict[str, Any], workers: int, epochs: int) -> dic
             "num_workers": workers, "drop_last": False, "epochs": epochs}  # fmt: skip
 
 
-def test_state_saved_at_a_padded_epoch_end(root: Path, tmp_path: Path):
-    """247 samples over 3 ranks: the library pads the epoch to 249 and its state after the epoch
-    says sample_in_epoch 249; resumed from it, the library yields nothing more of epoch 0 and
-    then epochs 1 and 2 from their start. The replay, given that state, yields the same."""
-    dataset = {"batch_size": 4, "shuffle": True, "num_canonical_nodes": 3}
+@pytest.mark.parametrize(("nodes", "ranks", "ncn"), [(1, 3, 3), (3, 1, 1)])
+def test_state_saved_at_a_padded_epoch_end(root: Path, tmp_path: Path, nodes, ranks, ncn):
+    """247 samples over 3 ranks (one node of 3, or 3 nodes sharing 1 canonical node): the
+    library pads the epoch to 249 and its state after the epoch says sample_in_epoch 249;
+    resumed from it, the library yields nothing more of epoch 0 and then epochs 1 and 2 from
+    their start. The replay, given that state, yields the same."""
+    dataset = {"batch_size": 4, "shuffle": True, "num_canonical_nodes": ncn}
     spec = _spec(root, dataset, workers=2, epochs=1)
-    first = run_oracle({**spec, "state_after_epochs": 1}, tmp_path / "first", ranks_per_node=3)
+    first = run_oracle({**spec, "state_after_epochs": 1}, tmp_path / "first",
+                       ranks_per_node=ranks, nodes=nodes)  # fmt: skip
     state = first[0]["state"]
     assert state["epoch"] == 0 and state["sample_in_epoch"] == 249  # > 247: the padding
     resumed = run_oracle({**spec, "epochs": 3, "resume_state": state}, tmp_path / "resumed",
-                         ranks_per_node=3)  # fmt: skip
+                         ranks_per_node=ranks, nodes=nodes)  # fmt: skip
     assert all(p["epochs"][0] == [] for p in resumed)  # the resumed epoch 0 is empty
     n_first = len(first[0]["epochs"][0])
     expected = _expected(first, 4) + _expected(resumed, 4, first=n_first + 1)
     iters = expected[-1][0]
-    data = {**dataset, "ranks_per_node": 3, "num_workers": 2,
+    data = {**dataset, "num_nodes": nodes, "ranks_per_node": ranks, "num_workers": 2,
             "resumes": [{"iteration": n_first + 1, "state": state}]}  # fmt: skip
     assert _ours(_open(root, data, 12, iters), iters) == expected
 
