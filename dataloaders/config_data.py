@@ -8,54 +8,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from dataloaders.base import RESERVED_COLUMNS
-
-
-def _is_number_type(annotation: Any) -> bool:
-    """int, float, or an optional one of them (not a Literal, a str, a list of numbers)."""
-    import types
-    import typing
-
-    if annotation in (int, float):
-        return True
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is Annotated:
-        return _is_number_type(args[0])
-    if origin in (typing.Union, types.UnionType):
-        real = [a for a in args if a is not type(None)]
-        return bool(real) and all(a in (int, float) for a in real)
-    return False
-
-
-def check_resume_order(resumes: list[Any]) -> None:
-    """A family's data.resumes name distinct iterations in increasing order (each restart's
-    state is read in turn, from the one before it)."""
-    iters = [r.iteration for r in resumes]
-    if iters != sorted(set(iters)):
-        raise ValueError(f"data.resumes must be in increasing iteration order, got {iters}")
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors; values are not silently coerced across types (`seed: true` is
-    not seed 1, `seed: "7"` not 7)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _numbers_are_numbers(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict):
-            return raw
-        for name, value in raw.items():
-            field = cls.model_fields.get(name)
-            numeric = field is not None and _is_number_type(field.annotation)
-            if numeric and isinstance(value, bool | str):
-                raise ValueError(f"{name}: expected a number, got {value!r}")
-        return raw
+from dataloaders.config_base import StrictModel as StrictModel
+from dataloaders.config_base import check_resume_order as check_resume_order
+from dataloaders.config_mosaic import MosaicData as MosaicData
+from dataloaders.config_mosaic import MosaicResume as MosaicResume
+from dataloaders.config_mosaic import MosaicState as MosaicState
+from dataloaders.config_mosaic import MosaicStream as MosaicStream
 
 
 class DatasetSpec(StrictModel):
@@ -325,12 +288,6 @@ class OlmoCoreData(StrictModel):
         """Instances per global batch (OLMo-core counts the batch in tokens)."""
         return self.global_batch_size // self.sequence_length
 
-
-# The streaming models live in their own module (they import StrictModel from this one).
-from dataloaders.config_mosaic import MosaicData as MosaicData  # noqa: E402
-from dataloaders.config_mosaic import MosaicResume as MosaicResume  # noqa: E402
-from dataloaders.config_mosaic import MosaicState as MosaicState  # noqa: E402
-from dataloaders.config_mosaic import MosaicStream as MosaicStream  # noqa: E402
 
 DataConfig = Annotated[
     MegatronData | HFData | OlmoCoreData | MosaicData, Field(discriminator="format")

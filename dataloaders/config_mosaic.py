@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dataloaders.config_data import StrictModel, check_resume_order
+from dataloaders.config_base import StrictModel, check_resume_order
 
 # Fields accepted for an llm-foundry / StreamingDataset config that do not change the order.
 IGNORED_FIELDS = (

@@ -14,6 +14,7 @@ A shard file (format/mds/writer.py:get_header_data, reader.py:get_sample_data):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -153,11 +154,18 @@ def shard_buffer(shard: Shard) -> Any:
     if shard.zip_path is None:
         with open(shard.path, "rb") as fh:
             return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    data = decompress(shard.compression, shard.zip_path.read_bytes())
-    if len(data) != shard.size:
+    return _decompressed(shard.zip_path, shard.compression, shard.size)
+
+
+@functools.lru_cache(maxsize=2)
+def _decompressed(zip_path: Path, compression: str | None, size: int) -> bytes:
+    """A compressed shard's raw bytes; the last two are kept, since a replay reads the same
+    shard once per window and column set (a shard is at most size_limit, 64 MiB by default)."""
+    data = decompress(compression, zip_path.read_bytes())
+    if len(data) != size:
         raise ForensicsError(
-            f"{shard.zip_path}: decompresses to {len(data)} bytes, but index.json says "
-            f"{shard.size}: the shard changed since the run"
+            f"{zip_path}: decompresses to {len(data)} bytes, but index.json says "
+            f"{size}: the shard changed since the run"
         )
     return data
 

@@ -468,6 +468,18 @@ class MosaicReplayer:
         shares = (choose / max(int(choose.sum()), 1)).tolist()
         return dict(zip(self.names, shares, strict=True)), "stream weights"
 
+    @property
+    def notes(self) -> list[str]:
+        """One-line notes on the config for the user: the fields it sets that were accepted
+        but cannot change the order (dataloaders/config_mosaic.py says why for each)."""
+        ignored = self.data.ignored_fields
+        if not ignored:
+            return []
+        return [
+            f"data: {', '.join(ignored)} accepted and ignored: they do not change the sample "
+            "order (downloading, caching, tokenization or DataLoader prefetch)"
+        ]
+
     def fingerprint(self) -> dict[str, Any]:
         return {
             "format": "mosaic-streaming",

@@ -157,6 +157,8 @@ def test_llm_foundry_dataset_section_replays_the_library(tmp_path: Path):
     assert ignored <= set(IGNORED_FIELDS)
     replayer = open_replayer(config)
     assert _uids(replayer, expected[-1][0], {"web": 0, "code": 1000}) == expected
+    (note,) = replayer.notes
+    assert note.startswith("data: remote, download_retry, download_timeout, keep_zip, predownload")
 
 
 def test_fields_that_would_change_the_order_are_refused(tmp_path: Path):
