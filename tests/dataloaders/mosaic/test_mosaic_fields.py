@@ -227,3 +227,43 @@ def test_unknown_compression_is_refused(tmp_path: Path):
     assert "shard.00000.mds.lz4: compression 'lz4' is not one streaming 0.13 writes" in str(
         err.value
     )
+
+
+def _zstd_only(folder: Path) -> Path:
+    """A one-shard stream kept only as shard.00000.mds.zstd (compressed with the zstd package
+    streaming uses), its index.json saying so as MDSWriter's does."""
+    import zstd
+
+    write_mds(folder, _rows("web", 30, 0), [30])
+    index = json.loads((folder / "index.json").read_text())
+    raw = folder / "shard.00000.mds"
+    packed = zstd.compress(raw.read_bytes(), 3)
+    (folder / "shard.00000.mds.zstd").write_bytes(packed)
+    raw.unlink()
+    zip_data = {"basename": "shard.00000.mds.zstd", "bytes": len(packed), "hashes": {}}
+    index["shards"][0] |= {"compression": "zstd", "zip_data": zip_data}
+    (folder / "index.json").write_text(json.dumps(index))
+    return folder / "index.json"
+
+
+def test_compressed_shard_of_another_size_is_refused(tmp_path: Path):
+    index_path = _zstd_only(tmp_path / "web")
+    config = _config(tmp_path, {"local": "web", "batch_size": 5}, 5, 6)
+    assert open_replayer(config).replay(1, 6, text=True)["text"][0].startswith("web document")
+    index = json.loads(index_path.read_text())
+    index["shards"][0]["raw_data"]["bytes"] += 1
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(ForensicsError) as err:
+        open_replayer(config).replay(1, 6, text=True)
+    assert "shard.00000.mds.zstd: decompresses to" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_codec_library_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import sys
+
+    _zstd_only(tmp_path / "web")
+    monkeypatch.setitem(sys.modules, "zstd", None)  # `import zstd` now fails
+    with pytest.raises(ForensicsError) as err:
+        open_replayer(_config(tmp_path, {"local": "web", "batch_size": 5}, 5, 6))
+    assert "needs the zstd package (pip install zstd)" in str(err.value)
