@@ -3,17 +3,17 @@ arguments as an llm-foundry `train_loader.dataset` gives them, plus the world an
 
 Defaults are mosaicml-streaming 0.13.0's StreamingDataset.__init__ (streaming/base/dataset.py
 :317-343 at mosaicml/streaming@89e7bb90, byte-identical to the 0.13.0 wheel); llm-foundry's
-StreamingTextDataset (llmfoundry/data/text_data.py:114-145 at mosaicml/llm-foundry@8c8dd48f)
+StreamingTextDataset (llmfoundry/data/text_data.py:112-145 at mosaicml/llm-foundry@8c8dd48f)
 passes the same defaults on. tests/dataloaders/mosaic/test_mosaic_fields.py checks each against
 the installed library.
 
 Accepted but without effect on the order (the replay reads the shards already in `local`):
 remote, download_retry, download_timeout, validate_hash, keep_zip (downloading; dataset.py
-:441-449 only hands them to the Streams), predownload and cache_limit (how far ahead shards are
+:434-445 only hands them to the Streams), predownload and cache_limit (how far ahead shards are
 fetched and when they are evicted: _prepare_thread / evict_coldest_shard never reorder the sample
 ids of _get_work), allow_unsafe_types (whether a pickle column may be decoded; we never decode
 one), and llm-foundry's tokenization fields max_seq_len, eos_token_id, bos_token_id,
-token_encoding_type, override_*_mismatch_error (text_data.py:163-180: per-sample tokenization)
+token_encoding_type, override_*_mismatch_error (text_data.py:198-241: per-sample tokenization)
 and the DataLoader's pin_memory, prefetch_factor, persistent_workers, timeout (the main process
 takes worker batches in index order whatever the prefetch). `split` (the stream's subfolder),
 `replication` and `epoch_size: "4k"` change the order and are replayed; `stream_name` other than
@@ -116,9 +116,9 @@ class MosaicResume(StrictModel):
 
 def _normalise_streams(raw: dict[str, Any]) -> dict[str, Any]:
     """streams as a list with `split` joined onto `local`: llm-foundry's `streams:` mapping (name
-    -> Stream kwargs, text_data.py:304-312) becomes a list in mapping order named by its keys;
+    -> Stream kwargs, text_data.py:293-301) becomes a list in mapping order named by its keys;
     without streams, the dataset's own remote/local/split are its one stream (dataset.py
-    :451-470); a top-level split is every stream's default (Stream.apply_default,
+    :446-468); a top-level split is every stream's default (Stream.apply_default,
     stream.py:187-188)."""
     raw = dict(raw)
     streams = raw.get("streams")
