@@ -135,7 +135,14 @@ class MosaicReplayer:
             drop_last=data.drop_last,
         )
         self._check_partition()
-        # settings[0]: the run's start; settings[k]: after data.resumes[k - 1]
+        self._load_resumes()
+
+    # ------------------------------------------------------------------ validation
+
+    def _load_resumes(self) -> None:
+        """settings[0]: the run's start; settings[k]: the world after data.resumes[k - 1];
+        resume_states: each restart's state_dict, checked against the config."""
+        data, where = self.data, self._where
         self.settings = [Setting(self.world, data.batch_size)] + resume_settings(
             data, data.global_batch_size, where
         )
@@ -151,8 +158,6 @@ class MosaicReplayer:
                 where=f"{where}data.resumes (iteration {resume.iteration}): ",
             )
             self.resume_states.append(state)
-
-    # ------------------------------------------------------------------ validation
 
     def _check_partition(self) -> None:
         ncn, nodes = self.plan.num_canonical_nodes, self.world.num_nodes
