@@ -185,7 +185,11 @@ def stage_files(plan: FilePlan, config: RunConfig, staging: Path) -> None:
         folder = staging / plan.streams[name].name
         folder.mkdir()
         for shard in index["shards"]:
-            basename = shard["raw_data"]["basename"]
-            (folder / basename).parent.mkdir(parents=True, exist_ok=True)
-            (folder / basename).symlink_to((spec.local / basename).resolve())
+            # the raw shard, and its compressed file where there is one (a shard kept only
+            # compressed is read from it, by the replay and by streaming alike)
+            zipped = (shard.get("zip_data") or {}).get("basename")
+            for basename in (shard["raw_data"]["basename"], zipped):
+                if basename and (spec.local / basename).is_file():
+                    (folder / basename).parent.mkdir(parents=True, exist_ok=True)
+                    (folder / basename).symlink_to((spec.local / basename).resolve())
         (folder / INDEX).write_text(json.dumps(index, indent=1) + "\n")
