@@ -6,8 +6,10 @@ flags of Megatron-LM's `pretrain_gpt.py` and ignores the hundreds of others:
     --data-path [W1] P1 [W2] P2 ...   (or --data-args-path FILE holding that list)
     --split --seed --seq-length --global-batch-size --micro-batch-size
     --rampup-batch-size START INCR SAMPLES --train-iters --train-samples
-    --data-cache-path --tokenizer-model (a tokenizer.json) --save/--load (checkpoint directory)
-    --mid-level-dataset-surplus
+    --data-cache-path --save/--load (checkpoint directory) --mid-level-dataset-surplus
+    --tokenizer-type --tokenizer-model --vocab-file --merge-file --vocab-size
+    --tiktoken-pattern --tiktoken-num-special-tokens --tokenizer-special-tokens
+    --tokenizer-sentencepiece-legacy --legacy-tokenizer --vocab-extra-ids
 
 Megatron's defaults apply when a flag is absent (seed 1234, split "969, 30, 1"). The manifest of
 prefix P defaults to `P.manifest.parquet` when that file exists. `--megatron-args` takes the
@@ -32,6 +34,27 @@ UNSUPPORTED = {
 }
 
 
+# --tokenizer-type values whose flags the run config carries (RunConfig.tokenizer_args).
+TOKENIZER_TYPES = (
+    "HuggingFaceTokenizer",
+    "GPT2BPETokenizer",
+    "SentencePieceTokenizer",
+    "GPTSentencePieceTokenizer",
+    "Llama2Tokenizer",
+    "TikTokenizer",
+)
+TOKENIZER_ARGS = (
+    "tokenizer_type",
+    "tokenizer_sentencepiece_legacy",
+    "tokenizer_special_tokens",
+    "tiktoken_pattern",
+    "tiktoken_num_special_tokens",
+    "vocab_size",
+    "legacy_tokenizer",
+    "vocab_extra_ids",
+)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would exit(2) with usage text
         raise ForensicsError(f"--megatron-args: {message}")
@@ -51,6 +74,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--train-samples", type=int)
     p.add_argument("--data-cache-path")
     p.add_argument("--tokenizer-model")
+    p.add_argument("--tokenizer-type")
+    p.add_argument("--tiktoken-pattern")
+    p.add_argument("--tiktoken-num-special-tokens", type=int, default=1000)
+    p.add_argument("--tokenizer-special-tokens", nargs="+")
+    p.add_argument("--tokenizer-sentencepiece-legacy", action="store_true")
+    p.add_argument("--legacy-tokenizer", action="store_true")
+    p.add_argument("--vocab-size", type=int)
+    p.add_argument("--vocab-extra-ids", type=int, default=0)
     p.add_argument("--vocab-file")
     p.add_argument("--merge-file")
     p.add_argument("--save")
@@ -151,6 +182,8 @@ def config_from_megatron_args(argv: list[str], *, cwd: Path | None = None) -> Ru
         raw["tokenizer"] = args.vocab_file
         if args.merge_file:
             raw["tokenizer_merges"] = args.merge_file
+    if args.tokenizer_type in TOKENIZER_TYPES:
+        raw["tokenizer_args"] = {key: getattr(args, key) for key in TOKENIZER_ARGS}
     checkpoint_dir = args.save or args.load
     if checkpoint_dir:
         raw["checkpoint_dir"] = checkpoint_dir
