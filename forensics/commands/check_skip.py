@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from forensics.commands.options import ConfigOption, MegatronArgsOption, TrainerOption
+from forensics.commands.options import (
+    ConfigOption,
+    FromCheckpointOption,
+    MegatronArgsOption,
+    TrainerOption,
+)
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:
@@ -107,6 +112,7 @@ def check_skip_command(
     skip_file: Annotated[Path, typer.Argument(help="skip.json written by forensics spike.")],
     config: ConfigOption = None,
     megatron_args: MegatronArgsOption = None,
+    from_checkpoint: FromCheckpointOption = None,
     trainer: TrainerOption = None,
 ) -> None:
     """Refuse a skip file made for another run (config, blend or data files changed); run each
@@ -117,7 +123,7 @@ def check_skip_command(
     from forensics.megatron_args import resolve_run_config
     from forensics.skip import expand
 
-    run = resolve_run_config(config, megatron_args)
+    run = resolve_run_config(config, megatron_args, from_checkpoint)
     plan, notes = verify_skip(skip_file, run, trainer)
     name = trainer or plan.trainer
     n = len(expand(plan.ranges))
