@@ -272,3 +272,57 @@ def test_bad_megatron_tokenizers_are_one_line_errors(sp_model, tiktoken_vocab, t
     for path, args, message in cases:
         with pytest.raises(ForensicsError, match=message):
             load_tokenizer(path, args=args)
+
+
+@pytest.mark.parametrize(
+    "kind,extra",
+    [
+        ("SentencePieceTokenizer", 0),
+        ("SentencePieceTokenizer", 2),
+        ("GPTSentencePieceTokenizer", 0),
+        ("Llama2Tokenizer", 0),
+    ],  # fmt: skip
+)
+def test_legacy_sentencepiece_equals_megatron_lm(sp_model, kind, extra) -> None:
+    """`--legacy-tokenizer`: Megatron-LM's own legacy classes (tests/oracles/upstream) decode."""
+    from oracles.upstream import megatron_lm_legacy_tokenizer as legacy
+
+    if kind == "SentencePieceTokenizer":
+        theirs = legacy._SentencePieceTokenizer(str(sp_model), vocab_extra_ids=extra)
+    else:
+        theirs = getattr(legacy, f"_{kind}")(str(sp_model))
+    out: list[int] = []
+    for doc in DOCS:
+        out += [*theirs.tokenize(doc), theirs.eod]
+    if kind == "SentencePieceTokenizer":  # the added specials past the model: <CLS>, <extra_id_1>
+        out[5:5] = [theirs.cls, theirs.vocab_size - 1]
+    args = {"tokenizer_type": kind, "legacy_tokenizer": True, "vocab_extra_ids": extra}
+    ours = load_tokenizer(sp_model, args=args)
+    assert ours.get_vocab_size() == theirs.vocab_size
+    windows = _windows(out)
+    assert ours.decode_batch(windows) == [theirs.detokenize(w) for w in windows]
+
+
+def test_legacy_tiktoken_equals_megatron_lm(tiktoken_vocab) -> None:
+    from oracles.upstream import megatron_lm_legacy_tokenizer as legacy
+
+    entries = len(json.loads(tiktoken_vocab.read_text(encoding="utf-8")))
+    flags = {
+        "tiktoken_pattern": "v2",
+        "vocab_size": entries + 10,
+        "tiktoken_num_special_tokens": 10,
+    }
+    theirs = legacy.CustomTikTokenizer(
+        path=str(tiktoken_vocab),
+        pattern=legacy.PATTERN_TIKTOKEN_V2,
+        vocab_size=flags["vocab_size"],
+        num_special_tokens=10,
+        special_tokens=None,
+    )
+    out: list[int] = []
+    for doc in DOCS:
+        out += [*theirs.tokenize(doc), theirs.eod, 5]  # 5: <SPECIAL_5> with three named specials
+    args = {"tokenizer_type": "TikTokenizer", "legacy_tokenizer": True, **flags}
+    ours = load_tokenizer(tiktoken_vocab, args=args)
+    windows = _windows(out)
+    assert ours.decode_batch(windows) == [theirs.detokenize(w) for w in windows]
