@@ -5,8 +5,8 @@ A Megatron run tokenized with `--tokenizer-type SentencePieceTokenizer | GPTSent
 the same text. Both classes here expose the three calls the replay uses on a `tokenizers.Tokenizer`
 (`decode`, `decode_batch`, `get_vocab_size`), so the replay treats every tokenizer alike.
 
-Sources (megatron-core 0.16.1; NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 has the
-same lines under megatron/core/tokenizers/):
+Sources (megatron-core 0.16.1, megatron/core/tokenizers/; NVIDIA/Megatron-LM
+d98e8a64ddf34856e74b24714e3bedb2f5a39553 decodes the same way, except where noted):
 - text/utils/build_tokenizer.py:7-43 (core/tokenizers/utils/build_tokenizer.py on main): the three
   SentencePiece names build one `SentencePieceTokenizer(legacy=--tokenizer-sentencepiece-legacy,
   special_tokens=--tokenizer-special-tokens)`; TikTokenizer gets `pattern`, `vocab_size` (only when
@@ -16,10 +16,11 @@ same lines under megatron/core/tokenizers/):
   text stripped. :275-311 `add_special_tokens`: a token the model lacks gets the next id past it.
 - text/libraries/tiktoken_tokenizer.py:24-25 (defaults), :31-73 (the JSON vocab, cut to
   `vocab_size - num_special_tokens` entries, ids shifted up by `num_special_tokens`), :101-170
-  (specials, then the `tiktoken.Encoding` it builds). Its `ids_to_text` (:214-230) decodes token by
-  token, garbling every character split across two tokens; the Encoding it builds decodes the
-  joined bytes with U+FFFD for invalid ones, which is what this module returns (and what
-  Megatron-LM's own CustomTikTokenizer.detokenize returned).
+  (specials, then the `tiktoken.Encoding` it builds). Its 0.16.1 `ids_to_text` (:214-230) decodes
+  token by token, garbling every character split across two tokens; Megatron-LM main decodes
+  with that Encoding instead (tiktoken_tokenizer.py:226-230 at d98e8a64dd: the joined bytes, one
+  U+FFFD per invalid byte), as Megatron-LM's legacy CustomTikTokenizer.detokenize did. This
+  module returns that decoding.
 - Megatron-LM before 32570939300c4377060bc8f13c90275ea7e649fe (`--legacy-tokenizer`,
   megatron/training/tokenizer/tokenizer.py at its parent): _SentencePieceTokenizer:407-452 adds
   <CLS> <SEP> <EOD> <MASK>, pad, bos, eos (and <extra_id_i>) past the model, and :492-503 joins at
