@@ -187,3 +187,15 @@ def test_olmo_core_save_folder_goes_to_its_reader(
     (tmp_path / "config.json").write_text("{}")
     config = config_from_checkpoint(tmp_path, None, lambda _line: None)
     assert seen == [tmp_path] and config.data.seed == SMALL.seed
+
+
+def test_triage_suggests_the_save_directory() -> None:
+    """triage --from-checkpoint DIR: the suggested spike command reads the run from DIR."""
+    from forensics.triage.analyze import next_command
+    from forensics.triage.config import RunInfo
+
+    cmd, why = next_command(3000, 2940, RunInfo(from_checkpoint="/ckpt/my run"))
+    assert cmd.startswith("forensics spike --from-checkpoint '/ckpt/my run' --step 3000 ")
+    assert why is None or "replace" not in why
+    cmd, _why = next_command(3000, 2940, RunInfo(config_path="a.yaml", from_checkpoint="/c"))
+    assert cmd.startswith("forensics spike --config a.yaml ")
