@@ -216,6 +216,9 @@ class RunConfig(StrictModel):
     checkpoint_dir: Path | None = None  # scanned for iter_NNNNNNN directories
     log: Path | None = None  # the training log, to overlay the loss on the report
     source: Path | None = Field(default=None, exclude=True)  # where this config was read from
+    # How a config that no file holds was given (e.g. "--from-checkpoint /ckpt"), for messages
+    # and the commands the outputs suggest; None for a YAML file or --megatron-args.
+    origin: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod

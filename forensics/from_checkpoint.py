@@ -181,14 +181,15 @@ def config_from_checkpoint(
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise ForensicsError(f"{folder}: --from-checkpoint directory not found")
+    origin = {"origin": f"--from-checkpoint {folder}"}
     if is_olmo_core_save_folder(folder):
-        return _olmo_core(folder, say)
+        return _olmo_core(folder, say).model_copy(update=origin)
     checkpoint, why = pick_checkpoint(folder, step)
     path = _args_file(checkpoint)
     state = load_saved_args(path)
     say(f"read the run's arguments from {path} ({why})")
     earlier = _earlier_jobs(checkpoint, state, say)
-    return config_from_saved_args(state, path, say, earlier)
+    return config_from_saved_args(state, path, say, earlier).model_copy(update=origin)
 
 
 def _earlier_jobs(
@@ -347,3 +348,16 @@ def describe(config: RunConfig) -> list[str]:
     lines.append(f"  tokenizer: {config.tokenizer}" + (f" ({kind})" if kind else ""))
     lines.append(f"  checkpoint_dir: {config.checkpoint_dir}")
     return lines
+
+
+def step_of_skip_file(path: Path) -> int | None:
+    """The spike step a skip.json was written for, so that `rebuild` and `check-skip` read the
+    same checkpoint `spike --from-checkpoint` read (None when unreadable: the command's own
+    reading of the file then says what is wrong)."""
+    import json
+
+    try:
+        step = json.loads(Path(path).read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and step > 0 else None

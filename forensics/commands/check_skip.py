@@ -105,6 +105,8 @@ def verify_skip(
 
 def describe_config(config: RunConfig) -> str:
     """Where a config came from, for messages: its file, or the Megatron arguments."""
+    if config.origin:
+        return f"the run read by {config.origin}"
     return str(config.source) if config.source is not None else "the given --megatron-args"
 
 
@@ -120,10 +122,12 @@ def check_skip_command(
     from rich.markup import escape
 
     from dataloaders.console import make_console
+    from forensics.from_checkpoint import step_of_skip_file
     from forensics.megatron_args import resolve_run_config
     from forensics.skip import expand
 
-    run = resolve_run_config(config, megatron_args, from_checkpoint)
+    step = step_of_skip_file(skip_file) if from_checkpoint is not None else None
+    run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     plan, notes = verify_skip(skip_file, run, trainer)
     name = trainer or plan.trainer
     n = len(expand(plan.ranges))

@@ -10,6 +10,7 @@ the replay must equal the replay of the hand-written config.
 
 from __future__ import annotations
 
+import json
 import pickle
 import sys
 from pathlib import Path
@@ -109,7 +110,12 @@ def test_spike_from_checkpoint(run: Path, tmp_path: Path) -> None:
     proc = cli("spike", *SPIKE_ARGS, "--from-checkpoint", str(run.parent / "legacy"),
                "--out", str(tmp_path / "spike"), "--quiet", timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "spike" / "skip.json").is_file()
+    skip = tmp_path / "spike" / "skip.json"
+    command = json.loads(skip.read_text(encoding="utf-8"))["action"]["command"]
+    assert command is None or f"--from-checkpoint {run.parent / 'legacy'}" in command
+    check = cli("check-skip", str(skip), "--from-checkpoint", str(run.parent / "legacy"))
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert "the run read by --from-checkpoint" in check.stdout, check.stdout
 
 
 def test_without_a_step_the_tracker_file_picks_the_checkpoint(run: Path) -> None:
