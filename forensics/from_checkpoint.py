@@ -331,10 +331,12 @@ def describe(config: RunConfig) -> list[str]:
     """One line per field the replay depends on."""
     data = config.data
     lines = []
-    for stage in getattr(data, "data_stages", []):
+    stages = getattr(data, "data_stages", [])
+    for stage in stages:
+        since = f" (from iteration {stage.start_iteration})" if len(stages) > 1 else ""
         for d in stage.blend:
             weight = f" weight {d.weight}" if d.weight is not None else ""
-            lines.append(f"  data: {d.prefix}{weight}")
+            lines.append(f"  data: {d.prefix}{weight}{since}")
     for key in ("seed", "seq_length", "split", "cache_path"):
         if getattr(data, key, None) is not None:
             lines.append(f"  {key}: {getattr(data, key)}")
