@@ -30,6 +30,8 @@ Example (configs/demo.yaml is a complete one)::
       resumes:                              # optional: consumed samples restored at a restart
         - {iteration: 50001, consumed_samples: 51200000}
     tokenizer: data/tokenizer.json
+    tokenizer_args:                          # optional: Megatron's tokenizer flags, named as in
+      tokenizer_type: TikTokenizer           #   its args (docs/tokenizers.md)
     checkpoint_dir: /checkpoints/7b          # scanned for iter_NNNNNNN
     log: logs/train.log                      # optional, overlays the loss on the report
 """
@@ -40,7 +42,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -195,6 +197,31 @@ def _without_paths(value: Any) -> Any:
     return value
 
 
+class TokenizerArgs(StrictModel):
+    """How Megatron built the run's tokenizer: its launch flags under their `args` names, with
+    Megatron's defaults (Megatron-LM d98e8a64dd megatron/training/config/training_config.py:698-741;
+    dataloaders/tokenizer_megatron.py reads them as megatron-core's build_tokenizer does)."""
+
+    tokenizer_type: (
+        Literal[
+            "HuggingFaceTokenizer",
+            "GPT2BPETokenizer",
+            "SentencePieceTokenizer",
+            "GPTSentencePieceTokenizer",
+            "Llama2Tokenizer",
+            "TikTokenizer",
+        ]
+        | None
+    ) = None
+    tokenizer_sentencepiece_legacy: bool = False
+    tokenizer_special_tokens: list[str] | None = None
+    tiktoken_pattern: Literal["v1", "v2"] | None = None
+    tiktoken_num_special_tokens: int = Field(default=1000, ge=0)
+    vocab_size: int | None = Field(default=None, gt=0)
+    legacy_tokenizer: bool = False  # Megatron-LM's --legacy-tokenizer (its pre-2026 classes)
+    vocab_extra_ids: int = Field(default=0, ge=0)
+
+
 class RunConfig(StrictModel):
     """A whole run: data, schedule, tokenizer, checkpoints. Paths are absolute after loading."""
 
@@ -205,10 +232,15 @@ class RunConfig(StrictModel):
     # merges.txt beside it or named in tokenizer_merges); see dataloaders/tokenizer.py.
     tokenizer: Path | None = None
     tokenizer_merges: Path | None = None
+    # Megatron's tokenizer flags (SentencePiece, TikTokenizer; dataloaders/tokenizer_megatron.py)
+    tokenizer_args: TokenizerArgs | None = None
     checkpoints: list[int] = Field(default_factory=list)
     checkpoint_dir: Path | None = None  # scanned for iter_NNNNNNN directories
     log: Path | None = None  # the training log, to overlay the loss on the report
     source: Path | None = Field(default=None, exclude=True)  # where this config was read from
+    # How a config that no file holds was given (e.g. "--from-checkpoint /ckpt"), for messages
+    # and the commands the outputs suggest; None for a YAML file or --megatron-args.
+    origin: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -230,6 +262,8 @@ class RunConfig(StrictModel):
         payload = _without_unused_olmo_fields(
             self.model_dump(mode="json", exclude={"source", "log", "name"})
         )
+        if payload.get("tokenizer_args") is None:  # left out when unset, as applied_skips is
+            payload.pop("tokenizer_args", None)
         # The trainer decides how skip flags are spelled, not the data order; skips a restart
         # already applied do change it (and are left out when there are none, so hashes of
         # runs without them stay what they were).
@@ -245,7 +279,7 @@ class RunConfig(StrictModel):
         batches are the same) from "the blend or schedule changed" (they are not); the data
         files themselves are compared by content in the fingerprint."""
         payload = _without_unused_olmo_fields(
-            self.model_dump(exclude={"source", "log", "name", "checkpoints"})
+            self.model_dump(exclude={"source", "log", "name", "checkpoints", "tokenizer_args"})
         )
         payload["training"].pop("trainer", None)
         if not payload["training"].get("applied_skips"):

@@ -6,8 +6,10 @@ flags of Megatron-LM's `pretrain_gpt.py` and ignores the hundreds of others:
     --data-path [W1] P1 [W2] P2 ...   (or --data-args-path FILE holding that list)
     --split --seed --seq-length --global-batch-size --micro-batch-size
     --rampup-batch-size START INCR SAMPLES --train-iters --train-samples
-    --data-cache-path --tokenizer-model (a tokenizer.json) --save/--load (checkpoint directory)
-    --mid-level-dataset-surplus
+    --data-cache-path --save/--load (checkpoint directory) --mid-level-dataset-surplus
+    --tokenizer-type --tokenizer-model --vocab-file --merge-file --vocab-size
+    --tiktoken-pattern --tiktoken-num-special-tokens --tokenizer-special-tokens
+    --tokenizer-sentencepiece-legacy --legacy-tokenizer --vocab-extra-ids
 
 Megatron's defaults apply when a flag is absent (seed 1234, split "969, 30, 1"). The manifest of
 prefix P defaults to `P.manifest.parquet` when that file exists. `--megatron-args` takes the
@@ -32,6 +34,27 @@ UNSUPPORTED = {
 }
 
 
+# --tokenizer-type values whose flags the run config carries (RunConfig.tokenizer_args).
+TOKENIZER_TYPES = (
+    "HuggingFaceTokenizer",
+    "GPT2BPETokenizer",
+    "SentencePieceTokenizer",
+    "GPTSentencePieceTokenizer",
+    "Llama2Tokenizer",
+    "TikTokenizer",
+)
+TOKENIZER_ARGS = (
+    "tokenizer_type",
+    "tokenizer_sentencepiece_legacy",
+    "tokenizer_special_tokens",
+    "tiktoken_pattern",
+    "tiktoken_num_special_tokens",
+    "vocab_size",
+    "legacy_tokenizer",
+    "vocab_extra_ids",
+)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would exit(2) with usage text
         raise ForensicsError(f"--megatron-args: {message}")
@@ -51,6 +74,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--train-samples", type=int)
     p.add_argument("--data-cache-path")
     p.add_argument("--tokenizer-model")
+    p.add_argument("--tokenizer-type")
+    p.add_argument("--tiktoken-pattern")
+    p.add_argument("--tiktoken-num-special-tokens", type=int, default=1000)
+    p.add_argument("--tokenizer-special-tokens", nargs="+")
+    p.add_argument("--tokenizer-sentencepiece-legacy", action="store_true")
+    p.add_argument("--legacy-tokenizer", action="store_true")
+    p.add_argument("--vocab-size", type=int)
+    p.add_argument("--vocab-extra-ids", type=int, default=0)
     p.add_argument("--vocab-file")
     p.add_argument("--merge-file")
     p.add_argument("--save")
@@ -104,9 +135,20 @@ def _blend(values: list[str], cwd: Path) -> list[dict[str, Any]]:
     return blend
 
 
-def config_from_megatron_args(argv: list[str], *, cwd: Path | None = None) -> RunConfig:
-    """A RunConfig from Megatron-LM training arguments (relative paths resolve against `cwd`)."""
+def config_from_megatron_args(
+    argv: list[str], *, cwd: Path | None = None, extra_training: dict[str, Any] | None = None
+) -> RunConfig:
+    """A RunConfig from Megatron-LM training arguments (relative paths resolve against `cwd`;
+    `extra_training` adds what a saved Namespace knows beyond the flags, e.g. the DP size)."""
     cwd = (cwd or Path.cwd()).resolve()
+    raw = raw_config_from_megatron_args(argv, cwd=cwd, extra_training=extra_training)
+    return config_from_dict(raw, base_dir=cwd, source=None)
+
+
+def raw_config_from_megatron_args(
+    argv: list[str], *, cwd: Path, extra_training: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The run config mapping (before validation) the arguments describe."""
     for flag, what in UNSUPPORTED.items():
         if flag in argv:
             raise ForensicsError(f"--megatron-args: {flag} ({what}) is not supported; use a config")
@@ -138,6 +180,7 @@ def config_from_megatron_args(argv: list[str], *, cwd: Path | None = None) -> Ru
     training: dict[str, Any] = {
         "global_batch_size": args.global_batch_size,
         "micro_batch_size": args.micro_batch_size,
+        **(extra_training or {}),
     }
     for key in ("train_iters", "train_samples"):
         if getattr(args, key) is not None:
@@ -151,19 +194,66 @@ def config_from_megatron_args(argv: list[str], *, cwd: Path | None = None) -> Ru
         raw["tokenizer"] = args.vocab_file
         if args.merge_file:
             raw["tokenizer_merges"] = args.merge_file
+    if args.tokenizer_type in TOKENIZER_TYPES:
+        raw["tokenizer_args"] = {key: getattr(args, key) for key in TOKENIZER_ARGS}
     checkpoint_dir = args.save or args.load
     if checkpoint_dir:
         raw["checkpoint_dir"] = checkpoint_dir
-    return config_from_dict(raw, base_dir=cwd, source=None)
+    return raw
 
 
-def resolve_run_config(config: Path | None, megatron_args: str | None) -> RunConfig:
-    """The config a command runs on: --megatron-args when given, else --config / the runbook
-    rule (shared by `forensics replay` and `forensics spike`)."""
+def args_to_argv(args: argparse.Namespace) -> list[str]:
+    """A saved Megatron `args` Namespace as the launch flags this module reads (each flag this
+    parser knows, plus the refused ones, from the attribute of the same name)."""
+    argv: list[str] = []
+    flags = [a.option_strings[0] for a in _parser()._actions] + list(UNSUPPORTED)
+    for flag in flags:
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is None or value is False or value == []:
+            continue
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, list | tuple):
+            argv += [flag, *(str(v) for v in value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def resolve_run_config(
+    config: Path | None,
+    megatron_args: str | None,
+    from_checkpoint: Path | None = None,
+    step: int | None = None,
+) -> RunConfig:
+    """The config a command runs on: --config or --megatron-args when given (they win over
+    --from-checkpoint, which is then not read), else the run described by the trainer's saved
+    checkpoint (--from-checkpoint DIR; `step` picks the checkpoint), else the runbook rule."""
     from dataloaders.config import find_config, load_config
 
     if megatron_args is not None:
         if config is not None:
             raise ForensicsError("give --config or --megatron-args, not both")
+        _say_ignored(from_checkpoint, "--megatron-args")
         return config_from_megatron_args(split_megatron_args(megatron_args))
+    if config is not None:
+        _say_ignored(from_checkpoint, "--config")
+        return load_config(find_config(config))
+    if from_checkpoint is not None:
+        from dataloaders.console import make_console
+        from forensics.from_checkpoint import config_from_checkpoint
+
+        console = make_console(stderr=True, soft_wrap=True)
+        return config_from_checkpoint(
+            from_checkpoint, step, lambda line: console.print(line, markup=False)
+        )
     return load_config(find_config(config))
+
+
+def _say_ignored(from_checkpoint: Path | None, winner: str) -> None:
+    if from_checkpoint is not None:
+        from dataloaders.console import make_console
+
+        make_console(stderr=True, soft_wrap=True).print(
+            f"{winner} given: --from-checkpoint {from_checkpoint} is not read", markup=False
+        )

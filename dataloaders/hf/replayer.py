@@ -104,6 +104,11 @@ class HFReplayer:
 
         path = self.config.tokenizer
         tok = load_tokenizer(path, self.config.tokenizer_merges)
+        if not hasattr(tok, "encode_batch"):  # Megatron's SentencePiece / tiktoken decoders
+            raise ForensicsError(
+                f"{path}: a Hugging Face datasets run packs text with a tokenizers tokenizer.json "
+                "(or GPT-2 vocab.json); give the one the run used"
+            )
         if self.data.eos_token is not None and tok.token_to_id(self.data.eos_token) is None:
             raise ForensicsError(f"{path}: no token {self.data.eos_token!r} (data.eos_token)")
         return tok

@@ -251,7 +251,12 @@ class MegatronReplayer:
         if self._tokenizer is None:
             from dataloaders.tokenizer import load_tokenizer
 
-            self._tokenizer = load_tokenizer(self.config.tokenizer, self.config.tokenizer_merges)
+            args = self.config.tokenizer_args
+            self._tokenizer = load_tokenizer(
+                self.config.tokenizer,
+                self.config.tokenizer_merges,
+                args.model_dump() if args is not None else None,
+            )
         return self._tokenizer
 
     def _doc_tokens(self, name: str, doc: int, start: int = 0, end: int | None = None) -> list[int]:

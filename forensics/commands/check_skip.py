@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from forensics.commands.options import ConfigOption, MegatronArgsOption, TrainerOption
+from forensics.commands.options import (
+    ConfigOption,
+    FromCheckpointOption,
+    MegatronArgsOption,
+    TrainerOption,
+)
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:
@@ -100,6 +105,8 @@ def verify_skip(
 
 def describe_config(config: RunConfig) -> str:
     """Where a config came from, for messages: its file, or the Megatron arguments."""
+    if config.origin:
+        return f"the run read by {config.origin}"
     return str(config.source) if config.source is not None else "the given --megatron-args"
 
 
@@ -107,6 +114,7 @@ def check_skip_command(
     skip_file: Annotated[Path, typer.Argument(help="skip.json written by forensics spike.")],
     config: ConfigOption = None,
     megatron_args: MegatronArgsOption = None,
+    from_checkpoint: FromCheckpointOption = None,
     trainer: TrainerOption = None,
 ) -> None:
     """Refuse a skip file made for another run (config, blend or data files changed); run each
@@ -114,10 +122,12 @@ def check_skip_command(
     from rich.markup import escape
 
     from dataloaders.console import make_console
+    from forensics.from_checkpoint import step_of_skip_file
     from forensics.megatron_args import resolve_run_config
     from forensics.skip import expand
 
-    run = resolve_run_config(config, megatron_args)
+    step = step_of_skip_file(skip_file) if from_checkpoint is not None else None
+    run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     plan, notes = verify_skip(skip_file, run, trainer)
     name = trainer or plan.trainer
     n = len(expand(plan.ranges))

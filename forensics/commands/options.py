@@ -68,3 +68,14 @@ def check_steps(recovery_window: int, plateau_steps: int) -> None:
     for name, value in (("--recovery-window", recovery_window), ("--plateau-steps", plateau_steps)):
         if value <= 0:
             raise ForensicsError(f"{name} {value}: must be a positive number of steps")
+
+
+FromCheckpointOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--from-checkpoint",
+        help="Read the run's description from what the trainer saved instead of a config: a "
+        "Megatron-LM --save directory (or one iter_NNNNNNN in it), or an OLMo-core save "
+        "folder. An explicit --config or --megatron-args wins.",
+    ),
+]

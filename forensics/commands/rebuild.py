@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from forensics.commands.options import ConfigOption, MegatronArgsOption
+from forensics.commands.options import ConfigOption, FromCheckpointOption, MegatronArgsOption
 
 
 def rebuild_command(
@@ -20,6 +20,7 @@ def rebuild_command(
     ],
     config: ConfigOption = None,
     megatron_args: MegatronArgsOption = None,
+    from_checkpoint: FromCheckpointOption = None,
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Output directory. Default: rebuild-<step>/ beside SPIKE_DIR."),
@@ -39,7 +40,10 @@ def rebuild_command(
     from forensics.report.terminal import make_console
 
     skip_file = spike_dir / "skip.json" if spike_dir.is_dir() else spike_dir
-    run = resolve_run_config(config, megatron_args)
+    from forensics.from_checkpoint import step_of_skip_file
+
+    step = step_of_skip_file(skip_file) if from_checkpoint is not None else None
+    run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     result = run_rebuild(skip_file, run, out, force=force)
     console = make_console()
     if "files_removed" in result.summary:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from forensics.commands.options import ConfigOption, MegatronArgsOption
+from forensics.commands.options import ConfigOption, FromCheckpointOption, MegatronArgsOption
 
 
 def replay_command(
@@ -21,6 +21,7 @@ def replay_command(
     ] = 1,
     config: ConfigOption = None,
     megatron_args: MegatronArgsOption = None,
+    from_checkpoint: FromCheckpointOption = None,
     text: Annotated[
         bool,
         typer.Option("--text", help="Add the decoded text of every segment (needs tokenizer)."),
@@ -52,7 +53,7 @@ def replay_command(
 
     if out.suffix != ".parquet":
         raise ForensicsError(f"{out}: --out must be a .parquet file")
-    run = resolve_run_config(config, megatron_args)
+    run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     check_output_file(out, force=force, inputs=run_inputs(run), suffix=".parquet")
     replayer = open_replayer(run)
     first, last = check_window(replayer, step, window)

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from forensics.commands.options import ConfigOption, MegatronArgsOption
+from forensics.commands.options import ConfigOption, FromCheckpointOption, MegatronArgsOption
 
 CheckpointOption = Annotated[
     Path | None,
@@ -78,6 +78,7 @@ def rescore_command(
     step: Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")],
     config: ConfigOption = None,
     megatron_args: MegatronArgsOption = None,
+    from_checkpoint: FromCheckpointOption = None,
     window: Annotated[
         int, typer.Option("--window", help="Iterations before the spike, inclusive.")
     ] = 300,
@@ -114,6 +115,7 @@ def rescore_command(
     run_rescore_command(
         config=config,
         megatron_args=megatron_args,
+        from_checkpoint=from_checkpoint,
         step=step,
         window=window,
         baseline=baseline,

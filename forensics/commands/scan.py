@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from forensics.commands.options import ConfigOption, MegatronArgsOption
+from forensics.commands.options import ConfigOption, FromCheckpointOption, MegatronArgsOption
 
 
 def scan_command(
@@ -16,6 +16,7 @@ def scan_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
     config: ConfigOption = None,
     megatron_args: MegatronArgsOption = None,
+    from_checkpoint: FromCheckpointOption = None,
     threshold: Annotated[
         float,
         typer.Option(
@@ -50,7 +51,7 @@ def scan_command(
     from forensics.megatron_args import resolve_run_config
     from forensics.scan.run import ScanOptions, run_scan
 
-    run = resolve_run_config(config, megatron_args)
+    run = resolve_run_config(config, megatron_args, from_checkpoint)
     result = run_scan(
         run,
         out,

@@ -14,6 +14,7 @@ import typer
 from forensics.commands.options import (
     ConfigOption,
     EngineOption,
+    FromCheckpointOption,
     MegatronArgsOption,
     RayAddressOption,
     TrainerOption,
@@ -122,6 +123,7 @@ def spike_command(
     step: StepOption,
     config: ConfigOption = None,
     megatron_args: MegatronArgsOption = None,
+    from_checkpoint: FromCheckpointOption = None,
     window: WindowOption = SPIKE_WINDOW,
     out: OutOption = None,
     baseline: BaselineOption = None,
@@ -153,7 +155,7 @@ def spike_command(
     from forensics.outputs import fresh_output
     from forensics.spike import SpikeOptions, run_spike
 
-    run = resolve_run_config(config, megatron_args)
+    run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     options = SpikeOptions(
         step=step,
         window=window,

@@ -53,6 +53,14 @@ def triage_command(
     config: Annotated[
         str | None, typer.Option(help="Run config, filled into the suggested spike command.")
     ] = None,
+    from_checkpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--from-checkpoint",
+            help="The trainer's save directory, filled into the suggested spike command "
+            "instead of a config.",
+        ),
+    ] = None,
     corpus_tokens: Annotated[
         float | None, typer.Option(help="Tokens in the corpus (plateau: repeated data?).")
     ] = None,
@@ -101,6 +109,7 @@ def triage_command(
     run = RunInfo(
         checkpoints=parse_checkpoints(checkpoints),
         config_path=config,
+        from_checkpoint=from_checkpoint,
         corpus_tokens=corpus_tokens,
         params=params,
         seq_length=seq_length,

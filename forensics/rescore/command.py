@@ -16,6 +16,7 @@ def run_rescore_command(
     *,
     config: Path | None,
     megatron_args: str | None,
+    from_checkpoint: Path | None,
     step: int,
     window: int,
     baseline: str | None,
@@ -41,7 +42,7 @@ def run_rescore_command(
         options.check()
         if (out / "rescore.parquet").exists() and not force:
             raise ForensicsError(f"{out / 'rescore.parquet'}: already exists; pass --force")
-    run = resolve_run_config(config, megatron_args)
+    run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     replayer = open_replayer(run)
     require_megatron(replayer)
     plan = plan_windows(replayer, run, step, window, baseline, None)

@@ -326,6 +326,8 @@ def _load(config: Any) -> tuple[Any, str]:
     from dataloaders.config import RunConfig, load_config
 
     if isinstance(config, RunConfig):
+        if config.origin:
+            return config, config.origin
         return config, str(config.source) if config.source is not None else "--megatron-args"
     return load_config(config), str(Path(config).resolve())
 

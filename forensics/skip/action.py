@@ -35,10 +35,16 @@ SKIP = "skip"  # skip the listed iterations on a restart from the rollback check
 NOTHING = "none"  # no culprit, nothing to skip
 
 
-def rebuild_command(out: Path, config_source: Path | None, from_megatron_args: bool) -> str:
+def rebuild_command(
+    out: Path, config_source: Path | None, from_megatron_args: bool, origin: str | None = None
+) -> str:
     """The `forensics rebuild` line for this spike directory, as the user would type it: the
-    config is named unless it is the runbook's ./forensics.yaml."""
+    config is named unless it is the runbook's ./forensics.yaml (or the checkpoint directory
+    it was read from, `origin`)."""
     parts = ["forensics", "rebuild", str(out)]
+    if origin is not None:
+        flag, _, value = origin.partition(" ")
+        return shlex.join([*parts, flag, value])
     if from_megatron_args:
         parts += ["--megatron-args", "'<the same arguments>'"]
         return " ".join(shlex.quote(p) for p in parts[:3]) + " " + " ".join(parts[3:])
@@ -106,7 +112,8 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
     out = shown_path(out)
     command = None
     if rebuildable(skip, config, replayer):
-        command = rebuild_command(out, config.source, config.source is None)
+        origin = getattr(config, "origin", None)
+        command = rebuild_command(out, config.source, config.source is None and not origin, origin)
     action = decide_action(
         skip.ahead,
         skip_iterations=len(expand(skip.ranges)),

@@ -64,7 +64,9 @@ def _config_and_origin(config: Path | str | RunConfig) -> tuple[RunConfig, str]:
     """The run config and a few words saying where it came from (for the marker and messages):
     a YAML path is loaded; a RunConfig (e.g. from --megatron-args) is taken as is."""
     if isinstance(config, RunConfig):
-        origin = str(config.source) if config.source is not None else "--megatron-args"
+        origin = config.origin or (
+            str(config.source) if config.source is not None else "--megatron-args"
+        )
         return config, origin
     return load_config(config), str(Path(config).resolve())
 

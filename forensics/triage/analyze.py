@@ -203,8 +203,11 @@ def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | Non
     window, why = spike_window(step, rollback)
     # Quoted for the shell: a path with a space, or `$(...)` in a name, must paste as one word.
     config = shlex.quote(str(run.config_path)) if run.config_path else CONFIG_PLACEHOLDER
-    cmd = f"forensics spike --config {config} --step {step} --window {window} --out spike-{step}/"
-    if run.config_path is None:
+    source = f"--config {config}"
+    if run.config_path is None and run.from_checkpoint:
+        source = f"--from-checkpoint {shlex.quote(str(run.from_checkpoint))}"
+    cmd = f"forensics spike {source} --step {step} --window {window} --out spike-{step}/"
+    if run.config_path is None and not run.from_checkpoint:
         why += f"; replace {CONFIG_PLACEHOLDER} with the run's config (or pass --config to triage)"
     return cmd, why
 

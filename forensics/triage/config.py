@@ -67,6 +67,7 @@ class RunInfo:
 
     checkpoints: tuple[int, ...] = ()
     config_path: str | None = None
+    from_checkpoint: str | None = None  # a trainer's save directory, instead of a config
     corpus_tokens: float | None = None
     params: float | None = None
     seq_length: int | None = None

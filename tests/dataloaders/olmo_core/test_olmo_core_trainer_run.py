@@ -431,6 +431,20 @@ def test_the_run_from_its_save_folder(trained, tmp_path):
     _assert_replays(config2, out["runs"][0]["steps"])
 
 
+def test_from_checkpoint_reads_the_library_save_folder(trained, monkeypatch):
+    """`--from-checkpoint SAVE_FOLDER` on the folder ai2-olmo-core's Trainer wrote: the same run
+    as run_config_from_save_folder, and it replays what the Trainer fed."""
+    from forensics.from_checkpoint import config_from_checkpoint
+
+    folder, out = trained
+    monkeypatch.chdir(folder)
+    said: list[str] = []
+    config = config_from_checkpoint(folder / "save-glob", None, said.append)
+    assert config.data.dtype == "uint32" and config.data.seed == 17
+    assert any("step*/config.json" in line for line in said)
+    _assert_replays(config, out["runs"][0]["steps"])
+
+
 def test_a_mix_run_from_its_save_folder(trained, tmp_path):
     folder, out = trained
     raw, config = _saved(folder, "save-mix")

@@ -1,0 +1,372 @@
+"""A run config from what the trainer saved beside the weights: `--from-checkpoint DIR`.
+
+Megatron-LM keeps the job's whole `args` Namespace in every checkpoint (NVIDIA/Megatron-LM
+d98e8a64ddf34856e74b24714e3bedb2f5a39553, megatron/training/checkpointing.py:1571
+`state_dict['args'] = args` in generate_state_dict). The legacy `torch` format writes that dict
+with `torch.save` to `iter_{N:07d}/mp_rank_{TP:02d}[_{PP:03d}]/model_optim_rng.pt` (:1017,
+names from get_checkpoint_name :230-270); `torch_dist` passes it to
+`dist_checkpointing.save` (:896), which writes every non-sharded entry (`args` among them) to
+`iter_{N:07d}/common.pt` with `torch.save` (megatron-core
+dist_checkpointing/strategies/common.py:40-48, COMMON_STATE_FNAME). The tracker file
+`latest_checkpointed_iteration.txt` holds the newest iteration, or `release` (:378-410).
+
+The pickle is read with `torch.load(weights_only=True)` allowing exactly the globals
+megatron-core itself registers for its checkpoints (megatron/core/safe_globals.py: Namespace,
+the enums the arguments hold, the numpy types of the RNG state, ...), megatron-core's own
+classes rebuilt as inert stand-ins; any other global is refused by name. The
+Namespace then goes through the `--megatron-args` reader (forensics/megatron_args.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dataloaders.config import RunConfig
+from forensics.errors import ForensicsError
+
+TRACKER = "latest_checkpointed_iteration.txt"
+_ITER = re.compile(r"iter_(\d{7})")
+# megatron-core's own list of what its checkpoints pickle (megatron/core/safe_globals.py,
+# SAFE_GLOBALS, megatron-core 0.16.1), by pickled name. Its classes are rebuilt as inert
+# stand-ins, so reading a checkpoint does not need megatron-core installed.
+_MEGATRON_ENUMS = (
+    "megatron.core.transformer.enums.AttnBackend",
+    "megatron.core.transformer.enums.CudaGraphScope",
+    "megatron.core.enums.ModelType",
+    "megatron.core.rerun_state_machine.RerunDiagnostic",
+    "megatron.core.rerun_state_machine.RerunMode",
+    "megatron.core.rerun_state_machine.RerunState",
+)
+_MEGATRON_OBJECTS = (
+    "megatron.core.optimizer.OptimizerConfig",
+    "megatron.core.optimizer.optimizer_config.OptimizerConfig",
+)
+
+
+class SavedEnum:
+    """An enum member from the saved args (pickled as `Class(value)`), kept as its value."""
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"SavedEnum({self.value!r})"
+
+
+class SavedObject:
+    """A saved megatron-core config object, kept as its attributes."""
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+
+
+def _allowed_globals() -> list[tuple[Any, str]]:
+    """(what to build, pickled name) for every global the checkpoint may hold."""
+    import io
+    import pathlib
+    import signal
+    import types
+
+    import numpy as np
+
+    reconstruct = np.ndarray.__reduce__(np.zeros(0))[0]  # numpy's multiarray._reconstruct
+    table: list[tuple[Any, str]] = [
+        (argparse.Namespace, "argparse.Namespace"),
+        (types.SimpleNamespace, "types.SimpleNamespace"),
+        (pathlib.PosixPath, "pathlib.PosixPath"),
+        (io.BytesIO, "_io.BytesIO"),
+        (io.BytesIO, "io.BytesIO"),
+        (signal.Signals, "signal.Signals"),
+        (reconstruct, "numpy.core.multiarray._reconstruct"),
+        (reconstruct, "numpy._core.multiarray._reconstruct"),
+        (np.ndarray, "numpy.ndarray"),
+        (np.dtype, "numpy.dtype"),
+        (np.dtypes.UInt32DType, "numpy.dtypes.UInt32DType"),
+    ]
+    table += [(SavedEnum, name) for name in _MEGATRON_ENUMS]
+    table += [(SavedObject, name) for name in _MEGATRON_OBJECTS]
+    return table
+
+
+def load_saved_args(path: Path) -> dict[str, Any]:
+    """The checkpoint's top-level dict (args, iteration, ...) read with weights_only=True and
+    exactly the globals Megatron's args and RNG state need."""
+    import torch
+
+    try:
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    except Exception as err:  # a truncated or foreign file: torch raises several types
+        raise ForensicsError(f"{path}: not a torch checkpoint ({err})") from None
+    allow = _allowed_globals()
+    known = {name for _built, name in allow}
+    for name in unsafe:
+        if name not in known:
+            raise ForensicsError(
+                f"{path}: holds a pickled {name}, which forensics does not load from a "
+                "checkpoint; give --config or --megatron-args instead"
+            )
+    try:
+        with torch.serialization.safe_globals(allow):
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # weights_only refusals and corrupt archives alike
+        raise ForensicsError(f"{path}: cannot read the saved args ({err})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("args"), argparse.Namespace):
+        raise ForensicsError(f"{path}: no Megatron `args` in this checkpoint")
+    return state
+
+
+def _tracked_iteration(save: Path) -> int | None:
+    tracker = save / TRACKER
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text(encoding="utf-8").strip()
+    if text == "release":
+        return None
+    if not text.isdigit():
+        raise ForensicsError(f"{tracker}: holds {text[:40]!r}, not an iteration")
+    return int(text)
+
+
+def pick_checkpoint(folder: Path, step: int | None) -> tuple[Path, str]:
+    """The checkpoint directory to read and why: `folder` itself when it is one; else the first
+    `iter_N` at or after `step` (saved by the job that trained the step), else the tracker's."""
+    if _ITER.fullmatch(folder.name) or folder.name == "release":
+        return folder, "given"
+    iters = sorted(int(m.group(1)) for p in folder.iterdir() if (m := _ITER.fullmatch(p.name)))
+    tracked = _tracked_iteration(folder)
+    if step is not None and any(i >= step for i in iters):
+        first = min(i for i in iters if i >= step)
+        return folder / f"iter_{first:07d}", f"the first checkpoint at or after step {step}"
+    if tracked is not None:
+        return folder / f"iter_{tracked:07d}", f"{TRACKER} says {tracked}"
+    if (folder / "release").is_dir():
+        return folder / "release", "the release checkpoint"
+    if iters:
+        return folder / f"iter_{iters[-1]:07d}", "the newest iter_ directory"
+    raise ForensicsError(
+        f"{folder}: no Megatron checkpoint in it (no iter_NNNNNNN directory, no {TRACKER})"
+    )
+
+
+def _args_file(checkpoint: Path) -> Path:
+    """common.pt (torch_dist) or the first tensor/pipeline rank's model_optim_rng.pt."""
+    if (checkpoint / "common.pt").is_file():
+        return checkpoint / "common.pt"
+    ranks = sorted(checkpoint.glob("mp_rank_*/model_optim_rng.pt"))
+    if ranks:
+        return ranks[0]
+    if not checkpoint.is_dir():
+        raise ForensicsError(f"{checkpoint}: checkpoint directory not found")
+    raise ForensicsError(
+        f"{checkpoint}: neither common.pt (torch_dist) nor mp_rank_*/model_optim_rng.pt in it"
+    )
+
+
+def is_olmo_core_save_folder(folder: Path) -> bool:
+    """An OLMo-core save folder, or one of its `stepN/` checkpoints: OLMo-core's
+    ConfigSaverCallback writes the experiment's config.json into each step folder
+    (ai2-olmo-core 3.0.0, olmo_core/train/callbacks/config_saver.py:57-75)."""
+    if re.fullmatch(r"step\d+", folder.name) and (folder / "config.json").is_file():
+        return True
+    return any(
+        p.is_dir() and re.fullmatch(r"step\d+", p.name) and (p / "config.json").is_file()
+        for p in folder.iterdir()
+    )
+
+
+def config_from_checkpoint(
+    folder: Path, step: int | None, say: Callable[[str], None] = print
+) -> RunConfig:
+    """The run config the trainer's files under `folder` describe; `say` gets what was read."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise ForensicsError(f"{folder}: --from-checkpoint directory not found")
+    origin = {"origin": f"--from-checkpoint {folder}"}
+    if is_olmo_core_save_folder(folder):
+        return _olmo_core(folder, say).model_copy(update=origin)
+    checkpoint, why = pick_checkpoint(folder, step)
+    path = _args_file(checkpoint)
+    state = load_saved_args(path)
+    say(f"read the run's arguments from {path} ({why})")
+    earlier = _earlier_jobs(checkpoint, state, say)
+    return config_from_saved_args(state, path, say, earlier).model_copy(update=origin)
+
+
+def _earlier_jobs(
+    checkpoint: Path, state: dict[str, Any], say: Callable[[str], None]
+) -> list[tuple[int, dict[str, Any], Path]]:
+    """(resumed-from iteration, state, file) of each earlier job of the run, oldest first.
+    Megatron sets `args.iteration` to the iteration a job loaded (core_v0.16.1
+    megatron/training/training.py:1537) and saves that Namespace, so the job before one that
+    resumed from R is the one that saved the newest checkpoint at or before R; checkpoints past
+    R left by a rolled-back job are not followed."""
+    if _ITER.fullmatch(checkpoint.name) is None:
+        return []
+    iters = sorted(
+        (int(m.group(1)) for p in checkpoint.parent.iterdir() if (m := _ITER.fullmatch(p.name))),
+        reverse=True,
+    )
+    jobs: list[tuple[int, dict[str, Any], Path]] = []
+    resumed = getattr(state["args"], "iteration", None)
+    while isinstance(resumed, int) and resumed > 0:
+        before = [it for it in iters if it <= resumed]
+        if not before:
+            break
+        path = _args_file(checkpoint.parent / f"iter_{before[0]:07d}")
+        earlier = load_saved_args(path)
+        start = getattr(earlier["args"], "iteration", None)
+        if not isinstance(start, int) or start >= before[0]:
+            break
+        jobs.append((start, earlier, path))
+        say(f"an earlier job (resumed from iteration {start}) saved {path}")
+        resumed = start
+    return jobs[::-1]
+
+
+def _olmo_core(folder: Path, say: Callable[[str], None]) -> RunConfig:
+    """The run from an OLMo-core save folder. Relative data paths resolve against the current
+    directory, as they did for the training job (the same rule as Megatron's saved args)."""
+    from dataloaders.config import config_from_dict
+    from dataloaders.olmo_core.saved_config import run_config_from_save_folder
+
+    raw = run_config_from_save_folder(folder)
+    say(f"read the experiment's config and data paths from {folder}/step*/config.json")
+    data = raw.get("data", {})
+    say(f"  dp_world_size {data.get('dp_world_size')}, seed {data.get('seed')}")
+    say(f"  checkpoints {raw.get('checkpoints')}")
+    return config_from_dict(raw, base_dir=Path.cwd(), source=None)
+
+
+def config_from_saved_args(
+    state: dict[str, Any],
+    path: Path,
+    say: Callable[[str], None] = print,
+    earlier: list[tuple[int, dict[str, Any], Path]] | None = None,
+) -> RunConfig:
+    """`state['args']` as Megatron arguments, with what was read printed one field a line.
+    Earlier jobs that trained on another blend (a restart with a new --data-path) become the
+    config's data stages; any other difference between the jobs is refused."""
+    from dataloaders.config import config_from_dict
+
+    raw = _raw(state, path)
+    jobs = [(start, _raw(st, p), p) for start, st, p in earlier or []]
+    this_start = getattr(state["args"], "iteration", 0)
+    jobs.append((this_start if isinstance(this_start, int) else 0, raw, path))
+    stages: list[dict[str, Any]] = []
+    for start, job, job_path in jobs:
+        _same_run(job, raw, job_path, path)
+        if not stages or stages[-1]["blend"] != job["data"]["blend"]:
+            stages.append({"start_iteration": max(start, 0) + 1, "blend": job["data"]["blend"]})
+    if stages[0]["start_iteration"] != 1:
+        say(
+            f"  iterations 1-{stages[0]['start_iteration'] - 1} were trained by a job whose "
+            "checkpoints are gone: its data is taken to be the same"
+        )
+        stages[0]["start_iteration"] = 1
+    if len(stages) > 1:
+        data = {k: v for k, v in raw["data"].items() if k != "blend"}
+        raw = {**raw, "data": {**data, "stages": stages}}
+    try:
+        config = config_from_dict(raw, base_dir=Path.cwd(), source=None)
+    except ForensicsError as err:
+        raise ForensicsError(f"{path}: {err}") from None
+    _check_consumed(state, config, path)
+    for line in describe(config):
+        say(line)
+    return config
+
+
+def _raw(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    from forensics.megatron_args import args_to_argv, raw_config_from_megatron_args
+
+    args = state["args"]
+    try:
+        return raw_config_from_megatron_args(
+            args_to_argv(args), cwd=Path.cwd().resolve(), extra_training=_parallel(args)
+        )
+    except ForensicsError as err:
+        raise ForensicsError(f"{path}: {str(err).removeprefix('--megatron-args: ')}") from None
+
+
+def _same_run(job: dict[str, Any], last: dict[str, Any], job_path: Path, path: Path) -> None:
+    """Jobs of one run may differ in their blend only (stages); anything else changes which
+    batch an iteration is in a way one config cannot state."""
+    for section in ("data", "training", "tokenizer", "tokenizer_args"):
+        a, b = job.get(section), last.get(section)
+        if section == "data":
+            a = {k: v for k, v in a.items() if k != "blend"}
+            b = {k: v for k, v in b.items() if k != "blend"}
+        if a != b:
+            keys = sorted(k for k in (a or {}) if (a or {}).get(k) != (b or {}).get(k))
+            what = f"{section}.{keys[0]}" if keys and isinstance(a, dict) else section
+            raise ForensicsError(
+                f"{job_path} and {path}: the jobs differ in {what}, not only in their data "
+                "blend; write a config for this run (docs/from-checkpoint.md)"
+            )
+
+
+def _parallel(args: argparse.Namespace) -> dict[str, Any]:
+    dp = getattr(args, "data_parallel_size", None)
+    return {"data_parallel_size": int(dp)} if isinstance(dp, int) and dp > 0 else {}
+
+
+def _check_consumed(state: dict[str, Any], config: RunConfig, path: Path) -> None:
+    """A checkpoint whose consumed sample count is not iterations x batch (a changed batch size
+    or drained batches) needs the resumes a config states; refuse rather than replay wrong."""
+    iteration = state.get("iteration")
+    consumed = getattr(state["args"], "consumed_train_samples", None)
+    training = config.training
+    if not isinstance(iteration, int) or not isinstance(consumed, int):
+        return
+    if training.rampup_batch_size is not None:
+        return  # a ramp: schedule.py replays the count step by step
+    expected = iteration * training.global_batch_size
+    if consumed != expected:
+        raise ForensicsError(
+            f"{path}: iteration {iteration} consumed {consumed:,} samples, not {expected:,} "
+            f"({iteration} x {training.global_batch_size}): the batch size changed or batches "
+            "were drained; write a config with training.resumes (docs/from-checkpoint.md)"
+        )
+
+
+def describe(config: RunConfig) -> list[str]:
+    """One line per field the replay depends on."""
+    data = config.data
+    lines = []
+    stages = getattr(data, "data_stages", [])
+    for stage in stages:
+        since = f" (from iteration {stage.start_iteration})" if len(stages) > 1 else ""
+        for d in stage.blend:
+            weight = f" weight {d.weight}" if d.weight is not None else ""
+            lines.append(f"  data: {d.prefix}{weight}{since}")
+    for key in ("seed", "seq_length", "split", "cache_path"):
+        if getattr(data, key, None) is not None:
+            lines.append(f"  {key}: {getattr(data, key)}")
+    t = config.training
+    for key in ("global_batch_size", "micro_batch_size", "data_parallel_size", "train_iters"):
+        lines.append(f"  {key}: {getattr(t, key)}")
+    for key in ("train_samples", "rampup_batch_size"):
+        if getattr(t, key) is not None:
+            lines.append(f"  {key}: {getattr(t, key)}")
+    kind = config.tokenizer_args.tokenizer_type if config.tokenizer_args else None
+    lines.append(f"  tokenizer: {config.tokenizer}" + (f" ({kind})" if kind else ""))
+    lines.append(f"  checkpoint_dir: {config.checkpoint_dir}")
+    return lines
+
+
+def step_of_skip_file(path: Path) -> int | None:
+    """The spike step a skip.json was written for, so that `rebuild` and `check-skip` read the
+    same checkpoint `spike --from-checkpoint` read (None when unreadable: the command's own
+    reading of the file then says what is wrong)."""
+    import json
+
+    try:
+        step = json.loads(Path(path).read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and step > 0 else None
