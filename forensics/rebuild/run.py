@@ -54,6 +54,7 @@ class RebuildResult:
     plan: RebuildPlan
     counts: dict[str, dict[str, Any]] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # the skip file's run moved, ...
 
     @property
     def config_path(self) -> Path:
@@ -61,8 +62,13 @@ class RebuildResult:
 
 
 def output_names(plan: RebuildPlan) -> list[str]:
-    """Every file name the rebuild publishes into --out."""
-    names = list(FIXED_FILES)
+    """Every file name the rebuild publishes into --out (one flags and one data_path file per
+    launch of the restart)."""
+    from forensics.rebuild.launches import data_path_file
+
+    names = [SUMMARY_FILE, NOTE_FILE, CONFIG_FILE]
+    for i, launch in enumerate(plan.launches):
+        names += [launch.file, data_path_file(i, launch.first)]
     for _spec, prefix in plan.datasets.values():
         names += [f"{prefix.name}.bin", f"{prefix.name}.idx", f"{prefix.name}.manifest.parquet"]
     return names
@@ -78,17 +84,6 @@ def check_outputs(out: Path, config: RunConfig, names: list[str], force: bool) -
         raise ForensicsError(
             f"--out {out}: {clash[0]} would replace an input of the run; choose another folder"
         )
-
-
-def check_fingerprint(skip: SkipPlan, config: RunConfig, where: Path) -> None:
-    """A block list names doc_ids of particular files: refuse it for other data."""
-    from forensics.replay import open_replayer
-    from forensics.skip import fingerprint_differences
-
-    now = json.loads(json.dumps(open_replayer(config).fingerprint(), default=str))
-    diffs = fingerprint_differences(skip.fingerprint, now)
-    if diffs:
-        raise ForensicsError(f"{where}: made for another run than this config: {diffs[0]}")
 
 
 def filtered_manifest(spec: Any, kept: np.ndarray) -> pl.DataFrame:
@@ -132,16 +127,26 @@ def write_datasets(plan: RebuildPlan, staging: Path) -> dict[str, dict[str, Any]
 
 
 def run_rebuild(
-    skip_file: Path, config: RunConfig, out: Path | None = None, *, force: bool = False
+    skip_file: Path,
+    config: RunConfig,
+    out: Path | None = None,
+    *,
+    force: bool = False,
+    keep: str = "share",
 ) -> RebuildResult:
-    """The whole command; every refusal comes before anything is written."""
+    """The whole command; every refusal comes before anything is written. `keep`: the weight
+    recipe of a rebuilt dataset (forensics.rebuild.plan.RECIPES)."""
+    from forensics.skip.validate import validate_for_run
+
     skip = SkipPlan.read(skip_file)
-    check_fingerprint(skip, config, skip_file)
+    result_notes = validate_for_run(skip_file, skip, config)
     out = Path(out) if out is not None else skip_file.parent.parent / f"rebuild-{skip.step}"
     out = out.resolve()
     if config.data.format != "megatron":
-        return run_file_rebuild(skip, skip_file, config, out, force)
-    plan = plan_rebuild(config, skip, out)
+        result = run_file_rebuild(skip, skip_file, config, out, force)
+        result.notes = result_notes
+        return result
+    plan = plan_rebuild(config, skip, out, keep)
     raw = rebuilt_config_checked(config, plan, out)
     names = output_names(plan)
     check_outputs(out, config, names, force)
@@ -149,7 +154,7 @@ def run_rebuild(
     staging = out / ".cache" / "staging"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    result = RebuildResult(out=out, plan=plan)
+    result = RebuildResult(out=out, plan=plan, notes=result_notes)
     result.counts = write_datasets(plan, staging)
     from forensics.rebuild.texts import write_texts
 
