@@ -45,7 +45,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dataloaders.checkpoints import checkpoint_iterations
-from dataloaders.config_data import DataConfig, StrictModel
+from dataloaders.config_data import DataConfig, PrintableName, StrictModel
 from dataloaders.errors import ForensicsError
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
@@ -176,7 +176,7 @@ def _without_paths(value: Any) -> Any:
 class RunConfig(StrictModel):
     """A whole run: data, schedule, tokenizer, checkpoints. Paths are absolute after loading."""
 
-    name: str | None = None
+    name: PrintableName | None = None
     data: DataConfig
     training: TrainingSpec
     # A Hugging Face tokenizer.json, a directory holding one, or GPT-2's vocab.json (with

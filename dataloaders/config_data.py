@@ -7,12 +7,37 @@ olmo-core, mosaic-streaming), and the strict base model every part of the run co
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from dataloaders.base import RESERVED_COLUMNS
+
+
+def printable_name(value: str | None) -> str | None:
+    """A name that lands in file names, YAML, report lines and shell lines: control characters
+    (a newline, a tab, an escape) would inject lines or rewrite the terminal, so they are
+    refused in the config."""
+    if value is None:
+        return value
+    bad = [c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+    if bad:
+        raise ValueError(
+            f"name {value!r} holds a control character ({bad[0]!r}): use printable characters"
+        )
+    return value
+
+
+PrintableName = Annotated[str, AfterValidator(printable_name)]
 
 
 def _is_number_type(annotation: Any) -> bool:
@@ -63,7 +88,7 @@ class DatasetSpec(StrictModel):
 
     prefix: Path
     weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    name: str | None = None
+    name: PrintableName | None = None
     manifest: Path | None = None  # Parquet, one row per document in .idx order (doc_id + facets)
 
     @property
@@ -174,7 +199,7 @@ class HFData(StrictModel):
     """
 
     format: Literal["hf"]
-    name: str = "hf"  # the `dataset` column of the replay table
+    name: PrintableName = "hf"  # the `dataset` column of the replay table
     files: list[Path] | None = None  # shard paths or globs (sorted, as datasets resolves them)
     path: Path | None = None  # a Dataset.save_to_disk directory (map-style)
     file_format: Literal["parquet", "json", "arrow"] | None = None  # inferred from extensions
@@ -229,7 +254,7 @@ class OlmoCoreSource(StrictModel):
     """Token files of one named source (the `dataset` column). OLMo-core concatenates every
     source's paths in config order into one NumpyFSLDataset; the grouping is ours, for blame."""
 
-    name: str
+    name: PrintableName
     paths: list[Path] = Field(min_length=1)  # raw token arrays (Dolma `.npy`), in run order
 
 
@@ -331,7 +356,9 @@ class MosaicStream(StrictModel):
     at most one of proportion (relative), repeat or choose (absolute), as in streaming.Stream."""
 
     local: Path  # the directory holding index.json (Stream's local/split joined)
-    name: str | None = None  # the `dataset` column of the replay table (default: folder name)
+    name: PrintableName | None = (
+        None  # the `dataset` column of the replay table (default: folder name)
+    )
     proportion: float | None = Field(default=None, ge=0)
     repeat: float | None = Field(default=None, ge=0)
     choose: int | None = Field(default=None, ge=0)

@@ -5,7 +5,6 @@ Light at import time (typer and pathlib only); the writer loads when the command
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -72,6 +71,8 @@ def show_launches(console: Any, result: Any) -> None:
     (the whole line, shell-quoted, for $(cat FILE)), then the recipe and the order notes."""
     from rich.markup import escape
 
+    from forensics.rebuild.launches import paste_form
+
     summary = result.summary
     launches = summary["launches"]
     console.print(f"restart from checkpoint iteration {summary['rollback_iteration']}:")
@@ -80,11 +81,8 @@ def show_launches(console: Any, result: Any) -> None:
             console.print(f"launch {i + 1}, {escape(launch['what'])}:", soft_wrap=True)
         if launch["load_instruction"]:
             console.print(f"  load the checkpoint: {escape(launch['load_instruction'])}")
-        console.print(
-            f"  $(cat {escape(shlex.quote(str(result.out / launch['file'])))})",
-            soft_wrap=True,
-            highlight=False,
-        )
+        paste = paste_form(str(result.out / launch["file"]), launch["flags"])
+        console.print(f"  {escape(paste)}", soft_wrap=True, highlight=False)
         console.print("  " + escape(launch["flags"]), soft_wrap=True, highlight=False)
     notes = summary["notes"]
     recipe = next((n for n in notes if n.startswith("Chosen: --keep")), None)

@@ -126,3 +126,13 @@ def launches_note(launches: list[Launch]) -> str:
         "dataset, so Megatron builds the same indices)"
         + (f"; the order changes from iteration {first_new} on." if first_new else ".")
     )
+
+
+def paste_form(path: str, line: str) -> str:
+    """How a flags file goes into the launch line: `$(cat FILE)` when its words hold no quotes
+    (the shell splits a command substitution on blanks but removes no quotes); else through
+    eval, which does, so a quoted path with a space stays one word."""
+    word = shlex.quote(path)
+    if shlex.split(line) == line.split():
+        return f"$(cat {word})"
+    return f'eval "<your launch command> $(cat {word})" (the file holds quoted paths)'

@@ -9,7 +9,7 @@ from typing import Any
 
 from dataloaders.atomic import write_json_atomic, write_text_atomic
 from forensics.provenance import provenance
-from forensics.rebuild.launches import data_path_file, launches_note
+from forensics.rebuild.launches import data_path_file, launches_note, paste_form
 from forensics.rebuild.plan import KEEP_SHARE, RebuildPlan
 from forensics.skip.flags import checkpoint_pin
 
@@ -190,6 +190,11 @@ def note_markdown(summary: dict[str, Any]) -> str:
         if len(summary["launches"]) > 1:
             lines += [f"Launch {i + 1}, {launch['what']} (`{launch['file']}`):", ""]
         lines += ["```", launch["flags"], "```", ""]
+        if shlex.split(launch["flags"]) != launch["flags"].split():
+            lines += [
+                f"The file holds quoted paths: {paste_form(launch['file'], launch['flags'])}.",
+                "",
+            ]
         if launch["load_instruction"]:
             lines += [f"Load the checkpoint first: `{launch['load_instruction']}`", ""]
     lines += [f"- {note}" for note in summary["notes"]]

@@ -132,7 +132,8 @@ def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
     default = f"{action.get('rebuild_out', 'rebuild-STEP')}/restart-rebuilt.flags"
     file = action.get("restart_file") or default
     what = action.get("restart_holds") or REBUILD_RESTART["megatron"][1]
-    text = f"with $(cat {file})" if action.get("restart_is_flags", True) else f"with {file}"
+    shown = shlex.quote(str(file))
+    text = f"with $(cat {shown})" if action.get("restart_is_flags", True) else f"with {shown}"
     return f"{text} ({what})" if say_what else text
 
 

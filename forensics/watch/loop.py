@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import shlex
 import signal
 import time
 from dataclasses import dataclass, field
@@ -351,7 +352,7 @@ class Watcher:
                     "summary": (
                         f"forensics spike --step {step} --window {window} started in the "
                         "background "
-                        f"into {self.jobs[step].out}"
+                        f"into {shlex.quote(str(self.jobs[step].out))}"
                     ),
                 }
             )

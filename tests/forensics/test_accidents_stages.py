@@ -147,3 +147,117 @@ def test_rebuild_terminal_shows_every_launch(staged: dict, tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     assert "launch 2, iterations 31-: loads checkpoint 30" in proc.stdout, proc.stdout
     assert "--exit-interval 30" in proc.stdout and "restart-rebuilt-from-31.flags" in proc.stdout
+
+
+def test_two_datasets_with_one_file_name_are_rebuilt_apart(tmp_path: Path) -> None:
+    run = build_staged_run(tmp_path / "run", crawl_dirs=("a", "b"))
+    result = run_rebuild(run["skip"], load_config(run["config"]), tmp_path / "o")
+    rebuilt = [row["rebuilt"] for row in result.counts.values()]
+    assert len(set(rebuilt)) == 2, rebuilt
+    launch = parse_launch(tmp_path / "o" / "restart-rebuilt-from-31.flags")
+    assert len(set(launch["prefixes"])) == len(launch["prefixes"]) == 3, launch
+    for name, ids in run["blocked"].items():  # each copy is its own dataset without its list
+        row = result.counts[name]
+        manifest = pl.read_parquet(f"{row['rebuilt']}.manifest.parquet")
+        assert row["source"].endswith(f"/{name}/web_text_document")
+        assert not set(manifest["original_doc_id"].cast(pl.Int64).to_list()) & set(ids)
+
+
+@pytest.mark.parametrize(
+    ("rollback", "needle"),
+    [
+        ({"iteration": 40, "resume_iteration": 41}, "not before the spike at iteration 36"),
+        ({"iteration": 0, "resume_iteration": 1}, "iteration 0 is marked as a checkpoint"),
+        ({"iteration": 25, "resume_iteration": 26}, "rollback checkpoint 25 is no longer"),
+        ({"iteration": 20, "resume_iteration": 30}, "is not rollback.iteration + 1"),
+    ],
+)
+def test_rebuild_and_check_skip_refuse_the_same_edited_rollback(
+    staged: dict, tmp_path: Path, rollback: dict, needle: str
+) -> None:
+    skip = edit_skip(staged["skip"], tmp_path / "spike", rollback=rollback)
+    for command in (("rebuild", "--out", str(tmp_path / "o")), ("check-skip",)):
+        proc = cli(command[0], str(skip), "--config", str(staged["config"]), *command[1:])
+        one_line_error(proc, needle, str(skip))
+    assert not (tmp_path / "o").exists()
+
+
+def test_moved_run_is_rebuilt_with_the_same_note_as_check_skip(
+    staged: dict, tmp_path: Path
+) -> None:
+    import shutil
+
+    moved = tmp_path / "moved"
+    shutil.copytree(staged["root"], moved, ignore=shutil.ignore_patterns("rebuild"))
+    skip, config = moved / "spike-36" / "skip.json", moved / "forensics.yaml"
+    check = cli("check-skip", str(skip), "--config", str(config))
+    assert check.returncode == 0, check.stderr
+    proc = cli("rebuild", str(skip), "--config", str(config), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    note = f"the run directory moved from {staged['root']} to {moved}"
+    assert note in check.stdout.replace("\n", " ") and note in proc.stdout.replace("\n", " ")
+
+
+ODD = "run dir $(touch pwned) 'x'"  # a space, a command substitution and quotes
+
+
+def cat_argument(line: str) -> list[str]:
+    """The words the shell gives `cat` in the `$(cat ...)` of `line`."""
+    inner = line[line.index("$(cat ") + len("$(cat ") :]
+    return shlex.split(inner[: inner.rindex(")")])
+
+
+def test_paste_and_watcher_lines_quote_the_path(tmp_path: Path) -> None:
+    from forensics.report.summary import _paste_lines
+    from forensics.skip.action import rebuild_restart
+    from forensics.watch.spikejob import action_words
+
+    out = tmp_path / ODD
+    out.mkdir()
+    flag = "--iterations-to-skip " + " ".join(str(i) for i in range(100, 160))
+    skip = {
+        "trainer": "megatron-lm",
+        "iterations": [[100, 159]],
+        "flags": {"megatron-lm": {"flag": flag, "pin": "--ckpt-step 50", "consequence": "c"}},
+        "action": {"flags_dir": str(out)},
+    }
+    paste = dict(_paste_lines(skip))["PASTE"]
+    assert cat_argument(paste) == [f"{out}/restart-megatron-lm.flags"], paste
+    (out / "restart-megatron-lm.flags").write_text(flag + "\n")
+    words = action_words(out, {"trainer": "megatron-lm", "action": {"kind": "skip"}}, 50)
+    assert cat_argument(words["action_text"]) == [str(out / "restart-megatron-lm.flags")]
+    restart = rebuild_restart({"rebuild_out": str(out)}, say_what=False)
+    assert cat_argument(restart) == [f"{out}/restart-rebuilt.flags"], restart
+
+
+def test_rebuild_into_an_odd_folder_writes_flags_that_split_right(
+    staged: dict, tmp_path: Path
+) -> None:
+    out = tmp_path / ODD
+    proc = cli("rebuild", str(staged["skip"]), "--config", str(staged["config"]), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    launch = parse_launch(out / "restart-rebuilt-from-31.flags")
+    assert str(out / "web_text_document") in launch["prefixes"], launch
+    assert all(Path(f"{p}.idx").is_file() for p in launch["prefixes"])
+    assert "eval" in proc.stdout and "(the file holds quoted paths)" in proc.stdout
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+
+@pytest.mark.parametrize("name", ["run\nname: injected", "tab\there", "esc\x1b[2J"])
+def test_control_characters_in_a_config_name_are_refused(
+    staged: dict, tmp_path: Path, name: str
+) -> None:
+    import yaml
+
+    raw = yaml.safe_load(staged["config"].read_text())
+    raw["name"] = name
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    proc = cli("check-skip", str(staged["skip"]), "--config", str(config))
+    one_line_error(proc, "holds a control character", str(config))
+    raw["name"] = "ok"
+    raw["data"]["stages"][0]["blend"][0]["name"] = name
+    config.write_text(yaml.safe_dump(raw))
+    one_line_error(
+        cli("check-skip", str(staged["skip"]), "--config", str(config)), "control character"
+    )
