@@ -10,6 +10,7 @@ relaunch from the saved checkpoint does.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -27,9 +28,19 @@ from forensics.rebuild import run_rebuild
 from forensics.replay import open_replayer
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The CLI of this checkout (PYTHONPATH: another working directory must not pick up an
+    installed copy)."""
+    env = os.environ | {"PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "forensics.cli", *args], capture_output=True, text=True, cwd=cwd
+        [sys.executable, "-m", "forensics.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
     )
 
 
@@ -261,3 +272,34 @@ def test_control_characters_in_a_config_name_are_refused(
     one_line_error(
         cli("check-skip", str(staged["skip"]), "--config", str(config)), "control character"
     )
+
+
+BASE_ARGS = "--data-path 0.5 data/web 0.5 data/code --seq-length 32 --global-batch-size 8 "
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("--dataloader-type cyclic", "--dataloader-type cyclic is not replayed"),
+        ("--dataloader-type=external", "--dataloader-type external is not replayed"),
+        ("--phase-transition-iterations 100,200", "--phase-transition-iterations (phases"),
+        ("--fim-data", "--fim-data (the FIM dataset"),
+        ("--sft", "--sft (the SFT dataset"),
+        ("--hybrid-context-parallel", "--hybrid-context-parallel (the hybrid"),
+        ("--per-dataset-sequences-path=s.json", "--per-dataset-sequences-path (sequence counts"),
+    ],
+)
+def test_megatron_arguments_that_change_the_order_are_refused(
+    staged: dict, extra: str, needle: str
+) -> None:
+    args = BASE_ARGS + "--train-iters 60 " + extra
+    proc = cli("check-skip", str(staged["skip"]), "--megatron-args", args, cwd=staged["root"])
+    one_line_error(proc, needle)
+
+
+def test_dataloader_type_single_is_the_default_and_accepted(staged: dict) -> None:
+    from forensics.megatron_args import config_from_megatron_args
+
+    argv = shlex.split(BASE_ARGS + "--train-iters 60 --dataloader-type single")
+    config = config_from_megatron_args(argv, cwd=staged["root"])
+    assert [s.display_name for s in config.data.data_stages[0].blend] == ["web", "code"]
