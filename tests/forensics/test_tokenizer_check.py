@@ -1,0 +1,94 @@
+"""A tokenizer that is not the data's, with a vocabulary large enough to decode every id, is
+refused before anything is scored (forensics.spike.tokcheck): the round trip of each sampled
+sequence tells it apart from the run's own.
+
+The data is real text (Python sources of the installed packages) tokenized by one byte-level BPE
+tokenizer; the wrong tokenizer is another, trained on other files, with the same vocabulary size.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+from refusal import one_line_error
+
+from dataloaders.config import load_config
+from dataloaders.megatron.indexed import IndexedDatasetWriter
+from forensics.replay import open_replayer
+from forensics.spike.tokcheck import check_tokenizer
+from forensics_testing.demo.texts import python_files, site_packages
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def train(texts: list[str], path: Path) -> object:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=3000,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    tok.save(str(path))
+    return tok
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("tokrun")
+    files = python_files(site_packages(), seed=3)[:900]
+    texts = [f.read_text(encoding="utf-8", errors="replace")[:4000] for f in files]
+    texts = [t for t in texts if len(t) > 200]
+    right = train(texts[:300], root / "right.json")
+    train(texts[300:600], root / "wrong.json")
+    with IndexedDatasetWriter(root / "src", np.uint16) as writer:
+        for text in texts[600:]:
+            ids = right.encode(text).ids + [0]  # --append-eod
+            writer.add_document(np.asarray(ids, dtype=np.uint16), [len(ids)])
+    raw = {
+        "data": {
+            "format": "megatron",
+            "seq_length": 64,
+            "split": "100,0,0",
+            "blend": [{"prefix": "src", "name": "src"}],
+        },
+        "training": {"global_batch_size": 4, "train_iters": 40},
+        "tokenizer": "right.json",
+    }
+    (root / "right.yaml").write_text(yaml.safe_dump(raw))
+    (root / "wrong.yaml").write_text(yaml.safe_dump(raw | {"tokenizer": "wrong.json"}))
+    return {"root": root}
+
+
+def distinct(replayer) -> pl.DataFrame:
+    table = replayer.replay(1, 20, text=False, progress=False)
+    return table.select("dataset", "doc_id").unique().sort("dataset", "doc_id")
+
+
+def test_the_runs_tokenizer_round_trips(run: dict) -> None:
+    config = load_config(run["root"] / "right.yaml")
+    replayer = open_replayer(config)
+    assert check_tokenizer(replayer, distinct(replayer), config.tokenizer) > 0.95
+
+
+def test_another_tokenizer_of_the_same_size_is_refused_naming_it(run: dict) -> None:
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    config = str(run["root"] / "wrong.yaml")
+    proc = subprocess.run(
+        [sys.executable, "-m", "forensics.cli", "spike", "--config", config, "--step", "30", "--window", "10", "--out", str(run["root"] / "spike"), "--quiet"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    one_line_error(proc, str(run["root"] / "wrong.json"), "re-encode to their own ids")
+    assert not (run["root"] / "spike" / "report.md").exists()
