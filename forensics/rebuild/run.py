@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ import polars as pl
 from dataloaders.atomic import write_parquet_atomic
 from dataloaders.config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
+from forensics.inputs_guard import check_unchanged
 from forensics.outputs import check_output_dir, hold_lock, publish, run_inputs
 from forensics.rebuild.plan import RebuildPlan, plan_rebuild
 from forensics.skip.plan import SkipPlan
@@ -136,37 +139,55 @@ def run_rebuild(
 ) -> RebuildResult:
     """The whole command; every refusal comes before anything is written. `keep`: the weight
     recipe of a rebuilt dataset (forensics.rebuild.plan.RECIPES)."""
+    from forensics.inputs_guard import input_stats
     from forensics.skip.validate import validate_for_run
 
+    inputs = input_stats(config)
     skip = SkipPlan.read(skip_file)
     result_notes = validate_for_run(skip_file, skip, config)
     out = Path(out) if out is not None else skip_file.parent.parent / f"rebuild-{skip.step}"
     out = out.resolve()
     if config.data.format != "megatron":
-        result = run_file_rebuild(skip, skip_file, config, out, force)
+        result = run_file_rebuild(skip, skip_file, config, out, force, inputs)
         result.notes = result_notes
         return result
     plan = plan_rebuild(config, skip, out, keep)
     raw = rebuilt_config_checked(config, plan, out)
     names = output_names(plan)
     check_outputs(out, config, names, force)
-    lock = hold_lock(out / ".cache", "forensics rebuild")
-    staging = out / ".cache" / "staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    result = RebuildResult(out=out, plan=plan, notes=result_notes)
-    result.counts = write_datasets(plan, staging)
     from forensics.rebuild.texts import write_texts
 
-    result.summary = write_texts(plan, raw, result.counts, staging, skip_file, out)
-    publish(staging, out, previous_outputs(out))
+    result = RebuildResult(out=out, plan=plan, notes=result_notes)
+    with staged(out) as staging:
+        result.counts = write_datasets(plan, staging)
+        result.summary = write_texts(plan, raw, result.counts, staging, skip_file, out)
+        check_unchanged(config, inputs, "rebuild")
+        publish(staging, out, previous_outputs(out))
     verify_published(out / CONFIG_FILE)
-    lock.close()
     return result
 
 
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """The staging folder under `out`, held under the rebuild's lock. A rebuild that fails or
+    is interrupted before it publishes leaves nothing: the staged files go, and so does `out`
+    when this rebuild created it."""
+    created = not out.exists()
+    lock = hold_lock(out / ".cache", "forensics rebuild")
+    staging = out / ".cache" / "staging"
+    try:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        yield staging
+    except BaseException:
+        lock.close()
+        shutil.rmtree(out if created else staging, ignore_errors=True)
+        raise
+    lock.close()
+
+
 def run_file_rebuild(
-    skip: SkipPlan, skip_file: Path, config: RunConfig, out: Path, force: bool
+    skip: SkipPlan, skip_file: Path, config: RunConfig, out: Path, force: bool, inputs: Any
 ) -> RebuildResult:
     """A file-based run (forensics.rebuild.files): the rebuilt config without the blocked files,
     the new stream folders, the restart lines; refused in one line for part of a file."""
@@ -181,16 +202,13 @@ def run_file_rebuild(
     check_outputs(
         out, config, ["rebuild.json", "rebuild.md", CONFIG_FILE, *plan.restart, *folders], force
     )
-    lock = hold_lock(out / ".cache", "forensics rebuild")
-    staging = out / ".cache" / "staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     result = RebuildResult(out=out, plan=plan, counts=plan.counts())  # type: ignore[arg-type]
-    stage_files(plan, config, staging)
-    result.summary = write_file_texts(plan, raw, staging, skip_file, out)
-    publish(staging, out, previous_outputs(out))  # replaces an earlier rebuild's stream folders
+    with staged(out) as staging:
+        stage_files(plan, config, staging)
+        result.summary = write_file_texts(plan, raw, staging, skip_file, out)
+        check_unchanged(config, inputs, "rebuild")
+        publish(staging, out, previous_outputs(out))  # replaces an earlier rebuild's folders
     verify_published(out / CONFIG_FILE)
-    lock.close()
     return result
 
 

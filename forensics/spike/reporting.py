@@ -150,5 +150,8 @@ def report_stage(
         report.provenance = skip.provenance or None
         blocked = sum(len(v) for v in skip.documents.values())
         report.incident = incident_for_report(run, events, exposure, ahead, blocked)
+        from forensics.inputs_guard import check_unchanged
+
+        check_unchanged(run.config, run.inputs, "spike")
         publish_outputs(report, skip, run.cache, run.out)
     return report

@@ -27,7 +27,6 @@ from forensics.errors import ForensicsError
 from forensics.rebuild import run_rebuild
 from forensics.replay import open_replayer
 
-
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -303,3 +302,34 @@ def test_dataloader_type_single_is_the_default_and_accepted(staged: dict) -> Non
     argv = shlex.split(BASE_ARGS + "--train-iters 60 --dataloader-type single")
     config = config_from_megatron_args(argv, cwd=staged["root"])
     assert [s.display_name for s in config.data.data_stages[0].blend] == ["web", "code"]
+
+
+@pytest.mark.parametrize("accident", ["rewritten", "interrupted"])
+def test_a_rebuild_that_fails_midway_leaves_nothing(
+    staged: dict, tmp_path: Path, monkeypatch, accident: str
+) -> None:
+    import shutil
+
+    import forensics.rebuild.run as rebuild_run
+
+    root = tmp_path / "run"
+    shutil.copytree(staged["root"], root, ignore=shutil.ignore_patterns("rebuild"))
+    real = rebuild_run.write_datasets
+
+    def midway(*args, **kwargs):
+        done = real(*args, **kwargs)
+        if accident == "interrupted":
+            raise KeyboardInterrupt
+        code = root / "data" / "code.bin"
+        code.write_bytes(code.read_bytes()[::-1])  # same size, other bytes
+        return done
+
+    monkeypatch.setattr(rebuild_run, "write_datasets", midway)
+    skip, config = root / "spike-36" / "skip.json", load_config(root / "forensics.yaml")
+    if accident == "interrupted":
+        with pytest.raises(KeyboardInterrupt):
+            run_rebuild(skip, config, tmp_path / "o")
+    else:
+        with pytest.raises(ForensicsError, match="code.bin: changed while forensics rebuild ran"):
+            run_rebuild(skip, config, tmp_path / "o")
+    assert not (tmp_path / "o").exists()

@@ -87,8 +87,39 @@ def test_another_tokenizer_of_the_same_size_is_refused_naming_it(run: dict) -> N
     env = os.environ | {"PYTHONPATH": str(REPO)}
     config = str(run["root"] / "wrong.yaml")
     proc = subprocess.run(
-        [sys.executable, "-m", "forensics.cli", "spike", "--config", config, "--step", "30", "--window", "10", "--out", str(run["root"] / "spike"), "--quiet"],
+        [sys.executable, "-m", "forensics.cli", "spike", "--config", config, "--step", "30",
+         "--window", "10", "--out", str(run["root"] / "spike"), "--quiet"],
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     one_line_error(proc, str(run["root"] / "wrong.json"), "re-encode to their own ids")
     assert not (run["root"] / "spike" / "report.md").exists()
+
+
+def rewrite_same_size(path: Path) -> None:
+    """Rewrite a data file in place with other bytes of the same length (a re-export)."""
+    data = bytearray(path.read_bytes())
+    data[: len(data) // 2] = bytes(reversed(data[: len(data) // 2]))
+    path.write_bytes(bytes(data))
+
+
+def test_data_rewritten_during_a_spike_is_refused(run: dict, monkeypatch, tmp_path: Path) -> None:
+    import shutil
+
+    import forensics.spike.run as spike_run
+    from forensics.errors import ForensicsError
+    from forensics.spike import SpikeOptions, run_spike
+
+    root = tmp_path / "copy"
+    shutil.copytree(run["root"], root, ignore=shutil.ignore_patterns("spike*"))
+    real = spike_run.exposure_stage
+
+    def rewriting(*args, **kwargs):
+        rewrite_same_size(root / "src.bin")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(spike_run, "exposure_stage", rewriting)
+    options = SpikeOptions(step=30, window=10, embed_cap=0, progress=False)
+    with pytest.raises(ForensicsError, match="src.bin: changed while forensics spike ran"):
+        run_spike(root / "right.yaml", root / "spike", options)
+    assert not (root / "spike" / "report.md").exists()
+    assert not (root / "spike" / "skip.json").exists()
