@@ -1,6 +1,7 @@
-"""A tokenizer that is not the data's, with a vocabulary large enough to decode every id, is
-refused before anything is scored (forensics.spike.tokcheck): the round trip of each sampled
-sequence tells it apart from the run's own.
+"""Inputs that look right but are not: a tokenizer that is not the data's, with a vocabulary
+large enough to decode every id, is refused before anything is scored (forensics.spike.tokcheck:
+the round trip of each sampled sequence tells it apart from the run's own); data rewritten while
+a spike runs is refused; a manifest from a reordered JSONL is refused, nulls in a facet warned.
 
 The data is real text (Python sources of the installed packages) tokenized by one byte-level BPE
 tokenizer; the wrong tokenizer is another, trained on other files, with the same vocabulary size.
@@ -8,6 +9,7 @@ tokenizer; the wrong tokenizer is another, trained on other files, with the same
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -53,6 +55,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     texts = [t for t in texts if len(t) > 200]
     right = train(texts[:300], root / "right.json")
     train(texts[300:600], root / "wrong.json")
+    with (root / "src.jsonl").open("w") as jsonl:
+        for i, text in enumerate(texts[600:]):
+            record = {"text": text, "source": f"s{i % 3}", "url": None if i in (4, 9) else f"u{i}"}
+            jsonl.write(json.dumps(record) + "\n")
     with IndexedDatasetWriter(root / "src", np.uint16) as writer:
         for text in texts[600:]:
             ids = right.encode(text).ids + [0]  # --append-eod
@@ -123,3 +129,34 @@ def test_data_rewritten_during_a_spike_is_refused(run: dict, monkeypatch, tmp_pa
         run_spike(root / "right.yaml", root / "spike", options)
     assert not (root / "spike" / "report.md").exists()
     assert not (root / "spike" / "skip.json").exists()
+
+
+def manifest_cli(root: Path, jsonl: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "forensics.cli", "manifest", str(jsonl), "--prefix",
+         str(root / "src"), *extra],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+
+
+def test_manifest_of_the_jsonl_in_order_is_written_and_nulls_are_warned(
+    run: dict, tmp_path: Path
+) -> None:
+    out = tmp_path / "m.parquet"
+    proc = manifest_cli(run["root"], run["root"] / "src.jsonl", "--fields", "source,url", "--out",
+                        str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: url is missing in 2 of" in proc.stderr and "(first: line 5, 10)" in proc.stderr
+    assert pl.read_parquet(out).columns == ["doc_id", "source", "url"]
+
+
+def test_manifest_of_a_reordered_jsonl_is_refused(run: dict, tmp_path: Path) -> None:
+    lines = (run["root"] / "src.jsonl").read_text().splitlines(keepends=True)
+    shuffled = tmp_path / "shuffled.jsonl"
+    order = np.random.default_rng(1).permutation(len(lines))
+    shuffled.write_text("".join(lines[i] for i in order))
+    out = tmp_path / "m.parquet"
+    proc = manifest_cli(run["root"], shuffled, "--fields", "source", "--out", str(out))
+    one_line_error(proc, str(shuffled), "not in the order preprocess_data.py read them")
+    assert not out.exists()
