@@ -61,6 +61,8 @@ def read_jsonl_fields(path: Path, fields: list[str], text_key: str = "text") -> 
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise ForensicsError(f"{path}:{number}: not JSON ({err.msg})") from None
+                except RecursionError:
+                    raise ForensicsError(f"{path}:{number}: JSON nested too deeply") from None
                 if not isinstance(record, dict):
                     raise ForensicsError(f"{path}:{number}: expected a JSON object per line")
                 for f in fields:

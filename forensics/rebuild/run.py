@@ -226,7 +226,7 @@ def previous_outputs(out: Path) -> list[str]:
     --force rerun removes the ones it no longer writes and nothing else."""
     try:
         files = json.loads((out / SUMMARY_FILE).read_text()).get("files", [])
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return list(FIXED_FILES)
     return [f for f in files if isinstance(f, str) and "/" not in f] + list(FIXED_FILES)
 
