@@ -333,3 +333,97 @@ def test_a_rebuild_that_fails_midway_leaves_nothing(
         with pytest.raises(ForensicsError, match="code.bin: changed while forensics rebuild ran"):
             run_rebuild(skip, config, tmp_path / "o")
     assert not (tmp_path / "o").exists()
+
+
+def triage_log(tmp_path: Path, n: int = 3000) -> Path:
+    from forensics_testing import loss_curves
+
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(loss_curves.megatron_lines(loss_curves.make("malignant_step", n=n))))
+    return log
+
+
+def test_a_checkpoint_every_50_iterations_is_a_list_not_a_path(tmp_path: Path) -> None:
+    every = ",".join(str(i) for i in range(50, 2801, 50))
+    proc = cli("triage", str(triage_log(tmp_path)), "--out", str(tmp_path / "t"),
+               "--checkpoints", every)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = json.loads((tmp_path / "t" / "events.json").read_text())
+    assert events, "triage found nothing on a malignant curve"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "needle"),
+    [
+        ("--grad-factor", "nan", "--grad-factor nan: must be a finite number"),
+        ("--grad-factor", "0.5", "--grad-factor 0.5: must be above 1"),
+        ("--z-threshold", "-1", "--z-threshold -1.0: must be positive"),
+        ("--z-threshold", "inf", "--z-threshold inf: must be a finite number"),
+    ],
+)
+def test_detector_thresholds_that_never_fire_are_refused(
+    tmp_path: Path, option: str, value: str, needle: str
+) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(" iteration        1/    10 | lm loss: 5.0E+00 |\n")
+    proc = cli("triage", str(log), "--out", str(tmp_path / "t"), option, value)
+    one_line_error(proc, needle)
+    assert not (tmp_path / "t").exists()
+
+
+def test_embed_cap_below_zero_is_refused(staged: dict, tmp_path: Path) -> None:
+    proc = cli("spike", "--config", str(staged["config"]), "--step", "36", "--window", "5",
+               "--embed-cap", "-1", "--out", str(tmp_path / "s"))  # fmt: skip
+    one_line_error(proc, "--embed-cap -1: must be >= 0")
+    assert not (tmp_path / "s").exists()
+
+
+def test_triage_refuses_a_fifo_and_a_pipe_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.run(
+        [sys.executable, "-m", "forensics.cli", "triage", str(fifo), "--out", str(tmp_path / "t")],
+        capture_output=True, text=True, timeout=60, env=os.environ | {"PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    one_line_error(proc, str(fifo), "a FIFO or pipe; triage reads a log file")
+    piped = subprocess.run(
+        [sys.executable, "-m", "forensics.cli", "triage", "/dev/stdin", "--out",
+         str(tmp_path / "t")],
+        input=" iteration        1/    10 | lm loss: 5.0E+00 |\n", capture_output=True, text=True,
+        timeout=60, env=os.environ | {"PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    one_line_error(piped, "/dev/stdin", "a FIFO or pipe")
+
+
+def test_deeply_nested_json_is_refused_in_one_line(staged: dict, tmp_path: Path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    skip = tmp_path / "skip.json"
+    skip.write_text(deep)
+    for command in (("check-skip",), ("rebuild", "--out", str(tmp_path / "o"))):
+        proc = cli(command[0], str(skip), "--config", str(staged["config"]), *command[1:])
+        one_line_error(proc, str(skip), "nested too deeply")
+    jsonl = tmp_path / "deep.jsonl"
+    jsonl.write_text('{"a": 1}\n' + deep + "\n")
+    proc = cli("manifest", str(jsonl), "--fields", "a", "--out", str(tmp_path / "m.parquet"))
+    one_line_error(proc, f"{jsonl}:2", "nested too deeply")
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        ("seed: 010", "010 has a leading zero, which YAML reads as an octal number"),
+        ("name: first\nname: second", "key 'name' is given twice in one mapping"),
+    ],
+)
+def test_yaml_that_reads_other_than_it_looks_is_refused(
+    staged: dict, tmp_path: Path, edit: str, needle: str
+) -> None:
+    text = staged["config"].read_text()
+    if edit.startswith("seed"):
+        text = text.replace(f"seed: {SEED}", edit)
+    else:
+        text = text.replace("name: staged", edit)
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    proc = cli("check-skip", str(staged["skip"]), "--config", str(config))
+    one_line_error(proc, str(config), needle)

@@ -160,3 +160,22 @@ def test_manifest_of_a_reordered_jsonl_is_refused(run: dict, tmp_path: Path) -> 
     proc = manifest_cli(run["root"], shuffled, "--fields", "source", "--out", str(out))
     one_line_error(proc, str(shuffled), "not in the order preprocess_data.py read them")
     assert not out.exists()
+
+
+def test_a_spike_past_the_logs_end_is_warned(run: dict, tmp_path: Path) -> None:
+    import shutil
+
+    from forensics.spike import SpikeOptions, run_spike
+    from forensics_testing import loss_curves
+
+    root = tmp_path / "copy"
+    shutil.copytree(run["root"], root, ignore=shutil.ignore_patterns("spike*"))
+    lines = loss_curves.megatron_lines(loss_curves.make("malignant_step", n=20))
+    (root / "train.log").write_text("\n".join(lines) + "\n")
+    raw = yaml.safe_load((root / "right.yaml").read_text()) | {"log": "train.log"}
+    (root / "logged.yaml").write_text(yaml.safe_dump(raw))
+    options = SpikeOptions(step=30, window=10, embed_cap=0, progress=False)
+    result = run_spike(root / "logged.yaml", root / "spike", options)
+    warning = "the spike step 30 is past the training log's last iteration (20)"
+    assert any(warning in note for note in result.notes), result.notes
+    assert warning.replace("(20)", r"\(20\)") in (root / "spike" / "report.md").read_text()
