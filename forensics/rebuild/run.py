@@ -6,8 +6,11 @@ From a spike directory's `skip.json` and the run config it was made for, it writ
     <prefix>.manifest.parquet    provenance of the copy: doc_id (new), original_doc_id, facets
     rebuilt.yaml                 the rebuilt run's config: `forensics replay --config` on it gives
                                  the data order of the restart (the original before it)
-    data_path.txt                the restart's `--data-path` line, flags only
-    restart-rebuilt.flags        the checkpoint pin (where it is a flag) and `--data-path`
+    restart-rebuilt.flags        the first launch of the restart: the checkpoint pin (where it
+                                 is a flag), `--data-path` and, when a later data stage
+                                 follows, `--exit-interval` (forensics.rebuild.launches)
+    restart-rebuilt-from-S.flags one more launch per later data stage, from iteration S
+    data_path.txt, data_path-from-S.txt   each launch's `--data-path` line alone
     rebuild.json / rebuild.md    what was removed, the new blends, and what changes
 
 A Hugging Face, OLMo-core or MosaicML streaming run whose block list is whole files gets
@@ -140,8 +143,11 @@ def run_rebuild(
     """The whole command; every refusal comes before anything is written. `keep`: the weight
     recipe of a rebuilt dataset (forensics.rebuild.plan.RECIPES)."""
     from forensics.inputs_guard import input_stats
+    from forensics.rebuild.plan import RECIPES
     from forensics.skip.validate import validate_for_run
 
+    if keep not in RECIPES:
+        raise ForensicsError(f"--keep {keep!r}: give one of {', '.join(RECIPES)}")
     inputs = input_stats(config)
     skip = SkipPlan.read(skip_file)
     result_notes = validate_for_run(skip_file, skip, config)

@@ -427,3 +427,37 @@ def test_yaml_that_reads_other_than_it_looks_is_refused(
     config.write_text(text)
     proc = cli("check-skip", str(staged["skip"]), "--config", str(config))
     one_line_error(proc, str(config), needle)
+
+
+def test_keep_passes_draws_each_remaining_document_as_often(
+    staged: dict, tmp_path: Path, megatron_build
+) -> None:
+    proc = cli("rebuild", str(staged["skip"]), "--config", str(staged["config"]), "--out",
+               str(tmp_path / "o"), "--keep", "passes")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stdout.split())
+    assert "Chosen: --keep passes" in said and "The alternative, --keep share" in said
+    row = json.loads((tmp_path / "o" / "rebuild.json").read_text())["datasets"]["crawl"]
+    kept = row["tokens_kept"] / (row["tokens_kept"] + row["tokens_removed"])
+    new, old = (parse_launch(tmp_path / "o" / "restart-rebuilt-from-31.flags"),
+                parse_launch(staged["out"] / "restart-rebuilt-from-31.flags"))  # fmt: skip
+    assert sum(new["weights"]) == pytest.approx(sum(old["weights"]), rel=1e-5)
+    shares = []
+    for launch in (old, new):  # share of the stage's samples drawn from crawl, by megatron-core
+        (blend, _, _) = megatron_build(
+            launch["prefixes"], launch["weights"], [ITERS * GBS, 0, 0],
+            seed=SEED, seq_length=SEQ, split=SPLIT,
+        )  # fmt: skip
+        k = next(i for i, p in enumerate(launch["prefixes"]) if "web_text_document" in p)
+        shares.append(float(np.mean(np.asarray(blend.dataset_index) == k)))
+    # samples per token of the dataset: the same before and after (passes kept)
+    assert shares[1] / kept == pytest.approx(shares[0], rel=0.02), (shares, kept)
+    default = json.loads((staged["out"] / "rebuild.json").read_text())
+    assert default["keep"] == "share" and "Chosen: --keep share" in " ".join(default["notes"])
+
+
+def test_an_unknown_recipe_is_refused(staged: dict, tmp_path: Path) -> None:
+    proc = cli("rebuild", str(staged["skip"]), "--config", str(staged["config"]), "--out",
+               str(tmp_path / "o"), "--keep", "tokens")  # fmt: skip
+    one_line_error(proc, "--keep 'tokens': give one of share, passes")
+    assert not (tmp_path / "o").exists()
