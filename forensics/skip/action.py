@@ -117,12 +117,24 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
     if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)
         action["rebuild_out"] = str(Path(out).parent / f"rebuild-{skip.step}")
         name, what, flags = REBUILD_RESTART[getattr(config.data, "format", "megatron")]
+        later = later_stages(config, int(skip.rollback["iteration"]) + 1)
+        if later:  # Megatron-LM reads one --data-path per launch (forensics.rebuild.launches)
+            what += (
+                f", for launch 1 of {len(later) + 1}; each later data stage (from iteration "
+                f"{', '.join(map(str, later))}) gets its own launch file: see rebuild.md"
+            )
         action |= {
             "restart_file": f"{action['rebuild_out']}/{name}",
             "restart_holds": what,
             "restart_is_flags": flags,
         }
     return action
+
+
+def later_stages(config: Any, resume: int) -> list[int]:
+    """First iterations of the Megatron data stages that start after `resume`."""
+    stages = getattr(config.data, "data_stages", None) or []
+    return [int(s.start_iteration) for s in stages if int(s.start_iteration) > resume]
 
 
 def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:

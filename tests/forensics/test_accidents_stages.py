@@ -461,3 +461,15 @@ def test_an_unknown_recipe_is_refused(staged: dict, tmp_path: Path) -> None:
                str(tmp_path / "o"), "--keep", "tokens")  # fmt: skip
     one_line_error(proc, "--keep 'tokens': give one of share, passes")
     assert not (tmp_path / "o").exists()
+
+
+def test_the_spikes_action_says_the_restart_is_several_launches(staged: dict) -> None:
+    from forensics.skip.action import action_for_plan, rebuild_restart
+    from forensics.skip.plan import SkipPlan
+
+    skip = SkipPlan.read(staged["skip"])
+    skip.ahead = {"share_of_remaining_samples": 0.3, "iterations_holding_it": 20, "iterations": 30}
+    action = action_for_plan(skip, load_config(staged["config"]), staged["skip"].parent)
+    assert action["kind"] == "rebuild", action
+    said = rebuild_restart(action)
+    assert "for launch 1 of 2" in said and "from iteration 31" in said, said
