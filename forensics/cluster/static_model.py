@@ -33,12 +33,27 @@ PCA_DIMS = 256
 MAX_TOKENS = 512
 
 
-def model_root() -> Path:
-    """Where distilled models live."""
+def model_roots() -> list[Path]:
+    """Where distilled models may live, in order: $FORENSICS_MODEL_DIR, else
+    $XDG_CACHE_HOME/forensics/models, ~/.cache/forensics/models and the account's home from
+    the password database (a job started with HOME unset, empty or pointing elsewhere still
+    finds the model the install distilled, instead of distilling it again)."""
     if os.environ.get("FORENSICS_MODEL_DIR"):
-        return Path(os.environ["FORENSICS_MODEL_DIR"])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "forensics" / "models"
+        return [Path(os.environ["FORENSICS_MODEL_DIR"])]
+    homes = []
+    if os.environ.get("XDG_CACHE_HOME"):
+        homes.append(Path(os.environ["XDG_CACHE_HOME"]))
+    home = os.environ.get("HOME")
+    if home and os.path.isabs(home):
+        homes.append(Path(home) / ".cache")
+    try:
+        import pwd
+
+        homes.append(Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache")
+    except (ImportError, KeyError):
+        pass
+    roots = [h / "forensics" / "models" for h in homes]
+    return list(dict.fromkeys(roots)) or [Path.cwd() / ".forensics-models"]
 
 
 def _source_model() -> Path:
@@ -75,7 +90,10 @@ def static_model_dir(source: Path | None = None) -> Path:
     key = hashlib.blake2b(
         f"{source.resolve()}|{size}|{m2v}|{PCA_DIMS}".encode(), digest_size=6
     ).hexdigest()
-    return model_root() / f"minilm-l6-static-{PCA_DIMS}-{key}"
+    name = f"minilm-l6-static-{PCA_DIMS}-{key}"
+    roots = model_roots()
+    found = [r / name for r in roots if (r / name / "model.safetensors").is_file()]
+    return found[0] if found else roots[0] / name
 
 
 def ensure_static_model(source: Path | None = None, quiet: bool = False) -> Path:

@@ -473,3 +473,25 @@ def test_the_spikes_action_says_the_restart_is_several_launches(staged: dict) ->
     assert action["kind"] == "rebuild", action
     said = rebuild_restart(action)
     assert "for launch 1 of 2" in said and "from iteration 31" in said, said
+
+
+def test_a_distilled_model_is_found_when_home_points_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("model2vec")
+    from forensics.cluster.static_model import static_model_dir
+
+    source = tmp_path / "minilm"
+    source.mkdir()
+    monkeypatch.delenv("FORENSICS_MODEL_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    where = static_model_dir(source)
+    assert where.parent == tmp_path / "xdg" / "forensics" / "models"  # nothing yet: the first
+    installed = tmp_path / "home" / ".cache" / "forensics" / "models" / where.name
+    installed.mkdir(parents=True)
+    (installed / "model.safetensors").write_bytes(b"x")
+    assert static_model_dir(source) == installed  # found, not distilled again under xdg
+    monkeypatch.setenv("HOME", "")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert static_model_dir(source).is_absolute()  # never a folder relative to the cwd
