@@ -495,3 +495,13 @@ def test_a_distilled_model_is_found_when_home_points_elsewhere(
     monkeypatch.setenv("HOME", "")
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert static_model_dir(source).is_absolute()  # never a folder relative to the cwd
+
+
+def test_an_output_path_with_a_newline_is_refused(staged: dict, tmp_path: Path) -> None:
+    out = tmp_path / "a\nFIRST: rm -rf ~"
+    proc = cli("rebuild", str(staged["skip"]), "--config", str(staged["config"]), "--out", str(out))
+    one_line_error(proc, "holds a control character ('\\n')")
+    spike = cli("spike", "--config", str(staged["config"]), "--step", "36", "--window", "5",
+                "--out", str(out))  # fmt: skip
+    one_line_error(spike, "holds a control character")
+    assert not out.exists()
