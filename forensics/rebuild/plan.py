@@ -155,6 +155,8 @@ def reweighted(blend: list[dict[str, Any]], plan: RebuildPlan) -> list[dict[str,
         return blend
     total = sum(float(e["weight"]) for e in blend)
     rebuilt = [e for e in blend if e.get("source_name") in plan.kept_tokens]
+    if not rebuilt:  # nothing lost here: the blend (and so the order) stays the original's
+        return blend
     others = [e for e in blend if e not in rebuilt]
     lowered = sum(float(e["weight"]) * plan.kept_tokens[e["source_name"]] for e in rebuilt)
     rest = sum(float(e["weight"]) for e in others)

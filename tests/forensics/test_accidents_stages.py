@@ -442,6 +442,8 @@ def test_keep_passes_draws_each_remaining_document_as_often(
     new, old = (parse_launch(tmp_path / "o" / "restart-rebuilt-from-31.flags"),
                 parse_launch(staged["out"] / "restart-rebuilt-from-31.flags"))  # fmt: skip
     assert sum(new["weights"]) == pytest.approx(sum(old["weights"]), rel=1e-5)
+    first = "restart-rebuilt.flags"  # the stage without a rebuilt dataset keeps its blend
+    assert (tmp_path / "o" / first).read_text() == (staged["out"] / first).read_text()
     shares = []
     for launch in (old, new):  # share of the stage's samples drawn from crawl, by megatron-core
         (blend, _, _) = megatron_build(
