@@ -10,6 +10,9 @@ do with it, not about how the documents were blamed.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,22 @@ from dataloaders.schedule import Schedule
 from forensics.replay import open_replayer
 from forensics.skip import json_fingerprint
 from forensics.skip.plan import SkipPlan, plan_flags
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The CLI of this checkout (PYTHONPATH: another working directory must not pick up an
+    installed copy)."""
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "forensics.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+    )
+
 
 GBS, SEQ, ITERS, SWITCH, STEP, ROLLBACK = 8, 32, 60, 31, 36, 20
 SPLIT = "90,8,2"
