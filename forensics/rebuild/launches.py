@@ -53,12 +53,11 @@ class Launch:
 
     def describe(self) -> str:
         """One line: which iterations, from which checkpoint, how it stops."""
-        span = f"iterations {self.first}-{self.last}" if self.last else f"iterations {self.first}-"
-        stop = (
-            f"stops after iteration {self.last} (--exit-interval {self.last}, saving a checkpoint)"
-            if self.last
-            else "trains to the end of the run"
-        )
+        if self.last:
+            span = f"iterations {self.first}-{self.last}"
+            stop = f"stops after iteration {self.last} (--exit-interval, saving a checkpoint)"
+        else:
+            span, stop = f"iterations {self.first} to the end", "trains to the end of the run"
         order = "new data order" if self.changed else "the original data order (blend unchanged)"
         return f"{span}: loads checkpoint {self.load}, {stop}; {order}"
 
@@ -120,7 +119,7 @@ def launches_note(launches: list[Launch]) -> str:
     first_new = next((x.first for x in launches if x.changed), None)
     if not kept:
         return ""
-    spans = ", ".join(f"{x.first}-{x.last}" if x.last else f"{x.first}-" for x in kept)
+    spans = ", ".join(f"{x.first}-{x.last}" if x.last else f"{x.first} on" for x in kept)
     return (
         f"Iterations {spans} keep the original run's batches (their blend holds no rebuilt "
         "dataset, so Megatron builds the same indices)"

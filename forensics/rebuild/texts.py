@@ -43,7 +43,8 @@ def order_note(plan: RebuildPlan, out: Path, counts: dict[str, dict[str, Any]]) 
         f"The data order changes from iteration {first_new} on: Megatron builds new blend and "
         "shuffle indices for a new --data-path, so the batches of every launch with a rebuilt "
         "dataset differ from the original run's (global sample c is the new blend's sample c). "
-        f"Iterations up to {rb} are unchanged. Replay the new order: forensics replay --config "
+        f"Iterations up to {max(rb, first_new - 1)} are unchanged. Replay the new order: "
+        "forensics replay --config "
         f"{config} --step STEP --window W.",
     ]
     kept = launches_note(plan.launches)
@@ -51,8 +52,8 @@ def order_note(plan: RebuildPlan, out: Path, counts: dict[str, dict[str, Any]]) 
         notes.append(kept)
     if len(plan.launches) > 1:
         notes.append(
-            f"The restart is {len(plan.launches)} launches, one per data stage, in order: "
-            + "; ".join(f"{x.file}: {x.describe()}" for x in plan.launches)
+            f"The restart is {len(plan.launches)} launches, one per data stage, run in order: "
+            + ", ".join(x.file for x in plan.launches)
             + ". Keep --train-iters and --save as they are (--train-iters sizes the blend's "
             "indices; --exit-interval saves the checkpoint the next launch loads)."
         )

@@ -130,6 +130,7 @@ def test_rebuild_says_which_iterations_keep_their_order(staged: dict) -> None:
     summary = json.loads((staged["out"] / "rebuild.json").read_text())
     md = (staged["out"] / "rebuild.md").read_text()
     assert summary["notes"][0].startswith("The data order changes from iteration 31 on")
+    assert "Iterations up to 30 are unchanged" in summary["notes"][0]
     assert "Iterations 21-30 keep the original run's batches" in summary["notes"][1]
     assert "every batch of the restart differs" not in md
     first, second = summary["launches"]
@@ -147,7 +148,7 @@ def test_rebuild_terminal_shows_every_launch(staged: dict, tmp_path: Path) -> No
         str(tmp_path / "o"),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "launch 2, iterations 31-: loads checkpoint 30" in proc.stdout, proc.stdout
+    assert "launch 2, iterations 31 to the end: loads checkpoint 30" in proc.stdout, proc.stdout
     assert "--exit-interval 30" in proc.stdout and "restart-rebuilt-from-31.flags" in proc.stdout
 
 
