@@ -12,8 +12,9 @@ flags of Megatron-LM's `pretrain_gpt.py` and ignores the hundreds of others:
 Arguments that change the order in a way the replay does not model are refused in one line
 (UNSUPPORTED, and --dataloader-type other than single): a replay without them would name other
 batches. Megatron's defaults apply when a flag is absent (seed 1234, split "969, 30, 1").
-The manifest of prefix P defaults to `P.manifest.parquet` when that file exists. `--megatron-args` takes the
-string, or `@FILE` to read it from a file (newlines and backslash-continuations are fine).
+The manifest of prefix P defaults to `P.manifest.parquet` when that file exists.
+`--megatron-args` takes the string, or `@FILE` to read it from a file (newlines and
+backslash-continuations are fine).
 """
 
 from __future__ import annotations
