@@ -127,8 +127,17 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
             "restart_file": f"{action['rebuild_out']}/{name}",
             "restart_holds": what,
             "restart_is_flags": flags,
+            "restart_needs_eval": flags and needs_quotes(config, action["rebuild_out"]),
         }
     return action
+
+
+def needs_quotes(config: Any, rebuild_out: str) -> bool:
+    """Whether the rebuild's flags will hold a quoted path (a space, `$`, a quote in the output
+    folder or a data prefix): `$(cat FILE)` splits such a word, `eval` keeps it whole."""
+    stages = getattr(config.data, "data_stages", None) or []
+    paths = [rebuild_out] + [str(s.prefix) for st in stages for s in st.blend]
+    return any(shlex.quote(p) != p for p in paths)
 
 
 def later_stages(config: Any, resume: int) -> list[int]:
@@ -145,7 +154,12 @@ def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
     file = action.get("restart_file") or default
     what = action.get("restart_holds") or REBUILD_RESTART["megatron"][1]
     shown = shlex.quote(str(file))
-    text = f"with $(cat {shown})" if action.get("restart_is_flags", True) else f"with {shown}"
+    if not action.get("restart_is_flags", True):
+        text = f"with {shown}"
+    elif action.get("restart_needs_eval"):  # quoted paths: $(cat) would split them
+        text = f'with eval "<your launch command> $(cat {shown})"'
+    else:
+        text = f"with $(cat {shown})"
     return f"{text} ({what})" if say_what else text
 
 

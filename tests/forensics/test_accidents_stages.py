@@ -323,3 +323,19 @@ def test_the_spikes_action_says_the_restart_is_several_launches(staged: dict) ->
     assert action["kind"] == "rebuild", action
     said = rebuild_restart(action)
     assert "for launch 1 of 2" in said and "from iteration 31" in said, said
+
+
+def test_the_spikes_action_uses_eval_where_the_flags_will_hold_quotes(
+    staged: dict, tmp_path: Path
+) -> None:
+    from forensics.skip.action import action_for_plan, rebuild_restart
+    from forensics.skip.plan import SkipPlan
+
+    skip = SkipPlan.read(staged["skip"])
+    skip.ahead = {"share_of_remaining_samples": 0.3, "iterations_holding_it": 20, "iterations": 30}
+    config = load_config(staged["config"])
+    plain = action_for_plan(skip, config, tmp_path / "runs" / "spike-36")
+    assert rebuild_restart(plain, say_what=False).startswith("with $(cat ")
+    spaced = action_for_plan(skip, config, tmp_path / "my runs" / "spike-36")
+    said = rebuild_restart(spaced, say_what=False)
+    assert said.startswith('with eval "<your launch command> $(cat ') and "'" in said, said
