@@ -21,6 +21,8 @@ import os
 import shutil
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +120,8 @@ def ensure_static_model(source: Path | None = None, quiet: bool = False) -> Path
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
     try:
-        model = distill(model_name=str(source), pca_dims=PCA_DIMS)
+        with _quiet_bars(quiet):
+            model = distill(model_name=str(source), pca_dims=PCA_DIMS)
         model.save_pretrained(str(tmp))
         try:
             os.replace(tmp, target)
@@ -130,6 +133,27 @@ def ensure_static_model(source: Path | None = None, quiet: bool = False) -> Path
     return target
 
 
+@contextmanager
+def _quiet_bars(quiet: bool) -> Iterator[None]:
+    """--quiet: model2vec's progress bar off. Its inference loop calls the `tqdm` name of
+    model2vec.distill.inference (model2vec 0.x), so that name is swapped for one that is
+    disabled, for the distillation only (tqdm reads TQDM_DISABLE once, at import)."""
+    if not quiet:
+        yield
+        return
+    import functools
+
+    from model2vec.distill import inference
+    from tqdm import tqdm
+
+    previous = inference.tqdm
+    inference.tqdm = functools.partial(tqdm, disable=True)
+    try:
+        yield
+    finally:
+        inference.tqdm = previous
+
+
 class StaticEmbedder:
     """model2vec static embeddings (mean of token vectors), rows L2-normalised.
 
@@ -137,9 +161,14 @@ class StaticEmbedder:
     now if missing). CPU only; no torch at inference.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, max_tokens: int = MAX_TOKENS):
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        max_tokens: int = MAX_TOKENS,
+        quiet: bool = False,
+    ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        directory = Path(path) if path is not None else ensure_static_model()
+        directory = Path(path) if path is not None else ensure_static_model(quiet=quiet)
         try:
             from model2vec import StaticModel
         except ImportError as err:

@@ -199,3 +199,33 @@ def test_an_output_path_with_a_newline_is_refused(staged: dict, tmp_path: Path) 
                 "--out", str(out))  # fmt: skip
     one_line_error(spike, "holds a control character")
     assert not out.exists()
+
+
+def test_distilling_under_quiet_prints_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    pytest.importorskip("model2vec")
+    import model2vec.distill
+    from model2vec.distill import inference
+
+    from forensics.cluster.static_model import ensure_static_model
+
+    class Saved:
+        def save_pretrained(self, folder: str) -> None:
+            Path(folder).mkdir(parents=True)
+            (Path(folder) / "model.safetensors").write_bytes(b"x")
+
+    def fake_distill(**_: object) -> Saved:
+        bar = inference.tqdm(total=3, desc="Encoding tokens")  # as model2vec's inference does
+        bar.update(3)
+        bar.close()
+        return Saved()
+
+    monkeypatch.setattr(model2vec.distill, "distill", fake_distill)
+    monkeypatch.setenv("FORENSICS_MODEL_DIR", str(tmp_path / "models"))
+    (tmp_path / "minilm").mkdir()
+    target = ensure_static_model(tmp_path / "minilm", quiet=True)
+    assert (target / "model.safetensors").is_file()
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == "", captured
+    assert inference.tqdm.__name__ == "tqdm"  # put back as it was
