@@ -6,11 +6,11 @@ in force there, then one launch per later stage, each loading the checkpoint the
 it saved. A launch that must stop before a later stage gets `--exit-interval N` with N the last
 iteration of its stage: Megatron-LM exits when `iteration % exit_interval == 0` and saves a
 checkpoint first when `--save` is set (NVIDIA/Megatron-LM d98e8a64dd,
-megatron/training/training.py:4131-4144; the field is training_config.py:73). The first
+megatron/training/training.py:4130-4150; the field is training_config.py:73). The first
 multiple of N the launch reaches is N itself (every launch starts at or before N), so it stops
 exactly there. `--train-iters` stays the run's: it sizes the BlendedDataset
-(training.py:5435-5450, `train_samples`), so lowering it for an earlier stage would change every
-shuffle of that stage. The next launch resumes at the consumed-samples count of that checkpoint,
+(training.py:5419-5431, `train_samples = train_iters * global_batch_size`), so lowering it
+for an earlier stage would change every shuffle of that stage. The next launch resumes at the consumed-samples count of that checkpoint,
 which is how `data.stages` is replayed: global sample c is the new blend's sample c.
 """
 
