@@ -10,8 +10,9 @@ megatron/training/training.py:4130-4150; the field is training_config.py:73). Th
 multiple of N the launch reaches is N itself (every launch starts at or before N), so it stops
 exactly there. `--train-iters` stays the run's: it sizes the BlendedDataset
 (training.py:5419-5431, `train_samples = train_iters * global_batch_size`), so lowering it
-for an earlier stage would change every shuffle of that stage. The next launch resumes at the consumed-samples count of that checkpoint,
-which is how `data.stages` is replayed: global sample c is the new blend's sample c.
+for an earlier stage would change every shuffle of that stage. The next launch resumes at the
+consumed-samples count of that checkpoint, which is how `data.stages` is replayed: global
+sample c is the new blend's sample c.
 """
 
 from __future__ import annotations
