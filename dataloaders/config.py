@@ -41,13 +41,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dataloaders.checkpoints import checkpoint_iterations
-from dataloaders.config_data import DataConfig, StrictModel
+from dataloaders.config_data import DataConfig, PrintableName, StrictModel
 from dataloaders.errors import ForensicsError
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
@@ -225,7 +226,7 @@ class TokenizerArgs(StrictModel):
 class RunConfig(StrictModel):
     """A whole run: data, schedule, tokenizer, checkpoints. Paths are absolute after loading."""
 
-    name: str | None = None
+    name: PrintableName | None = None
     data: DataConfig
     training: TrainingSpec
     # A Hugging Face tokenizer.json, a directory holding one, or GPT-2's vocab.json (with
@@ -355,6 +356,32 @@ MAX_CONFIG_BYTES = 1 << 20  # a run config is a page; a megabyte of YAML is not 
 MAX_CONFIG_NODES = 100_000  # values in the config with every alias expanded
 
 
+def _refuse_duplicate_keys(node: Any, path: Path) -> None:
+    """A key twice in one mapping: YAML keeps the last value without a word, so the run would be
+    replayed with a setting the user did not see."""
+    seen: dict[str, int] = {}
+    for key, _ in node.value:
+        if getattr(key, "tag", "").endswith(":merge") or not isinstance(key.value, str):
+            continue
+        line = key.start_mark.line + 1
+        if key.value in seen:
+            raise ForensicsError(
+                f"{path}: line {line}: key {key.value!r} is given twice in one mapping (first on "
+                f"line {seen[key.value]}); YAML keeps the last silently, so keep one"
+            )
+        seen[key.value] = line
+
+
+def _refuse_octal(node: Any, path: Path) -> None:
+    """An integer written with a leading zero: YAML 1.1 (PyYAML) reads `010` as octal 8, not
+    10, so `seed: 010` would replay another seed."""
+    if node.tag.endswith(":int") and re.fullmatch(r"[-+]?0[0-9_]+", node.value):
+        raise ForensicsError(
+            f"{path}: line {node.start_mark.line + 1}: {node.value} has a leading zero, which "
+            f"YAML reads as an octal number; write it without the zero (or quote it as text)"
+        )
+
+
 def _safe_yaml(text: str, path: Path) -> Any:
     """yaml.safe_load that refuses a document whose aliases expand past MAX_CONFIG_NODES values:
     each alias stands for its anchor's whole subtree, so a few hundred bytes of nested aliases
@@ -376,7 +403,10 @@ def _safe_yaml(text: str, path: Path) -> Any:
             if isinstance(n, yaml.SequenceNode):
                 total += sum(weight(child) for child in n.value)
             elif isinstance(n, yaml.MappingNode):
+                _refuse_duplicate_keys(n, path)
                 total += sum(weight(k) + weight(v) for k, v in n.value)
+            elif isinstance(n, yaml.ScalarNode):
+                _refuse_octal(n, path)
             weights[id(n)] = total
             if total > MAX_CONFIG_NODES:
                 raise ForensicsError(

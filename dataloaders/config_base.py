@@ -3,9 +3,27 @@ models of several families (dataloaders/config_data.py, dataloaders/config_mosai
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+
+
+def printable_name(value: str | None) -> str | None:
+    """A name that lands in file names, YAML, report lines and shell lines: control characters
+    (a newline, a tab, an escape) would inject lines or rewrite the terminal, so they are
+    refused in the config."""
+    if value is None:
+        return value
+    bad = [c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+    if bad:
+        raise ValueError(
+            f"name {value!r} holds a control character ({bad[0]!r}): use printable characters"
+        )
+    return value
+
+
+PrintableName = Annotated[str, AfterValidator(printable_name)]
 
 
 def _is_number_type(annotation: Any) -> bool:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from dataloaders.base import RESERVED_COLUMNS
+from dataloaders.config_base import PrintableName as PrintableName
 from dataloaders.config_base import StrictModel as StrictModel
 from dataloaders.config_base import check_resume_order as check_resume_order
+from dataloaders.config_base import printable_name as printable_name
 from dataloaders.config_mosaic import MosaicData as MosaicData
 from dataloaders.config_mosaic import MosaicResume as MosaicResume
 from dataloaders.config_mosaic import MosaicState as MosaicState
@@ -26,7 +28,7 @@ class DatasetSpec(StrictModel):
 
     prefix: Path
     weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    name: str | None = None
+    name: PrintableName | None = None
     manifest: Path | None = None  # Parquet, one row per document in .idx order (doc_id + facets)
 
     @property
@@ -137,7 +139,7 @@ class HFData(StrictModel):
     """
 
     format: Literal["hf"]
-    name: str = "hf"  # the `dataset` column of the replay table
+    name: PrintableName = "hf"  # the `dataset` column of the replay table
     files: list[Path] | None = None  # shard paths or globs (sorted, as datasets resolves them)
     path: Path | None = None  # a Dataset.save_to_disk directory (map-style)
     file_format: Literal["parquet", "json", "arrow"] | None = None  # inferred from extensions
@@ -192,7 +194,7 @@ class OlmoCoreSource(StrictModel):
     """Token files of one named source (the `dataset` column). OLMo-core concatenates every
     source's paths in config order into one NumpyFSLDataset; the grouping is ours, for blame."""
 
-    name: str
+    name: PrintableName
     paths: list[Path] = Field(min_length=1)  # raw token arrays (Dolma `.npy`), in run order
 
 

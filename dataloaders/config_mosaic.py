@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dataloaders.config_base import StrictModel, check_resume_order
+from dataloaders.config_base import PrintableName, StrictModel, check_resume_order
 
 # Fields accepted for an llm-foundry / StreamingDataset config that do not change the order.
 IGNORED_FIELDS = (
@@ -59,7 +59,7 @@ class MosaicStream(StrictModel):
     stream.py:441); remote and the download knobs are accepted and have no effect on the order."""
 
     local: Path  # the directory holding index.json (Stream's local/split joined)
-    name: str | None = None  # the `dataset` column of the replay table (default: folder name)
+    name: PrintableName | None = None  # the `dataset` column (default: folder name)
     proportion: float | None = Field(default=None, ge=0)
     repeat: float | None = Field(default=None, ge=0)
     choose: int | None = Field(default=None, ge=0)

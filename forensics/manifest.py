@@ -36,8 +36,9 @@ def _as_text(value: Any) -> str | None:
     return str(value)
 
 
-def read_jsonl_fields(path: Path, fields: list[str]) -> pl.DataFrame:
-    """doc_id (line number, 0-based) and the named fields of every line, as strings."""
+def read_jsonl_fields(path: Path, fields: list[str], text_key: str = "text") -> pl.DataFrame:
+    """doc_id (line number, 0-based) and the named fields of every line, as strings; the
+    characters of each line's `text_key` field in the column `_chars` (null without one)."""
     if not path.is_file():
         raise ForensicsError(f"{path}: JSONL file not found")
     if not fields:
@@ -52,6 +53,7 @@ def read_jsonl_fields(path: Path, fields: list[str]) -> pl.DataFrame:
             "keep another field (a manifest column may not be called that)"
         )
     columns: dict[str, list[str | None]] = {f: [] for f in fields}
+    chars: list[int | None] = []
     with open(path, encoding="utf-8", errors="strict") as stream:
         try:
             for number, line in enumerate(stream, start=1):
@@ -59,10 +61,14 @@ def read_jsonl_fields(path: Path, fields: list[str]) -> pl.DataFrame:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise ForensicsError(f"{path}:{number}: not JSON ({err.msg})") from None
+                except RecursionError:
+                    raise ForensicsError(f"{path}:{number}: JSON nested too deeply") from None
                 if not isinstance(record, dict):
                     raise ForensicsError(f"{path}:{number}: expected a JSON object per line")
                 for f in fields:
                     columns[f].append(_as_text(_lookup(record, f)))
+                text = record.get(text_key)
+                chars.append(len(text) if isinstance(text, str) else None)
         except UnicodeDecodeError:
             raise ForensicsError(f"{path}: not UTF-8 text") from None
     count = len(columns[fields[0]])
@@ -72,7 +78,56 @@ def read_jsonl_fields(path: Path, fields: list[str]) -> pl.DataFrame:
     return pl.DataFrame(
         {"doc_id": pl.Series(range(count), dtype=pl.Int64)}
         | {f: pl.Series(columns[f], dtype=pl.Utf8) for f in fields}
+        | {"_chars": pl.Series(chars, dtype=pl.Int64)}
     )
+
+
+# A document's characters per token stays within a small range for one tokenizer (3-5 for
+# English and code with BPE tokenizers); a line paired with another line's document lands far
+# outside it. Documents under MIN_TOKENS are too short to say.
+RATIO_SPAN = 3.0
+MIN_TOKENS = 16
+
+
+def order_problem(table: pl.DataFrame, tokens: Any, jsonl: Path, prefix: Path) -> str | None:
+    """Why the JSONL's lines are not the dataset's documents in order, or None: each line's
+    characters against its document's tokens, compared with the median ratio of all lines."""
+    import numpy as np
+
+    chars = table["_chars"].to_numpy()
+    counts = np.asarray(tokens, dtype=np.float64)
+    usable = np.flatnonzero(~np.isnan(chars.astype(np.float64)) & (counts >= MIN_TOKENS))
+    if usable.size < 8:
+        return None
+    ratio = chars[usable].astype(np.float64) / counts[usable]
+    median = float(np.median(ratio))
+    off = usable[(ratio > median * RATIO_SPAN) | (ratio < median / RATIO_SPAN)]
+    if off.size <= max(2, usable.size // 100):
+        return None
+    i = int(off[0])
+    return (
+        f"{jsonl}: line {i + 1} has {int(chars[i]):,} characters but document {i} of "
+        f"{prefix}.idx has {int(counts[i]):,} tokens, and {off.size:,} of {usable.size:,} lines "
+        f"disagree like this (typical: {median:.1f} characters per token): the lines are not in "
+        "the order preprocess_data.py read them; nothing was written"
+    )
+
+
+def null_notes(table: pl.DataFrame) -> list[str]:
+    """A warning per facet that is null for some documents: those are blamed together as one
+    group without a value, which reads like a source of their own."""
+    notes = []
+    for name in table.columns:
+        if name in ("doc_id", "_chars"):
+            continue
+        nulls = table[name].is_null()
+        if nulls.any():
+            lines = ", ".join(str(i + 1) for i in nulls.arg_true().head(3).to_list())
+            notes.append(
+                f"{name} is missing in {int(nulls.sum()):,} of {table.height:,} lines (first: "
+                f"line {lines}); those documents have no {name} and are grouped as such"
+            )
+    return notes
 
 
 def build_manifest(
@@ -86,11 +141,16 @@ def build_manifest(
     if prefix is not None:
         from dataloaders.megatron.indexed import IndexedDataset
 
-        docs = IndexedDataset(prefix).num_documents
+        dataset = IndexedDataset(prefix)
+        docs = dataset.num_documents
         if docs != table.height:
             raise ForensicsError(
                 f"{jsonl}: {table.height} lines but {prefix}.idx has {docs} documents "
                 "(was this the file preprocess_data.py consumed?)"
             )
+        problem = order_problem(table, dataset.document_token_counts(), jsonl, prefix)
+        if problem:
+            raise ForensicsError(problem)
+    table = table.drop("_chars")
     write_parquet_atomic(table, out)
     return table

@@ -11,9 +11,12 @@ flags of Megatron-LM's `pretrain_gpt.py` and ignores the hundreds of others:
     --tiktoken-pattern --tiktoken-num-special-tokens --tokenizer-special-tokens
     --tokenizer-sentencepiece-legacy --legacy-tokenizer --vocab-extra-ids
 
-Megatron's defaults apply when a flag is absent (seed 1234, split "969, 30, 1"). The manifest of
-prefix P defaults to `P.manifest.parquet` when that file exists. `--megatron-args` takes the
-string, or `@FILE` to read it from a file (newlines and backslash-continuations are fine).
+Arguments that change the order in a way the replay does not model are refused in one line
+(UNSUPPORTED, and --dataloader-type other than single): a replay without them would name other
+batches. Megatron's defaults apply when a flag is absent (seed 1234, split "969, 30, 1").
+The manifest of prefix P defaults to `P.manifest.parquet` when that file exists.
+`--megatron-args` takes the string, or `@FILE` to read it from a file (newlines and
+backslash-continuations are fine).
 """
 
 from __future__ import annotations
@@ -31,7 +34,25 @@ UNSUPPORTED = {
     "--per-split-data-args-path": "per-split data paths",
     "--mock-data": "mock data",
     "--step-batch-size-schedule": "a step batch-size schedule",
+    # Arguments that change which samples a launch reads or their order, which the replay does
+    # not model (NVIDIA/Megatron-LM d98e8a64dd): refused, since a replay without them is
+    # silently wrong. Cited as file:line of that commit.
+    "--phase-transition-iterations": "phases: each sizes its own dataset and restarts the "
+    "consumed-samples count (arguments.py:3263, training.py:5445-5450 and 5495-5497)",
+    "--fim-data": "the FIM dataset rewrites each sample's tokens (arguments.py:3355, "
+    "pretrain_gpt.py:434-452 and 474-475)",
+    "--sft": "the SFT dataset packs conversations (arguments.py:3773, pretrain_gpt.py:468-469)",
+    "--hybrid-context-parallel": "the hybrid context-parallel sampler regroups samples "
+    "(datasets/data_samplers.py:54-62 and 190)",
+    "--per-dataset-sequences-path": "sequence counts read from a file instead of the .idx files "
+    "(arguments.py:3291, pretrain_gpt.py:400-402)",
 }
+
+# --dataloader-type (arguments.py:2936-2938; None means single, arguments.py:1254-1255): only
+# `single` (MegatronPretrainingSampler) is replayed. `cyclic` builds
+# MegatronPretrainingRandomSampler, a new random order per epoch seeded with the epoch number;
+# `external` hands the dataset to the user's own loader (datasets/data_samplers.py:39-82).
+DATALOADER_TYPES = ("single", "cyclic", "external")
 
 
 # --tokenizer-type values whose flags the run config carries (RunConfig.tokenizer_args).
@@ -87,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--save")
     p.add_argument("--load")
     p.add_argument("--mid-level-dataset-surplus", type=float, default=0.005)
+    p.add_argument("--dataloader-type", choices=DATALOADER_TYPES, default="single")
     return p
 
 
@@ -150,9 +172,15 @@ def raw_config_from_megatron_args(
 ) -> dict[str, Any]:
     """The run config mapping (before validation) the arguments describe."""
     for flag, what in UNSUPPORTED.items():
-        if flag in argv:
+        if any(a == flag or a.startswith(flag + "=") for a in argv):
             raise ForensicsError(f"--megatron-args: {flag} ({what}) is not supported; use a config")
     args, _unknown = _parser().parse_known_args(argv)
+    if args.dataloader_type != "single":
+        raise ForensicsError(
+            f"--megatron-args: --dataloader-type {args.dataloader_type} is not replayed (only "
+            "single, Megatron's default: cyclic draws a random order per epoch, external is your "
+            "own loader); the replay and skip flags would name other batches"
+        )
     data_path = args.data_path
     if args.data_args_path:
         path = (cwd / args.data_args_path).resolve()

@@ -68,8 +68,23 @@ def check_output_file(
         raise ForensicsError(f"--out {out}: already exists; pass --force to replace it")
 
 
+def check_printable_path(out: Path) -> None:
+    """An output folder's path lands in shell lines and in the text files written there (the
+    restart lines, `# FIRST: forensics rebuild ...`): a newline or other control character in
+    it would break a line in two even when quoted, so it is refused."""
+    import unicodedata
+
+    bad = [c for c in str(out) if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
+    if bad:
+        raise ForensicsError(
+            f"--out {str(out)!r}: holds a control character ({bad[0]!r}); choose a printable path"
+        )
+
+
 def check_output_dir(out: Path, names: Iterable[str], *, force: bool) -> None:
-    """Refuse a directory `out` that is a file, or (without --force) holds any of `names`."""
+    """Refuse a directory `out` that is a file, whose path holds a control character, or
+    (without --force) holds any of `names`."""
+    check_printable_path(out)
     if out.exists() and not out.is_dir():
         raise ForensicsError(f"--out {out}: exists and is not a directory")
     present = [n for n in names if (out / n).exists()]

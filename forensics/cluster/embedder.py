@@ -118,7 +118,9 @@ def _uses_static(model: str | os.PathLike[str] | None, device: str) -> bool:
     return is_static_model_dir(Path(model).expanduser())
 
 
-def make_embedder(model: str | os.PathLike[str] | None = None, device: str = "cpu") -> Embedder:
+def make_embedder(
+    model: str | os.PathLike[str] | None = None, device: str = "cpu", quiet: bool = False
+) -> Embedder:
     """The embedder for --embed-model / --device.
 
     None: the static model distilled from MiniLM on a CPU, MiniLM itself on a GPU. "static" /
@@ -134,7 +136,7 @@ def make_embedder(model: str | os.PathLike[str] | None = None, device: str = "cp
                 "(or a sentence-transformers directory) on a GPU"
             )
         path = None if model is None or str(model) == STATIC else Path(model).expanduser()
-        return StaticEmbedder(path)
+        return StaticEmbedder(path, quiet=quiet)
     path = None if model is None or str(model) == MINILM else model
     return SentenceTransformerEmbedder(path, device=device)
 

@@ -126,7 +126,7 @@ def cluster_embeddings(
 
     texts = window["text"].gather(w_pos).to_list() + baseline["text"].gather(b_pos).to_list()
     if embedder is None:
-        embedder = make_embedder(model, device)
+        embedder = make_embedder(model, device, quiet=not progress)
     vectors, _hits = embed_texts(texts, embedder, cache_dir, progress=progress)
     reduced, labels = _reduce_and_cluster(vectors, seed, k)
     assignments = _assignments(

@@ -21,6 +21,8 @@ import os
 import shutil
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +35,27 @@ PCA_DIMS = 256
 MAX_TOKENS = 512
 
 
-def model_root() -> Path:
-    """Where distilled models live."""
+def model_roots() -> list[Path]:
+    """Where distilled models may live, in order: $FORENSICS_MODEL_DIR, else
+    $XDG_CACHE_HOME/forensics/models, ~/.cache/forensics/models and the account's home from
+    the password database (a job started with HOME unset, empty or pointing elsewhere still
+    finds the model the install distilled, instead of distilling it again)."""
     if os.environ.get("FORENSICS_MODEL_DIR"):
-        return Path(os.environ["FORENSICS_MODEL_DIR"])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "forensics" / "models"
+        return [Path(os.environ["FORENSICS_MODEL_DIR"])]
+    homes = []
+    if os.environ.get("XDG_CACHE_HOME"):
+        homes.append(Path(os.environ["XDG_CACHE_HOME"]))
+    home = os.environ.get("HOME")
+    if home and os.path.isabs(home):
+        homes.append(Path(home) / ".cache")
+    try:
+        import pwd
+
+        homes.append(Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache")
+    except (ImportError, KeyError):
+        pass
+    roots = [h / "forensics" / "models" for h in homes]
+    return list(dict.fromkeys(roots)) or [Path.cwd() / ".forensics-models"]
 
 
 def _source_model() -> Path:
@@ -75,7 +92,10 @@ def static_model_dir(source: Path | None = None) -> Path:
     key = hashlib.blake2b(
         f"{source.resolve()}|{size}|{m2v}|{PCA_DIMS}".encode(), digest_size=6
     ).hexdigest()
-    return model_root() / f"minilm-l6-static-{PCA_DIMS}-{key}"
+    name = f"minilm-l6-static-{PCA_DIMS}-{key}"
+    roots = model_roots()
+    found = [r / name for r in roots if (r / name / "model.safetensors").is_file()]
+    return found[0] if found else roots[0] / name
 
 
 def ensure_static_model(source: Path | None = None, quiet: bool = False) -> Path:
@@ -100,7 +120,8 @@ def ensure_static_model(source: Path | None = None, quiet: bool = False) -> Path
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
     try:
-        model = distill(model_name=str(source), pca_dims=PCA_DIMS)
+        with _quiet_bars(quiet):
+            model = distill(model_name=str(source), pca_dims=PCA_DIMS)
         model.save_pretrained(str(tmp))
         try:
             os.replace(tmp, target)
@@ -112,6 +133,27 @@ def ensure_static_model(source: Path | None = None, quiet: bool = False) -> Path
     return target
 
 
+@contextmanager
+def _quiet_bars(quiet: bool) -> Iterator[None]:
+    """--quiet: model2vec's progress bar off. Its inference loop calls the `tqdm` name of
+    model2vec.distill.inference (model2vec 0.x), so that name is swapped for one that is
+    disabled, for the distillation only (tqdm reads TQDM_DISABLE once, at import)."""
+    if not quiet:
+        yield
+        return
+    import functools
+
+    from model2vec.distill import inference
+    from tqdm import tqdm
+
+    previous = inference.tqdm
+    inference.tqdm = functools.partial(tqdm, disable=True)
+    try:
+        yield
+    finally:
+        inference.tqdm = previous
+
+
 class StaticEmbedder:
     """model2vec static embeddings (mean of token vectors), rows L2-normalised.
 
@@ -119,9 +161,14 @@ class StaticEmbedder:
     now if missing). CPU only; no torch at inference.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, max_tokens: int = MAX_TOKENS):
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        max_tokens: int = MAX_TOKENS,
+        quiet: bool = False,
+    ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        directory = Path(path) if path is not None else ensure_static_model()
+        directory = Path(path) if path is not None else ensure_static_model(quiet=quiet)
         try:
             from model2vec import StaticModel
         except ImportError as err:

@@ -22,6 +22,7 @@ from forensics.commands.options import (
     TrainerOption,
 )
 from forensics.errors import ForensicsError
+from forensics.skip.validate import describe_config
 
 if TYPE_CHECKING:
     from dataloaders.config import RunConfig
@@ -43,11 +44,10 @@ def verify_skip(
     from dataloaders.schedule import Schedule
     from dataloaders.trainer_loops import check_trainer
     from forensics.replay import open_replayer
-    from forensics.skip import json_fingerprint, sample_ranges
     from forensics.skip.flags import verify_flag
     from forensics.skip.plan import SkipPlan
-    from forensics.skip.runmatch import match_run, rollback_refusal
     from forensics.skip.tracker import read_tracker
+    from forensics.skip.validate import validate_for_run
 
     plan = SkipPlan.read(path)
     if isinstance(config, RunConfig):
@@ -55,31 +55,9 @@ def verify_skip(
     else:
         run, label = load_config(config), str(config)
     replayer = open_replayer(run)
-    now = json_fingerprint(replayer)
-    match = match_run(plan.fingerprint, now, run)
+    notes = validate_for_run(path, plan, run, replayer, label)
     checkpoint = int(plan.rollback["iteration"])
-    stale = rollback_refusal(run, checkpoint)
-    # Same data but a missing rollback checkpoint: say that, it is the actionable part.
-    if stale is not None and match.data_same:
-        raise ForensicsError(f"{path}: {stale}")
-    if match.refusal is not None:
-        raise ForensicsError(f"{path}: {match.refusal} (checked against {label})")
     ranges = plan.ranges
-    if ranges:
-        last = max(b for _, b in ranges)  # before anything is expanded
-        if last > replayer.last_iteration:
-            raise ForensicsError(
-                f"{path}: skips iteration {last}, past the end of training "
-                f"({replayer.last_iteration})"
-            )
-        if min(a for a, _ in ranges) <= checkpoint:
-            raise ForensicsError(
-                f"{path}: skips iterations at or before the rollback checkpoint {checkpoint}"
-            )
-        first = min(a for a, _ in ranges)
-        expected = sample_ranges(replayer.iteration_samples(first, last), ranges)
-        if expected != plan.samples:
-            raise ForensicsError(f"{path}: the sample ranges do not match the iterations (edited?)")
     schedule = getattr(replayer, "schedule", None) or Schedule(run.training)
     wanted = check_trainer(trainer) if trainer else plan.trainer
     if wanted not in plan.flags:
@@ -100,14 +78,7 @@ def verify_skip(
         values = plan.flags[plan.trainer].values or []
         if read_tracker(tracker.read_text(encoding="utf-8", errors="replace")) != sorted(values):
             raise ForensicsError(f"{tracker}: does not list the plan's iterations (edited?)")
-    return plan, match.notes
-
-
-def describe_config(config: RunConfig) -> str:
-    """Where a config came from, for messages: its file, or the Megatron arguments."""
-    if config.origin:
-        return f"the run read by {config.origin}"
-    return str(config.source) if config.source is not None else "the given --megatron-args"
+    return plan, notes
 
 
 def check_skip_command(

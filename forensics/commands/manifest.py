@@ -33,7 +33,7 @@ def manifest_command(
 
     from dataloaders.console import make_console
     from forensics.errors import ForensicsError
-    from forensics.manifest import build_manifest
+    from forensics.manifest import build_manifest, null_notes
     from forensics.outputs import check_output_file
 
     names = [f.strip() for f in fields.split(",") if f.strip()]
@@ -44,7 +44,10 @@ def manifest_command(
     inputs = [jsonl] + ([Path(f"{prefix}.bin"), Path(f"{prefix}.idx")] if prefix else [])
     check_output_file(out, force=force, inputs=inputs, suffix=".parquet")
     table = build_manifest(jsonl, names, out, prefix=prefix)
-    make_console(stderr=True).print(
+    console = make_console(stderr=True)
+    for note in null_notes(table):
+        console.print(f"[yellow]warning:[/] {escape(note)}", soft_wrap=True)
+    console.print(
         f"{table.height} documents, columns {escape(', '.join(table.columns))} "
         f"-> {escape(str(out))}"
     )

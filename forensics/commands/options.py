@@ -61,13 +61,25 @@ ZThresholdOption = Annotated[float, typer.Option(help="Robust z over the local l
 PlateauStepsOption = Annotated[int, typer.Option(help="Shortest flat stretch = plateau.")]
 
 
-def check_steps(recovery_window: int, plateau_steps: int) -> None:
-    """--recovery-window and --plateau-steps must be positive numbers of steps."""
+def check_steps(recovery_window: int, plateau_steps: int, **thresholds: float) -> None:
+    """--recovery-window and --plateau-steps must be positive numbers of steps; the detector's
+    thresholds (`grad_factor`, `z_threshold`, the half-lives) finite, a factor over 1 and the
+    rest positive: nan compares false with everything, so a nan threshold never fires."""
+    import math
+
     from forensics.errors import ForensicsError
 
     for name, value in (("--recovery-window", recovery_window), ("--plateau-steps", plateau_steps)):
         if value <= 0:
             raise ForensicsError(f"{name} {value}: must be a positive number of steps")
+    for key, value in thresholds.items():
+        flag = "--" + key.replace("_", "-")
+        if not math.isfinite(value):
+            raise ForensicsError(f"{flag} {value}: must be a finite number")
+        if key == "grad_factor" and value <= 1:
+            raise ForensicsError(f"{flag} {value}: must be above 1 (times the grad-norm EMA)")
+        if value <= 0:
+            raise ForensicsError(f"{flag} {value}: must be positive")
 
 
 FromCheckpointOption = Annotated[

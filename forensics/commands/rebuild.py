@@ -28,6 +28,15 @@ def rebuild_command(
     force: Annotated[
         bool, typer.Option("--force", help="Replace an earlier rebuild's files in --out.")
     ] = False,
+    keep: Annotated[
+        str,
+        typer.Option(
+            "--keep",
+            help="A rebuilt dataset's weight: 'share' keeps its blend weight (its remaining "
+            "documents are drawn more often), 'passes' lowers it with the tokens removed (each "
+            "remaining document is drawn as often as before; the others fill the difference).",
+        ),
+    ] = "share",
 ) -> None:
     """Write each blocked dataset without the block list's documents (.bin/.idx + manifest), the
     restart's --data-path and a config that replays the new order (Megatron); for Hugging Face,
@@ -44,8 +53,10 @@ def rebuild_command(
 
     step = step_of_skip_file(skip_file) if from_checkpoint is not None else None
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
-    result = run_rebuild(skip_file, run, out, force=force)
+    result = run_rebuild(skip_file, run, out, force=force, keep=keep)
     console = make_console()
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if "files_removed" in result.summary:
         show_file_rebuild(console, result)
         return
@@ -56,12 +67,31 @@ def rebuild_command(
             f"{row['documents_kept']:,} kept -> {escape(row['rebuilt'])}.bin/.idx",
             soft_wrap=True,
         )
+    show_launches(console, result)
+
+
+def show_launches(console: Any, result: Any) -> None:
+    """The restart, one launch per data stage from the rollback on, each with its flags file
+    (the whole line, shell-quoted, for $(cat FILE)), then the recipe and the order notes."""
+    from rich.markup import escape
+
+    from forensics.rebuild.launches import paste_form
+
     summary = result.summary
-    console.print(f"restart from checkpoint iteration {summary['rollback_iteration']} with:")
-    console.print(escape(summary["restart_flags"]), soft_wrap=True, highlight=False)
-    if summary["load_rollback_checkpoint"]:
-        console.print(f"load the checkpoint: {escape(summary['load_rollback_checkpoint'])}")
-    console.print(f"[bold]note[/]: {escape(summary['notes'][0])}", soft_wrap=True)
+    launches = summary["launches"]
+    console.print(f"restart from checkpoint iteration {summary['rollback_iteration']}:")
+    for i, launch in enumerate(launches):
+        if len(launches) > 1:
+            console.print(f"launch {i + 1}, {escape(launch['what'])}:", soft_wrap=True)
+        if launch["load_instruction"]:
+            console.print(f"  load the checkpoint: {escape(launch['load_instruction'])}")
+        paste = paste_form(str(result.out / launch["file"]), launch["flags"])
+        console.print(f"  {escape(paste)}", soft_wrap=True, highlight=False)
+        console.print("  " + escape(launch["flags"]), soft_wrap=True, highlight=False)
+    notes = summary["notes"]
+    recipe = next((n for n in notes if n.startswith("Chosen: --keep")), None)
+    for note in [notes[0], *([recipe] if recipe else [])]:
+        console.print(f"[bold]note[/]: {escape(note)}", soft_wrap=True)
     console.print(f"details: {escape(str(result.out / 'rebuild.md'))}")
 
 

@@ -8,6 +8,7 @@ module level: this command must start fast and never import torch.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,8 +30,16 @@ def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
     """`--checkpoints 1000,2000` or a directory holding Megatron `iter_NNNNNNN` subdirectories."""
     if not spec:
         return ()
+    if re.fullmatch(r"[\d,\s]+", spec):  # a list, however long: never tried as a path
+        return tuple(sorted(int(x) for x in re.split(r"[,\s]+", spec) if x))
     p = Path(spec)
-    if p.is_dir():
+    try:
+        is_dir = p.is_dir()
+    except OSError as err:  # a name too long for the file system, say
+        raise ForensicsError(
+            f"--checkpoints {spec[:60]}: not a directory ({err.strerror})"
+        ) from None
+    if is_dir:
         iters = checkpoint_iterations(p)
         if not iters:
             raise ForensicsError(f"--checkpoints {spec}: no iter_NNNNNNN subdirectories found")
@@ -94,7 +103,14 @@ def triage_command(
 
     if format not in FORMATS:
         raise ForensicsError(f"--format {format}: unknown; choose one of {', '.join(FORMATS)}")
-    check_steps(recovery_window, plateau_steps)
+    check_steps(
+        recovery_window,
+        plateau_steps,
+        grad_factor=grad_factor,
+        z_threshold=z_threshold,
+        ema_half_life=ema_half_life,
+        grad_half_life=grad_half_life,
+    )
     check_output_dir(out, OUTPUT_NAMES, force=force)
     console = make_console()
     err = make_console(stderr=True, soft_wrap=True)  # a warning names a path: never cut it
@@ -178,6 +194,25 @@ def _publish(result: Any, out: Path, source: str, fmt: str, force: bool) -> list
             lock.close()
 
 
+def check_log_file(log: Path) -> None:
+    """A log must be a file (or a TensorBoard directory) that can be read twice: a FIFO blocks
+    until a writer comes, a pipe (`<(...)`, /dev/stdin) can be read only once. Refused in one
+    line; a missing path is the reader's to say."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(log).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "a FIFO or pipe" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ForensicsError(
+            f"{log}: {kind}; triage reads a log file (save the stream to a file first, or follow "
+            "a live log with forensics watch)"
+        )
+
+
 def _read_log(log: Path, format: str, err: Any) -> Any:
     """The log's table; the reader's warnings (truncated files, skipped records) printed on
     stderr as they are, one yellow line each."""
@@ -187,6 +222,7 @@ def _read_log(log: Path, format: str, err: Any) -> Any:
 
     from forensics.triage.readers import LogWarning, read_log
 
+    check_log_file(log)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LogWarning)
         table = read_log(log, format)

@@ -100,7 +100,12 @@ def watch_command(
     on_malignant = _on_malignant(on_malignant, config)
     if interval <= 0 or stall_after <= 0:
         raise ForensicsError("--interval and --stall-after must be positive numbers of seconds")
-    check_steps(recovery_window, plateau_steps)
+    check_steps(
+        recovery_window,
+        plateau_steps,
+        grad_factor=grad_factor,
+        z_threshold=z_threshold,
+    )
     if webhook and not webhook.startswith(("http://", "https://")):
         raise ForensicsError(f"--webhook {webhook}: not an http(s) URL")
     if webhook_format not in WEBHOOK_FORMATS:

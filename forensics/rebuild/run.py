@@ -6,8 +6,11 @@ From a spike directory's `skip.json` and the run config it was made for, it writ
     <prefix>.manifest.parquet    provenance of the copy: doc_id (new), original_doc_id, facets
     rebuilt.yaml                 the rebuilt run's config: `forensics replay --config` on it gives
                                  the data order of the restart (the original before it)
-    data_path.txt                the restart's `--data-path` line, flags only
-    restart-rebuilt.flags        the checkpoint pin (where it is a flag) and `--data-path`
+    restart-rebuilt.flags        the first launch of the restart: the checkpoint pin (where it
+                                 is a flag), `--data-path` and, when a later data stage
+                                 follows, `--exit-interval` (forensics.rebuild.launches)
+    restart-rebuilt-from-S.flags one more launch per later data stage, from iteration S
+    data_path.txt, data_path-from-S.txt   each launch's `--data-path` line alone
     rebuild.json / rebuild.md    what was removed, the new blends, and what changes
 
 A Hugging Face, OLMo-core or MosaicML streaming run whose block list is whole files gets
@@ -24,6 +27,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +39,7 @@ import polars as pl
 from dataloaders.atomic import write_parquet_atomic
 from dataloaders.config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
+from forensics.inputs_guard import check_unchanged
 from forensics.outputs import check_output_dir, hold_lock, publish, run_inputs
 from forensics.rebuild.plan import RebuildPlan, plan_rebuild
 from forensics.skip.plan import SkipPlan
@@ -54,6 +60,7 @@ class RebuildResult:
     plan: RebuildPlan
     counts: dict[str, dict[str, Any]] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # the skip file's run moved, ...
 
     @property
     def config_path(self) -> Path:
@@ -61,8 +68,13 @@ class RebuildResult:
 
 
 def output_names(plan: RebuildPlan) -> list[str]:
-    """Every file name the rebuild publishes into --out."""
-    names = list(FIXED_FILES)
+    """Every file name the rebuild publishes into --out (one flags and one data_path file per
+    launch of the restart)."""
+    from forensics.rebuild.launches import data_path_file
+
+    names = [SUMMARY_FILE, NOTE_FILE, CONFIG_FILE]
+    for i, launch in enumerate(plan.launches):
+        names += [launch.file, data_path_file(i, launch.first)]
     for _spec, prefix in plan.datasets.values():
         names += [f"{prefix.name}.bin", f"{prefix.name}.idx", f"{prefix.name}.manifest.parquet"]
     return names
@@ -78,17 +90,6 @@ def check_outputs(out: Path, config: RunConfig, names: list[str], force: bool) -
         raise ForensicsError(
             f"--out {out}: {clash[0]} would replace an input of the run; choose another folder"
         )
-
-
-def check_fingerprint(skip: SkipPlan, config: RunConfig, where: Path) -> None:
-    """A block list names doc_ids of particular files: refuse it for other data."""
-    from forensics.replay import open_replayer
-    from forensics.skip import fingerprint_differences
-
-    now = json.loads(json.dumps(open_replayer(config).fingerprint(), default=str))
-    diffs = fingerprint_differences(skip.fingerprint, now)
-    if diffs:
-        raise ForensicsError(f"{where}: made for another run than this config: {diffs[0]}")
 
 
 def filtered_manifest(spec: Any, kept: np.ndarray) -> pl.DataFrame:
@@ -132,36 +133,67 @@ def write_datasets(plan: RebuildPlan, staging: Path) -> dict[str, dict[str, Any]
 
 
 def run_rebuild(
-    skip_file: Path, config: RunConfig, out: Path | None = None, *, force: bool = False
+    skip_file: Path,
+    config: RunConfig,
+    out: Path | None = None,
+    *,
+    force: bool = False,
+    keep: str = "share",
 ) -> RebuildResult:
-    """The whole command; every refusal comes before anything is written."""
+    """The whole command; every refusal comes before anything is written. `keep`: the weight
+    recipe of a rebuilt dataset (forensics.rebuild.plan.RECIPES)."""
+    from forensics.inputs_guard import input_stats
+    from forensics.rebuild.plan import RECIPES
+    from forensics.skip.validate import validate_for_run
+
+    if keep not in RECIPES:
+        raise ForensicsError(f"--keep {keep!r}: give one of {', '.join(RECIPES)}")
+    inputs = input_stats(config)
     skip = SkipPlan.read(skip_file)
-    check_fingerprint(skip, config, skip_file)
+    result_notes = validate_for_run(skip_file, skip, config)
     out = Path(out) if out is not None else skip_file.parent.parent / f"rebuild-{skip.step}"
     out = out.resolve()
     if config.data.format != "megatron":
-        return run_file_rebuild(skip, skip_file, config, out, force)
-    plan = plan_rebuild(config, skip, out)
+        result = run_file_rebuild(skip, skip_file, config, out, force, inputs)
+        result.notes = result_notes
+        return result
+    plan = plan_rebuild(config, skip, out, keep)
     raw = rebuilt_config_checked(config, plan, out)
     names = output_names(plan)
     check_outputs(out, config, names, force)
-    lock = hold_lock(out / ".cache", "forensics rebuild")
-    staging = out / ".cache" / "staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    result = RebuildResult(out=out, plan=plan)
-    result.counts = write_datasets(plan, staging)
     from forensics.rebuild.texts import write_texts
 
-    result.summary = write_texts(plan, raw, result.counts, staging, skip_file, out)
-    publish(staging, out, previous_outputs(out))
+    result = RebuildResult(out=out, plan=plan, notes=result_notes)
+    with staged(out) as staging:
+        result.counts = write_datasets(plan, staging)
+        result.summary = write_texts(plan, raw, result.counts, staging, skip_file, out)
+        check_unchanged(config, inputs, "rebuild")
+        publish(staging, out, previous_outputs(out))
     verify_published(out / CONFIG_FILE)
-    lock.close()
     return result
 
 
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """The staging folder under `out`, held under the rebuild's lock. A rebuild that fails or
+    is interrupted before it publishes leaves nothing: the staged files go, and so does `out`
+    when this rebuild created it."""
+    created = not out.exists()
+    lock = hold_lock(out / ".cache", "forensics rebuild")
+    staging = out / ".cache" / "staging"
+    try:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        yield staging
+    except BaseException:
+        lock.close()
+        shutil.rmtree(out if created else staging, ignore_errors=True)
+        raise
+    lock.close()
+
+
 def run_file_rebuild(
-    skip: SkipPlan, skip_file: Path, config: RunConfig, out: Path, force: bool
+    skip: SkipPlan, skip_file: Path, config: RunConfig, out: Path, force: bool, inputs: Any
 ) -> RebuildResult:
     """A file-based run (forensics.rebuild.files): the rebuilt config without the blocked files,
     the new stream folders, the restart lines; refused in one line for part of a file."""
@@ -176,16 +208,13 @@ def run_file_rebuild(
     check_outputs(
         out, config, ["rebuild.json", "rebuild.md", CONFIG_FILE, *plan.restart, *folders], force
     )
-    lock = hold_lock(out / ".cache", "forensics rebuild")
-    staging = out / ".cache" / "staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     result = RebuildResult(out=out, plan=plan, counts=plan.counts())  # type: ignore[arg-type]
-    stage_files(plan, config, staging)
-    result.summary = write_file_texts(plan, raw, staging, skip_file, out)
-    publish(staging, out, previous_outputs(out))  # replaces an earlier rebuild's stream folders
+    with staged(out) as staging:
+        stage_files(plan, config, staging)
+        result.summary = write_file_texts(plan, raw, staging, skip_file, out)
+        check_unchanged(config, inputs, "rebuild")
+        publish(staging, out, previous_outputs(out))  # replaces an earlier rebuild's folders
     verify_published(out / CONFIG_FILE)
-    lock.close()
     return result
 
 
@@ -203,7 +232,7 @@ def previous_outputs(out: Path) -> list[str]:
     --force rerun removes the ones it no longer writes and nothing else."""
     try:
         files = json.loads((out / SUMMARY_FILE).read_text()).get("files", [])
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return list(FIXED_FILES)
     return [f for f in files if isinstance(f, str) and "/" not in f] + list(FIXED_FILES)
 

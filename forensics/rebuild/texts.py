@@ -3,32 +3,64 @@ note saying what the restart does differently (the data order changes from the r
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 from dataloaders.atomic import write_json_atomic, write_text_atomic
 from forensics.provenance import provenance
-from forensics.rebuild.plan import RebuildPlan
+from forensics.rebuild.launches import data_path_file, launches_note, paste_form
+from forensics.rebuild.plan import KEEP_SHARE, RebuildPlan
 from forensics.skip.flags import checkpoint_pin
+
+
+def recipe_notes(plan: RebuildPlan, counts: dict[str, dict[str, Any]]) -> list[str]:
+    """Both consequences of the weight recipe, the chosen one first (`--keep share|passes`)."""
+    notes = []
+    for name, row in counts.items():
+        factor = row["repeat_factor"]
+        share = (
+            f"--keep share (the blend weight stays): {name} keeps its share of samples, so each "
+            f"of its remaining documents is drawn {factor:.2f}x as often as before"
+        )
+        passes = (
+            f"--keep passes (the weight falls with its tokens, the other datasets' weights rise "
+            f"to fill the difference): each remaining document of {name} is drawn as often as "
+            f"before, and its share of samples falls to {1 / factor:.2f}x"
+        )
+        chosen, other = (share, passes) if plan.keep == KEEP_SHARE else (passes, share)
+        notes.append(f"Chosen: {chosen}. The alternative, {other}.")
+    return notes
 
 
 def order_note(plan: RebuildPlan, out: Path, counts: dict[str, dict[str, Any]]) -> list[str]:
     """What changes with the rebuilt data, one sentence each."""
     rb = plan.skip.rollback["iteration"]
+    config = shlex.quote(str(out / "rebuilt.yaml"))
+    changed = [x for x in plan.launches if x.changed]
+    first_new = changed[0].first if changed else plan.resume
     notes = [
-        f"The data order changes from iteration {plan.resume} on: Megatron builds new blend and "
-        "shuffle indices for the new --data-path, so every batch of the restart differs from "
-        f"the original run's (global sample c is the new blend's sample c). Iterations up to "
-        f"{rb} are unchanged. Replay the new order: forensics replay --config "
-        f"{out / 'rebuilt.yaml'} --step STEP --window W.",
+        f"The data order changes from iteration {first_new} on: Megatron builds new blend and "
+        "shuffle indices for a new --data-path, so the batches of every launch with a rebuilt "
+        "dataset differ from the original run's (global sample c is the new blend's sample c). "
+        f"Iterations up to {max(rb, first_new - 1)} are unchanged. Replay the new order: "
+        "forensics replay --config "
+        f"{config} --step STEP --window W.",
+    ]
+    kept = launches_note(plan.launches)
+    if kept:
+        notes.append(kept)
+    if len(plan.launches) > 1:
+        notes.append(
+            f"The restart is {len(plan.launches)} launches, one per data stage, run in order: "
+            + ", ".join(x.file for x in plan.launches)
+            + ". Keep --train-iters and --save as they are (--train-iters sizes the blend's "
+            "indices; --exit-interval saves the checkpoint the next launch loads)."
+        )
+    notes += [
         "Do not also pass the skip flags of skip.json: they name batches of the old order; the "
         "restart loads the rollback checkpoint with the new --data-path instead.",
-        *(
-            f"Blend weights are kept: {name} keeps its share of samples, so each of its remaining "
-            f"documents is drawn {row['repeat_factor']:.2f}x as often; lower its weight to keep "
-            "the number of passes instead."
-            for name, row in counts.items()
-        ),
+        *recipe_notes(plan, counts),
         "Megatron's --split is by position within each dataset, so the train/validation "
         "boundary of a filtered dataset moves by the documents removed before it.",
         "The first start builds new index files for the rebuilt data (--data-cache-path).",
@@ -46,11 +78,8 @@ def order_note(plan: RebuildPlan, out: Path, counts: dict[str, dict[str, Any]]) 
 
 
 def restart_flags(plan: RebuildPlan) -> tuple[str, str | None]:
-    """(flags-only line, an instruction for a pin that is not a flag or None)."""
-    pin = checkpoint_pin(plan.skip.trainer, int(plan.skip.rollback["iteration"]))
-    line = plan.data_path_lines()[0][1]
-    if pin.startswith("--"):
-        return f"{pin} {line}\n", None
+    """(flags-only line of the first launch, an instruction for a pin that is not a flag)."""
+    line, pin = plan.launches[0].flags(plan.skip.trainer)
     return f"{line}\n", pin
 
 
@@ -62,8 +91,8 @@ def write_texts(
     skip_file: Path,
     out: Path,
 ) -> dict[str, Any]:
-    """Write rebuilt.yaml, data_path.txt, restart-rebuilt.flags, rebuild.json and rebuild.md
-    into `staging`; returns the summary (rebuild.json's content)."""
+    """Write rebuilt.yaml, one data_path file and one restart flags file per launch,
+    rebuild.json and rebuild.md into `staging`; returns the summary (rebuild.json's content)."""
     import yaml
 
     for row in counts.values():
@@ -72,8 +101,23 @@ def write_texts(
     flags, pin_step = restart_flags(plan)
     header = "# " + " ".join(f"{k}={v}" for k, v in provenance(raw.get("name")).items()) + "\n"
     write_text_atomic(staging / "rebuilt.yaml", header + yaml.safe_dump(raw, sort_keys=False))
-    write_text_atomic(staging / "data_path.txt", plan.data_path_lines()[0][1] + "\n")
-    write_text_atomic(staging / "restart-rebuilt.flags", flags)
+    launches = []
+    for i, launch in enumerate(plan.launches):
+        line, pin = launch.flags(plan.skip.trainer)
+        write_text_atomic(staging / launch.file, line + "\n")
+        write_text_atomic(staging / data_path_file(i, launch.first), launch.data_path + "\n")
+        launches.append(
+            {
+                "file": launch.file,
+                "first_iteration": launch.first,
+                "last_iteration": launch.last,
+                "load_checkpoint": launch.load,
+                "flags": line,
+                "load_instruction": pin,
+                "order_changes": launch.changed,
+                "what": launch.describe(),
+            }
+        )
     files = sorted(p.name for p in staging.iterdir()) + ["rebuild.json", "rebuild.md"]
     summary = {
         "provenance": provenance(raw.get("name")),
@@ -81,9 +125,11 @@ def write_texts(
         "step": plan.skip.step,
         "rollback_iteration": plan.skip.rollback["iteration"],
         "resume_iteration": plan.resume,
+        "keep": plan.keep,
         "datasets": counts,
         "emptied": plan.emptied,
         "data_path": [{"from_iteration": s, "flag": line} for s, line in plan.data_path_lines()],
+        "launches": launches,
         "restart_flags": flags.strip(),
         "load_rollback_checkpoint": pin_step,
         "config": str(out / "rebuilt.yaml"),
@@ -105,8 +151,13 @@ SHARED_README = {
 README = {
     "datasets": "per blocked dataset: source and rebuilt prefixes, documents and tokens kept and "
     "removed, repeat_factor (how much more often a kept document is drawn at the same weight)",
-    "data_path": "the restart's --data-path (and any later mixture switch's), absolute paths",
-    "restart_flags": "what restart-rebuilt.flags holds: the checkpoint pin and --data-path",
+    "keep": "the weight recipe: share (blend weights kept) or passes (weights lowered with the "
+    "tokens removed, so each remaining document is drawn as often)",
+    "data_path": "each launch's --data-path from its first iteration, absolute paths",
+    "launches": "the restart as the trainer runs it, one launch per data stage from the "
+    "rollback on: its flags file, iterations, the checkpoint it loads and how it stops",
+    "restart_flags": "what restart-rebuilt.flags (the first launch) holds: the checkpoint pin, "
+    "--data-path and, when a later stage follows, --exit-interval",
     "load_rollback_checkpoint": "how to load the rollback checkpoint when it is not a flag",
     **SHARED_README,
     "files": "every file this rebuild wrote into its folder",
@@ -135,15 +186,18 @@ def note_markdown(summary: dict[str, Any]) -> str:
             f"| {name} | {row['documents_removed']:,} | {row['documents_kept']:,} | "
             f"{100 * row['share_of_tokens_removed']:.1f}% | {row['repeat_factor']} |"
         )
-    lines += [
-        "",
-        f"Restart from checkpoint iteration {summary['rollback_iteration']} with:",
-        "",
-        "```",
-    ]
-    lines += [summary["restart_flags"], "```", ""]
-    if summary["load_rollback_checkpoint"]:
-        lines += [f"Load the rollback checkpoint: `{summary['load_rollback_checkpoint']}`", ""]
+    lines += ["", f"Restart from checkpoint iteration {summary['rollback_iteration']}:", ""]
+    for i, launch in enumerate(summary["launches"]):
+        if len(summary["launches"]) > 1:
+            lines += [f"Launch {i + 1}, {launch['what']} (`{launch['file']}`):", ""]
+        lines += ["```", launch["flags"], "```", ""]
+        if shlex.split(launch["flags"]) != launch["flags"].split():
+            lines += [
+                f"The file holds quoted paths: {paste_form(launch['file'], launch['flags'])}.",
+                "",
+            ]
+        if launch["load_instruction"]:
+            lines += [f"Load the checkpoint first: `{launch['load_instruction']}`", ""]
     lines += [f"- {note}" for note in summary["notes"]]
     return "\n".join(lines) + "\n"
 

@@ -9,6 +9,7 @@ for the run's trainer.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import polars as pl
@@ -187,10 +188,8 @@ def _paste_lines(skip: dict[str, Any]) -> list[Line]:
             out.append(("PASTE", f"{skip['trainer']}: {paste}"))
         else:  # never a cut line: the whole one is in a file beside the report
             where = (skip.get("action") or {}).get("flags_dir")
-            path = f"{where}/" if where else ""
-            out.append(
-                ("PASTE", f"{skip['trainer']}: $(cat {path}restart-{skip['trainer']}.flags)")
-            )
+            path = shlex.quote(f"{where}/" * bool(where) + f"restart-{skip['trainer']}.flags")
+            out.append(("PASTE", f"{skip['trainer']}: $(cat {path})"))
             whole = f"{len(paste):,} characters"
             out.append(("", f"(the file beside this report holds the whole line, {whole})"))
         if pin and not pin.startswith("--"):

@@ -124,12 +124,33 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
     if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)
         action["rebuild_out"] = str(Path(out).parent / f"rebuild-{skip.step}")
         name, what, flags = REBUILD_RESTART[getattr(config.data, "format", "megatron")]
+        later = later_stages(config, int(skip.rollback["iteration"]) + 1)
+        if later:  # Megatron-LM reads one --data-path per launch (forensics.rebuild.launches)
+            what += (
+                f", for launch 1 of {len(later) + 1}; each later data stage (from iteration "
+                f"{', '.join(map(str, later))}) gets its own launch file: see rebuild.md"
+            )
         action |= {
             "restart_file": f"{action['rebuild_out']}/{name}",
             "restart_holds": what,
             "restart_is_flags": flags,
+            "restart_needs_eval": flags and needs_quotes(config, action["rebuild_out"]),
         }
     return action
+
+
+def needs_quotes(config: Any, rebuild_out: str) -> bool:
+    """Whether the rebuild's flags will hold a quoted path (a space, `$`, a quote in the output
+    folder or a data prefix): `$(cat FILE)` splits such a word, `eval` keeps it whole."""
+    stages = getattr(config.data, "data_stages", None) or []
+    paths = [rebuild_out] + [str(s.prefix) for st in stages for s in st.blend]
+    return any(shlex.quote(p) != p for p in paths)
+
+
+def later_stages(config: Any, resume: int) -> list[int]:
+    """First iterations of the Megatron data stages that start after `resume`."""
+    stages = getattr(config.data, "data_stages", None) or []
+    return [int(s.start_iteration) for s in stages if int(s.start_iteration) > resume]
 
 
 def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
@@ -139,7 +160,13 @@ def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
     default = f"{action.get('rebuild_out', 'rebuild-STEP')}/restart-rebuilt.flags"
     file = action.get("restart_file") or default
     what = action.get("restart_holds") or REBUILD_RESTART["megatron"][1]
-    text = f"with $(cat {file})" if action.get("restart_is_flags", True) else f"with {file}"
+    shown = shlex.quote(str(file))
+    if not action.get("restart_is_flags", True):
+        text = f"with {shown}"
+    elif action.get("restart_needs_eval"):  # quoted paths: $(cat) would split them
+        text = f'with eval "<your launch command> $(cat {shown})"'
+    else:
+        text = f"with $(cat {shown})"
     return f"{text} ({what})" if say_what else text
 
 

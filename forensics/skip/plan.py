@@ -110,6 +110,8 @@ class SkipPlan:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ForensicsError(f"{path}: not valid JSON ({err})") from None
+        except RecursionError:
+            raise ForensicsError(f"{path}: JSON nested too deeply to be a skip file") from None
         return cls.from_dict(data, str(path))
 
 

@@ -45,6 +45,10 @@ class SpikeOptions:
         """Bad values, before anything is opened or written."""
         if self.after < 0:
             raise ForensicsError(f"--after {self.after}: must be >= 0")
+        if self.embed_cap is not None and self.embed_cap < 0:
+            raise ForensicsError(
+                f"--embed-cap {self.embed_cap}: must be >= 0 (0: no embedding clusters)"
+            )
         if not 0.0 <= self.ahead_share <= 1.0:
             raise ForensicsError(f"--ahead-share {self.ahead_share}: must be in [0, 1]")
         check_threshold(self.threshold)

@@ -34,6 +34,9 @@ ARGS_FILE = "megatron_args.txt"
 def check_output_dir(out: Path, config_hash: str, step: int, force: bool) -> None:
     """Refuse a directory holding another run or foreign files (unless force), and an existing
     skip.json (unless force). Called before any work, so a refusal costs nothing."""
+    from forensics.outputs import check_printable_path
+
+    check_printable_path(out)
     if out.exists() and not out.is_dir():
         raise ForensicsError(f"{out}: exists and is not a directory")
     if not out.is_dir() or force:

@@ -38,6 +38,13 @@ def log_evidence(
     except ImportError:
         notes.append("training log not overlaid: the log reader is not installed")
         return None, []
+    last = frame["step"].max() if frame.height else None
+    if last is None or window[1] > int(last):
+        notes.append(
+            f"warning: the spike step {window[1]} is past the training log's last iteration "
+            f"({last}): the log shows no spike there; check --step (the verdict describes the "
+            "data of that window, not a spike the log saw)"
+        )
     events = triage_events(frame, window, notes)
     notes.extend(event_line(event) for event in events)
     return frame.select("step", "loss"), events
@@ -156,5 +163,8 @@ def report_stage(
         report.provenance = skip.provenance or None
         blocked = sum(len(v) for v in skip.documents.values())
         report.incident = incident_for_report(run, events, exposure, ahead, blocked)
+        from forensics.inputs_guard import check_unchanged
+
+        check_unchanged(run.config, run.inputs, "spike")
         publish_outputs(report, skip, run.cache, run.out)
     return report

@@ -33,6 +33,7 @@ class SpikeRun:
     clock: StageClock
     hits: dict[str, bool] = field(default_factory=dict)  # stage -> read from the cache
     notes: list[str] = field(default_factory=list)  # said in the report and skip.json
+    inputs: dict[str, Any] = field(default_factory=dict)  # the data files' stats at the start
     _lock: Any = None
 
     @property
@@ -76,9 +77,11 @@ def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -
 
     Bad input raises ForensicsError before anything is written (the lock and the marker come
     last), so a refusal leaves the output directory as it was."""
+    from forensics.inputs_guard import input_stats
     from forensics.replay import open_replayer
 
     config, origin = _config_and_origin(config)
+    inputs = input_stats(config)  # before anything reads the data
     out = Path(out)
     check_output_dir(out, config.config_hash(), options.step, options.force)
     clock = StageClock(options.progress)
@@ -90,6 +93,7 @@ def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -
         )  # fmt: skip
         fingerprint = json_fingerprint(replayer)
     run = SpikeRun(config, origin, options, out, replayer, plan, fingerprint, clock)
+    run.inputs = inputs
     run.notes += [f"the window crosses the start of a data stage at iteration {s}"
                   for s in plan.crossings]  # fmt: skip
     run.notes.append(f"baseline {plan.baseline[0]}-{plan.baseline[1]}: {plan.baseline_how}")

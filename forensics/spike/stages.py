@@ -81,8 +81,11 @@ def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     """The window's and baseline's documents, decoded and scored: in this process (decode,
     then score), or in parts on a process pool or a Ray cluster (`--engine`, `--workers`),
     which gives the same table."""
+    from forensics.spike.tokcheck import check_tokenizer
+
     opts = run.options
     distinct = replay.select("dataset", "doc_id").unique().sort("dataset", "doc_id")
+    check_tokenizer(run.replayer, distinct, run.config.tokenizer)
     if (opts.engine == "local" and opts.workers == 1) or distinct.height == 0:
         return score_stage(run, decode_stage(run, replay))
     return parts_stage(run, distinct)

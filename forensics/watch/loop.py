@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import shlex
 import signal
 import time
 from dataclasses import dataclass, field
@@ -394,8 +395,8 @@ class Watcher:
                     "pid": self.jobs[key].pid,
                     "summary": (
                         f"forensics spike --step {key} --window {window} started in the "
-                        f"background into {self.jobs[key].out} (before the verdict: the plan "
-                        "is ready when the verdict comes)"
+                        f"background into {shlex.quote(str(self.jobs[key].out))} (before the "
+                        "verdict: the plan is ready when the verdict comes)"
                     ),
                 }
             )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -112,7 +113,7 @@ def action_words(out: Path, plan: dict[str, Any], rollback: int | None) -> dict[
         f"checkpoint iteration {rollback}" if rollback is not None else "the rollback checkpoint"
     )
     if flags_file:
-        with_flags = f"{restart} with $(cat {flags_file})"
+        with_flags = f"{restart} with $(cat {shlex.quote(flags_file)})"
     else:
         refusal = ((plan.get("flags") or {}).get(trainer) or {}).get("refusal")
         with_flags = f"no {trainer} skip flag ({refusal}); remove the block list's documents"
