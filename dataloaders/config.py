@@ -62,10 +62,10 @@ class Resume(StrictModel):
 
 
 def _known_trainer(value: str) -> str:
-    from dataloaders.trainer_loops import TRAINERS
+    from dataloaders.trainers import REGISTRY, unknown_trainer
 
-    if value not in TRAINERS:
-        raise ValueError(f"unknown trainer {value!r}; known: {', '.join(TRAINERS)}")
+    if value not in REGISTRY:
+        raise ValueError(unknown_trainer(value))
     return value
 
 
@@ -99,9 +99,7 @@ class TrainingSpec(StrictModel):
     train_samples: int | None = Field(default=None, gt=0)
     rampup_batch_size: tuple[int, int, int] | None = None  # (start, increment, ramp samples)
     resumes: list[Resume] = Field(default_factory=list)
-    # Which training loop reads the skip flags we write (dataloaders.trainer_loops.TRAINERS):
-    # megatron-lm (megatron-core >= 0.17), megatron-lm-pre-0.17, megatron-deepspeed (BigScience),
-    # megatron-deepspeed-argonne, olmo-core.
+    # Which training loop reads the skip flags we write: a name in dataloaders.trainers.TRAINERS.
     trainer: str = "megatron-lm"
     applied_skips: list[AppliedSkip] = Field(default_factory=list)
 

@@ -3,7 +3,7 @@
 A skip list names iterations, and iteration numbers mean other batches as soon as the config,
 the blend or a data file changes. Before a restart, check-skip recomputes the run's fingerprint
 (config hash, data file sizes, index hashes) and refuses a skip file made for another run; then
-it runs each trainer's own loop (dataloaders.trainer_loops) on that trainer's string from the
+it runs each trainer's own loop (dataloaders.trainers) on that trainer's string from the
 rollback checkpoint and refuses unless it drops exactly the listed batches and trains every
 other one, and prints what the chosen trainer's string drops.
 """
@@ -36,7 +36,7 @@ def verify_skip(
     list changed) on a skip file that still fits."""
     from dataloaders.config import RunConfig, load_config
     from dataloaders.schedule import Schedule
-    from dataloaders.trainer_loops import check_trainer
+    from dataloaders.trainers import check_trainer
     from forensics.replay import open_replayer
     from forensics.skip import json_fingerprint, sample_ranges
     from forensics.skip.flags import verify_flag

@@ -1,6 +1,6 @@
 """Skip flags against the trainers' loops.
 
-The loops are transcribed in `dataloaders/trainer_loops.py` with their repository, commit and
+The loops are transcribed in `dataloaders/trainers/` with their repository, commit and
 file:line (NVIDIA/Megatron-LM d98e8a64dd training.py:4554-4659 and b4e4d9618e^ training.py:2903;
 bigscience-workshop/Megatron-DeepSpeed 8387ae17c4 arguments.py:289-308, training.py:884-935;
 argonne-lcf/Megatron-DeepSpeed ffa3456d68 training.py:1073-1085, 1295-1365; allenai/OLMo-core
@@ -23,7 +23,7 @@ import pytest
 
 from dataloaders.config import AppliedSkip, TrainingSpec
 from dataloaders.schedule import Schedule
-from dataloaders.trainer_loops import (
+from dataloaders.trainers import (
     MEGATRON_DEEPSPEED,
     MEGATRON_DEEPSPEED_ARGONNE,
     MEGATRON_LM,

@@ -124,7 +124,7 @@ def test_collateral_equals_the_true_counts(run: dict) -> None:
 
 def test_flag_strings_drop_exactly_the_skipped_batches(run: dict) -> None:
     """Every trainer's string, run through that trainer's loop from the rollback checkpoint,
-    drops exactly the listed iterations' batches (the loops: dataloaders/trainer_loops.py)."""
+    drops exactly the listed iterations' batches (the loops: dataloaders/trainers/)."""
     from dataloaders.config import load_config
     from forensics.replay import open_replayer
 
