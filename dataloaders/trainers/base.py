@@ -124,6 +124,11 @@ class Trainer(ABC):
         """One line: what the restarted job does differently from the original run after
         skipping `skipped` iterations."""
 
+    def explain(self, flag: str, iterations: int) -> str | None:
+        """A line that reads the written `flag` for a person, where its numbers are not the
+        logged iterations it skips (`iterations` of them); None when they are."""
+        return None
+
     def tracker_values(self, ranges: Sequence[Range]) -> list[int] | None:
         """The values a tracker file of skips would list (None: the trainer reads none)."""
         return None

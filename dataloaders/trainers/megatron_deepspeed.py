@@ -11,8 +11,15 @@ megatron/arguments.py:289-308 (sort, merge overlapping ranges only), megatron/tr
 `start <= iteration + 1 <= end`, pop and call `next(train_data_iterator)` while
 `iteration_for_skipping + 1 <= end`, i.e. end - iteration micro-batches, then `continue` (906)
 without touching iteration or consumed samples), 913 (batch size from consumed samples), 931-935
-(iteration and consumed samples advance after a trained step); megatron/checkpointing.py:112
-(the tracker file `latest_checkpointed_iteration.txt` names the iteration to load).
+(iteration and consumed samples advance after a trained step).
+
+Which checkpoint the restart loads: megatron/checkpointing.py:276-278 hands `--load` to DeepSpeed's
+`engine.load_checkpoint(load_dir)` (tag None), which loads the tag named in `load_dir/latest`
+(deepspeedai/DeepSpeed edaa722126, deepspeed/runtime/engine.py:4304-4305; checkpoints are saved
+as `global_step{global_steps}`, 4783); without --deepspeed, 290-319 read the iteration from
+`latest_checkpointed_iteration.txt` and load `iter_{iteration:07d}` (95, 112). There is no flag
+for either, and both files sit in the live checkpoint folder, so the pin is one shell line that
+builds a NEW load folder holding links to the rollback checkpoint and both pointer files.
 """
 
 from __future__ import annotations
@@ -91,7 +98,26 @@ class MegatronDeepSpeed(Trainer):
         return self.flag + " " + " ".join(f"{a}-{b}" for a, b in written)
 
     def pin(self, checkpoint: int) -> str:
-        return f"echo {checkpoint} > $LOAD/latest_checkpointed_iteration.txt"
+        tag, legacy = f"global_step{checkpoint}", f"iter_{checkpoint:07d}"
+        new = f'"$LOAD.rollback-{checkpoint}"'
+        return (
+            f'mkdir {new} && ln -s "$LOAD/{tag}" "$LOAD/{legacy}" {new}/ && '
+            f"echo {tag} > {new}/latest && echo {checkpoint} > "
+            f"{new}/latest_checkpointed_iteration.txt  # $LOAD: the job's --load folder, "
+            f"left as it is; then launch with --load {new}"
+        )
+
+    def explain(self, flag: str, iterations: int) -> str | None:
+        """The ranges count micro-batches, not iterations: say so with this flag's numbers."""
+        drained = sum(b - a + 1 for a, b in self.parse(flag))
+        if not iterations or not drained:
+            return None
+        return (
+            f"the ranges count micro-batches (one next() of the data iterator: micro_batch_size x "
+            f"data_parallel_size samples), not iterations: the {iterations} skipped iterations "
+            f"are {drained} micro-batches, and each range starts where the iteration counter "
+            "stands after the drains before it"
+        )
 
     def consequence(self, skipped: int) -> str:
         return (

@@ -5,8 +5,11 @@ Sources read (repository, commit, file:line): argonne-lcf/Megatron-DeepSpeed ffa
 megatron/training.py:1073-1085 (pairs from `--train-range-to-skip`), 1277 (batch size from
 consumed samples), 1295-1323 (a step in any inclusive range draws `gradient_accumulation_steps`
 micro-batches of the static DeepSpeed config and steps the lr scheduler), 1358-1365 (iteration
-and consumed samples advance for every step, skipped or not); megatron/checkpointing.py:185
-(the tracker file `latest_checkpointed_iteration.txt` names the iteration to load).
+and consumed samples advance for every step, skipped or not); megatron/arguments.py:1870-1875
+`--load-tag` ("Specific checkpoint tag to load. Ignores latest."), passed as `tag=` to DeepSpeed's
+`engine.load_checkpoint` (megatron/checkpointing.py:694-705; DeepSpeed names a checkpoint
+`global_step{global_steps}`, deepspeedai/DeepSpeed edaa722126 deepspeed/runtime/engine.py:4783).
+The fork's launchers run with --deepspeed, where that flag pins the checkpoint.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from dataloaders.trainers.base import (
     flag_values,
     nonneg_int,
 )
-from dataloaders.trainers.megatron_deepspeed import MegatronDeepSpeed
 
 if TYPE_CHECKING:
     from dataloaders.schedule import Schedule
@@ -73,7 +75,7 @@ class MegatronDeepSpeedArgonne(Trainer):
         return self.flag + " " + " ".join(f"{a} {b}" for a, b in ranges)
 
     def pin(self, checkpoint: int) -> str:
-        return MegatronDeepSpeed().pin(checkpoint)
+        return f"--load-tag global_step{checkpoint}"
 
     def consequence(self, skipped: int) -> str:
         return "iteration numbers stay absolute; the lr scheduler still steps on skipped steps"

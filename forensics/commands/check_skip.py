@@ -103,6 +103,16 @@ def describe_config(config: RunConfig) -> str:
     return str(config.source) if config.source is not None else "the given --megatron-args"
 
 
+def ahead_line(action: dict) -> str | None:
+    """When the plan leads with removing the culprit (rebuild or remove), the reason and the
+    command again: a valid skip file is still only the stopgap. None for a skip-only plan."""
+    from forensics.skip.action import REBUILD, REMOVE
+
+    if action.get("kind") not in (REBUILD, REMOVE):
+        return None
+    return f"{action['why']}. First: {action['command']}"
+
+
 def check_skip_command(
     skip_file: Annotated[Path, typer.Argument(help="skip.json written by forensics spike.")],
     config: ConfigOption = None,
@@ -131,6 +141,9 @@ def check_skip_command(
     )
     for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    ahead = ahead_line(plan.action)
+    if ahead:
+        console.print(f"[bold yellow]AHEAD[/]: {escape(ahead)}", soft_wrap=True)
     flag = plan.flags[name]
     if n:
         spans = ", ".join(f"{a}-{b}" for a, b in plan.ranges[:8])
