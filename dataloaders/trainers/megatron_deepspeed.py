@@ -98,13 +98,12 @@ class MegatronDeepSpeed(Trainer):
         return self.flag + " " + " ".join(f"{a}-{b}" for a, b in written)
 
     def pin(self, checkpoint: int) -> str:
-        tag, legacy = f"global_step{checkpoint}", f"iter_{checkpoint:07d}"
-        new = f'"$LOAD.rollback-{checkpoint}"'
+        tag = f"global_step{checkpoint}"
         return (
-            f'mkdir {new} && ln -s "$LOAD/{tag}" "$LOAD/{legacy}" {new}/ && '
-            f"echo {tag} > {new}/latest && echo {checkpoint} > "
-            f"{new}/latest_checkpointed_iteration.txt  # $LOAD: the job's --load folder, "
-            f"left as it is; then launch with --load {new}"
+            f'N="$LOAD.rollback-{checkpoint}"; mkdir "$N" && ln -s "$LOAD/{tag}" '
+            f'"$LOAD/iter_{checkpoint:07d}" "$N/" && echo {tag} > "$N/latest" && '
+            f'echo {checkpoint} > "$N/latest_checkpointed_iteration.txt"  # then --load "$N" '
+            "($LOAD: the job's --load folder, left as it is)"
         )
 
     def explain(self, flag: str, iterations: int) -> str | None:

@@ -110,7 +110,8 @@ def test_megatron_deepspeed_pin_builds_a_new_load_folder_and_leaves_the_old_one(
     assert proc.returncode == 0, proc.stderr
     assert snapshot(load) == before
     new = Path(f"{load}.rollback-10")
-    assert '--load "$LOAD.rollback-10"' in pin
+    assert pin.endswith('then --load "$N" ($LOAD: the job\'s --load folder, left as it is)')
+    assert len(get_trainer(MEGATRON_DEEPSPEED).pin(1234567)) < 300  # shown whole in reports
     assert (new / "latest").read_text().strip() == "global_step10"
     assert (new / "latest_checkpointed_iteration.txt").read_text().strip() == "10"
     tag = (new / "latest").read_text().strip()
