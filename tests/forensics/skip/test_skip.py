@@ -87,7 +87,7 @@ def test_bigscience_drains_micro_batches_worked_example() -> None:
     sched = _schedule(gbs=16, mbs=2, dp=2, iters=100)
     flag = write_flag(MEGATRON_DEEPSPEED, [(11, 12), (21, 22)], sched, 10)
     assert flag.flag == "--skip-train-iteration-range 11-18 19-26"
-    # The string the old code wrote (whole iterations) drains only 2 / 4 of the first range's
+    # A range in whole iterations (not micro-batches) drains only 2 / 4 of the first range's
     # samples and leaves the run off the batch boundaries.
     dropped, trained = dropped_and_trained(
         MEGATRON_DEEPSPEED, "--skip-train-iteration-range 11-12", sched.loop_start(10), 20
