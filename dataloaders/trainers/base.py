@@ -25,14 +25,19 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from dataloaders.errors import ForensicsError
 
-if TYPE_CHECKING:
-    from dataloaders.schedule import Schedule
-
 Range = tuple[int, int]  # inclusive, 1-indexed iterations
+
+
+class Batches(Protocol):
+    """What spelling a flag needs of the run's batch schedule (`dataloaders.schedule.Schedule`
+    has it; the trainers do not import the schedule, which replays skips through them)."""
+
+    unit: int  # micro_batch_size * data_parallel_size: one next() of the data iterator
+    batch_size: Any  # int64[last_iteration + 1]: the samples iteration i drew (index 0 unused)
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,7 @@ class Trainer(ABC):
         """Run the loop from `start` with the parsed `skip` until the counter reaches `stop`."""
 
     @abstractmethod
-    def spell(self, ranges: Sequence[Range], schedule: Schedule, checkpoint: int) -> str:
+    def spell(self, ranges: Sequence[Range], schedule: Batches, checkpoint: int) -> str:
         """The flag text for the merged `ranges` on a restart from `checkpoint` (no checks:
         `forensics.skip.flags.write_flag` proves it by running `loop`)."""
 
@@ -134,12 +139,12 @@ class Trainer(ABC):
         return None
 
     def parser_merge(
-        self, ranges: Sequence[Range], schedule: Schedule, checkpoint: int
+        self, ranges: Sequence[Range], schedule: Batches, checkpoint: int
     ) -> str | None:
         """Why the parser would merge two of the written ranges, or None when it keeps them."""
         return None
 
-    def widen(self, ranges: list[Range], schedule: Schedule, checkpoint: int) -> list[Range]:
+    def widen(self, ranges: list[Range], schedule: Batches, checkpoint: int) -> list[Range]:
         """`ranges` widened where the syntax cannot keep two of them apart (default: as they
         are)."""
         return ranges

@@ -28,13 +28,9 @@ import bisect
 import collections
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from dataloaders.errors import ForensicsError
-from dataloaders.trainers.base import Draw, LoopEnd, LoopStart, Range, Trainer, flag_values
-
-if TYPE_CHECKING:
-    from dataloaders.schedule import Schedule
+from dataloaders.trainers.base import Batches, Draw, LoopEnd, LoopStart, Range, Trainer, flag_values
 
 
 class MegatronDeepSpeed(Trainer):
@@ -91,7 +87,7 @@ class MegatronDeepSpeed(Trainer):
             consumed += batch_size  # 932-935
         return LoopEnd(draws, iteration, consumed, position)
 
-    def spell(self, ranges: Sequence[Range], schedule: Schedule, checkpoint: int) -> str:
+    def spell(self, ranges: Sequence[Range], schedule: Batches, checkpoint: int) -> str:
         if not ranges:
             return ""
         written = micro_batch_ranges(ranges, schedule, checkpoint)
@@ -127,7 +123,7 @@ class MegatronDeepSpeed(Trainer):
         )
 
     def parser_merge(
-        self, ranges: Sequence[Range], schedule: Schedule, checkpoint: int
+        self, ranges: Sequence[Range], schedule: Batches, checkpoint: int
     ) -> str | None:
         """The parser merges overlapping ranges: say which two, and the fix."""
         written = micro_batch_ranges(ranges, schedule, checkpoint)
@@ -142,7 +138,7 @@ class MegatronDeepSpeed(Trainer):
                 )
         return None
 
-    def widen(self, ranges: list[Range], schedule: Schedule, checkpoint: int) -> list[Range]:
+    def widen(self, ranges: list[Range], schedule: Batches, checkpoint: int) -> list[Range]:
         """A range written in micro-batches spans gas times the iterations it skips, so the clean
         gap after a skipped stretch must be at least that long; a shorter gap is skipped as well
         (its cost shows in the collateral)."""
@@ -157,7 +153,7 @@ class MegatronDeepSpeed(Trainer):
             out[clash - 1 : clash + 1] = [(out[clash - 1][0], out[clash][1])]
 
 
-def micro_batch_ranges(ranges: Sequence[Range], schedule: Schedule, checkpoint: int) -> list[Range]:
+def micro_batch_ranges(ranges: Sequence[Range], schedule: Batches, checkpoint: int) -> list[Range]:
     """The ranges that drain exactly the batches of `ranges` on a restart from `checkpoint`.
 
     When batch a is next, the counter is a - 1 minus the batches skipped before (a drain does not

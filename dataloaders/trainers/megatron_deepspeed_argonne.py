@@ -15,10 +15,10 @@ The fork's launchers run with --deepspeed, where that flag pins the checkpoint.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from dataloaders.errors import ForensicsError
 from dataloaders.trainers.base import (
+    Batches,
     Draw,
     LoopEnd,
     LoopStart,
@@ -27,9 +27,6 @@ from dataloaders.trainers.base import (
     flag_values,
     nonneg_int,
 )
-
-if TYPE_CHECKING:
-    from dataloaders.schedule import Schedule
 
 
 class MegatronDeepSpeedArgonne(Trainer):
@@ -69,7 +66,7 @@ class MegatronDeepSpeedArgonne(Trainer):
             consumed += batch_size  # 1365: dp * micro_batch * get_num_microbatches()
         return LoopEnd(draws, iteration, consumed, position)
 
-    def spell(self, ranges: Sequence[Range], schedule: Schedule, checkpoint: int) -> str:
+    def spell(self, ranges: Sequence[Range], schedule: Batches, checkpoint: int) -> str:
         if not ranges:
             return ""
         return self.flag + " " + " ".join(f"{a} {b}" for a, b in ranges)

@@ -14,9 +14,9 @@ Sources read (repository, commit, file:line):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from dataloaders.trainers.base import (
+    Batches,
     Draw,
     LoopEnd,
     LoopStart,
@@ -26,9 +26,6 @@ from dataloaders.trainers.base import (
     iterations_of,
     nonneg_int,
 )
-
-if TYPE_CHECKING:
-    from dataloaders.schedule import Schedule
 
 
 class MegatronLM(Trainer):
@@ -63,7 +60,7 @@ class MegatronLM(Trainer):
     def tracker_values(self, ranges: Sequence[Range]) -> list[int]:
         return [i - self.offset for i in iterations_of(ranges)]
 
-    def spell(self, ranges: Sequence[Range], schedule: Schedule, checkpoint: int) -> str:
+    def spell(self, ranges: Sequence[Range], schedule: Batches, checkpoint: int) -> str:
         if not ranges:
             return ""
         return self.flag + " " + " ".join(str(v) for v in self.tracker_values(ranges))

@@ -16,13 +16,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from dataloaders.errors import ForensicsError
-from dataloaders.trainers.base import Draw, LoopEnd, LoopStart, Range, Trainer
-
-if TYPE_CHECKING:
-    from dataloaders.schedule import Schedule
+from dataloaders.trainers.base import Batches, Draw, LoopEnd, LoopStart, Range, Trainer
 
 
 class OLMoCore(Trainer):
@@ -69,7 +65,7 @@ class OLMoCore(Trainer):
             position += batch_size
         return LoopEnd(draws, step, consumed, position)
 
-    def spell(self, ranges: Sequence[Range], schedule: Schedule, checkpoint: int) -> str:
+    def spell(self, ranges: Sequence[Range], schedule: Batches, checkpoint: int) -> str:
         if not ranges:
             return ""
         # one shell word (no spaces), so $(cat restart-olmo-core.flags) passes it whole; YAML
