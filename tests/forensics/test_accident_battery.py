@@ -6,6 +6,8 @@ write. scripts/accidents.py runs the same accidents on any run directory (demo-r
 
 from __future__ import annotations
 
+import fcntl
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,14 +34,24 @@ NAMES = [accident.name for accident in battery(_NAMING_FACTS)]
 
 
 @pytest.fixture(scope="session")
-def accident_run(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
-    """The small run with its triage/ and spike/ output, and the battery for it."""
-    work = tmp_path_factory.mktemp("accidents")
-    cache = work / "cache"
-    base = prepare_base(SMALL, work, cache)
+def accident_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> SimpleNamespace:
+    """The small run with its triage/ and spike/ output, and the battery for it: built once and
+    shared by the xdist workers (each accident works on its own copy)."""
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent  # the folder every worker's basetemp sits in
+    work, ready = root / "accident-battery", root / "accident-battery.ready"
+    with open(root / "accident-battery.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ready.exists():
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            prepare_base(SMALL, work, work / "cache")
+            ready.touch()
+    base = work / "base"
     accidents = {accident.name: accident for accident in battery(base_info(base))}
     assert list(accidents) == NAMES
-    return SimpleNamespace(base=base, work=work, cache=cache, accidents=accidents)
+    return SimpleNamespace(base=base, work=work, cache=work / "cache", accidents=accidents)
 
 
 def test_the_battery_is_whole() -> None:
