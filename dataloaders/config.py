@@ -46,7 +46,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dataloaders.checkpoints import checkpoint_iterations
 from dataloaders.config_data import DataConfig, StrictModel
-from dataloaders.errors import ForensicsError
+from dataloaders.errors import ConfigError
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
 DEFAULT_CONFIG_NAME = "forensics.yaml"
@@ -279,12 +279,12 @@ def config_from_dict(raw: dict[str, Any], *, base_dir: Path, source: Path | None
     """Validate a config mapping; relative paths resolve against `base_dir`."""
     if not isinstance(raw, dict):
         where = source or base_dir
-        raise ForensicsError(f"{where}: a run config is a mapping (data:, training:, ...)")
+        raise ConfigError(f"{where}: a run config is a mapping (data:, training:, ...)")
     resolved = _resolve_paths(raw, base_dir)
     try:
         return RunConfig.model_validate({**resolved, "source": source})
     except ValidationError as err:
-        raise ForensicsError(_format_validation_error(source or base_dir, err)) from None
+        raise ConfigError(_format_validation_error(source or base_dir, err)) from None
 
 
 MAX_CONFIG_BYTES = 1 << 20  # a run config is a page; a megabyte of YAML is not one
@@ -315,7 +315,7 @@ def _safe_yaml(text: str, path: Path) -> Any:
                 total += sum(weight(k) + weight(v) for k, v in n.value)
             weights[id(n)] = total
             if total > MAX_CONFIG_NODES:
-                raise ForensicsError(
+                raise ConfigError(
                     f"{path}: its YAML aliases expand to more than {MAX_CONFIG_NODES:,} values; "
                     "write the config out without nested aliases"
                 )
@@ -333,18 +333,18 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
 
     path = Path(path)
     if not path.is_file():
-        raise ForensicsError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: config file not found")
     size = path.stat().st_size
     if size > MAX_CONFIG_BYTES:
-        raise ForensicsError(
+        raise ConfigError(
             f"{path}: {size:,} bytes is not a run config (at most {MAX_CONFIG_BYTES:,})"
         )
     try:
         raw = _safe_yaml(path.read_text(encoding="utf-8"), path)
     except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ForensicsError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(raw, dict):
-        raise ForensicsError(f"{path}: expected a mapping at the top level")
+        raise ConfigError(f"{path}: expected a mapping at the top level")
     return config_from_dict(raw, base_dir=path.resolve().parent, source=path.resolve())
 
 
@@ -358,7 +358,7 @@ def find_config(explicit: str | os.PathLike[str] | None) -> Path:
     local = Path.cwd() / DEFAULT_CONFIG_NAME
     if local.is_file():
         return local
-    raise ForensicsError(
+    raise ConfigError(
         f"no config: pass --config, set {CONFIG_ENV_VAR}, "
         f"or put {DEFAULT_CONFIG_NAME} in {Path.cwd()}"
     )
