@@ -47,6 +47,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from dataloaders.checkpoints import checkpoint_iterations
 from dataloaders.config_data import DataConfig, StrictModel
 from dataloaders.errors import ConfigError
+from dataloaders.trainers import DEFAULT_TRAINER, OLMO_CORE, REGISTRY, unknown_trainer
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
 DEFAULT_CONFIG_NAME = "forensics.yaml"
@@ -62,8 +63,6 @@ class Resume(StrictModel):
 
 
 def _known_trainer(value: str) -> str:
-    from dataloaders.trainers import REGISTRY, unknown_trainer
-
     if value not in REGISTRY:
         raise ValueError(unknown_trainer(value))
     return value
@@ -100,7 +99,7 @@ class TrainingSpec(StrictModel):
     rampup_batch_size: tuple[int, int, int] | None = None  # (start, increment, ramp samples)
     resumes: list[Resume] = Field(default_factory=list)
     # Which training loop reads the skip flags we write: a name in dataloaders.trainers.TRAINERS.
-    trainer: str = "megatron-lm"
+    trainer: str = DEFAULT_TRAINER
     applied_skips: list[AppliedSkip] = Field(default_factory=list)
 
     @field_validator("trainer")
@@ -194,7 +193,7 @@ class RunConfig(StrictModel):
         if isinstance(raw, dict) and isinstance(raw.get("data"), dict):
             training = raw.get("training")
             if raw["data"].get("format") == "olmo-core" and isinstance(training, dict):
-                raw = {**raw, "training": {"trainer": "olmo-core", **training}}
+                raw = {**raw, "training": {"trainer": OLMO_CORE, **training}}
         return raw
 
     def config_hash(self) -> str:

@@ -119,3 +119,20 @@ def test_megatron_deepspeed_pin_builds_a_new_load_folder_and_leaves_the_old_one(
     # run twice, it refuses (mkdir) rather than rewriting a folder it already made
     again = subprocess.run(["bash", "-c", pin], env=dict(os.environ, LOAD=str(load)))
     assert again.returncode != 0 and snapshot(load) == before
+
+
+def test_a_trainers_name_is_spelled_only_in_its_own_module() -> None:
+    """Nothing outside dataloaders/trainers/ asks which trainer it is by name: every layer looks
+    the trainer up in the registry. (`olmo-core` is also a loader family's `data.format`.)"""
+    from repo_paths import REPO_ROOT
+
+    runtime = [*REPO_ROOT.glob("forensics/**/*.py"), *REPO_ROOT.glob("dataloaders/**/*.py")]
+    outside = [p for p in runtime if "trainers" not in p.relative_to(REPO_ROOT).parts]
+    names = [n for n in TRAINERS if n != OLMO_CORE]
+    found = [
+        f"{p.relative_to(REPO_ROOT)}: {n}"
+        for p in outside
+        for n in names
+        if f'"{n}"' in p.read_text() or f"'{n}'" in p.read_text()
+    ]
+    assert not found
