@@ -81,10 +81,10 @@ def megatron_args_text(skip: SkipPlan) -> str:
                 lines.append(f"# {explained}")
             if flag.pin and flag.pin.startswith("--"):
                 lines.append(f"{flag.pin} {flag.flag}")
-            else:
-                lines.append(flag.flag)
+            else:  # before the launch, so it comes first
                 kept = "the checkpoint folder stays as it is"
-                lines.append(f"# load the rollback checkpoint ({kept}): {flag.pin}")
+                lines.append(f"# first load the rollback checkpoint ({kept}): {flag.pin}")
+                lines.append(flag.flag)
             lines.append(f"# then: {flag.consequence}")
         if name == skip.trainer and skip.tracker_file and flag.flag:
             lines.append(

@@ -147,6 +147,12 @@ def test_flag_strings_drop_exactly_the_skipped_batches(run: dict) -> None:
     assert args.index("megatron-core >= 0.17") < args.index("BigScience")
     # The paste line pins the rollback checkpoint (a plain --load resumes from the latest).
     assert f"--ckpt-step {checkpoint} --iterations-to-skip {min(want)} " in args
+    assert "add it as it is at the END of the launch line" in args
+    argonne = skip["flags"]["megatron-deepspeed-argonne"]["flag"]
+    assert f"\n--load-tag global_step{checkpoint} {argonne}\n" in args
+    olmo = skip["flags"]["olmo-core"]["flag"]  # its pin is not a flag: the line before says it
+    assert "(the checkpoint folder stays as it is): restart in a NEW save folder" in args
+    assert args.index("restart in a NEW save folder") < args.index(olmo)
     _flags_only_files_parse_back(run["out"], skip, schedule, checkpoint)
     tracker = (run["out"] / skip["tracker_file"]).read_text()
     assert tracker.count("iteration=") == 2 * len(want)
