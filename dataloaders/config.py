@@ -49,7 +49,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dataloaders.checkpoints import checkpoint_iterations
 from dataloaders.config_data import DataConfig, PrintableName, StrictModel
-from dataloaders.errors import ForensicsError
+from dataloaders.errors import ConfigError
+from dataloaders.trainers import DEFAULT_TRAINER, OLMO_CORE, REGISTRY, unknown_trainer
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
 DEFAULT_CONFIG_NAME = "forensics.yaml"
@@ -65,10 +66,8 @@ class Resume(StrictModel):
 
 
 def _known_trainer(value: str) -> str:
-    from dataloaders.trainer_loops import TRAINERS
-
-    if value not in TRAINERS:
-        raise ValueError(f"unknown trainer {value!r}; known: {', '.join(TRAINERS)}")
+    if value not in REGISTRY:
+        raise ValueError(unknown_trainer(value))
     return value
 
 
@@ -102,10 +101,8 @@ class TrainingSpec(StrictModel):
     train_samples: int | None = Field(default=None, gt=0)
     rampup_batch_size: tuple[int, int, int] | None = None  # (start, increment, ramp samples)
     resumes: list[Resume] = Field(default_factory=list)
-    # Which training loop reads the skip flags we write (dataloaders.trainer_loops.TRAINERS):
-    # megatron-lm (megatron-core >= 0.17), megatron-lm-pre-0.17, megatron-deepspeed (BigScience),
-    # megatron-deepspeed-argonne, olmo-core.
-    trainer: str = "megatron-lm"
+    # Which training loop reads the skip flags we write: a name in dataloaders.trainers.TRAINERS.
+    trainer: str = DEFAULT_TRAINER
     applied_skips: list[AppliedSkip] = Field(default_factory=list)
 
     @field_validator("trainer")
@@ -251,7 +248,7 @@ class RunConfig(StrictModel):
         if isinstance(raw, dict) and isinstance(raw.get("data"), dict):
             training = raw.get("training")
             if raw["data"].get("format") == "olmo-core" and isinstance(training, dict):
-                raw = {**raw, "training": {"trainer": "olmo-core", **training}}
+                raw = {**raw, "training": {"trainer": OLMO_CORE, **training}}
         return raw
 
     def config_hash(self) -> str:
@@ -344,12 +341,12 @@ def config_from_dict(raw: dict[str, Any], *, base_dir: Path, source: Path | None
     """Validate a config mapping; relative paths resolve against `base_dir`."""
     if not isinstance(raw, dict):
         where = source or base_dir
-        raise ForensicsError(f"{where}: a run config is a mapping (data:, training:, ...)")
+        raise ConfigError(f"{where}: a run config is a mapping (data:, training:, ...)")
     resolved = _resolve_paths(raw, base_dir)
     try:
         return RunConfig.model_validate({**resolved, "source": source})
     except ValidationError as err:
-        raise ForensicsError(_format_validation_error(source or base_dir, err)) from None
+        raise ConfigError(_format_validation_error(source or base_dir, err)) from None
 
 
 MAX_CONFIG_BYTES = 1 << 20  # a run config is a page; a megabyte of YAML is not one
@@ -365,7 +362,7 @@ def _refuse_duplicate_keys(node: Any, path: Path) -> None:
             continue
         line = key.start_mark.line + 1
         if key.value in seen:
-            raise ForensicsError(
+            raise ConfigError(
                 f"{path}: line {line}: key {key.value!r} is given twice in one mapping (first on "
                 f"line {seen[key.value]}); YAML keeps the last silently, so keep one"
             )
@@ -376,7 +373,7 @@ def _refuse_octal(node: Any, path: Path) -> None:
     """An integer written with a leading zero: YAML 1.1 (PyYAML) reads `010` as octal 8, not
     10, so `seed: 010` would replay another seed."""
     if node.tag.endswith(":int") and re.fullmatch(r"[-+]?0[0-9_]+", node.value):
-        raise ForensicsError(
+        raise ConfigError(
             f"{path}: line {node.start_mark.line + 1}: {node.value} has a leading zero, which "
             f"YAML reads as an octal number; write it without the zero (or quote it as text)"
         )
@@ -409,7 +406,7 @@ def _safe_yaml(text: str, path: Path) -> Any:
                 _refuse_octal(n, path)
             weights[id(n)] = total
             if total > MAX_CONFIG_NODES:
-                raise ForensicsError(
+                raise ConfigError(
                     f"{path}: its YAML aliases expand to more than {MAX_CONFIG_NODES:,} values; "
                     "write the config out without nested aliases"
                 )
@@ -427,18 +424,18 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
 
     path = Path(path)
     if not path.is_file():
-        raise ForensicsError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: config file not found")
     size = path.stat().st_size
     if size > MAX_CONFIG_BYTES:
-        raise ForensicsError(
+        raise ConfigError(
             f"{path}: {size:,} bytes is not a run config (at most {MAX_CONFIG_BYTES:,})"
         )
     try:
         raw = _safe_yaml(path.read_text(encoding="utf-8"), path)
     except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ForensicsError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(raw, dict):
-        raise ForensicsError(f"{path}: expected a mapping at the top level")
+        raise ConfigError(f"{path}: expected a mapping at the top level")
     return config_from_dict(raw, base_dir=path.resolve().parent, source=path.resolve())
 
 
@@ -452,7 +449,7 @@ def find_config(explicit: str | os.PathLike[str] | None) -> Path:
     local = Path.cwd() / DEFAULT_CONFIG_NAME
     if local.is_file():
         return local
-    raise ForensicsError(
+    raise ConfigError(
         f"no config: pass --config, set {CONFIG_ENV_VAR}, "
         f"or put {DEFAULT_CONFIG_NAME} in {Path.cwd()}"
     )

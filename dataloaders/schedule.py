@@ -17,7 +17,7 @@ The data stage in force at iteration i is the last one whose start_iteration <= 
 sample index runs on across stages (the new blend is indexed at the same consumed-samples count).
 
 A restart that applied skip flags (`training.applied_skips`) is replayed by running that
-trainer's own loop (dataloaders.trainer_loops) from the restart on: Megatron-LM, argonne and
+trainer's own loop (dataloaders.trainers) from the restart on: Megatron-LM, argonne and
 OLMo-core draw a skipped step's batch (the row stays, marked `skipped`); BigScience
 Megatron-DeepSpeed drains micro-batches without advancing its counters, so the drained samples
 belong to no logged iteration (`drains`) and every later iteration of that restart trains data
@@ -37,13 +37,7 @@ import polars as pl
 from dataloaders.base import check_iterations
 from dataloaders.config import TrainingSpec
 from dataloaders.errors import ForensicsError
-from dataloaders.trainer_loops import (
-    MEGATRON_DEEPSPEED,
-    Draw,
-    LoopStart,
-    parse_skip_flag,
-    run_loop,
-)
+from dataloaders.trainers import Draw, LoopStart, get_trainer, run_loop
 
 
 class Schedule:
@@ -184,13 +178,14 @@ class Schedule:
             global_batch_size=self.training.global_batch_size,
             batch_size_at=self._running_gbs,
         )
+        trainer = get_trainer(applied.trainer)
         try:
-            spec = parse_skip_flag(applied.trainer, applied.flag)
+            spec = trainer.parse(applied.flag)
         except ForensicsError as err:
             raise ForensicsError(f"training.applied_skips ({applied.trainer}): {err}") from None
         result = run_loop(applied.trainer, start, spec, until=end - 1)
         for draw in result.draws:
-            if applied.trainer == MEGATRON_DEEPSPEED and not draw.trained:
+            if trainer.drains_uncounted and not draw.trained:
                 self.drains.append(draw)
                 continue
             i = draw.iteration

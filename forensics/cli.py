@@ -25,7 +25,7 @@ from forensics.commands import (
     triage,
     watch,
 )
-from forensics.errors import ForensicsError
+from forensics.errors import EnvironmentProblem, ForensicsError
 
 app = typer.Typer(
     name="forensics",
@@ -95,60 +95,24 @@ def main() -> None:
         _show_flags_as_switches(command)
         command(prog_name="forensics")
     except ForensicsError as err:
-        from rich.markup import escape
-
-        from dataloaders.console import make_console
-
-        make_console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}")
-        sys.exit(err.exit_code)
+        sys.exit(_report_error(err))
     except Interrupted as err:
         sys.exit(_report_interrupt(err))
     except Exception as err:
-        problem = _environment_problem(err)
+        problem = EnvironmentProblem.of(err)
         if problem is not None:  # the machine's, not ours: one line, like a bad input
-            from rich.markup import escape
-
-            from dataloaders.console import make_console
-
-            make_console(stderr=True, soft_wrap=True).print(
-                f"[bold red]error:[/] {escape(problem)}"
-            )
-            sys.exit(2)
+            sys.exit(_report_error(problem))
         sys.exit(_report_crash(err))  # our bug: one line for the user, the traceback in a file
 
 
-# errno values that mean the disk (or a quota, or a file size limit) is full, or a path may not
-# be read or written; polars reports them inside its own ComputeError as "os error N".
-_FULL = {"ENOSPC", "EFBIG", "EDQUOT"}
-_DENIED = {"EACCES", "EPERM", "EROFS"}
+def _report_error(err: ForensicsError) -> int:
+    """One red line on stderr; the error's exit status."""
+    from rich.markup import escape
 
+    from dataloaders.console import make_console
 
-def _environment_problem(err: BaseException) -> str | None:
-    """A one-line message when `err` is a full disk or a denied path (not a bug), else None."""
-    import errno
-    import re
-
-    code = err.errno if isinstance(err, OSError) else None
-    if code is None:
-        found = re.search(r"os error (\d+)", str(err))
-        code = int(found.group(1)) if found else None
-    name = errno.errorcode.get(code, "") if code is not None else ""
-    where = f"{err.filename}: " if isinstance(err, OSError) and err.filename else ""
-    if name in _FULL:
-        return (
-            f"{where}{os_strerror(code)}: the disk is full (or a quota or file size limit was "
-            "reached); free space and rerun. Outputs are published whole, so none was left "
-            "half-written"
-        )
-    if name in _DENIED:
-        return f"{where}{os_strerror(code)}: check the permissions of that path, or choose another"
-    return None
-
-
-def os_strerror(code: int) -> str:
-    import os
-
-    return os.strerror(code)
+    make_console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}")
+    return err.exit_code
 
 
 class Interrupted(BaseException):

@@ -7,7 +7,7 @@ source, gettext catalogues), on which the thresholds were chosen, and `held-out`
 they were not. Both are scored with our scorers, `ftfy.badness.is_bad`, and datatrove's
 GopherQuality, GopherRepetition, C4Quality and FineWebQuality filters; the script prints
 precision, recall and clean false-positive rate per kind and per language, side by side, and the
-goals of issue 15 checked on the held-out set. Then throughput on --docs documents (both sets
+goals checked on the held-out set. Then throughput on --docs documents (both sets
 repeated, each copy made distinct), in docs per CPU-second, ours next to ftfy and datatrove's
 Gopher quality + repetition, in one run.
 
@@ -199,7 +199,7 @@ def _language_table(results: dict[str, dict], console: Console) -> None:
 
 
 def _goals(r: dict, console: Console) -> None:
-    """Issue 15's goals, checked on the held-out set."""
+    """The scorers' goals, checked on the held-out set."""
     clean = r["label"] == "clean"
     lines = []
     for family, (p_goal, r_goal) in GOALS.items():

@@ -8,7 +8,7 @@ text on this machine, recombined past what the machine has; a mixed dirty crawl 
 `--engine local --workers 2` / `--engine ray --workers 2` decode and score in parts
 (forensics/spike/engine.py) instead of in this process. Prints the time of each stage for a
 cold run (empty output directory) and for a warm rerun with another threshold (what the cache
-saves). Goal: the cold run under 120 s on 2 cores, its embed stage under 20 s (issue 15), with
+saves). Goal: the cold run under 120 s on 2 cores, its embed stage under 20 s, with
 the culprit unchanged.
 
     .venv/bin/python scripts/bench_spike.py [--work /tmp/forensics-bench] [--embed-cap 3000]
@@ -127,7 +127,7 @@ def main() -> None:
     )
     embed = cold.timings.get("embed", 0.0)
     print(
-        f"goals (issue 15, 2 cores): cold run under 120 s: "
+        f"goals (2 cores): cold run under 120 s: "
         f"{'met' if cold_total < 120 else 'NOT met'}; embed stage under 20 s: "
         f"{'met' if embed < 20 else 'NOT met'} (load average {os.getloadavg()[0]:.1f}: "
         "numbers on a shared machine overstate a quiet one's)"

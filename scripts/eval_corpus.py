@@ -303,7 +303,7 @@ def garbage_docs(sources: list[str], per_kind: int, rnd: random.Random) -> list[
     return out
 
 
-# ------------------------------------------------- the held-out kinds (issue 15)
+# ------------------------------------------------- the held-out kinds ---------
 # Corruptions that touch only a few characters of a long document: what the whole-document
 # kinds above do not exercise. Each keeps the rest of the document clean.
 

@@ -1,5 +1,5 @@
 """Train a tiny GPT-2 on CPU over a generated Megatron run's exact batch order, then triage its
-real loss curve and run `spike --checkpoint` on it (issue 14, item 5).
+real loss curve and run `spike --checkpoint` on it.
 
     python scripts/train_tiny_run.py --out tiny-run [--iters 600] [--every 50] [--force]
 
@@ -15,7 +15,7 @@ real loss curve and run `spike --checkpoint` on it (issue 14, item 5).
    --grad-norm, and prints per-cluster loss z and grad-norm z, the culprit vs the rest, and the
    culprit's rank by model-side evidence alone. Everything lands in <out>/tiny_run.json.
 
-Nothing here is simulated: the log is this run's. Within 10 minutes on 2 cores (see README).
+Nothing here is simulated: the log is this run's. Within 10 minutes on 2 cores (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -208,3 +208,32 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             os.environ.pop("FORENSICS_CACHE", None)
         else:
             os.environ["FORENSICS_CACHE"] = old
+
+
+# -- markers (registered in pyproject.toml) -------------------------------------------------
+
+ORACLE_FIXTURES = {"megatron", "megatron_build"}  # megatron-core itself
+ORACLE_RUNNERS = {"run_oracle", "oracle_python", "run_library_functions"}  # the oracle venvs
+
+
+def _marks_for(item: pytest.Item) -> list[str]:
+    """The markers a test earns from what it uses: a fixture, a parameter, a skip condition,
+    or a module that runs an oracle library in its own venv."""
+    marks = []
+    fixtures = set(getattr(item, "fixturenames", ()))
+    module = getattr(item, "module", None)
+    if fixtures & ORACLE_FIXTURES or any(hasattr(module, n) for n in ORACLE_RUNNERS):
+        marks.append("oracle")
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "ray_head" in fixtures or params.get("engine") == "ray":
+        marks.append("ray")
+    reasons = " ".join(str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))
+    if "chromium" in reasons:
+        marks.append("browser")
+    return marks
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in _marks_for(item):
+            item.add_marker(getattr(pytest.mark, name))

@@ -17,8 +17,9 @@ megatron-core 0.16 `indexed_dataset.py` writes it:
           sequence_modes     int8[S]   optional, multimodal datasets only
     .bin  the token stream, sequences back to back in the dtype above
 
-Every problem with a file (missing, truncated, foreign, unsupported) is a `ForensicsError` naming
-the file and what is wrong, never a numpy exception from deep inside a memory map.
+Every problem with a file (missing, truncated, foreign, unsupported) is a `DataError` (a
+`ForensicsError`) naming the file and what is wrong, never a numpy exception from deep inside a
+memory map.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from dataloaders.errors import ForensicsError
+from dataloaders.errors import DataError
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -72,7 +73,7 @@ def dtype_code(dtype: Any) -> int:
     """Megatron's dtype code for a numpy dtype; a ForensicsError for types it cannot store."""
     dt = np.dtype(dtype).newbyteorder("<")
     if dt not in CODE_BY_DTYPE:
-        raise ForensicsError(f"dtype {np.dtype(dtype)} cannot be stored in a Megatron .bin file")
+        raise DataError(f"dtype {np.dtype(dtype)} cannot be stored in a Megatron .bin file")
     return CODE_BY_DTYPE[dt]
 
 
@@ -90,7 +91,7 @@ class IndexedDataset:
         self.bin_file = bin_path(prefix)
         for path in (self.idx_file, self.bin_file):
             if not path.is_file():
-                raise ForensicsError(f"{path}: Megatron dataset file not found")
+                raise DataError(f"{path}: Megatron dataset file not found")
         self.idx_size = self.idx_file.stat().st_size
         self.bin_size = self.bin_file.stat().st_size
         header = self._read_header()
@@ -102,7 +103,7 @@ class IndexedDataset:
         s, d = self.sequence_count, self.document_count
         needed = HEADER_SIZE + 4 * s + 8 * s + 8 * d + (s if multimodal else 0)
         if self.idx_size < needed:
-            raise ForensicsError(
+            raise DataError(
                 f"{self.idx_file}: truncated index: {self.idx_size} bytes, the header "
                 f"({s} sequences, {d} document boundaries) needs {needed}"
             )
@@ -127,23 +128,23 @@ class IndexedDataset:
         with open(self.idx_file, "rb") as stream:
             raw = stream.read(HEADER_SIZE)
         if len(raw) < len(MAGIC) or raw[: len(MAGIC)] != MAGIC:
-            raise ForensicsError(
+            raise DataError(
                 f"{self.idx_file}: not a Megatron index (wrong magic {raw[:9]!r}, "
                 f"expected {MAGIC!r})"
             )
         if len(raw) < HEADER_SIZE:
-            raise ForensicsError(
+            raise DataError(
                 f"{self.idx_file}: truncated index: {len(raw)} bytes, the header alone is "
                 f"{HEADER_SIZE}"
             )
         (version,) = struct.unpack_from("<Q", raw, 9)
         if version != VERSION:
-            raise ForensicsError(
+            raise DataError(
                 f"{self.idx_file}: unsupported index version {version} (only {VERSION} is known)"
             )
         code = raw[17]
         if code not in DTYPE_BY_CODE:
-            raise ForensicsError(
+            raise DataError(
                 f"{self.idx_file}: unsupported dtype code {code} (known: 1-8, Megatron's DType)"
             )
         sequences, documents = struct.unpack_from("<QQ", raw, 18)
@@ -153,11 +154,9 @@ class IndexedDataset:
         """Cheap checks (O(1) reads) that catch truncation and mismatched .bin/.idx pairs."""
         s = self.sequence_count
         if self.document_count < 1 or self.document_indices[0] != 0:
-            raise ForensicsError(
-                f"{self.idx_file}: corrupt index: document indices must start at 0"
-            )
+            raise DataError(f"{self.idx_file}: corrupt index: document indices must start at 0")
         if int(self.document_indices[-1]) != s:
-            raise ForensicsError(
+            raise DataError(
                 f"{self.idx_file}: corrupt index: last document boundary is "
                 f"{int(self.document_indices[-1])}, expected the sequence count {s}"
             )
@@ -175,35 +174,31 @@ class IndexedDataset:
         lengths = self.sequence_lengths
         if (lengths < 0).any():
             bad = int(np.flatnonzero(lengths < 0)[0])
-            raise ForensicsError(
-                f"{self.idx_file}: corrupt index: sequence {bad} has a negative length"
-            )
+            raise DataError(f"{self.idx_file}: corrupt index: sequence {bad} has a negative length")
         expected = np.zeros(len(lengths), dtype=np.int64)
         np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=expected[1:])
         wrong = np.flatnonzero(self.sequence_pointers != expected)
         if wrong.size:
             k = int(wrong[0])
-            raise ForensicsError(
+            raise DataError(
                 f"{self.idx_file}: corrupt index: sequence {k} points at byte "
                 f"{int(self.sequence_pointers[k])}, the lengths before it put it at "
                 f"{int(expected[k])} (index rewritten, or a wrong dtype code)"
             )
         end = int(self.sequence_pointers[-1]) + int(self.sequence_lengths[-1]) * self.dtype.itemsize
         if self.bin_size < end:
-            raise ForensicsError(
+            raise DataError(
                 f"{self.bin_file}: truncated data file: {self.bin_size} bytes, the index "
                 f"({self.idx_file.name}) needs {end}"
             )
         if self.bin_size != end:
-            raise ForensicsError(
+            raise DataError(
                 f"{self.bin_file}: {self.bin_size} bytes, but its index ({self.idx_file.name}) "
                 f"describes {end}: the .bin and .idx are not one pair (or the dtype code is wrong)"
             )
         steps = np.diff(self.document_indices)
         if (steps < 0).any():
-            raise ForensicsError(
-                f"{self.idx_file}: corrupt index: document boundaries are not in order"
-            )
+            raise DataError(f"{self.idx_file}: corrupt index: document boundaries are not in order")
 
     # -- sizes -----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Verdicts that fit the baseline actually available (issue 13).
+"""Verdicts that fit the baseline actually available.
 
 `assign_verdicts` compares the window with a baseline window. That comparison misleads in three
 cases, each handled here after it, on the ranked table:

@@ -1,7 +1,7 @@
 """A static embedding model distilled from the packaged all-MiniLM-L6-v2 with model2vec.
 
 Why: on a CPU, MiniLM through sentence-transformers embeds ~40 documents per CPU-second, so the
-spike pipeline could embed only a small sample of the window (issue 15: 107 s of a 140 s cold
+spike pipeline could embed only a small sample of the window (measured: 107 s of a 140 s cold
 run for 3,000 documents). model2vec distils the transformer into one vector per vocabulary
 token (each token passed through MiniLM once, then PCA and Zipf weighting): a document is the
 mean of its tokens' vectors, thousands of documents per CPU-second, and its clusters agree with

@@ -3,7 +3,7 @@
 A skip list names iterations, and iteration numbers mean other batches as soon as the config,
 the blend or a data file changes. Before a restart, check-skip recomputes the run's fingerprint
 (config hash, data file sizes, index hashes) and refuses a skip file made for another run; then
-it runs each trainer's own loop (dataloaders.trainer_loops) on that trainer's string from the
+it runs each trainer's own loop (dataloaders.trainers) on that trainer's string from the
 rollback checkpoint and refuses unless it drops exactly the listed batches and trains every
 other one, and prints what the chosen trainer's string drops.
 """
@@ -42,7 +42,7 @@ def verify_skip(
     list changed) on a skip file that still fits."""
     from dataloaders.config import RunConfig, load_config
     from dataloaders.schedule import Schedule
-    from dataloaders.trainer_loops import check_trainer
+    from dataloaders.trainers import check_trainer
     from forensics.replay import open_replayer
     from forensics.skip.flags import verify_flag
     from forensics.skip.plan import SkipPlan
@@ -81,6 +81,16 @@ def verify_skip(
     return plan, notes
 
 
+def ahead_line(action: dict) -> str | None:
+    """When the plan leads with removing the culprit (rebuild or remove), the reason and the
+    command again: a valid skip file is still only the stopgap. None for a skip-only plan."""
+    from forensics.skip.action import REBUILD, REMOVE
+
+    if action.get("kind") not in (REBUILD, REMOVE):
+        return None
+    return f"{action['why']}. First: {action['command']}"
+
+
 def check_skip_command(
     skip_file: Annotated[Path, typer.Argument(help="skip.json written by forensics spike.")],
     config: ConfigOption = None,
@@ -112,6 +122,9 @@ def check_skip_command(
     )
     for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    ahead = ahead_line(plan.action)
+    if ahead:
+        console.print(f"[bold yellow]AHEAD[/]: {escape(ahead)}", soft_wrap=True)
     flag = plan.flags[name]
     if n:
         spans = ", ".join(f"{a}-{b}" for a, b in plan.ranges[:8])

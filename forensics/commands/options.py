@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from dataloaders.trainers import trainer_help
+
 ConfigOption = Annotated[
     Path | None,
     typer.Option(
@@ -23,15 +25,7 @@ MegatronArgsOption = Annotated[
     ),
 ]
 
-TrainerOption = Annotated[
-    str | None,
-    typer.Option(
-        "--trainer",
-        help="The training loop that reads the skip flags: megatron-lm (megatron-core >= 0.17), "
-        "megatron-lm-pre-0.17, megatron-deepspeed (BigScience), megatron-deepspeed-argonne, "
-        "olmo-core. Default: the config's training.trainer (megatron-lm).",
-    ),
-]
+TrainerOption = Annotated[str | None, typer.Option("--trainer", help=trainer_help())]
 
 EngineOption = Annotated[
     str,

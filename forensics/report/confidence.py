@@ -1,4 +1,4 @@
-"""How sure the report is, in one line per side of the evidence (issue 13).
+"""How sure the report is, in one line per side of the evidence.
 
 An engineer deciding between a rebuild and a restart wants to know how much rests on the blame:
 - data side: how unusual the culprit is in the window (over-representation, or newness at a

@@ -1,4 +1,4 @@
-"""A group's share against its blend, and its density over the window, in words (issue 13).
+"""A group's share against its blend, and its density over the window, in words.
 
 The cluster table's `window` column counts distinct documents; the blend speaks in samples.
 These lines put the two side by side for a blamed or suspect group ("4.1% of the window's

@@ -3,7 +3,7 @@
 Why: a doorway page is real prose (copied sentences) with the product keyword pushed into every
 sentence ("The file is read by cheap running shoes the parser."). Its keyword is only a few
 percent of the words and rarely in short phrases, so keyword density and keyword-phrase rules
-miss it (issue 15 measured 80% recall). Two things tell it apart:
+miss it (measured: 80% recall). Two things tell it apart:
 
 - coverage: the page's top content word sits in nearly every sentence (>= 75% of >= 8
   sentences). Prose names its topic in some sentences, not in all;

@@ -3,7 +3,7 @@
 Why: UTF-8 read as GBK, Big5, Shift-JIS or EUC-KR in one short span (one name in an otherwise
 Latin page) turns `António` into `Ant贸nio` (GBK), `Antﾃｳnio` (Shift-JIS) or `Ant처nio` (EUC-KR).
 `legacy_codecs` judges whole blocks of text and needs several recovered characters, so a single
-broken word slips through it (issue 15 measured 38%). Real text also glues Latin to CJK
+broken word slips through it (measured: 38%). Real text also glues Latin to CJK
 (`ls命令`, `PATHを設定`, `chmod和chown`), so a glued word alone proves nothing: the word is
 counted only when re-encoding it with the suspected codec gives valid UTF-8 that is Latin text
 with an accent or typographic punctuation and no CJK left, i.e. when the mistake can be undone.

@@ -97,7 +97,7 @@ EAST_ASIAN_RS = r"[\p{Han}\p{Hangul}\p{Hiragana}\p{Katakana}\uFF61-\uFF9F]"
 # UTF-16-LE text read byte-wise: every other character is NUL.
 UTF16_INTERLEAVED = r"(?:[^\x00]\x00){4,}"
 
-# Where a control character sits tells what put it there (issue 15). Between two letters it is
+# Where a control character sits tells what put it there. Between two letters it is
 # a broken pipeline's damage: one or two in a whole page are evidence. At a line edge or next
 # to another control it is often a format's own markup (a form feed before a section, Info's
 # NUL+backspace index markers): those are counted only when they are dense.

@@ -24,7 +24,10 @@ SKIP_README: dict[str, str] = {
     "documents_flagged": "the narrow block list: the culprit documents of the window that a "
     "scorer flagged",
     "flags": "per trainer: the flag string, what its numbers mean, what the restart then does "
-    "differently, the checkpoint pin, or why no exact flag exists",
+    "differently, the checkpoint pin, or why no exact flag exists; restart-<trainer>.flags holds "
+    "the pin (where it is a flag) and the flag on one line, to add as it is at the end of the "
+    "launch line; a pin that is not a flag builds a new load folder and leaves the checkpoint "
+    "folder as it is",
     "collateral": "what the skip costs and misses: clean samples skipped, culprit samples missed",
     "ahead": "the culprit after the skipped range: its share of the remaining samples, how many "
     "iterations hold it, the densest ones, and advice",

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataloaders.trainer_loops import check_trainer
+from dataloaders.trainers import check_trainer
 from forensics.errors import ForensicsError
 from forensics.rollback import SPIKE_WINDOW, Rollback
 from forensics.skip import check_threshold

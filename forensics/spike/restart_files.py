@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataloaders.trainers import get_trainer
+from forensics.skip import expand
 from forensics.skip.flags import restart_line
 from forensics.skip.plan import SkipPlan
 from forensics.skip.tracker import how_to_pass
@@ -29,9 +31,16 @@ def report_skip(skip: SkipPlan) -> dict[str, Any]:
     }
 
 
+PASTE_AT_END = (
+    "# restart-<trainer>.flags holds the line below each trainer, flags only: add it as it is at "
+    "the END of the launch line (after the training script's own arguments, so its values win "
+    "over any earlier ones): ... $(cat restart-<trainer>.flags)"
+)
+
+
 def restart_flag_files(skip: SkipPlan) -> dict[str, str]:
     """restart-<trainer>.flags: only flags, no comments, the checkpoint pin first where it is a
-    flag, so `$(cat restart-megatron-lm.flags)` can go into the launch command as it is."""
+    flag, so `$(cat restart-megatron-lm.flags)` goes as it is at the end of the launch line."""
     out = {}
     for name, flag in skip.flags.items():
         line = restart_line(flag)
@@ -53,6 +62,8 @@ def megatron_args_text(skip: SkipPlan) -> str:
         from forensics.provenance import provenance_line
 
         lines.insert(0, "# " + provenance_line(skip.provenance))
+    if skip.iterations:
+        lines.append(PASTE_AT_END)
     if skip.action.get("kind") in ("rebuild", "remove"):
         lines.append(f"# FIRST: {skip.action['command']} ({skip.action['why']}); these flags are "
                      "the stopgap.")  # fmt: skip
@@ -65,11 +76,15 @@ def megatron_args_text(skip: SkipPlan) -> str:
             lines.append(f"# NO EXACT FLAG: {flag.refusal}.")
             lines.append("# Remove the block list's documents (skip.json: documents) instead.")
         else:
+            explained = get_trainer(name).explain(flag.flag, len(expand(skip.ranges)))
+            if explained:
+                lines.append(f"# {explained}")
             if flag.pin and flag.pin.startswith("--"):
                 lines.append(f"{flag.pin} {flag.flag}")
-            else:
+            else:  # before the launch, so it comes first
+                kept = "the checkpoint folder stays as it is"
+                lines.append(f"# first load the rollback checkpoint ({kept}): {flag.pin}")
                 lines.append(flag.flag)
-                lines.append(f"# load the rollback checkpoint: {flag.pin}")
             lines.append(f"# then: {flag.consequence}")
         if name == skip.trainer and skip.tracker_file and flag.flag:
             lines.append(

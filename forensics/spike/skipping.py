@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from dataloaders.schedule import Schedule
+from dataloaders.trainers import DEFAULT_TRAINER, get_trainer
 from forensics.errors import ForensicsError
 from forensics.provenance import provenance
 from forensics.rollback import Rollback
@@ -17,8 +18,6 @@ from forensics.skip.tracker import TRACKER_FILE
 from forensics.spike.blame import Blame, documents_by_dataset, flagged_documents
 from forensics.spike.exposure import ahead_advice, ahead_summary
 from forensics.spike.run_context import SpikeRun
-
-TRACKED_TRAINERS = ("megatron-lm", "megatron-lm-pre-0.17")  # read a tracker file of skips
 
 
 def chosen_iterations(run: SpikeRun, exposure: pl.DataFrame, ahead: pl.DataFrame) -> list[int]:
@@ -59,12 +58,12 @@ def plan_skip(
         raise ForensicsError(
             f"no exact {trainer} skip flag for iterations {ranges[0][0]}-{ranges[-1][1]}: "
             f"{flags[trainer].refusal}. Roll back to a checkpoint where it is exact, or rerun "
-            "with --trainer megatron-lm to get the block list and remove its documents"
+            f"with --trainer {DEFAULT_TRAINER} to get the block list and remove its documents"
         )
     costed = pl.concat([exposure, ahead]) if opts.skip_ahead else exposure
     last_skipped = max([scope[1], *(b for _, b in ranges)])
     ahead_info = ahead_summary(ahead, opts.ahead_share)
-    tracked = trainer in TRACKED_TRAINERS and flags[trainer].values
+    tracked = get_trainer(trainer).reads_tracker and flags[trainer].values
     plan = SkipPlan(
         step=opts.step,
         window=list(run.plan.window),

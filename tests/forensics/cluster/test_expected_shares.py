@@ -1,4 +1,4 @@
-"""Expected shares from the window stage's blend, and density in the why lines (issue 13.3), on
+"""Expected shares from the window stage's blend, and density in the why lines, on
 generated Megatron runs in the real formats (.bin/.idx, manifests, a staged blend).
 
 The expected numbers are computed here from the config's weights, the raw .idx bytes and the

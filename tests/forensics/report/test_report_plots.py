@@ -1,6 +1,6 @@
 """The spike report's figures, read back as matplotlib objects: every line and span is named, the
 culprit share goes on past the spike, embedding labels never overlap, and the incident timeline
-tells the whole story (issue 13, point 5). The real run's figures:
+tells the whole story. The real run's figures:
 tests/forensics/spike/test_spike_e2e.py."""
 
 from __future__ import annotations

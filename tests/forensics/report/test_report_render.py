@@ -1,4 +1,4 @@
-"""The spike report as people read it (issue 13): report.html laid out by headless Chromium at a
+"""The spike report as people read it: report.html laid out by headless Chromium at a
 laptop's viewport, report.md parsed by a Markdown parser, on a real spike run (tests/small_run.py,
 a rebuild) and on a generated window with hostile text, a long paste line and a skip action.
 

@@ -1,4 +1,4 @@
-"""Rescoring the window with a checkpoint (issue 14), on a generated Megatron run.
+"""Rescoring the window with a checkpoint, on a generated Megatron run.
 
 The run is real data in real formats (forensics_testing.demo.build: a crawl batch of mojibake
 and template spam enters at a mixture switch); the models are real transformers GPT-2s built

@@ -1,4 +1,4 @@
-"""The signals of issue 15, each with the clean look-alike it must leave alone.
+"""The scoring signals, each with the clean look-alike it must leave alone.
 
 - mixed-script words (one name read as GBK / Shift-JIS / EUC-KR inside Latin text) vs a
   Japanese word in an English sentence, Chinese text with commands glued to Han, Japanese with

@@ -1,6 +1,6 @@
 """Skip flags against the trainers' loops.
 
-The loops are transcribed in `dataloaders/trainer_loops.py` with their repository, commit and
+The loops are transcribed in `dataloaders/trainers/` with their repository, commit and
 file:line (NVIDIA/Megatron-LM d98e8a64dd training.py:4554-4659 and b4e4d9618e^ training.py:2903;
 bigscience-workshop/Megatron-DeepSpeed 8387ae17c4 arguments.py:289-308, training.py:884-935;
 argonne-lcf/Megatron-DeepSpeed ffa3456d68 training.py:1073-1085, 1295-1365; allenai/OLMo-core
@@ -23,7 +23,7 @@ import pytest
 
 from dataloaders.config import AppliedSkip, TrainingSpec
 from dataloaders.schedule import Schedule
-from dataloaders.trainer_loops import (
+from dataloaders.trainers import (
     MEGATRON_DEEPSPEED,
     MEGATRON_DEEPSPEED_ARGONNE,
     MEGATRON_LM,
@@ -87,7 +87,7 @@ def test_bigscience_drains_micro_batches_worked_example() -> None:
     sched = _schedule(gbs=16, mbs=2, dp=2, iters=100)
     flag = write_flag(MEGATRON_DEEPSPEED, [(11, 12), (21, 22)], sched, 10)
     assert flag.flag == "--skip-train-iteration-range 11-18 19-26"
-    # The string the old code wrote (whole iterations) drains only 2 / 4 of the first range's
+    # A range in whole iterations (not micro-batches) drains only 2 / 4 of the first range's
     # samples and leaves the run off the batch boundaries.
     dropped, trained = dropped_and_trained(
         MEGATRON_DEEPSPEED, "--skip-train-iteration-range 11-12", sched.loop_start(10), 20

@@ -20,7 +20,7 @@ from file_runs import olmo_pages
 from olmo_core_run import ORACLE_PY, config_dict, oracle_spec, run_oracle, write_config
 from refusal import refused
 
-from dataloaders.trainer_loops import parse_skip_flag
+from dataloaders.trainers import parse_skip_flag
 from forensics.skip import expand
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

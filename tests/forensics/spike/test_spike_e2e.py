@@ -128,7 +128,7 @@ def test_collateral_equals_the_true_counts(run: dict) -> None:
 
 def test_flag_strings_drop_exactly_the_skipped_batches(run: dict) -> None:
     """Every trainer's string, run through that trainer's loop from the rollback checkpoint,
-    drops exactly the listed iterations' batches (the loops: dataloaders/trainer_loops.py)."""
+    drops exactly the listed iterations' batches (the loops: dataloaders/trainers/)."""
     from dataloaders.config import load_config
     from forensics.replay import open_replayer
 
@@ -151,6 +151,12 @@ def test_flag_strings_drop_exactly_the_skipped_batches(run: dict) -> None:
     assert args.index("megatron-core >= 0.17") < args.index("BigScience")
     # The paste line pins the rollback checkpoint (a plain --load resumes from the latest).
     assert f"--ckpt-step {checkpoint} --iterations-to-skip {min(want)} " in args
+    assert "add it as it is at the END of the launch line" in args
+    argonne = skip["flags"]["megatron-deepspeed-argonne"]["flag"]
+    assert f"\n--load-tag global_step{checkpoint} {argonne}\n" in args
+    olmo = skip["flags"]["olmo-core"]["flag"]  # its pin is not a flag: the line before says it
+    assert "(the checkpoint folder stays as it is): restart in a NEW save folder" in args
+    assert args.index("restart in a NEW save folder") < args.index(olmo)
     _flags_only_files_parse_back(run["out"], skip, schedule, checkpoint)
     tracker = (run["out"] / skip["tracker_file"]).read_text()
     assert tracker.count("iteration=") == 2 * len(want)
@@ -169,8 +175,9 @@ def _flags_only_files_parse_back(out: Path, skip: dict, schedule, checkpoint: in
         assert text.endswith("\n") and text.count("\n") == 1 and "#" not in text, name
         words = text.split()  # what the shell hands the job for an unquoted $(cat FILE)
         if flag["pin"].startswith("--"):
-            assert words[:2] == ["--ckpt-step", str(checkpoint)], name
-            words = words[2:]
+            pin = flag["pin"].split()
+            assert words[: len(pin)] == pin and str(checkpoint) in pin[-1], name
+            words = words[len(pin) :]
         else:  # a pin that is not a flag stays out of the file (the report says it beside)
             assert flag["pin"] not in text and str(checkpoint) in flag["pin"], name
         got = verify_flag(name, " ".join(words), skip["iterations"], schedule, checkpoint)

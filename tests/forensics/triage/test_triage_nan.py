@@ -1,4 +1,4 @@
-"""Issue 12, item 2: never HEALTHY by mistake.
+"""Never HEALTHY by mistake.
 
 Non-finite training in every form Megatron logs it is a divergence event; a log of nothing but
 nan is an error; a corrupt TensorBoard record is counted and reported instead of silently ending

@@ -1,6 +1,6 @@
 """The message a finished `forensics spike` run sends from `forensics watch` names what to do:
 the ACTION skip.json decided (remove and rebuild, or skip), the rollback iteration and the flags
-file to restart with, as the report's first screen says it (issue 13). On the small spike run
+file to restart with, as the report's first screen says it. On the small spike run
 (tests/small_run.py), through the webhook (a local receiver) and the terminal.
 """
 

@@ -1,0 +1,96 @@
+"""The trainers whose skip flags forensics writes and reads: one module each, listed once here.
+
+Every question about a trainer (its flag, parser, loop, spelling, checkpoint pin, consequence,
+tracker file) is a method of its `Trainer` (`dataloaders.trainers.base`); the CLI's --trainer
+help, the config's validation, the replay of applied skips, the skip plan and check-skip all
+look the trainer up here. Adding a trainer is one module and one line in `_ALL`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dataloaders.errors import ForensicsError
+from dataloaders.trainers.base import Draw, LoopEnd, LoopStart, Trainer
+from dataloaders.trainers.megatron_deepspeed import MegatronDeepSpeed
+from dataloaders.trainers.megatron_deepspeed_argonne import MegatronDeepSpeedArgonne
+from dataloaders.trainers.megatron_lm import MegatronLM, MegatronLMPre017
+from dataloaders.trainers.olmo_core import OLMoCore
+
+_ALL: tuple[Trainer, ...] = (
+    MegatronLM(),
+    MegatronLMPre017(),
+    MegatronDeepSpeed(),
+    MegatronDeepSpeedArgonne(),
+    OLMoCore(),
+)
+REGISTRY: dict[str, Trainer] = {t.name: t for t in _ALL}
+TRAINERS: tuple[str, ...] = tuple(REGISTRY)  # in the order every listing shows them
+DEFAULT_TRAINER = TRAINERS[0]
+
+# The names, for code and tests that pick one trainer on purpose.
+MEGATRON_LM = MegatronLM.name
+MEGATRON_LM_PRE_017 = MegatronLMPre017.name
+MEGATRON_DEEPSPEED = MegatronDeepSpeed.name
+MEGATRON_DEEPSPEED_ARGONNE = MegatronDeepSpeedArgonne.name
+OLMO_CORE = OLMoCore.name
+
+
+def unknown_trainer(name: str) -> str:
+    """The one-line message for a trainer we do not know."""
+    return f"unknown trainer {name!r}; known: {', '.join(TRAINERS)}"
+
+
+def check_trainer(name: str) -> str:
+    """`name` if it is a trainer we know; a one-line error listing them otherwise."""
+    if name not in REGISTRY:
+        raise ForensicsError(unknown_trainer(name))
+    return name
+
+
+def get_trainer(name: str) -> Trainer:
+    """The trainer called `name` (a one-line error listing them when there is none)."""
+    return REGISTRY[check_trainer(name)]
+
+
+def trainer_help() -> str:
+    """--trainer's help: every trainer, with what tells the look-alikes apart."""
+    names = ", ".join(t.help_entry() for t in _ALL)
+    return (
+        f"The training loop that reads the skip flags: {names}. "
+        f"Default: the config's training.trainer ({DEFAULT_TRAINER})."
+    )
+
+
+def parse_skip_flag(trainer: str, text: str) -> list:
+    """The skip specification `trainer`'s argument parser makes of `text` (the flag as pasted)."""
+    return get_trainer(trainer).parse(text)
+
+
+def run_loop(trainer: str, start: LoopStart, skip: Sequence, until: int | None = None) -> LoopEnd:
+    """Run `trainer`'s loop from `start` with the parsed skip specification `skip` until its
+    iteration counter reaches `until` (default: train_iters)."""
+    loop = get_trainer(trainer)
+    stop = start.train_iters if until is None else min(until, start.train_iters)
+    return loop.loop(start, skip, stop)
+
+
+__all__ = [
+    "DEFAULT_TRAINER",
+    "MEGATRON_DEEPSPEED",
+    "MEGATRON_DEEPSPEED_ARGONNE",
+    "MEGATRON_LM",
+    "MEGATRON_LM_PRE_017",
+    "OLMO_CORE",
+    "REGISTRY",
+    "TRAINERS",
+    "Draw",
+    "LoopEnd",
+    "LoopStart",
+    "Trainer",
+    "check_trainer",
+    "get_trainer",
+    "parse_skip_flag",
+    "run_loop",
+    "trainer_help",
+]

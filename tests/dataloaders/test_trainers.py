@@ -1,0 +1,138 @@
+"""The trainer registry: every trainer answers for itself, and its restart pin is safe to paste.
+
+The loops and spellings are held to the trainers' source in tests/forensics/skip/test_skip.py
+(worked examples and randomised runs over every registered trainer). Here: what a new trainer
+module must provide, and the pins, run as a shell runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from small_run import snapshot
+
+from dataloaders.config import TrainingSpec
+from dataloaders.schedule import Schedule
+from dataloaders.trainers import (
+    MEGATRON_DEEPSPEED,
+    MEGATRON_DEEPSPEED_ARGONNE,
+    MEGATRON_LM,
+    MEGATRON_LM_PRE_017,
+    OLMO_CORE,
+    REGISTRY,
+    TRAINERS,
+    get_trainer,
+    trainer_help,
+)
+from forensics.errors import ForensicsError
+from forensics.skip.flags import restart_line, write_flag
+
+
+def test_every_trainer_is_listed_once_with_what_tells_it_apart() -> None:
+    assert TRAINERS == (
+        MEGATRON_LM,
+        MEGATRON_LM_PRE_017,
+        MEGATRON_DEEPSPEED,
+        MEGATRON_DEEPSPEED_ARGONNE,
+        OLMO_CORE,
+    )
+    assert trainer_help() == (
+        "The training loop that reads the skip flags: megatron-lm (megatron-core >= 0.17), "
+        "megatron-lm-pre-0.17, megatron-deepspeed (BigScience), megatron-deepspeed-argonne, "
+        "olmo-core. Default: the config's training.trainer (megatron-lm)."
+    )
+    for name, trainer in REGISTRY.items():
+        assert trainer.name == name and trainer.flag and trainer.semantics
+    # only Megatron-LM's rerun state machine reads a tracker file of skips
+    assert [t.name for t in REGISTRY.values() if t.reads_tracker] == [
+        MEGATRON_LM,
+        MEGATRON_LM_PRE_017,
+    ]
+    with pytest.raises(ForensicsError, match="^unknown trainer 'nemo'; known: megatron-lm, "):
+        get_trainer("nemo")
+
+
+@pytest.mark.parametrize("name", TRAINERS)
+def test_a_written_flag_parses_back_and_its_restart_line_pins_first(name: str) -> None:
+    """Every trainer, gas 4: iterations 21-22 and 40 skipped on a restart from 20."""
+    schedule = Schedule(TrainingSpec(global_batch_size=8, micro_batch_size=2, train_iters=100))
+    flag = write_flag(name, [(21, 22), (40, 40)], schedule, 20)
+    assert flag.refusal is None and flag.flag
+    assert get_trainer(name).parse(flag.flag)  # the trainer's own parser reads it
+    line = restart_line(flag)
+    want_pin = {
+        MEGATRON_LM: "--ckpt-step 20",
+        MEGATRON_LM_PRE_017: "--ckpt-step 20",
+        MEGATRON_DEEPSPEED_ARGONNE: "--load-tag global_step20",
+    }.get(name)
+    if want_pin:  # a pin that is a flag goes first, in the same line
+        assert flag.pin == want_pin and line == f"{want_pin} {flag.flag}"
+    else:  # a pin that is not a flag is shown beside the line, never in it
+        assert not flag.pin.startswith("--") and line == flag.flag
+
+
+def test_megatron_deepspeed_explains_its_micro_batch_ranges() -> None:
+    """gas 4: two skipped iterations are 8 micro-batches; the range reads 21-28."""
+    schedule = Schedule(TrainingSpec(global_batch_size=8, micro_batch_size=2, train_iters=100))
+    flag = write_flag(MEGATRON_DEEPSPEED, [(21, 22)], schedule, 20)
+    assert flag.flag == "--skip-train-iteration-range 21-28"
+    said = get_trainer(MEGATRON_DEEPSPEED).explain(flag.flag, 2)
+    assert "the 2 skipped iterations are 8 micro-batches" in said
+    assert "lower it by 2" in flag.consequence  # --train-iters: the data runs out earlier
+    assert get_trainer(MEGATRON_LM).explain("--iterations-to-skip 21 22", 2) is None
+
+
+def _deepspeed_checkpoints(load: Path) -> None:
+    """A Megatron-DeepSpeed --load folder after the spike: DeepSpeed's tags and `latest`
+    (deepspeed/runtime/engine.py:4783, 4840-4841) point at a checkpoint after the rollback."""
+    for step in (10, 20):
+        (load / f"global_step{step}").mkdir(parents=True)
+        (load / f"global_step{step}" / "mp_rank_00_model_states.pt").write_bytes(b"w%d" % step)
+    (load / "latest").write_text("global_step20")
+    (load / "latest_checkpointed_iteration.txt").write_text("20")
+
+
+def test_megatron_deepspeed_pin_builds_a_new_load_folder_and_leaves_the_old_one(
+    tmp_path: Path,
+) -> None:
+    """The pin, run by bash as pasted: the live folder is byte-identical afterwards, and the
+    new folder makes DeepSpeed (`latest`) and plain Megatron (the tracker file) load 10."""
+    load = tmp_path / "ckpt dir"  # a space: the line must quote it
+    _deepspeed_checkpoints(load)
+    before = snapshot(load)
+    pin = get_trainer(MEGATRON_DEEPSPEED).pin(10)
+    proc = subprocess.run(
+        ["bash", "-c", pin], env=dict(os.environ, LOAD=str(load)), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(load) == before
+    new = Path(f"{load}.rollback-10")
+    assert pin.endswith('then --load "$N" ($LOAD: the job\'s --load folder, left as it is)')
+    assert len(get_trainer(MEGATRON_DEEPSPEED).pin(1234567)) < 300  # shown whole in reports
+    assert (new / "latest").read_text().strip() == "global_step10"
+    assert (new / "latest_checkpointed_iteration.txt").read_text().strip() == "10"
+    tag = (new / "latest").read_text().strip()
+    assert (new / tag / "mp_rank_00_model_states.pt").read_bytes() == b"w10"
+    # run twice, it refuses (mkdir) rather than rewriting a folder it already made
+    again = subprocess.run(["bash", "-c", pin], env=dict(os.environ, LOAD=str(load)))
+    assert again.returncode != 0 and snapshot(load) == before
+
+
+def test_a_trainers_name_is_spelled_only_in_its_own_module() -> None:
+    """Nothing outside dataloaders/trainers/ asks which trainer it is by name: every layer looks
+    the trainer up in the registry. (`olmo-core` is also a loader family's `data.format`.)"""
+    from repo_paths import REPO_ROOT
+
+    runtime = [*REPO_ROOT.glob("forensics/**/*.py"), *REPO_ROOT.glob("dataloaders/**/*.py")]
+    outside = [p for p in runtime if "trainers" not in p.relative_to(REPO_ROOT).parts]
+    names = [n for n in TRAINERS if n != OLMO_CORE]
+    found = [
+        f"{p.relative_to(REPO_ROOT)}: {n}"
+        for p in outside
+        for n in names
+        if f'"{n}"' in p.read_text() or f"'{n}'" in p.read_text()
+    ]
+    assert not found
