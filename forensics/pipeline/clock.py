@@ -30,7 +30,8 @@ class StageClock:
             from dataloaders.console import make_console
 
             self._console = self._console or make_console(stderr=True)
-            if spinner:
+            if spinner and self._console.is_terminal:  # off a terminal a live status leaves
+                # blank lines behind
                 with self._console.status(f"[bold]{name}[/]: {escape(what)}"):
                     yield
             else:

@@ -104,7 +104,7 @@ def mark_restart(
     """The spike (with triage's `verdict` when known), the rollback checkpoint, the skip ranges
     and (optionally) the culprit's first document as labelled lines and spans on `ax` (a
     checkpoint is the state after its iteration; a skipped iteration i covers i-0.5..i+0.5)."""
-    ranges = (report.skip or {}).get("iterations") or []
+    ranges = report.skip.iterations if report.skip is not None else []
     for k, (a, b) in enumerate(ranges):
         ax.axvspan(a - 0.5, b + 0.5, color=SKIP_COLOUR, alpha=0.18, lw=0, zorder=0,
                    label=skip_text(ranges) if k == 0 else None)  # fmt: skip

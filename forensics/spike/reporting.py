@@ -11,7 +11,6 @@ from forensics.errors import ForensicsError
 from forensics.rollback import Rollback
 from forensics.skip.plan import SkipPlan
 from forensics.spike.outdir import publish_outputs
-from forensics.spike.restart_files import report_skip
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import Clusters
 
@@ -123,9 +122,10 @@ def report_stage(
     skip: SkipPlan,
     exposure: pl.DataFrame,
     ahead: pl.DataFrame,
-) -> Any:
-    """Build the report and publish it with skip.json and the restart files, as one step."""
-    from forensics.report import build_report
+) -> tuple[Any, list[Any]]:
+    """Build the report and publish it with skip.json and the restart files, as one step.
+    Returns the report and its sections (computed once; the terminal lays them out too)."""
+    from forensics.report import ReportSkip, build_report
 
     loss, events = log_evidence(run.config, run.plan.window, run.notes)
     with run.clock.stage("report", f"to {run.out}", spinner=True):
@@ -141,7 +141,7 @@ def report_stage(
             assignments=clusters.assignments,
             embedding_note=clusters.embedding_note,
             loss=loss,
-            skip=report_skip(skip),
+            skip=ReportSkip.from_plan(skip),
             rollback_note=rollback.note,
             notes=run.notes,
             model=clusters.model_view,
@@ -150,5 +150,19 @@ def report_stage(
         report.provenance = skip.provenance or None
         blocked = sum(len(v) for v in skip.documents.values())
         report.incident = incident_for_report(run, events, exposure, ahead, blocked)
-        publish_outputs(report, skip, run.cache, run.out)
-    return report
+        report.run_config = config_argument(run.config)
+        sections = publish_outputs(report, skip, run.cache, run.out)
+    return report, sections
+
+
+def config_argument(config: RunConfig) -> str | None:
+    """The run's config as a command line names it: None for the runbook's ./forensics.yaml
+    (the default) or a config built from Megatron arguments, else its path."""
+    from pathlib import Path
+
+    from forensics.skip.action import shown_path
+
+    source = getattr(config, "source", None)
+    if source is None or Path(source) == (Path.cwd() / "forensics.yaml").resolve():
+        return None
+    return str(shown_path(Path(source)))
