@@ -39,10 +39,8 @@ def _fence(lines: list[str]) -> str:
 def first_screen_md(screen: FirstScreen) -> str:
     """Headline, the commands' fence, the stopgap, the reasons."""
     out = [f"**{md_safe(screen.headline, 600)}**\n"]
-    if screen.action:
-        out.append(f"ACTION: {md_safe(screen.action, 600)}. Run in this order:\n")
-    if screen.commands:
-        box = []
+    if screen.action or screen.commands:
+        box = [f"# ACTION {fence_safe(screen.action)}; run in this order:"]
         for i, c in enumerate(screen.commands, 1):
             box += [f"# {i}. {fence_safe(c.note)}", fence_safe(c.text, len(c.text) + 1)]
         out.append(_fence(box))
