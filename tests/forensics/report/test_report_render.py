@@ -24,8 +24,8 @@ from small_run import REPO, cli, copy_run
 from test_report import make_report, with_action
 
 from forensics.report import write_report
-from forensics.report.sections import SECTION_ORDER
 from forensics.report.first_screen import FLAG_CHARS
+from forensics.report.sections import SECTION_ORDER
 
 ENTITY = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);")
 # Text from a manifest that HTML and Markdown both have to escape exactly once.
