@@ -133,8 +133,8 @@ def timeline_figure(report: SpikeReport):
     stages = [(s - 0.5, f"stage {s}", STAGE_COLOUR) for s in starts if s > 1]
     tag_lines(ax, restart_tags(report, first_document=False) + stages)
     a, b = report.window
-    title = (f"Loss (left axis) and culprit share of each iteration's samples (right axis) "
-             f"around the spike at iteration {report.step}; replayed window {a}-{b}")  # fmt: skip
+    title = "Loss (left) and culprit share per iteration (right): "
+    title += f"spike at {report.step}, window {a}-{b}"
     fig.suptitle(title)
     legend_below(fig, [ax, sx])
     return fig
