@@ -144,20 +144,27 @@ def _snippet(text: str, spans: list[Span]) -> tuple[int, int]:
     return max(0, a - SNIPPET_BEFORE), min(len(text), b + SNIPPET_AFTER)
 
 
-def tokens_command(dataset: str, doc_id: int, iteration: int | None, config: str | None) -> str:
-    """`forensics replay` for the iteration that drew the document, with --tokens: the exact
-    token ids of its samples (tokens.npy) and where the document lies in them
-    (segments.parquet)."""
+def tokens_command(
+    dataset: str, doc_id: int, iteration: int | None, config: str | None, tokens: bool = True
+) -> str:
+    """`forensics replay` of the iteration that drew the document: with --tokens (where the run
+    can export them) its samples' exact token ids (tokens.npy) and where the document lies in
+    them (segments.parquet); else the replay rows with each segment's token range and text."""
     if iteration is None:
         return ""
     parts = ["forensics", "replay", "--step", str(iteration), "--window", "1"]
     if config:
         parts += ["--config", config]
-    parts += ["--out", f"replay-{iteration}.parquet", "--tokens", f"tokens-{iteration}"]
-    return shlex.join(parts) + f"  # {dataset} doc {doc_id}: segments.parquet locates it"
+    parts += ["--out", f"replay-{iteration}.parquet"]
+    if tokens:
+        parts += ["--tokens", f"tokens-{iteration}"]
+        return shlex.join(parts) + f"  # {dataset} doc {doc_id}: segments.parquet locates it"
+    return shlex.join([*parts, "--text"]) + f"  # {dataset} doc {doc_id}: token_start, token_end"
 
 
-def _doc(row: dict[str, Any], template: list[tuple[int, int]], config: str | None) -> DrillDoc:
+def _doc(
+    row: dict[str, Any], template: list[tuple[int, int]], config: str | None, tokens: bool
+) -> DrillDoc:
     text = row.get("text") or ""
     spans: list[Span] = [(a, b, "bad") for a, b in marked_spans(text)]
     bad = [(a, b) for a, b, _ in spans]
@@ -177,8 +184,8 @@ def _doc(row: dict[str, Any], template: list[tuple[int, int]], config: str | Non
         spans=spans,
         snippet=_snippet(text, spans),
         tokens_command=tokens_command(
-            str(row["dataset"]), int(row["doc_id"]), its[0] if its else None, config
-        ),  # fmt: skip
+            str(row["dataset"]), int(row["doc_id"]), its[0] if its else None, config, tokens
+        ),
     )
 
 
@@ -231,7 +238,10 @@ def drill_groups(report: Any) -> list[DrillGroup]:
                 label=group_label(row),
                 flagged_rate=float(row["flagged_rate"]),
                 total=mine.height,
-                docs=[_doc(r, t, config) for r, t in zip(rows, template, strict=True)],
+                docs=[
+                    _doc(r, t, config, report.token_export)
+                    for r, t in zip(rows, template, strict=True)
+                ],  # fmt: skip
                 opened=i == 0 and row["verdict"] == "culprit",
             )
         )

@@ -107,11 +107,10 @@ def commands(skip: ReportSkip | None, rollback: int | None) -> list[Command]:
         file = (
             action.restart_file or f"{action.rebuild_out or 'rebuild-STEP'}/restart-rebuilt.flags"
         )
-        what = action.restart_holds or "the checkpoint pin and the new --data-path"
         if action.restart_is_flags:
             out.append(Command(f"$(cat {file})", f"restart from {at}: {LAUNCH_END}"))
         else:
-            out.append(Command(file, f"restart from {at} with {what} from"))
+            out.append(Command(file, f"restart from {at} {action.restart_with}; the file"))
         return out
     if action.kind == "remove":
         return [

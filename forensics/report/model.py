@@ -66,6 +66,7 @@ class SpikeReport:
     # the dirty groups of the window outside any culprit (cluster.baseline_fit.dirty_in_window)
     loss_fit: dict[str, Any] | None = None
     run_config: str | None = None  # the run's config as the user named it (drill-down commands)
+    token_export: bool = True  # `forensics replay --tokens` can write this run's exact tokens
     dirty_groups: pl.DataFrame | None = None
 
     @property

@@ -124,7 +124,7 @@ def notes_html(notes: list[str]) -> str:
 
 def plots_html(plots: list[tuple[str, str]], pngs: dict[str, bytes]) -> str:
     figures = "".join(
-        f'<h3>{_e(title)}</h3><img alt="{_e(title)}" src="data:image/png;base64,'
+        f'<h3>{_e(title)}</h3><img alt="{_e(name)}" src="data:image/png;base64,'
         f'{base64.b64encode(pngs[name]).decode()}">'
         for name, title in plots
         if name in pngs

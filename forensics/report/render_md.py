@@ -20,6 +20,7 @@ from forensics.report.first_screen import FirstScreen
 from forensics.report.model import cluster_name, cluster_notes, format_p, format_value
 from forensics.report.model_view import markdown_section
 from forensics.report.sections import (
+    PLOT_NAMES,
     ClusterTable,
     ExampleGroup,
     Section,
@@ -65,7 +66,11 @@ def notes_md(notes: list[str]) -> str:
 
 
 def plots_md(plots: list[tuple[str, str]], files: dict[str, str]) -> str:
-    shown = [f"![{md_safe(title)}]({files[name]})\n" for name, title in plots if name in files]
+    shown = [
+        f"### {md_safe(title)}\n\n![{PLOT_NAMES.get(name, name)}]({files[name]})\n"
+        for name, title in plots
+        if name in files
+    ]
     return "\n".join(shown) if shown else "No plots (no data for them).\n"
 
 

@@ -35,7 +35,14 @@ TITLES = {
     RULES: "How the verdicts are made",
 }
 SECTION_ORDER = tuple(t for t in TITLES.values() if t)  # the h2 headings, in order
-# Each plot's title: what its axes show (the same in report.md and report.html).
+# Each plot's short name (its image's alt text) and title: what its axes show (the same in
+# report.md and report.html).
+PLOT_NAMES = {
+    "timeline": "Incident timeline",
+    "culprit_share": "Culprit share per iteration",
+    "embedding": "Embedding clusters in 2-D",
+    "scores": "Scores, window vs baseline",
+}
 PLOT_TITLES = {
     "timeline": "Incident timeline: loss and culprit share per iteration, with alarms, stages, "
     "checkpoints, rollback and skips",

@@ -151,8 +151,21 @@ def report_stage(
         blocked = sum(len(v) for v in skip.documents.values())
         report.incident = incident_for_report(run, events, exposure, ahead, blocked)
         report.run_config = config_argument(run.config)
+        report.token_export = exports_tokens(run.replayer)
         sections = publish_outputs(report, skip, run.cache, run.out)
     return report, sections
+
+
+def exports_tokens(replayer: Any) -> bool:
+    """Whether `forensics replay --tokens` writes this run's exact token ids (the drill-down's
+    command); otherwise the drill-down offers the replay rows with their token ranges."""
+    from forensics.rescore.export import require_megatron
+
+    try:
+        require_megatron(replayer)
+    except ForensicsError:
+        return False
+    return True
 
 
 def config_argument(config: RunConfig) -> str | None:
