@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.report.drilldown import DrillGroup, drill_groups
+from forensics.report.drilldown import drill_groups
 from forensics.report.first_screen import FirstScreen, first_screen
 from forensics.report.model import SpikeReport, cluster_name, cluster_rows
 from forensics.report.skip_view import ReportSkip
@@ -171,10 +171,6 @@ def report_sections(report: SpikeReport, plots: list[str] | None = None) -> list
 def section(sections: list[Section], key: str) -> Any:
     """The data of the section `key`."""
     return next(s.data for s in sections if s.key == key)
-
-
-def drill(sections: list[Section]) -> list[DrillGroup]:
-    return section(sections, DOCUMENTS)
 
 
 def counts_from_json(data: dict[str, Any]) -> dict[str, int]:
