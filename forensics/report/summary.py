@@ -202,8 +202,11 @@ def cluster_counts(clusters: pl.DataFrame) -> dict[str, int]:
 
 def counts_text(counts: dict[str, int]) -> str:
     """ "1 culprit, 0 suspects (+4 inside a culprit), 55 clean; 60 clusters"."""
-    plural = "s" if counts["culprit"] != 1 else ""
-    text = f"{counts['culprit']} culprit{plural}, {counts['suspect']} suspects"
+
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}" + ("s" if count != 1 else "")
+
+    text = f"{n(counts['culprit'], 'culprit')}, {n(counts['suspect'], 'suspect')}"
     if counts["suspect_inside_culprit"]:
         text += f" (+{counts['suspect_inside_culprit']} inside a culprit)"
     return text + f", {counts['clean']} clean; {counts['all']} clusters"

@@ -225,7 +225,7 @@ def test_md_and_html_have_the_same_sections_in_the_same_order(spike_dir: Path) -
 # -- one spike run, four outputs, one set of numbers ---------------------------------------------
 
 COUNTS = re.compile(
-    r"(\d+) culprits?, (\d+) suspects(?: \(\+(\d+) inside a culprit\))?, (\d+) clean; "
+    r"(\d+) culprits?, (\d+) suspects?(?: \(\+(\d+) inside a culprit\))?, (\d+) clean; "
     r"(\d+) clusters"
 )
 
