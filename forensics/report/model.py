@@ -1,9 +1,9 @@
 """The spike report's data: what every renderer shows, and how its clusters and numbers are named.
 
-Why one model and three renderers: report.json, report.md, report.html and the terminal table
-must tell the same story with the same numbers. Everything is computed here (`build_report`)
-and in `summary` (the first screen, `summary_lines`); the renderers only lay it out and escape
-it. Text from documents or manifests is kept raw here (with control characters already
+Why one model and four renderers: report.json, report.md, report.html and the terminal must
+tell the same story with the same numbers. Everything is computed here (`build_report`) and in
+`sections` (`report_sections`: the first screen and every other section, from this model);
+the renderers only lay it out and escape it. Text from documents or manifests is kept raw here (with control characters already
 neutralised in excerpts) and escaped by each renderer for its medium.
 """
 
