@@ -3,8 +3,9 @@
 Why one model and four renderers: report.json, report.md, report.html and the terminal must
 tell the same story with the same numbers. Everything is computed here (`build_report`) and in
 `sections` (`report_sections`: the first screen and every other section, from this model);
-the renderers only lay it out and escape it. Text from documents or manifests is kept raw here (with control characters already
-neutralised in excerpts) and escaped by each renderer for its medium.
+the renderers only lay it out and escape it. Text from documents or manifests is kept raw here
+(with control characters already neutralised in excerpts) and escaped by each renderer for its
+medium.
 """
 
 from __future__ import annotations

@@ -133,8 +133,9 @@ def embedding_figure(report: SpikeReport):
     ax.set_xlabel("PC 1")
     ax.set_ylabel("PC 2")
     legend = ax.legend(fontsize=8, loc="best", markerscale=1.5, framealpha=0.85)
-    title = ("Sampled documents by embedding, first two principal components (labels: embedding "
-             "clusters and their keywords; ringed = flagged)")  # fmt: skip
+    title = (
+        "Sampled documents by embedding (PC 1, PC 2); labels: clusters' keywords; ringed: flagged"
+    )
     ax.set_title(title, fontsize=10)
     fig.draw_without_rendering()  # the layout and the legend's place, then frozen: labels are
     fig.set_layout_engine("none")  # placed in those pixels
@@ -148,28 +149,38 @@ def embedding_figure(report: SpikeReport):
 def _scatter_sides(ax, report: SpikeReport, xy: pl.DataFrame) -> None:
     """Baseline, window, each culprit cluster's documents and the flagged ones, in the legend."""
     names = {r["id"]: cluster_name(r) for r in report.clusters.iter_rows(named=True)}
+    sizes = report.clusters.select("id", "docs") if "docs" in report.clusters.columns else None
+    docs = dict(sizes.iter_rows()) if sizes is not None else {}
     order = [c for c in report.clusters["id"].to_list() if c in set(xy["culprit"].drop_nulls())]
     window = xy.filter(pl.col("side") == "window")
     base = xy.filter(pl.col("side") != "window")
     ax.scatter(base["x"], base["y"], s=6, c=BASELINE_COLOUR, alpha=0.6, lw=0,
-               label=f"baseline ({base.height:,})")  # fmt: skip
+               label=f"baseline ({base.height:,} embedded)")  # fmt: skip
     rest = window.filter(pl.col("culprit").is_null())
     ax.scatter(rest["x"], rest["y"], s=8, c=WINDOW_COLOUR, alpha=0.6, lw=0,
-               label=f"window, not in a culprit ({rest.height:,})")  # fmt: skip
+               label=f"window, not in a culprit ({rest.height:,} embedded)")  # fmt: skip
     shown = order[: len(CULPRIT_COLOURS)]
     for cid, colour in zip(shown, CULPRIT_COLOURS, strict=False):
         part = window.filter(pl.col("culprit") == cid)
         ax.scatter(part["x"], part["y"], s=14, c=colour, alpha=0.85, lw=0,
-                   label=label(f"culprit: {names.get(cid, cid)} ({part.height:,})"))  # fmt: skip
+                   label=label(culprit_label(names.get(cid, cid), part.height, docs.get(cid)),
+                               120))  # fmt: skip
     other = window.filter(pl.col("culprit").is_not_null() & ~pl.col("culprit").is_in(shown))
     if other.height:
-        more = f"culprit: {len(order) - len(shown)} more clusters ({other.height:,})"
+        more = f"culprit: {len(order) - len(shown)} more clusters ({other.height:,} embedded)"
         ax.scatter(other["x"], other["y"], s=14, c=MORE_COLOUR, alpha=0.85, lw=0, label=more)
     flagged = xy.filter(pl.col("flagged"))
     if flagged.height:
-        text = f"flagged: garbage or spam ({flagged.height:,})"
+        text = f"flagged: garbage or spam ({flagged.height:,} of the embedded)"
         ax.scatter(flagged["x"], flagged["y"], s=34, facecolors="none", edgecolors="black",
                    lw=0.6, alpha=0.8, label=text)  # fmt: skip
+
+
+def culprit_label(name: str, embedded: int, docs: int | None) -> str:
+    """ "culprit: crawl_batch=x (122 of its 125 window documents embedded)": the plot holds
+    the embedded sample, so its count is said against the cluster's."""
+    of = f" of its {docs:,} window documents" if docs is not None else ""
+    return f"culprit: {name} ({embedded:,}{of} embedded)"
 
 
 def embedding_labels(report: SpikeReport, xy: pl.DataFrame) -> list[tuple[str, float, float]]:

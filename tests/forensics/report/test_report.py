@@ -264,7 +264,11 @@ def test_embedding_plot_shows_the_culprits_documents_as_such(written):
     assert not emb.filter(pl.col("id").is_in(holding) & (pl.col("verdict") == "culprit")).height
     fig = embedding_figure(report)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert f"culprit: crawl_batch={run.dirty_batch} ({int(dirty.sum())})" in labels
+    docs = report.culprit["docs"]
+    assert (
+        f"culprit: crawl_batch={run.dirty_batch} ({int(dirty.sum())} of its {docs:,} window "
+        "documents embedded)"
+    ) in labels
     assert any(label.startswith("flagged: garbage or spam") for label in labels)
     assert any(label.startswith("window, not in a culprit") for label in labels)
 
