@@ -164,6 +164,28 @@ def payload_hash(payload: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# OLMo-core data fields left out of the hashes while at their defaults: a config that does not
+# use them hashes the same whether it spells them out or not (skip files record these hashes).
+_OPTIONAL_OLMO_FIELDS = {
+    "expand_glob": False,
+    "source_permutation_seed": None,
+    "mix": None,
+    "mix_base_dir": None,
+    "mix_file": None,
+    "tokenizer_identifier": None,
+    "generate_doc_lengths": False,
+}
+
+
+def _without_unused_olmo_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    data = payload.get("data")
+    if isinstance(data, dict) and data.get("format") == "olmo-core":
+        for key, default in _OPTIONAL_OLMO_FIELDS.items():
+            if key in data and data[key] == default:
+                del data[key]
+    return payload
+
+
 def _without_paths(value: Any) -> Any:
     """`value` with every Path (and every list or dict entry holding one) left out."""
     if isinstance(value, dict):
@@ -205,7 +227,9 @@ class RunConfig(StrictModel):
 
     def hash_payload(self) -> dict[str, Any]:
         """What config_hash hashes: the config as JSON, without where it was read from."""
-        payload = self.model_dump(mode="json", exclude={"source", "log", "name"})
+        payload = _without_unused_olmo_fields(
+            self.model_dump(mode="json", exclude={"source", "log", "name"})
+        )
         # The trainer decides how skip flags are spelled, not the data order; skips a restart
         # already applied do change it (and are left out when there are none, so hashes of
         # runs without them stay what they were).
@@ -220,7 +244,9 @@ class RunConfig(StrictModel):
         check-skip can tell "the run directory moved" or "the checkpoint list changed" (the
         batches are the same) from "the blend or schedule changed" (they are not); the data
         files themselves are compared by content in the fingerprint."""
-        payload = self.model_dump(exclude={"source", "log", "name", "checkpoints"})
+        payload = _without_unused_olmo_fields(
+            self.model_dump(exclude={"source", "log", "name", "checkpoints"})
+        )
         payload["training"].pop("trainer", None)
         if not payload["training"].get("applied_skips"):
             payload["training"].pop("applied_skips", None)
@@ -248,6 +274,8 @@ def _resolve_paths(raw: Any, base: Path) -> Any:
         "state",
         "local",
         "state_file",
+        "mix_base_dir",
+        "mix_file",
     }
     path_list_keys = {"files", "data_files", "paths"}
     if isinstance(raw, dict):

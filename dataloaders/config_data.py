@@ -8,54 +8,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from dataloaders.base import RESERVED_COLUMNS
-
-
-def _is_number_type(annotation: Any) -> bool:
-    """int, float, or an optional one of them (not a Literal, a str, a list of numbers)."""
-    import types
-    import typing
-
-    if annotation in (int, float):
-        return True
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is Annotated:
-        return _is_number_type(args[0])
-    if origin in (typing.Union, types.UnionType):
-        real = [a for a in args if a is not type(None)]
-        return bool(real) and all(a in (int, float) for a in real)
-    return False
-
-
-def check_resume_order(resumes: list[Any]) -> None:
-    """A family's data.resumes name distinct iterations in increasing order (each restart's
-    state is read in turn, from the one before it)."""
-    iters = [r.iteration for r in resumes]
-    if iters != sorted(set(iters)):
-        raise ValueError(f"data.resumes must be in increasing iteration order, got {iters}")
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors; values are not silently coerced across types (`seed: true` is
-    not seed 1, `seed: "7"` not 7)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _numbers_are_numbers(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict):
-            return raw
-        for name, value in raw.items():
-            field = cls.model_fields.get(name)
-            numeric = field is not None and _is_number_type(field.annotation)
-            if numeric and isinstance(value, bool | str):
-                raise ValueError(f"{name}: expected a number, got {value!r}")
-        return raw
+from dataloaders.config_base import StrictModel as StrictModel
+from dataloaders.config_base import check_resume_order as check_resume_order
+from dataloaders.config_mosaic import MosaicData as MosaicData
+from dataloaders.config_mosaic import MosaicResume as MosaicResume
+from dataloaders.config_mosaic import MosaicState as MosaicState
+from dataloaders.config_mosaic import MosaicStream as MosaicStream
 
 
 class DatasetSpec(StrictModel):
@@ -255,14 +218,27 @@ class OlmoCoreResume(StrictModel):
     sources: list[OlmoCoreSource] | None = None
 
 
+def olmo_core_dtype(vocab_size: int) -> str:
+    """OLMo-core's dtype for an unset `dtype`: the smallest uint holding vocab_size - 1
+    (ai2-olmo-core 3.0.0 olmo_core/data/numpy_dataset.py:2685-2699 get_dtype)."""
+    for bits in (8, 16, 32, 64):
+        if vocab_size - 1 <= 2**bits - 1:
+            return f"uint{bits}"
+    raise ValueError(f"vocab_size {vocab_size} is too big for any token dtype (OLMo-core too)")
+
+
 class OlmoCoreData(StrictModel):
-    """An OLMo-core NumpyFSLDataset + NumpyFSLDataLoader run (see dataloaders/olmo_core)."""
+    """An OLMo-core NumpyFSLDataset + NumpyFSLDataLoader run (see dataloaders/olmo_core). Every
+    default is the library's, cited in docs/olmo-core.md (ai2-olmo-core 3.0.0): dtype from the
+    vocabulary size, the others as NumpyFSLDatasetConfig, TokenizerConfig, InstanceFilterConfig
+    and wrap_numpy_dataset default them. What the library does not default is required
+    (dp_world_size: it takes the process group's size, data_loader.py:1157)."""
 
     format: Literal["olmo-core"]
-    sources: list[OlmoCoreSource] = Field(min_length=1)
+    sources: list[OlmoCoreSource] = Field(default_factory=list)
     sequence_length: int = Field(gt=0)
     max_target_sequence_length: int | None = Field(default=None, gt=0)
-    dtype: Literal["uint8", "uint16", "uint32", "uint64"] = "uint16"
+    dtype: Literal["uint8", "uint16", "uint32", "uint64"]
     eos_token_id: int = Field(ge=0)
     pad_token_id: int = Field(ge=0)
     vocab_size: int = Field(gt=0)
@@ -270,17 +246,46 @@ class OlmoCoreData(StrictModel):
     global_batch_size: int = Field(gt=0)  # in TOKENS, as NumpyDataLoaderConfig.global_batch_size
     seed: int
     shuffle: bool = True
-    dp_world_size: int = Field(default=1, gt=0)
+    dp_world_size: int = Field(gt=0)
     work_dir: Path | None = None  # where the run saved global_indices_*.npy (read when present)
     metadata_fields: list[str] = Field(default_factory=lambda: ["id", "src", "loc"])
     instance_filter: OlmoCoreInstanceFilter | None = None
+    generate_doc_lengths: bool = False
+    # NumpyDatasetConfig's path resolution (dataloaders/olmo_core/paths.py)
+    expand_glob: bool = False
+    source_permutation_seed: int | None = None
+    mix: str | None = None
+    mix_base_dir: Path | None = None
+    mix_file: Path | None = None  # olmo_core/data/mixes/<mix>.txt of the ai2-olmo-core release
+    tokenizer_identifier: str | None = None  # TokenizerConfig.identifier, names a mix's files
     resumes: list[OlmoCoreResume] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _library_dtype(cls, raw: Any) -> Any:
+        """dtype left unset is inferred from the vocabulary size, as OLMo-core infers it; the
+        data-parallel size, which the library reads from the job, is asked for by name."""
+        if isinstance(raw, dict) and raw.get("dp_world_size") is None:
+            raise ValueError(
+                "set data.dp_world_size, the run's data-parallel size (OLMo-core takes it from "
+                "the job; the trainer state's world_size without model parallelism)"
+            )
+        if not isinstance(raw, dict) or raw.get("dtype") is not None:
+            return raw
+        vocab = raw.get("vocab_size")
+        if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab <= 0:
+            raise ValueError(
+                "set data.dtype or data.vocab_size (OLMo-core infers the token dtype from the "
+                "tokenizer's vocab size)"
+            )
+        return {**raw, "dtype": olmo_core_dtype(vocab)}
 
     @model_validator(mode="after")
     def _consistent(self) -> OlmoCoreData:
         names = [s.name for s in self.sources]
         if len(set(names)) != len(names):
             raise ValueError(f"data.sources names must be unique, got {names}")
+        self._check_mix()
         taken = RESERVED_COLUMNS | {"file", "instance_masked"}
         clash = sorted(set(self.metadata_fields) & taken)
         if clash or len(set(self.metadata_fields)) != len(self.metadata_fields):
@@ -315,6 +320,28 @@ class OlmoCoreData(StrictModel):
                     )
         return self
 
+    def _check_mix(self) -> None:
+        """Either sources or a mix, as OLMo-core's "Only one of 'paths' or 'mix'"; a mix needs
+        its base directory, its listing file and the tokenizer identifier that names its files."""
+        if self.mix is None:
+            if not self.sources:
+                raise ValueError("give data.sources (the token files) or data.mix")
+            given = [
+                n for n in ("mix_base_dir", "mix_file", "tokenizer_identifier") if getattr(self, n)
+            ]
+            if given:
+                raise ValueError(f"data.{given[0]} is only read with data.mix")
+            return
+        if self.sources:
+            raise ValueError("give data.sources or data.mix, not both (OLMo-core refuses both)")
+        for name, what in (
+            ("mix_base_dir", "the directory the mix's paths are relative to"),
+            ("mix_file", "the mix's listing, olmo_core/data/mixes/<mix>.txt of ai2-olmo-core"),
+            ("tokenizer_identifier", "the tokenizer identifier that names the mix's files"),
+        ):
+            if getattr(self, name) is None:
+                raise ValueError(f"data.mix needs data.{name} ({what})")
+
     @property
     def stage_start_iterations(self) -> list[int]:
         """First iteration of each data stage (a resume with new sources starts one)."""
@@ -324,108 +351,6 @@ class OlmoCoreData(StrictModel):
     def instances_per_batch(self) -> int:
         """Instances per global batch (OLMo-core counts the batch in tokens)."""
         return self.global_batch_size // self.sequence_length
-
-
-class MosaicStream(StrictModel):
-    """One MosaicML `Stream`: a local MDS directory (index.json + shards) and its weight, given as
-    at most one of proportion (relative), repeat or choose (absolute), as in streaming.Stream."""
-
-    local: Path  # the directory holding index.json (Stream's local/split joined)
-    name: str | None = None  # the `dataset` column of the replay table (default: folder name)
-    proportion: float | None = Field(default=None, ge=0)
-    repeat: float | None = Field(default=None, ge=0)
-    choose: int | None = Field(default=None, ge=0)
-
-    @model_validator(mode="after")
-    def _one_weight(self) -> MosaicStream:
-        given = [w for w in (self.proportion, self.repeat, self.choose) if w is not None]
-        if len(given) > 1:
-            raise ValueError("give at most one of proportion, repeat, choose (streaming's rule)")
-        return self
-
-    @property
-    def display_name(self) -> str:
-        return self.name or self.local.name
-
-
-class MosaicState(StrictModel):
-    """A StreamingDataset.state_dict() as the checkpoint stored it (Composer: the train
-    dataloader's `dataset_state`)."""
-
-    epoch: int = Field(ge=0)
-    sample_in_epoch: int = Field(ge=0)
-    num_canonical_nodes: int = Field(gt=0)
-    shuffle_seed: int = Field(ge=0)
-    initial_physical_nodes: int | None = Field(default=None, gt=0)
-
-
-class MosaicResume(StrictModel):
-    """A restart of a streaming run: iteration `iteration` (the first after the restart) is the
-    first batch the resumed StreamingDataset yields from `state` (the state_dict the checkpoint
-    stored: inline, or `state_file`, a JSON file holding it)."""
-
-    iteration: int = Field(ge=2)
-    state: MosaicState | None = None
-    state_file: Path | None = None
-
-    @model_validator(mode="after")
-    def _one_state(self) -> MosaicResume:
-        if (self.state is None) == (self.state_file is None):
-            raise ValueError("give exactly one of state or state_file for a resume")
-        return self
-
-
-class MosaicData(StrictModel):
-    """A MosaicML StreamingDataset over local MDS streams, iterated by a torch DataLoader on every
-    rank (see dataloaders/mosaic for the order). Field names and defaults are StreamingDataset's
-    (streaming 0.13); the world is num_nodes x ranks_per_node ranks, num_workers DataLoader
-    workers each. Iteration i takes the i-th DataLoader batch of every rank; rank r's example j
-    sits at global position r * batch_size + j."""
-
-    format: Literal["mosaic-streaming"]
-    streams: list[MosaicStream] = Field(min_length=1)
-    text_field: str = "text"
-    provenance_fields: list[str] = Field(default_factory=list)  # MDS columns; `shard` is added
-    epoch_size: int | None = Field(default=None, gt=0)
-    sampling_method: Literal["balanced", "fixed"] = "balanced"
-    sampling_granularity: int = Field(default=1, gt=0)
-    partition_algo: Literal["orig", "relaxed"] = "relaxed"
-    num_canonical_nodes: int | None = Field(default=None, gt=0)
-    batch_size: int = Field(gt=0)  # per device, as given to StreamingDataset and the DataLoader
-    shuffle: bool = False
-    shuffle_algo: Literal["py1e", "py1br", "py1b", "py1s", "py2s", "naive"] = "py1e"
-    shuffle_seed: int = Field(default=9176, ge=0)
-    shuffle_block_size: int | None = Field(default=None, gt=0)
-    batching_method: Literal["random", "stratified", "per_stream", "device_per_stream"] = "random"
-    num_nodes: int = Field(default=1, gt=0)
-    ranks_per_node: int = Field(default=1, gt=0)
-    num_workers: int = Field(default=0, ge=0)
-    drop_last: bool = False
-    streaming_version: str = "0.13.0"
-    resumes: list[MosaicResume] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> MosaicData:
-        names = [s.display_name for s in self.streams]
-        if len(set(names)) != len(names):
-            raise ValueError(f"stream names must be unique, got {names}")
-        relative = [s.proportion is not None for s in self.streams]
-        if any(relative) and not all(relative):
-            raise ValueError("streams mix proportion with repeat/choose (streaming refuses it)")
-        absolute = any(s.repeat is not None or s.choose is not None for s in self.streams)
-        if absolute and self.epoch_size is not None:
-            raise ValueError("epoch_size only goes with proportion weights (streaming's rule)")
-        check_resume_order(self.resumes)
-        return self
-
-    @property
-    def world_size(self) -> int:
-        return self.num_nodes * self.ranks_per_node
-
-    @property
-    def global_batch_size(self) -> int:
-        """Examples per iteration over all ranks (must equal training.global_batch_size)."""
-        return self.batch_size * self.world_size
 
 
 DataConfig = Annotated[

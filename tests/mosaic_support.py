@@ -46,10 +46,13 @@ def _free_port() -> int:
 
 
 def run_oracle(
-    spec: dict[str, Any], folder: Path, *, ranks_per_node: int = 1
+    spec: dict[str, Any], folder: Path, *, ranks_per_node: int = 1, nodes: int = 1
 ) -> list[dict[str, Any]]:
-    """Run tests/oracles/mosaic_oracle.py: every rank of a one-node world (one forked process
-    each, RANK / WORLD_SIZE / LOCAL_WORLD_SIZE as torchrun sets them); per rank, its output."""
+    """Run tests/oracles/mosaic_oracle.py: every rank of the world (one forked process each,
+    RANK / WORLD_SIZE / LOCAL_WORLD_SIZE as torchrun sets them); per global rank, its output.
+    Several nodes run as one process each under `unshare --mount` with a private /dev/shm and
+    TMPDIR, since streaming keys its shared memory and file locks by node (two simulated nodes
+    sharing /dev/shm would collide); the test is skipped where unshare is not allowed."""
     python = oracle_python()
     folder.mkdir(parents=True, exist_ok=True)
     spec = {**spec, "out": str(folder)}
@@ -57,13 +60,45 @@ def run_oracle(
     spec_path.write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["OMP_NUM_THREADS"] = "1"
-    done = subprocess.run(
-        [python, str(ORACLES / "mosaic_oracle.py"), str(spec_path), str(ranks_per_node),
-         str(_free_port())],
-        env=env, capture_output=True, text=True, timeout=600,
+    port = str(_free_port())
+    command = [python, str(ORACLES / "mosaic_oracle.py"), str(spec_path), str(ranks_per_node), port]
+    if nodes == 1:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"oracle failed:\n{(done.stdout + done.stderr)[-3000:]}"
+    else:
+        _run_nodes(command, nodes, folder, env)
+    world = nodes * ranks_per_node
+    return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _run_nodes(command: list[str], nodes: int, folder: Path, env: dict[str, str]) -> None:
+    """One oracle process per node, each in its own mount namespace (private /dev/shm)."""
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         "mount -t tmpfs tmpfs /dev/shm"],
+        capture_output=True, text=True,
     )  # fmt: skip
-    assert done.returncode == 0, f"oracle failed:\n{(done.stdout + done.stderr)[-3000:]}"
-    return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(ranks_per_node)]
+    if probe.returncode != 0:
+        pytest.skip(f"several simulated nodes need unshare --mount: {probe.stderr.strip()}")
+    procs = []
+    for node in range(nodes):
+        tmp = folder / f"node{node}-tmp"
+        tmp.mkdir(exist_ok=True)
+        wrapped = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   'mount -t tmpfs tmpfs /dev/shm && exec "$@"', "sh",
+                   *command, str(node), str(nodes)]  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                wrapped,
+                env={**env, "TMPDIR": str(tmp)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )  # fmt: skip
+        )
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    for node, (proc, out) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"oracle node {node} failed:\n{out[-3000:]}"
 
 
 def run_library_functions(cases: list[dict[str, Any]], folder: Path) -> list[Any]:

@@ -32,7 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+try:  # numba compiles the running token sums; numpy's gather + cumsum is the fallback.
+    from numba import njit
+except ImportError:  # pragma: no cover - numba is a declared dependency
+    njit = None
+
 from dataloaders.errors import ForensicsError
+from dataloaders.megatron.legacy_shuffle import legacy_shuffle
 
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80  # gpt_dataset.py `threshold`
 
@@ -122,11 +128,11 @@ def build_document_index(
     """int32[E * D]: the split's documents repeated per epoch, shuffled with `rng`.
 
     Consumes the RandomState exactly as Megatron's `_build_document_index` (one shuffle, or two
-    when the final epoch is separate).
+    when the final epoch is separate); the shuffle is numpy's, compiled (legacy_shuffle.py).
     """
     if not separate_final_epoch or num_epochs == 1:
         index = np.tile(np.asarray(documents, dtype=np.int32), num_epochs)
-        rng.shuffle(index)
+        legacy_shuffle(rng, index)
         return index
     first = build_document_index(documents, num_epochs - 1, rng, False)
     last = build_document_index(documents, 1, rng, False)
@@ -139,11 +145,11 @@ def build_shuffle_index(
     """uint32[total] (int64 when huge): [0, num_samples) and [num_samples, total) each permuted."""
     dtype = np.uint32 if total_size < np.iinfo(np.uint32).max - 1 else np.int64
     first = np.arange(0, num_samples, dtype=dtype)
-    rng.shuffle(first)
+    legacy_shuffle(rng, first)
     if num_samples == total_size:
         return first
     last = np.arange(num_samples, total_size, dtype=dtype)
-    rng.shuffle(last)
+    legacy_shuffle(rng, last)
     return np.concatenate((first, last))
 
 
@@ -154,14 +160,32 @@ def sample_index_dtype(document_index_len: int, max_sequence_length: int) -> typ
     return np.int64
 
 
+def _running_ends(sizes: np.ndarray, document_index: np.ndarray, out: np.ndarray) -> None:
+    """out[p + 1] = out[p] + sizes[document_index[p]]: one pass, gather and sum fused."""
+    total = 0
+    out[0] = 0
+    for p in range(document_index.shape[0]):
+        total += sizes[document_index[p]]
+        out[p + 1] = total
+
+
+if njit is not None:
+    _running_ends = njit(cache=True, nogil=True)(_running_ends)
+
+
 def document_ends(sizes: np.ndarray, document_index: np.ndarray) -> np.ndarray:
-    """int64[len(document_index) + 1]: C[p] = tokens before position p of the document index."""
+    """int64[len(document_index) + 1]: C[p] = tokens before position p of the document index.
+
+    One compiled pass that releases the GIL: the random reads of `sizes` dominate, and fusing
+    the gather with the running sum halves them against numpy's gather-then-cumsum.
+    """
     ends = np.empty(len(document_index) + 1, dtype=np.int64)
-    ends[0] = 0
-    # Gather from the compact int32 table (cache-friendlier), widen on assignment, then sum in
-    # place: a cumsum with a casting dtype= is several times slower.
-    ends[1:] = np.asarray(sizes)[document_index]
-    np.cumsum(ends[1:], out=ends[1:])
+    if njit is None:  # pragma: no cover - numba is a declared dependency
+        ends[0] = 0
+        ends[1:] = np.asarray(sizes)[document_index]
+        np.cumsum(ends[1:], out=ends[1:])
+        return ends
+    _running_ends(np.asarray(sizes), np.asarray(document_index), ends)
     return ends
 
 

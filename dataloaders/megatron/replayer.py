@@ -208,12 +208,18 @@ class MegatronReplayer:
             raise ForensicsError(f"iterations {first}..{last} consumed no samples")
         r = segs["row"]
         stage_col = rows["stage"][r]
-        names = np.empty(len(r), dtype=object)
+        # Each segment's dataset name, as a code into the run's few names: building the string
+        # column by gathering from those few is far cheaper than from a Python object array.
+        name_list: list[str] = []
+        codes = np.zeros(len(r), dtype=np.uint32)
         for s in np.unique(stage_col):
             stage = self.stage(int(s))
             in_stage = stage_col == s
             for k, src in enumerate(stage.sources):
-                names[in_stage & (segs["dataset_k"] == k)] = src.name
+                if src.name not in name_list:
+                    name_list.append(src.name)
+                codes[in_stage & (segs["dataset_k"] == k)] = name_list.index(src.name)
+        names = pl.Series(name_list, dtype=pl.Utf8).gather(codes)
         table = pl.DataFrame(
             {
                 "iteration": pl.Series(rows["iteration"][r], dtype=pl.Int64),
@@ -221,7 +227,7 @@ class MegatronReplayer:
                 "sample_index": pl.Series(rows["sample_index"][r], dtype=pl.Int64),
                 "stage": pl.Series(stage_col, dtype=pl.Int32),
                 "skipped": pl.Series(rows["skipped"][r], dtype=pl.Boolean),
-                "dataset": pl.Series(names.tolist(), dtype=pl.Utf8),
+                "dataset": names.alias("dataset"),
                 "dataset_sample": pl.Series(segs["dataset_sample"], dtype=pl.Int64),
                 "doc_id": pl.Series(segs["doc_id"], dtype=pl.Int64),
                 "token_start": pl.Series(segs["token_start"], dtype=pl.Int64),

@@ -17,6 +17,7 @@ else they are built (see gpt_indices.py and blending.py).
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +190,9 @@ class GPTSource:
         first = plan.num_samples_sans_final_epoch if plan.separate_final_epoch else n
         self.shuffle_index = build_shuffle_index(first, n, rng)
         self._n = n
+        # Every replay of a built source reads sample starts from these token sums; computing
+        # them here puts them on the source's own thread (see _build_sources).
+        self._ends = document_ends(sizes, self.document_index)
 
     @property
     def ends(self) -> np.ndarray:
@@ -238,6 +242,24 @@ class GPTSource:
         cache.save_own("gpt", self.own_key, arrays, self.description)
 
 
+def _build_sources(
+    specs: list[tuple[str, Path, IndexedDataset, int | None]], data: MegatronData
+) -> list[GPTSource]:
+    """The blend's GPTSources, built side by side: their shuffles and token sums release the GIL.
+
+    Megatron builds them one after another; the arrays do not depend on the order. The first
+    failing source (in blend order) raises, as it would have sequentially.
+    """
+    if len(specs) < 2:
+        return [GPTSource(n, prefix, ds, size, data) for n, prefix, ds, size in specs]
+    workers = min(len(specs), os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpt-source") as pool:
+        futures = [
+            pool.submit(GPTSource, n, prefix, ds, size, data) for n, prefix, ds, size in specs
+        ]
+        return [f.result() for f in futures]
+
+
 class Stage:
     """A data stage: its GPTSources and the blend over them."""
 
@@ -275,17 +297,23 @@ class Stage:
             w = normalize([s.weight for s in specs])
             target = sizes_per_dataset(w, total_samples)
             buffer = sizes_per_dataset(w, total_samples, data.mid_level_dataset_surplus)
-            self.sources = [
-                GPTSource(n, s.prefix, datasets[s.prefix], b, data)
-                for n, s, b in zip(names, specs, buffer, strict=True)
-            ]
+            self.sources = _build_sources(
+                [
+                    (n, s.prefix, datasets[s.prefix], b)
+                    for n, s, b in zip(names, specs, buffer, strict=True)
+                ],
+                data,
+            )
             self.size = sum(target)
             self.weights = normalize(w)
         else:
-            self.sources = [
-                GPTSource(n, s.prefix, datasets[s.prefix], None, data)
-                for n, s in zip(names, specs, strict=True)
-            ]
+            self.sources = _build_sources(
+                [
+                    (n, s.prefix, datasets[s.prefix], None)
+                    for n, s in zip(names, specs, strict=True)
+                ],
+                data,
+            )
             lengths = [len(src) for src in self.sources]
             self.size = min(total_samples, sum(lengths))
             self.weights = normalize(lengths)

@@ -19,7 +19,7 @@ import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
 
-LAYOUT = 1  # bump when the transcription or the table layout changes
+LAYOUT = 2  # bump when the transcription or the table layout changes
 
 
 def cache_root() -> Path:

@@ -14,6 +14,7 @@ A shard file (format/mds/writer.py:get_header_data, reader.py:get_sample_data):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from dataloaders.errors import ForensicsError
+from dataloaders.mosaic.compression import decompress, require_codec
 
 INDEX = "index.json"
 
@@ -54,6 +56,8 @@ class Shard:
     column_names: list[str]
     column_encodings: list[str]
     column_sizes: list[int | None]
+    zip_path: Path | None = None  # read decompressed when only the compressed file is there
+    compression: str | None = None  # index.json's "compression", e.g. "zstd" or "zstd:7"
 
 
 @dataclass(frozen=True)
@@ -92,20 +96,13 @@ def open_stream(local: Path) -> MDSStream:
         basename = info["raw_data"]["basename"]
         path = local / basename
         size = int(info["raw_data"]["bytes"])
-        if not path.is_file():
-            zipped = info.get("zip_data") or {}
-            hint = (
-                f" (only its compressed {zipped['basename']} is there: decompress it first)"
-                if zipped and (local / zipped["basename"]).is_file()
-                else ""
-            )
-            raise ForensicsError(f"{path}: shard missing, listed in {index}{hint}")
-        actual = path.stat().st_size
-        if actual != size:
-            raise ForensicsError(
-                f"{path}: {actual} bytes, but {index} says {size}: the shard changed since the "
-                "run, so its samples no longer sit where the run read them"
-            )
+        zip_path, compression = None, None
+        if path.is_file():
+            _check_size(path, size, index)
+        else:
+            zip_path, compression = _compressed(info, local, index)
+            if zip_path is None:
+                raise ForensicsError(f"{path}: shard missing, listed in {index}")
         shards.append(
             Shard(
                 path=path,
@@ -114,11 +111,63 @@ def open_stream(local: Path) -> MDSStream:
                 column_names=list(info["column_names"]),
                 column_encodings=list(info["column_encodings"]),
                 column_sizes=list(info["column_sizes"]),
+                zip_path=zip_path,
+                compression=compression,
             )
         )
     if not shards:
         raise ForensicsError(f"{index}: no shards")
     return MDSStream(local=local, shards=shards, index_sha256=hashlib.sha256(raw).hexdigest())
+
+
+def _check_size(path: Path, size: int, index: Path) -> None:
+    actual = path.stat().st_size
+    if actual != size:
+        raise ForensicsError(
+            f"{path}: {actual} bytes, but {index} says {size}: the shard changed since the "
+            "run, so its samples no longer sit where the run read them"
+        )
+
+
+def _compressed(info: dict[str, Any], local: Path, index: Path) -> tuple[Path | None, str | None]:
+    """(zip path, compression) of a shard present only compressed, as Stream does it: a missing
+    raw file with a zip_data entry is decompressed (stream.py:_prepare_shard_part); (None, None)
+    when there is no compressed file either."""
+    zipped = info.get("zip_data") or {}
+    if not zipped or not (local / zipped["basename"]).is_file():
+        return None, None
+    zip_path = local / zipped["basename"]
+    compression = info.get("compression")
+    try:
+        require_codec(compression)
+    except ValueError as err:
+        raise ForensicsError(f"{zip_path}: {err}") from None
+    _check_size(zip_path, int(zipped["bytes"]), index)
+    return zip_path, compression
+
+
+def shard_buffer(shard: Shard) -> Any:
+    """The shard's bytes: the raw file mapped, or the compressed file decompressed in memory
+    (checked against index.json's raw size, as the decompressed file would be)."""
+    import mmap
+
+    if shard.zip_path is None:
+        with open(shard.path, "rb") as fh:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    return _decompressed(shard.zip_path, shard.compression, shard.size)
+
+
+@functools.lru_cache(maxsize=2)
+def _decompressed(zip_path: Path, compression: str | None, size: int) -> bytes:
+    """A compressed shard's raw bytes; the last two are kept, since a replay reads the same
+    shard once per window and column set (a shard is at most size_limit, 64 MiB by default)."""
+    data = decompress(compression, zip_path.read_bytes())
+    if len(data) != size:
+        raise ForensicsError(
+            f"{zip_path}: decompresses to {len(data)} bytes, but index.json says "
+            f"{size}: the shard changed since the run"
+        )
+    return data
 
 
 def check_columns(stream: MDSStream, columns: list[str], *, where: str) -> None:
@@ -145,13 +194,10 @@ def _gather(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
 def read_columns(shard: Shard, rows: np.ndarray, columns: list[str]) -> dict[str, list[str]]:
     """The given columns (as text) of the given rows of one shard, in `rows` order. Offsets and
     sizes are gathered with numpy for all rows at once; only the final decode is per value."""
-    import mmap
-
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) and (rows.min() < 0 or rows.max() >= shard.samples):
         raise ForensicsError(f"{shard.path}: no sample {rows.max()} (it has {shard.samples})")
-    with open(shard.path, "rb") as fh:
-        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    mm = shard_buffer(shard)
     buf = np.frombuffer(mm, dtype=np.uint8)
     header = buf[: 4 * (shard.samples + 2)].view("<u4")
     if int(header[0]) != shard.samples:
@@ -185,7 +231,8 @@ def read_columns(shard: Shard, rows: np.ndarray, columns: list[str]) -> dict[str
             values = _gather(buf, starts[:, col], dtype.itemsize).view(dtype).reshape(-1)
             out[column] = [str(v) for v in values.tolist()]
     del buf, header
-    mm.close()
+    if hasattr(mm, "close"):
+        mm.close()
     return out
 
 

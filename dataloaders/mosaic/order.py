@@ -42,6 +42,18 @@ class World:
     def num_ranks(self) -> int:
         return self.num_nodes * self.ranks_per_node
 
+    def replicate(self, replication: int | None) -> World:
+        """The world StreamingDataset partitions over when `replication` consecutive ranks share
+        their samples (World.replicate, world.py:117-148; dataset.py:371-374): num_ranks / R
+        ranks, on num_ranks / R / ranks_per_node nodes when that divides, else on one node."""
+        if replication is None:
+            return self
+        if replication <= 0 or self.num_ranks % replication:
+            raise ValueError(f"world size {self.num_ranks} is not divisible by {replication}")
+        num_ranks = self.num_ranks // replication
+        num_nodes = num_ranks // self.ranks_per_node if num_ranks % self.ranks_per_node == 0 else 1
+        return World(num_nodes, num_ranks // num_nodes, self.workers_per_rank)
+
 
 @dataclass(frozen=True)
 class Plan:

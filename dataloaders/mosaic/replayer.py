@@ -16,11 +16,9 @@ index in its stream (an MDS sample is the unit the loader draws).
 
 from __future__ import annotations
 
-import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,6 +36,7 @@ from dataloaders.mosaic.order import (
     loader_steps,
     partition_positions,
 )
+from dataloaders.mosaic.resume import Setting, check_state, load_state, resume_settings
 
 SHARD_FACET = "shard"
 VALIDATED_VERSIONS = ("0.13.0",)
@@ -53,6 +52,7 @@ class Segment:
     initial_physical_nodes: int | None
     first: int
     sizes: np.ndarray  # int64[iterations]: samples each iteration consumed (all ranks)
+    setting: int = 0  # index into MosaicReplayer.settings: the world this part ran on
 
     @property
     def last(self) -> int:
@@ -111,7 +111,14 @@ class MosaicReplayer:
             )
         except ValueError as err:
             raise ForensicsError(f"{where}{err}") from None
-        ncn = data.num_canonical_nodes or default_canonical_nodes(data.shuffle_algo, data.num_nodes)
+        try:
+            start = World(data.num_nodes, data.ranks_per_node, max(data.num_workers, 1))
+            self.world = start.replicate(data.replication)
+        except ValueError as err:
+            raise ForensicsError(f"{where}data.replication: {err}") from None
+        ncn = data.num_canonical_nodes or default_canonical_nodes(
+            data.shuffle_algo, self.world.num_nodes
+        )
         self.plan = Plan(
             samples_per_shard=np.concatenate([s.samples_per_shard for s in self.streams]),
             shards_per_stream=np.array([len(s.shards) for s in self.streams], dtype=np.int64),
@@ -127,11 +134,30 @@ class MosaicReplayer:
             batch_size=data.batch_size,
             drop_last=data.drop_last,
         )
-        self.world = World(data.num_nodes, data.ranks_per_node, max(data.num_workers, 1))
         self._check_partition()
-        self.resume_states = [self._resume_state(r) for r in data.resumes]
+        self._load_resumes()
 
     # ------------------------------------------------------------------ validation
+
+    def _load_resumes(self) -> None:
+        """settings[0]: the run's start; settings[k]: the world after data.resumes[k - 1];
+        resume_states: each restart's state_dict, checked against the config."""
+        data, where = self.data, self._where
+        self.settings = [Setting(self.world, data.batch_size)] + resume_settings(
+            data, data.global_batch_size, where
+        )
+        self.resume_states = []
+        for k, resume in enumerate(data.resumes):
+            state = load_state(resume)
+            check_state(
+                state,
+                plan=self.plan,
+                data=data,
+                start=self.world,
+                setting=self.settings[k + 1],
+                where=f"{where}data.resumes (iteration {resume.iteration}): ",
+            )
+            self.resume_states.append(state)
 
     def _check_partition(self) -> None:
         ncn, nodes = self.plan.num_canonical_nodes, self.world.num_nodes
@@ -141,55 +167,19 @@ class MosaicReplayer:
                 "the other (streaming refuses the run otherwise)"
             )
 
-    def _resume_state(self, resume: Any) -> Any:
-        from dataloaders.config_data import MosaicState
-
-        state = resume.state
-        if state is None:
-            path = Path(resume.state_file)
-            try:
-                raw = json.loads(path.read_text(encoding="utf-8"))
-                state = MosaicState.model_validate(raw)
-            except (OSError, ValueError) as err:
-                first = str(err).splitlines()[0]
-                raise ForensicsError(
-                    f"{path}: not a StreamingDataset state_dict ({first})"
-                ) from None
-        where = f"{self._where}data.resumes (iteration {resume.iteration}): "
-        if state.shuffle_seed != self.plan.shuffle_seed:
-            raise ForensicsError(
-                f"{where}the checkpoint's shuffle_seed is {state.shuffle_seed}, the config says "
-                f"{self.plan.shuffle_seed}: the resumed run used the checkpoint's, so the config "
-                "does not describe this run"
-            )
-        if state.num_canonical_nodes != self.plan.num_canonical_nodes:
-            given = "" if self.data.num_canonical_nodes else " (streaming's default)"
-            raise ForensicsError(
-                f"{where}the checkpoint's num_canonical_nodes is {state.num_canonical_nodes}, "
-                f"the config gives {self.plan.num_canonical_nodes}{given}: set "
-                "data.num_canonical_nodes to the run's"
-            )
-        if state.initial_physical_nodes not in (None, self.world.num_nodes):
-            raise ForensicsError(
-                f"{where}the run started on {state.initial_physical_nodes} nodes and the config "
-                f"gives {self.world.num_nodes}: a restart onto another world size is not "
-                "replayed yet"
-            )
-        if state.sample_in_epoch > self.plan.epoch_size:
-            raise ForensicsError(
-                f"{where}sample_in_epoch {state.sample_in_epoch} is beyond the epoch "
-                f"({self.plan.epoch_size} samples)"
-            )
-        return state
-
     # ------------------------------------------------------------------ the order
 
     @cached_property
     def _limit(self) -> int:
         return int(self.config.training.iterations(self.data.global_batch_size))
 
-    def _partition(self, epoch: int, sample_in_epoch: int, ipn: int | None) -> np.ndarray:
-        plan, world = self.plan, self.world
+    def _plan(self, setting: int) -> tuple[Plan, World]:
+        """The plan and world of the run's part `setting` (0: the start, k: after resume k)."""
+        now = self.settings[setting]
+        return replace(self.plan, batch_size=now.batch_size), now.world
+
+    def _partition(self, epoch: int, sample_in_epoch: int, ipn: int | None, setting: int):
+        plan, world = self._plan(setting)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -197,10 +187,11 @@ class MosaicReplayer:
             except ValueError as err:
                 raise ForensicsError(f"{self._where}{err}") from None
 
-    def _iteration_sizes(self, epoch: int, sample_in_epoch: int, ipn: int | None) -> np.ndarray:
+    def _iteration_sizes(self, epoch: int, sample: int, ipn: int | None, setting: int):
         """Samples per iteration of a segment, from the partition's padding alone."""
-        ids = self._partition(epoch, sample_in_epoch, ipn)
-        batch, _, _ = loader_steps(ids, self.plan.batch_size, self.plan.drop_last)
+        ids = self._partition(epoch, sample, ipn, setting)
+        batch_size = self.settings[setting].batch_size
+        batch, _, _ = loader_steps(ids, batch_size, self.plan.drop_last)
         return np.bincount(batch).astype(np.int64) if len(batch) else np.zeros(0, np.int64)
 
     @cached_property
@@ -210,7 +201,15 @@ class MosaicReplayer:
         try:
             if hit is not None:
                 return [
-                    Segment(k, s["epoch"], s["sample"], s["ipn"], s["first"], np.array(s["sizes"]))
+                    Segment(
+                        k,
+                        s["epoch"],
+                        s["sample"],
+                        s["ipn"],
+                        s["first"],
+                        np.array(s["sizes"]),
+                        s["setting"],
+                    )  # fmt: skip
                     for k, s in enumerate(hit)
                 ]
         except (KeyError, TypeError):
@@ -225,6 +224,7 @@ class MosaicReplayer:
                     "ipn": s.initial_physical_nodes,
                     "first": s.first,
                     "sizes": s.sizes.tolist(),
+                    "setting": s.setting,
                 }
                 for s in out
             ],
@@ -234,7 +234,7 @@ class MosaicReplayer:
     def _build_segments(self) -> list[Segment]:
         out: list[Segment] = []
         resumes = list(zip(self.data.resumes, self.resume_states, strict=True))
-        it, epoch, sample, ipn = 1, 0, 0, None
+        it, epoch, sample, ipn, setting = 1, 0, 0, None, 0
         empty_run = 0
         for resume, _ in resumes:
             if resume.iteration > self._limit:
@@ -249,26 +249,21 @@ class MosaicReplayer:
                 out = [seg for seg in out if seg.first < resume.iteration]
                 if out and out[-1].last >= resume.iteration:
                     last = out[-1]
-                    out[-1] = Segment(
-                        last.index,
-                        last.epoch,
-                        last.sample_in_epoch,
-                        last.initial_physical_nodes,
-                        last.first,
-                        last.sizes[: resume.iteration - last.first],
-                    )
+                    out[-1] = replace(last, sizes=last.sizes[: resume.iteration - last.first])
+                setting += 1
                 it = resume.iteration
                 epoch, sample = state.epoch, state.sample_in_epoch
                 ipn = state.initial_physical_nodes
-            sizes = self._iteration_sizes(epoch, sample, ipn)
+            sizes = self._iteration_sizes(epoch, sample, ipn, setting)
             empty_run = empty_run + 1 if len(sizes) == 0 else 0
             if empty_run > 1:
                 raise ForensicsError(f"{self._where}epochs yield no full batch: nothing to replay")
             sizes = sizes[: self._limit - it + 1]
             if len(sizes):
-                out.append(Segment(len(out), epoch, sample, ipn, it, sizes))
+                out.append(Segment(len(out), epoch, sample, ipn, it, sizes, setting))
                 it += len(sizes)
-            # The next epoch starts at its sample 0; a resumed run keeps the checkpoint's
+            # The next epoch starts at its sample 0 (also after a state saved at a padded epoch
+            # end, whose partition is empty: resume.py); a resumed run keeps the checkpoint's
             # initial_physical_nodes for later epochs too (dataset.py:_resume sets it once).
             epoch, sample = epoch + 1, 0
         return out
@@ -293,12 +288,13 @@ class MosaicReplayer:
     def _build_segment(self, seg: Segment) -> pl.DataFrame:
         from dataloaders.mosaic.order import epoch_partition
 
+        plan, world = self._plan(seg.setting)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ids = epoch_partition(
-                self.plan, self.world, seg.epoch, seg.sample_in_epoch, seg.initial_physical_nodes
+                plan, world, seg.epoch, seg.sample_in_epoch, seg.initial_physical_nodes
             )
-        batch, pos, sample = loader_steps(ids, self.plan.batch_size, self.plan.drop_last)
+        batch, pos, sample = loader_steps(ids, plan.batch_size, plan.drop_last)
         keep = batch < len(seg.sizes)
         return pl.DataFrame(
             {
@@ -476,6 +472,18 @@ class MosaicReplayer:
         choose = self.plan.choose_per_stream
         shares = (choose / max(int(choose.sum()), 1)).tolist()
         return dict(zip(self.names, shares, strict=True)), "stream weights"
+
+    @property
+    def notes(self) -> list[str]:
+        """One-line notes on the config for the user: the fields it sets that were accepted
+        but cannot change the order (dataloaders/config_mosaic.py says why for each)."""
+        ignored = self.data.ignored_fields
+        if not ignored:
+            return []
+        return [
+            f"data: {', '.join(ignored)} accepted and ignored: they do not change the sample "
+            "order (downloading, caching, tokenization or DataLoader prefetch)"
+        ]
 
     def fingerprint(self) -> dict[str, Any]:
         return {

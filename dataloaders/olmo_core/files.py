@@ -57,45 +57,45 @@ def metadata_path(path: Path) -> Path:
 
 
 def open_token_files(
-    sources: list[Any], data: Any, where: str, known: dict[Path, TokenFile] | None = None
+    pairs: list[tuple[str, Path]], data: Any, where: str, known: dict[Path, TokenFile] | None = None
 ) -> list[TokenFile]:
-    """The token files of `sources` in dataset order (objects shared through `known`, so a file
-    used by two data stages is scanned once); a missing or empty file is a one-line error."""
+    """The token files of (source name, path) pairs in dataset order (objects shared through
+    `known`, so a file used by two data stages is scanned once); a missing or empty file is a
+    one-line error."""
     dtype = dtype_of(data.dtype)
     item = np.dtype(dtype).itemsize
     seq = data.sequence_length
     target = data.max_target_sequence_length
     known = {} if known is None else known
     out: list[TokenFile] = []
-    for source in sources:
-        for path in source.paths:
-            path = Path(path)
-            if path in known:
-                out.append(known[path])
-                continue
-            if not path.is_file():
-                raise ForensicsError(f"{path}: token file not found (data.sources.{source.name})")
-            size = path.stat().st_size
-            tokens = size // item
-            if size % item:
-                raise ForensicsError(
-                    f"{path}: {size} bytes is not a whole number of {data.dtype} tokens "
-                    "(wrong data.dtype, or a truncated file)"
-                )
-            if target is None or target == seq:
-                instances = tokens // seq
-            else:
-                instances = (tokens // target) * (target // seq)
-            meta = metadata_path(path)
-            known[path] = TokenFile(
-                source=source.name,
-                path=path,
-                size=size,
-                tokens=tokens,
-                instances=instances,
-                metadata=meta if meta.is_file() and meta != path else None,
-            )
+    for name, path in pairs:
+        path = Path(path)
+        if path in known:
             out.append(known[path])
+            continue
+        if not path.is_file():
+            raise ForensicsError(f"{path}: token file not found (data.sources.{name})")
+        size = path.stat().st_size
+        tokens = size // item
+        if size % item:
+            raise ForensicsError(
+                f"{path}: {size} bytes is not a whole number of {data.dtype} tokens "
+                "(wrong data.dtype, or a truncated file)"
+            )
+        if target is None or target == seq:
+            instances = tokens // seq
+        else:
+            instances = (tokens // target) * (target // seq)
+        meta = metadata_path(path)
+        known[path] = TokenFile(
+            source=name,
+            path=path,
+            size=size,
+            tokens=tokens,
+            instances=instances,
+            metadata=meta if meta.is_file() and meta != path else None,
+        )
+        out.append(known[path])
     if sum(f.instances for f in out) == 0:
         raise ForensicsError(
             f"{where}the token files hold no instance of {seq} tokens (too short, or wrong dtype)"

@@ -22,7 +22,6 @@ index in its dataset. An epoch whose batches are already all processed yields no
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,9 @@ import polars as pl
 
 from dataloaders.base import REPLAY_KEY_COLUMNS, check_iterations
 from dataloaders.errors import ForensicsError
-from dataloaders.olmo_core import cache, files, order
+from dataloaders.olmo_core import cache, files, order, paths
 from dataloaders.olmo_core.documents import FILE_FACET, OlmoCoreDocuments
+from dataloaders.olmo_core.state import load_state
 from dataloaders.progress import progress_bar as _progress
 from dataloaders.schedule import Schedule
 
@@ -95,12 +95,12 @@ class OlmoCoreReplayer(OlmoCoreDocuments):
         target = data.max_target_sequence_length
         self.chunk = target // data.sequence_length if target is not None else 1
         known: dict[Path, files.TokenFile] = {}
-        first = files.open_token_files(data.sources, data, self._where, known)
+        first = self._stage_files(None if data.mix is not None else data.sources, known)
         self.stages = [self._new_stage(0, 1, first, 0)]
         for resume in data.resumes:
             state = self._check_resume(resume)
             if resume.sources:
-                tokens = files.open_token_files(resume.sources, data, self._where, known)
+                tokens = self._stage_files(resume.sources, known)
                 done = int(state["tokens_processed"]) // data.global_batch_size
                 stage = self._new_stage(len(self.stages), resume.iteration, tokens, 0)
                 epoch = int(state["epoch"])
@@ -121,6 +121,17 @@ class OlmoCoreReplayer(OlmoCoreDocuments):
         # Global steps and samples, and the steps an earlier restart's steps_to_skip drew but
         # did not train (training.applied_skips, replayed through OLMo-core's loop).
         self.schedule = Schedule(training, data.stage_start_iterations)
+
+    def _stage_files(
+        self, sources: list[Any] | None, known: dict[Path, files.TokenFile]
+    ) -> list[files.TokenFile]:
+        """A data stage's token files in the dataset's order (paths.py: the mix, globs and the
+        source permutation). `known` keeps them in the order before the permutation: a
+        document's doc_id numbers its file within the source in that order."""
+        pairs = paths.resolved_paths(self.data, sources)
+        opened = files.open_token_files(pairs, self.data, self._where, known)
+        order_ = paths.permutation(len(opened), self.data.source_permutation_seed)
+        return [opened[i] for i in order_]
 
     def _new_stage(
         self, number: int, start: int, tokens: list[files.TokenFile], abs0: int
@@ -461,28 +472,3 @@ class OlmoCoreReplayer(OlmoCoreDocuments):
             ],
             "files": [{"file": str(f.path), "size": f.size} for f in self.files],
         }
-
-
-def load_state(path: Path) -> dict[str, Any]:
-    """A data-loader state: JSON of `state_dict()`, or the trainer's `train/rank0.pt` (its
-    "data_loader" entry). Anything else is a one-line error."""
-    path = Path(path)
-    if not path.is_file():
-        raise ForensicsError(f"{path}: data-loader state not found")
-    if path.suffix == ".json":
-        try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as err:
-            raise ForensicsError(f"{path}: not valid JSON ({err})") from None
-    else:
-        try:
-            import torch
-
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:  # noqa: BLE001 - any unreadable checkpoint is bad input
-            raise ForensicsError(f"{path}: unreadable trainer state ({err})") from None
-    if isinstance(state, dict) and isinstance(state.get("data_loader"), dict):
-        state = state["data_loader"]
-    if not isinstance(state, dict):
-        raise ForensicsError(f"{path}: expected a data-loader state mapping")
-    return state

@@ -105,6 +105,7 @@ def triage_command(
         params=params,
         seq_length=seq_length,
     )
+    run = read_run_config(run, err)
     table = _read_log(log, format, err)
     fmt = detect_format(log) if format == "auto" else format
     with console.status("triaging"):
@@ -113,6 +114,33 @@ def triage_command(
     for line in terminal_lines(result):
         console.print(line)
     console.print(f"wrote {escape(', '.join(str(p) for p in paths))}")
+
+
+def read_run_config(run: Any, err: Any) -> Any:
+    """The config's data stages (a stage switch before a spike is the first suspect) and, when
+    --checkpoints is not given, its checkpoints. A config that is not on this machine is only
+    filled into the spike command, and a yellow line says its stages were not read; one that is
+    here but does not load is refused (load_config's one-line error)."""
+    from dataclasses import replace
+
+    from rich.markup import escape
+
+    from dataloaders.config import load_config
+    from forensics.window_plan import stage_starts
+
+    if run.config_path is None:
+        return run
+    if not Path(run.config_path).is_file():
+        err.print(
+            f"[yellow]warning:[/] --config {escape(run.config_path)}: no such file here; it is "
+            "filled into the spike command as given, its data stages and checkpoints not read"
+        )
+        return run
+    config = load_config(run.config_path)
+    checkpoints = run.checkpoints or tuple(sorted(config.available_checkpoints()))
+    return replace(
+        run, stage_starts=tuple(stage_starts(config)), checkpoints=checkpoints, config_read=True
+    )
 
 
 def _publish(result: Any, out: Path, source: str, fmt: str, force: bool) -> list[Path]:

@@ -39,7 +39,9 @@ WatchConfigOption = Annotated[
 OnMalignantOption = Annotated[
     str | None,
     typer.Option(
-        "--on-malignant", help="spike: run forensics spike (default with --config) | none."
+        "--on-malignant",
+        help="spike: run forensics spike as soon as a spike is raised, before its verdict "
+        "(default with --config) | none.",
     ),
 ]
 SpikeArgsOption = Annotated[
@@ -62,6 +64,13 @@ def watch_command(
     webhook: Annotated[
         str | None, typer.Option("--webhook", help="POST every message as JSON to this URL.")
     ] = None,
+    webhook_format: Annotated[
+        str,
+        typer.Option(
+            "--webhook-format",
+            help='json: a plain JSON event | slack: Slack\'s incoming-webhook {"text": ...}.',
+        ),
+    ] = "json",
     prometheus: Annotated[
         Path | None,
         typer.Option("--prometheus", help="Prometheus textfile to keep current (node_exporter)."),
@@ -85,6 +94,7 @@ def watch_command(
     from forensics.outputs import fresh_output
     from forensics.triage.config import RunInfo, TriageConfig
     from forensics.watch.loop import LOCK_FILE, Watcher, WatchOptions
+    from forensics.watch.sinks import WEBHOOK_FORMATS
     from forensics.watch.terminal import Terminal
 
     on_malignant = _on_malignant(on_malignant, config)
@@ -93,6 +103,10 @@ def watch_command(
     check_steps(recovery_window, plateau_steps)
     if webhook and not webhook.startswith(("http://", "https://")):
         raise ForensicsError(f"--webhook {webhook}: not an http(s) URL")
+    if webhook_format not in WEBHOOK_FORMATS:
+        raise ForensicsError(
+            f"--webhook-format {webhook_format}: choose one of {', '.join(WEBHOOK_FORMATS)}"
+        )
     extra = _spike_args(spike_args)
     out = out or log.with_name(log.name.rstrip("/") + ".watch")
     cfg = TriageConfig(
@@ -108,6 +122,7 @@ def watch_command(
         fmt=format,
         interval=interval,
         webhook=webhook,
+        webhook_format=webhook_format,
         prometheus=prometheus,
         config=str(Path(config).resolve()) if config else None,
         on_malignant=on_malignant,

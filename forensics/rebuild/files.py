@@ -106,6 +106,10 @@ def rebuilt_data(config: RunConfig, plan: FilePlan) -> dict[str, Any]:
 
             data["shards"] = record_shards(paths)
     elif plan.fmt == "olmo-core":
+        # the kept files are named one by one: no mix, no globs (source_permutation_seed
+        # stays: the experiment keeps it and reorders the new path list as the replay does)
+        for key in ("mix", "mix_base_dir", "mix_file", "tokenizer_identifier", "expand_glob"):
+            data.pop(key, None)
         data["sources"] = [
             {"name": name, "paths": [str(u.path) for u in units]}
             for name, units in plan.kept.items()
@@ -149,6 +153,11 @@ def restart_files(plan: FilePlan, config: RunConfig) -> dict[str, str]:
             "--dataset.paths=" + json.dumps(paths, separators=(",", ":")),
             "--data_loader.ignore_fingerprint_mismatch=true",
         ]
+        # OLMo-core refuses paths beside a mix, and would expand the literal paths as globs
+        if config.data.mix is not None:
+            words.append("--dataset.mix=null")
+        if config.data.expand_glob:
+            words.append("--dataset.expand_glob=false")
         return {"restart-rebuilt.flags": " ".join(words) + "\n"}
     rows = []
     for spec in config.data.streams:
@@ -176,7 +185,11 @@ def stage_files(plan: FilePlan, config: RunConfig, staging: Path) -> None:
         folder = staging / plan.streams[name].name
         folder.mkdir()
         for shard in index["shards"]:
-            basename = shard["raw_data"]["basename"]
-            (folder / basename).parent.mkdir(parents=True, exist_ok=True)
-            (folder / basename).symlink_to((spec.local / basename).resolve())
+            # the raw shard, and its compressed file where there is one (a shard kept only
+            # compressed is read from it, by the replay and by streaming alike)
+            zipped = (shard.get("zip_data") or {}).get("basename")
+            for basename in (shard["raw_data"]["basename"], zipped):
+                if basename and (spec.local / basename).is_file():
+                    (folder / basename).parent.mkdir(parents=True, exist_ok=True)
+                    (folder / basename).symlink_to((spec.local / basename).resolve())
         (folder / INDEX).write_text(json.dumps(index, indent=1) + "\n")

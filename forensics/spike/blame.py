@@ -4,10 +4,11 @@ document of a blamed source (the block list), and the rollback that goes before 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
-from forensics.rollback import Rollback, recommend_rollback
+from forensics.rollback import Mark, Rollback, recommend_rollback
 from forensics.spike.run_context import SpikeRun
 
 DOCS_SCHEMA = {"dataset": pl.Utf8, "doc_id": pl.Int64}
@@ -98,16 +99,46 @@ def blame_stage(run: SpikeRun, ranked: pl.DataFrame, window_docs: pl.DataFrame) 
     return Blame(seen, culprit, blamed)
 
 
-def rollback_stage(
-    run: SpikeRun, ranked: pl.DataFrame, blame: Blame, replay: pl.DataFrame
-) -> Rollback:
-    """The checkpoint to restart from (forensics.rollback's rule).
+def warning_marks(
+    step: int, window: tuple[int, int], events: list[dict[str, Any]], starts: list[int]
+) -> list[Mark]:
+    """Earlier signs of trouble in the window the rollback must go before: a grad-norm alarm
+    in the window that triage tied to this spike (the loss event it announced starts no later
+    than NEAR iterations past `step`), and a data stage that began inside the window."""
+    from forensics.rollback import NEAR
 
-    The culprit's onset matters only when the blamed data is new in the window (a mixture
-    switch); data that was always there has no onset to roll back before."""
+    marks = [
+        Mark(int(e["step"]), "the grad-norm alarm")
+        for e in events
+        if e.get("kind") == "grad_norm_alarm"
+        and window[0] <= int(e["step"]) <= step
+        and e.get("loss_onset_step") is not None
+        and int(e["loss_onset_step"]) <= step + NEAR
+    ]
+    marks += [Mark(s, "the data stage switch") for s in starts if window[0] < s <= step]
+    return marks
+
+
+def rollback_stage(
+    run: SpikeRun,
+    ranked: pl.DataFrame,
+    blame: Blame,
+    replay: pl.DataFrame,
+    events: list[dict[str, Any]] | None = None,
+) -> Rollback:
+    """The checkpoint to restart from (forensics.rollback's rule): before the culprit's first
+    document when the blamed data is new in the window (data that was always there has no onset
+    to roll back before), and before any earlier warning (`events`: triage's, from the log)."""
+    from forensics.window_plan import stage_starts
+
     window_replay = replay.filter(pl.col("side") == "window")
     onset = onset_iteration(window_replay, blame.culprit) if blame.culprit.height else None
     new = bool(ranked.filter(pl.col("id").is_in(blame.clusters))["new_in_window"].any())
+    step = run.options.step
+    marks = warning_marks(step, run.plan.window, events or [], stage_starts(run.config))
     return recommend_rollback(
-        run.options.step, run.config.available_checkpoints(), onset=onset if new else None
+        step,
+        run.config.available_checkpoints(),
+        onset=Mark(onset, "the culprit's first document") if new and onset is not None else None,
+        warnings=marks,
     )

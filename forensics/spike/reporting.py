@@ -122,12 +122,18 @@ def report_stage(
     skip: SkipPlan,
     exposure: pl.DataFrame,
     ahead: pl.DataFrame,
+    evidence: tuple[pl.DataFrame | None, list[dict[str, Any]]] | None = None,
 ) -> tuple[Any, list[Any]]:
     """Build the report and publish it with skip.json and the restart files, as one step.
-    Returns the report and its sections (computed once; the terminal lays them out too)."""
+    Returns the report and its sections (computed once; the terminal lays them out too).
+
+    `evidence`: log_evidence's loss and triage events, when the caller already read the log
+    (the rollback stage needs its alarms)."""
     from forensics.report import ReportSkip, build_report
 
-    loss, events = log_evidence(run.config, run.plan.window, run.notes)
+    if evidence is None:
+        evidence = log_evidence(run.config, run.plan.window, run.notes)
+    loss, events = evidence
     with run.clock.stage("report", f"to {run.out}", spinner=True):
         report = build_report(
             run.options.step,

@@ -10,7 +10,7 @@ from dataloaders.config import RunConfig
 from forensics.spike.blame import blame_stage, rollback_stage
 from forensics.spike.exposure import exposure_stage
 from forensics.spike.options import SpikeOptions, SpikeResult
-from forensics.spike.reporting import report_stage
+from forensics.spike.reporting import log_evidence, report_stage
 from forensics.spike.run_context import open_run
 from forensics.spike.skipping import plan_skip
 from forensics.spike.stages import (
@@ -35,12 +35,14 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
         clusters = cluster_stage(run, window_docs, baseline_docs, replay)
         clusters = model_stage(run, replay, clusters, window_docs)
         blame = blame_stage(run, clusters.ranked, window_docs)
-        rollback = rollback_stage(run, clusters.ranked, blame, replay)
+        evidence = log_evidence(run.config, run.plan.window, run.notes)
+        rollback = rollback_stage(run, clusters.ranked, blame, replay, evidence[1])
         exposure, ahead, scope = exposure_stage(run, blame.culprit, rollback.resume_iteration)
         skip = plan_skip(run, rollback, blame, exposure, ahead, scope, window_docs)
         report, sections = report_stage(
-            run, replay, clusters, window_docs, baseline_docs, rollback, skip, exposure, ahead
-        )
+            run, replay, clusters, window_docs, baseline_docs, rollback, skip, exposure, ahead,
+            evidence,
+        )  # fmt: skip
     if options.progress:
         from forensics.report import print_summary
 

@@ -14,7 +14,6 @@ import numpy as np
 import polars as pl
 
 from forensics.errors import ForensicsError
-from forensics.rollback import recommend_rollback
 from forensics.triage.alarms import Alarm, grad_norm_alarms, loss_scale_alarms
 from forensics.triage.columns import loss_curves
 from forensics.triage.config import RunInfo, TriageConfig
@@ -178,9 +177,9 @@ def triage(
         )
     events: list[dict[str, Any]] = []
     for res in curves.values():
-        events += [spike_event(res.name, s, alarms, run, cfg) for s in res.spikes if not s.blip]
+        events += [spike_event(res, s, alarms, run, cfg, cols) for s in res.spikes if not s.blip]
         if res.divergence is not None:
-            events.append(divergence_event(res.name, res.divergence))
+            events.append(divergence_event(res.name, res.divergence, alarms, run, cfg))
         events += [plateau_event(res.name, p) for p in res.plateaus]
     main = curves.get("loss") or next(iter(curves.values()))
     events += [alarm_event(a, main, res_div=main.divergence, cfg=cfg) for a in alarms]
@@ -228,14 +227,19 @@ def recovery_speed(s: Spike, cfg: TriageConfig) -> tuple[str | None, str | None]
 
 
 def spike_event(
-    curve: str, s: Spike, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
+    res: CurveResult, s: Spike, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig, cols: Columns
 ) -> dict[str, Any]:
+    """A spike's event. One that has not come back (undecided or malignant) carries the plan at
+    once: rollback point, spike command, causes ranked from the evidence; an undecided one says
+    what will decide it (forensics.triage.plan)."""
+    from forensics.triage.plan import decide_rule, plan_fields
+
     speed, meaning = recovery_speed(s, cfg)
     lookback = s.onset_step - cfg.alarm_lookahead_steps
     before = [a for a in alarms if a.step <= s.peak_step and a.end_step >= lookback]
     ev: dict[str, Any] = {
         "kind": "spike",
-        "curve": curve,
+        "curve": res.name,
         "step": s.onset_step,
         "peak_step": s.peak_step,
         "verdict": s.verdict,
@@ -258,30 +262,65 @@ def spike_event(
             "preceded_by": [f"{a.kind} at step {a.step}" for a in before],
         },
     }
-    if s.verdict == "malignant":
-        rollback = recommend_rollback(s.onset_step, run.checkpoints)
-        cmd, note = next_command(s.onset_step, rollback.iteration, run)
-        ev["rollback_iteration"] = rollback.iteration
-        ev["next_command"] = cmd
-        ev["evidence"]["rollback"] = rollback.note
-        if note:
-            ev["evidence"]["next_command_note"] = note
+    if s.verdict == "benign":
+        return ev  # it came back: nothing to roll back
+    plan = plan_fields(s.onset_step, s.peak_step, alarms, run, cfg)
+    ev["evidence"].update(plan.pop("_evidence"))
+    ev.update(plan)
+    ev["likely_causes"] = spike_causes(res, s, alarms, run, cfg, cols)
+    if s.verdict == "undecided":
+        history = [
+            h
+            for h in res.spikes
+            if h.verdict == "benign" and not h.blip and h.peak_step < s.onset_step
+        ]
+        ev["decide"] = decide_rule(s, history, cfg)
     return ev
 
 
-def divergence_event(curve: str, d: Divergence) -> dict[str, Any]:
+def spike_causes(
+    res: CurveResult, s: Spike, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig, cols: Columns
+) -> list[dict[str, object]]:
+    """The causes of a spike that has not come back, ranked from the evidence: the data first
+    when a stage switch came shortly before it, then what the log supports."""
+    from forensics.triage.plan import data_cause, rank_causes
+    from forensics.triage.regimes import divergence_causes
+
+    as_rise = Divergence(
+        step=s.onset_step,
+        end_step=s.peak_step,
+        trigger="",
+        from_level=s.pre_level,
+        to_level=s.peak_loss,
+        grad_norm_before="",
+    )
+    causes = divergence_causes(cols, as_rise, alarms, res.steps, res.loss, cfg)
+    return rank_causes([data_cause(s.onset_step, run), *causes])
+
+
+def divergence_event(
+    curve: str, d: Divergence, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
+) -> dict[str, Any]:
+    """A divergence, with the plan (rollback point, spike command) and its causes ranked from
+    the evidence (the data first when a stage switch came shortly before it)."""
+    from forensics.triage.plan import data_cause, plan_fields, rank_causes
+
+    plan = plan_fields(d.step, d.step, alarms, run, cfg)
+    evidence = {
+        "summary": d.trigger,
+        "from_level": round(d.from_level, 6),
+        "to_level": None if d.to_level is None else round(d.to_level, 6),
+        "grad_norm_before": d.grad_norm_before,
+        **plan.pop("_evidence"),
+    }
     return {
         "kind": "divergence",
         "curve": curve,
         "step": d.step,
         "end_step": d.end_step,
-        "likely_causes": d.likely_causes,
-        "evidence": {
-            "summary": d.trigger,
-            "from_level": round(d.from_level, 6),
-            "to_level": None if d.to_level is None else round(d.to_level, 6),
-            "grad_norm_before": d.grad_norm_before,
-        },
+        "likely_causes": rank_causes([data_cause(d.step, run), *d.likely_causes]),
+        **plan,
+        "evidence": evidence,
     }
 
 

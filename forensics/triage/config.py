@@ -70,3 +70,7 @@ class RunInfo:
     corpus_tokens: float | None = None
     params: float | None = None
     seq_length: int | None = None
+    # From the config (--config) when triage could read it: each data stage's first iteration
+    # (a stage switch before a spike is new data, the first suspect).
+    stage_starts: tuple[int, ...] = ()
+    config_read: bool = False

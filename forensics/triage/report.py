@@ -84,21 +84,12 @@ def _md_event(e: dict[str, Any]) -> list[str]:
             lines.append(f"- {ev['recovery_meaning']}")
         if ev.get("preceded_by"):
             lines.append(f"- preceded by: {', '.join(ev['preceded_by'])}")
-        if e["verdict"] == "malignant":
-            lines.append(
-                f"- **roll back to iteration {e['rollback_iteration']}** ({ev['rollback']})"
-            )
-            lines.append(f"- next: `{e['next_command']}`")
-            if ev.get("next_command_note"):
-                lines.append(f"  ({ev['next_command_note']})")
+        lines += _md_plan(e)
     elif kind == "divergence":
         lines.append(f"### Divergence from iteration {step}{curve}")
         lines.append(f"- {ev['summary']}")
         lines.append(f"- grad norm before it: {ev['grad_norm_before']}")
-        lines.append("- likely causes, in the order to check them:")
-        for i, c in enumerate(e["likely_causes"], 1):
-            mark = {True: "supported", False: "not supported", None: "cannot tell"}[c["supported"]]
-            lines.append(f"  {i}. {c['cause']} ({mark}): {c['evidence']}")
+        lines += _md_plan(e)
     elif kind == "plateau":
         lines.append(f"### Plateau, iterations {step}-{e['end_step']}{curve}")
         lines.append(f"- {ev['summary']}")
@@ -123,6 +114,28 @@ def _md_event(e: dict[str, Any]) -> list[str]:
         else:
             lines.append(f"- {ev.get('loss_response', '')}")
     return lines + [""]
+
+
+def _md_plan(e: dict[str, Any]) -> list[str]:
+    """The plan of an event that has not come back: rollback, spike command, what decides it,
+    the causes ranked from the evidence. Nothing for a benign spike."""
+    if "rollback_iteration" not in e:
+        return []
+    ev = e["evidence"]
+    lines = [
+        f"- **roll back to iteration {e['rollback_iteration']}** ({ev['rollback']})",
+        f"- next: `{e['next_command']}`",
+    ]
+    if ev.get("next_command_note"):
+        lines.append(f"  ({ev['next_command_note']})")
+    if e.get("decide"):
+        lines.append(f"- {e['decide']['rule']}")
+    if e.get("likely_causes"):
+        lines.append("- likely causes, ranked from the evidence:")
+        for i, c in enumerate(e["likely_causes"], 1):
+            mark = {True: "supported", False: "not supported", None: "cannot tell"}[c["supported"]]
+            lines.append(f"  {i}. {c['cause']} ({mark}): {c['evidence']}")
+    return lines
 
 
 def _lead(steps: int) -> str:
@@ -233,6 +246,8 @@ def terminal_lines(result: TriageResult) -> list[str]:
         if e.get("next_command"):
             command = escape(e["next_command"])
             lines.append(f"    roll back to {e['rollback_iteration']}; next: {command}")
+        if e.get("decide"):
+            lines.append(f"    {terminal_safe(e['decide']['rule'], 300)}")
     n_benign = sum(1 for e in result.events if e["kind"] == "spike" and e["verdict"] == "benign")
     if n_benign:
         lines.append(f"  {n_benign} benign spikes (see report.md)")

@@ -252,8 +252,9 @@ def _judge(
         )
     else:
         spike.reason = (
-            f"not back yet ({so_far}); only {elapsed} of the {cfg.recovery_window}-step recovery "
-            f"window has elapsed: look again after step {spike.peak_step + cfg.recovery_window}"
+            f"not back yet ({so_far}) {elapsed} steps after the peak; its "
+            f"{cfg.recovery_window}-step recovery window closes at step "
+            f"{spike.peak_step + cfg.recovery_window}"
         )
 
 

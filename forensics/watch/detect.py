@@ -100,3 +100,24 @@ class WindowDetector:
                 if len(vals):
                     out[col] = float(vals[-1])
         return out
+
+    def grad_ratio(self) -> float | None:
+        """The grad norm's fast EMA over its trailing-median baseline now (the alarm's ratio),
+        for the live view and the Prometheus file; None with under four logged norms."""
+        from forensics.triage.trend import ema_by_step, trailing_median
+
+        table = self.table
+        if table is None or "grad_norm" not in table.columns:
+            return None
+        g = table.select("step", "grad_norm").filter(
+            pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0)
+        )
+        g = g.tail(self.cfg.grad_baseline_rows + 1)
+        if g.height < 4:
+            return None
+        steps, vals = g["step"].to_numpy(), g["grad_norm"].to_numpy()
+        fast = ema_by_step(steps, vals, self.cfg.grad_half_life)
+        base = trailing_median(vals, self.cfg.grad_baseline_rows)
+        if np.isfinite(base[-1]) and base[-1] > 0:
+            return float(fast[-1] / base[-1])
+        return None

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
@@ -27,10 +26,18 @@ from forensics.watch.book import EventBook
 from forensics.watch.detect import WindowDetector
 from forensics.watch.follow import LogFollower, Position
 from forensics.watch.parse import ChunkParser, detect_line_format
+from forensics.watch.plans import (
+    PLAN_KINDS,
+    PlanState,
+    event_verdict,
+    next_status,
+    plan_message,
+    restore,
+)
 from forensics.watch.sinks import (
     WEBHOOK_STATE,
     WebhookSender,
-    prometheus_text,
+    watch_metrics,
     write_prometheus,
 )
 from forensics.watch.spikejob import SpikeJob, pid_runs_spike, spike_result, start_spike
@@ -39,6 +46,7 @@ from forensics.watch.tbfollow import TBPosition, TensorBoardFollower, TensorBoar
 STATE_FILE = "state.json"
 WINDOW_FILE = "window.parquet"
 LOCK_FILE = ".watch.lock"
+MAX_ANALYSES = 2  # background spike runs at once; in a burst of spikes the rest get triage's plan
 _UNDETECTED_LIMIT = 4 << 20  # detect_format reads this much: past it, "cannot tell" is final
 
 
@@ -56,6 +64,7 @@ class WatchOptions:
     cfg: TriageConfig = field(default_factory=TriageConfig)
     run: RunInfo = field(default_factory=RunInfo)
     webhook_backoff_s: float = 0.5
+    webhook_format: str = "json"
     spike_args: tuple[str, ...] = ()
 
 
@@ -107,7 +116,13 @@ class Watcher:
         self.terminal = terminal
         self.jobs: dict[int, SpikeJob] = {}
         self.webhook = (
-            WebhookSender(opts.webhook, self.out, backoff_s=opts.webhook_backoff_s)
+            WebhookSender(
+                opts.webhook,
+                self.out,
+                backoff_s=opts.webhook_backoff_s,
+                fmt=opts.webhook_format,
+                log=str(opts.log),
+            )
             if opts.webhook
             else None
         )
@@ -116,6 +131,7 @@ class Watcher:
         if self.webhook:  # what the previous watcher had not handed over
             for msg in self.book.messages:
                 self.webhook.post(msg)
+        self.plans: dict[int, PlanState] = restore(self.book.messages, self._key_of)
         self._resume_jobs()
 
     # ------------------------------------------------------------------ state
@@ -271,17 +287,19 @@ class Watcher:
                 ):
                     continue  # plateau warnings at a low rate
                 out.append(self._emit(self._event_msg("raised", ev)))
+                key = step
             elif (
                 kind == "spike"
                 and ev["verdict"] != "undecided"
                 and (ev["verdict"] not in known.verdicts)
             ):
                 out.append(self._emit(self._event_msg("verdict", ev)))
+                key = known.step
             else:
                 known.end_step = max(known.end_step, end)
                 continue
-            if ev.get("verdict") == "malignant":
-                out += self._maybe_start_spike(ev)
+            if kind in PLAN_KINDS:
+                out += self._advance_plan(key, ev)
         self.view["open_spikes"] = sum(
             1 for e in result.events if e["kind"] == "spike" and e["verdict"] == "undecided"
         )
@@ -328,34 +346,66 @@ class Watcher:
 
     # ------------------------------------------------------------------ spike forensics
 
-    def _maybe_start_spike(self, ev: dict[str, Any]) -> list[dict[str, Any]]:
+    def _key_of(self, msg: dict[str, Any]) -> int:
+        """The step a raised/verdict message's event is known by (its first raised step)."""
+        known = self.book.find(msg["kind"], msg.get("curve"), msg["step"], msg.get("end_step"), 0)
+        return known.step if known is not None else int(msg["step"])
+
+    def _advance_plan(self, key: int, ev: dict[str, Any]) -> list[dict[str, Any]]:
+        """A spike raised or judged: start the analysis at once (not only once malignant), then
+        post the plan's status if it changed (forensics.watch.plans)."""
+        state = self.plans.setdefault(key, PlanState())
+        state.event, state.verdict = ev, event_verdict(ev)
+        out = self._maybe_start_spike(ev, key) if state.verdict != "benign" else []
+        return out + self._post_plan(key)
+
+    def _post_plan(self, key: int) -> list[dict[str, Any]]:
+        state = self.plans.get(key)
+        if state is None or not state.event:
+            return []
+        status = next_status(state, analysing=key in self.jobs)
+        if status is None:
+            return []
+        state.posted = status
+        when = {"at_step": self.detector.last_step, "poll": self.polls}
+        return [self._emit(plan_message(key, state, status) | when)]
+
+    def _maybe_start_spike(self, ev: dict[str, Any], key: int) -> list[dict[str, Any]]:
         if self.opts.on_malignant != "spike" or not self.opts.config:
             return []
-        step = int(ev["step"])
-        if step in self.jobs or self.book.has("forensics_started", step=step):
+        if key in self.jobs or self.book.has("forensics_started", step=key):
+            return []
+        if len(self.jobs) >= MAX_ANALYSES:  # a burst of spikes: their plans are triage's own
             return []
         from forensics.rollback import FAR, spike_window
 
-        window, _why = spike_window(step, int(ev.get("rollback_iteration", step - FAR)))
-        self.jobs[step] = start_spike(
-            self.opts.config, step, window, self.out, extra=self.opts.spike_args
+        window, _why = spike_window(key, int(ev.get("rollback_iteration", key - FAR)))
+        self.jobs[key] = start_spike(
+            self.opts.config, key, window, self.out, extra=self.opts.spike_args
         )
+        self.plans.setdefault(key, PlanState()).started = True
         return [
             self._emit(
                 {
                     "message": "forensics_started",
                     "kind": "spike_forensics",
-                    "step": step,
+                    "step": key,
                     "window": window,
-                    "pid": self.jobs[step].pid,
+                    "pid": self.jobs[key].pid,
                     "summary": (
-                        f"forensics spike --step {step} --window {window} started in the "
-                        "background "
-                        f"into {self.jobs[step].out}"
+                        f"forensics spike --step {key} --window {window} started in the "
+                        f"background into {self.jobs[key].out} (before the verdict: the plan "
+                        "is ready when the verdict comes)"
                     ),
                 }
             )
         ]
+
+    def _report_job(self, step: int, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The finished analysis's message, then the plan it completes."""
+        msg = self._emit({"message": "forensics", "kind": "spike_forensics", "step": step, **body})
+        self.plans.setdefault(step, PlanState()).result = msg
+        return [msg, *self._post_plan(step)]
 
     def _resume_jobs(self) -> None:
         """Jobs a previous watcher started but did not report: report or restart them."""
@@ -368,10 +418,7 @@ class Watcher:
             out = self.out / f"spike-{step}"
             log = self.out / f"spike-{step}.log"
             if (out / "report.json").exists() and (out / "skip.json").exists():
-                body = spike_result(step, out, log, 0)
-                self._emit(
-                    {"message": "forensics", "kind": "spike_forensics", "step": step, **body}
-                )
+                self._report_job(step, spike_result(step, out, log, 0))
             elif msg.get("pid") and pid_runs_spike(int(msg["pid"])):
                 self.jobs[step] = SpikeJob(step, out, log, None, int(msg["pid"]))  # still running
             elif self.opts.config:
@@ -391,12 +438,7 @@ class Watcher:
             if not finished:
                 continue
             del self.jobs[step]
-            body = spike_result(step, job.out, job.log, rc)
-            out.append(
-                self._emit(
-                    {"message": "forensics", "kind": "spike_forensics", "step": step, **body}
-                )
-            )
+            out += self._report_job(step, spike_result(step, job.out, job.log, rc))
         return out
 
     # ------------------------------------------------------------------ views
@@ -408,40 +450,14 @@ class Watcher:
             self.view["status"] = "waiting for the log (missing, empty or only a preamble)"
         else:
             self.view["status"] = "stalled" if self.stalled else "growing"
-        table = self.detector.table
-        if table is not None and "grad_norm" in table.columns:
-            from forensics.triage.trend import ema_by_step, trailing_median
-
-            g = table.select("step", "grad_norm").filter(
-                pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0)
-            )
-            g = g.tail(self.opts.cfg.grad_baseline_rows + 1)
-            if g.height >= 4:
-                steps, vals = g["step"].to_numpy(), g["grad_norm"].to_numpy()
-                fast = ema_by_step(steps, vals, self.opts.cfg.grad_half_life)
-                base = trailing_median(vals, self.opts.cfg.grad_baseline_rows)
-                if np.isfinite(base[-1]) and base[-1] > 0:
-                    self.view["grad_ratio"] = float(fast[-1] / base[-1])
+        ratio = self.detector.grad_ratio()
+        if ratio is not None:
+            self.view["grad_ratio"] = ratio
 
     def _prometheus(self) -> str:
-        v = self.view
-        counts: dict[str, int] = {}
-        for m in self.book.messages:
-            counts[m["kind"]] = counts.get(m["kind"], 0) + 1
-        values = {
-            "forensics_watch_last_step": v.get("step"),
-            "forensics_loss": v.get("loss"),
-            "forensics_loss_ema": v.get("loss_ema"),
-            "forensics_grad_norm": v.get("grad_norm"),
-            "forensics_grad_norm_ema_ratio": v.get("grad_ratio"),
-            "forensics_open_spikes": v.get("open_spikes", 0),
-            "forensics_malignant_spikes": v.get("malignant", 0),
-            "forensics_divergence": v.get("divergence", 0),
-            "forensics_alarm_active": v.get("alarm_active", 0),
-            "forensics_log_stalled": int(self.stalled),
-            "forensics_log_last_growth_timestamp_seconds": self.last_growth,
-        }
-        return prometheus_text(str(self.opts.log), values, counts)
+        return watch_metrics(
+            str(self.opts.log), self.view, self.book.messages, self.stalled, self.last_growth
+        )
 
     # ------------------------------------------------------------------ the loop
 
@@ -458,11 +474,20 @@ class Watcher:
                 self.poll()
                 left = self.opts.interval - (time.monotonic() - start)
                 if left > 0 and not self._stop:
-                    time.sleep(left)
+                    self.wait(left)
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
             self.close()
+
+    def wait(self, seconds: float) -> None:
+        """Sleep until the next poll, or until a background analysis ends: its plan is then
+        posted at once, not up to a poll interval later."""
+        end = time.monotonic() + seconds
+        while not self._stop and time.monotonic() < end:
+            if any(job.returncode()[0] for job in self.jobs.values()):
+                return
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
     def close(self) -> None:
         if self.webhook is not None:

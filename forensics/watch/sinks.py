@@ -25,10 +25,77 @@ from typing import Any
 from dataloaders.atomic import write_json_atomic, write_text_atomic
 
 WEBHOOK_STATE = "webhook.json"
+WEBHOOK_FORMATS = ("json", "slack")
+_CRITICAL = {"malignant", "divergence", "confirmed"}
+_WARNING = {"undecided", "provisional", "grad_norm_alarm", "loss_scale_collapse", "plateau"}
+# Fields of the triage event a receiver acts on, lifted to the top of a plain JSON event.
+_LIFTED = ("rollback_iteration", "rollback_rule", "next_command", "peak_step")
+
+
+def severity(msg: dict[str, Any]) -> str:
+    """critical (act: malignant, divergence, a confirmed plan), warning (watch), or info."""
+    keys = {msg.get("verdict"), msg.get("kind"), msg.get("status")}
+    if msg.get("message") == "plan" and msg.get("status") == "cleared":
+        return "info"
+    if msg.get("message") == "forensics" and msg.get("ok") is False:
+        return "warning"
+    if keys & _CRITICAL:
+        return "critical"
+    if keys & _WARNING or msg.get("kind") == "log_stalled":
+        return "warning"
+    return "info"
+
+
+def json_event(msg: dict[str, Any], log: str) -> dict[str, Any]:
+    """A plain JSON event: the message's own fields, flat (the triage event's nested evidence
+    left out, the fields a receiver acts on lifted), with `source`, `log` and `severity`."""
+    body = {k: v for k, v in msg.items() if k != "event"}
+    ev = msg.get("event") or {}
+    for key in _LIFTED:
+        if key in ev and key not in body:
+            body[key] = ev[key]
+    if (ev.get("decide") or {}).get("back_by_step") is not None:
+        body.setdefault("decide_by_step", ev["decide"]["back_by_step"])
+    return {"source": "forensics watch", "log": log, "severity": severity(msg), **body}
+
+
+def _mrkdwn(text: str) -> str:
+    """Slack's three control characters escaped (api.slack.com/reference/surfaces/formatting)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_body(msg: dict[str, Any], log: str) -> dict[str, Any]:
+    """Slack's incoming-webhook payload: {"text": ...} in mrkdwn, the headline bold with its
+    severity, the summary, and the command to run in a code block."""
+    level = severity(msg)
+    icon = {"critical": ":rotating_light:", "warning": ":warning:"}.get(
+        level, ":information_source:"
+    )
+    what = msg.get("kind", "")
+    if msg.get("status"):
+        what = f"plan {msg['status']}"
+    elif msg.get("verdict"):
+        what = f"{msg.get('kind')} {msg['verdict']}"
+    where = f" at step {msg['step']}" if msg.get("step") is not None else ""
+    lines = [
+        f"{icon} *forensics watch: {_mrkdwn(str(what).replace('_', ' '))}{where}* "
+        f"(`{_mrkdwn(log)}`, #{msg.get('seq', '?')})",
+        _mrkdwn(str(msg.get("summary", ""))),
+    ]
+    command = msg.get("next_command") or (msg.get("event") or {}).get("next_command")
+    if level != "info" and command:
+        lines.append(f"```{_mrkdwn(str(command))}```")
+    return {"text": "\n".join(lines)}
+
+
+def webhook_body(msg: dict[str, Any], fmt: str, log: str) -> dict[str, Any]:
+    """The body POSTed for one message in the chosen --webhook-format."""
+    return slack_body(msg, log) if fmt == "slack" else json_event(msg, log)
 
 
 class WebhookSender:
-    """POSTs messages as JSON to `url` in order, from a background thread."""
+    """POSTs messages as JSON to `url` in order, from a background thread, in `fmt` (json: a
+    plain JSON event; slack: Slack's incoming-webhook {"text": ...})."""
 
     def __init__(
         self,
@@ -38,8 +105,11 @@ class WebhookSender:
         attempts: int = 6,
         backoff_s: float = 0.5,
         timeout_s: float = 10.0,
+        fmt: str = "json",
+        log: str = "",
     ) -> None:
         self.url = url
+        self.fmt, self.log = fmt, log
         self.state = state_dir / WEBHOOK_STATE
         self.attempts, self.backoff_s, self.timeout_s = attempts, backoff_s, timeout_s
         self.queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -71,7 +141,8 @@ class WebhookSender:
             write_json_atomic(self.state, {"url": self.url, "through": self.delivered_through})
 
     def _deliver(self, msg: dict[str, Any]) -> bool:
-        body = json.dumps(msg, ensure_ascii=False, default=str).encode()
+        payload = webhook_body(msg, self.fmt, self.log)
+        body = json.dumps(payload, ensure_ascii=False, default=str).encode()
         for attempt in range(self.attempts):
             req = urllib.request.Request(
                 self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"
@@ -141,6 +212,33 @@ def prometheus_text(log: str, values: dict[str, float | None], counts: dict[str,
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         lines.append(f"{name}{{{label}}} {_fmt(v)}")
     return "\n".join(lines) + "\n"
+
+
+def watch_metrics(
+    log: str,
+    view: dict[str, Any],
+    messages: list[dict[str, Any]],
+    stalled: bool,
+    last_growth: float,
+) -> str:
+    """The watcher's textfile: its live view's values and its messages counted by kind."""
+    counts: dict[str, int] = {}
+    for m in messages:
+        counts[m["kind"]] = counts.get(m["kind"], 0) + 1
+    values = {
+        "forensics_watch_last_step": view.get("step"),
+        "forensics_loss": view.get("loss"),
+        "forensics_loss_ema": view.get("loss_ema"),
+        "forensics_grad_norm": view.get("grad_norm"),
+        "forensics_grad_norm_ema_ratio": view.get("grad_ratio"),
+        "forensics_open_spikes": view.get("open_spikes", 0),
+        "forensics_malignant_spikes": view.get("malignant", 0),
+        "forensics_divergence": view.get("divergence", 0),
+        "forensics_alarm_active": view.get("alarm_active", 0),
+        "forensics_log_stalled": int(stalled),
+        "forensics_log_last_growth_timestamp_seconds": last_growth,
+    }
+    return prometheus_text(log, values, counts)
 
 
 def write_prometheus(path: Path, text: str) -> None:

@@ -34,12 +34,46 @@ def test_early_spike_clamps_at_zero() -> None:
     assert rb.iteration == 0 and rb.resume_iteration == 1
 
 
-def test_onset_before_checkpoint_names_an_earlier_clean_one() -> None:
-    rb = recommend_rollback(1234, [900, 1000, 1150], onset=1100)
-    assert rb.iteration == 1150 and rb.earlier == 1000
-    assert "iter_0001000" in rb.note
-    clean = recommend_rollback(1234, [900, 1000, 1150], onset=1190)
-    assert clean.earlier is None and "onset" not in clean.note
+def test_culprit_onset_chooses_the_latest_checkpoint_before_it() -> None:
+    """Checkpoints every 50, culprit first seen at 420, spike at 449: 400, not the fixed
+    window's 350 (50 iterations of clean training kept), and the note names the rule."""
+    every_50 = range(0, 449, 50)
+    rb = recommend_rollback(449, every_50, onset=420)
+    assert (rb.iteration, rb.rule, rb.checkpoint) == (400, "evidence", True)
+    assert rb.before == 420 and rb.onset == 420
+    assert rb.note.startswith("rule: the latest checkpoint before the culprit's first document")
+    assert recommend_rollback(449, every_50).iteration == 350  # nothing known: the fallback
+    assert "fixed fallback" in recommend_rollback(449, every_50).note
+    # A checkpoint at the onset itself already trained on it (state after iteration 420).
+    assert recommend_rollback(449, [400, 420], onset=420).iteration == 400
+    assert recommend_rollback(449, [400, 419], onset=420).iteration == 419
+    # An onset long before the fixed window: before it, however far back.
+    assert recommend_rollback(1234, [900, 1000, 1150], onset=1100).iteration == 1000
+
+
+def test_an_earlier_warning_moves_the_rollback_before_it() -> None:
+    from forensics.rollback import Mark
+
+    alarm = Mark(380, "the grad-norm alarm")
+    rb = recommend_rollback(449, range(0, 449, 50), onset=420, warnings=[alarm])
+    assert (rb.iteration, rb.before) == (350, 380)
+    assert "grad-norm alarm (iteration 380), which came before the culprit's first" in rb.note
+    late = Mark(440, "the grad-norm alarm")  # after the onset: the onset decides
+    assert recommend_rollback(449, range(0, 449, 50), onset=420, warnings=[late]).iteration == 400
+    # Without an onset, a warning at or before the fallback's checkpoint moves it earlier.
+    switch = Mark(340, "the data stage switch")
+    rb = recommend_rollback(449, range(0, 449, 50), warnings=[switch])
+    assert (rb.iteration, rb.rule) == (300, "warning") and "data stage switch" in rb.note
+    # ... and one after it leaves the fallback as it is.
+    rb = recommend_rollback(449, range(0, 449, 50), warnings=[Mark(445, "the grad-norm alarm")])
+    assert (rb.iteration, rb.rule) == (350, "window")
+
+
+def test_evidence_without_a_checkpoint_before_it_is_a_target() -> None:
+    rb = recommend_rollback(449, [430], onset=420)
+    assert (rb.iteration, rb.checkpoint, rb.rule) == (419, False, "no-checkpoint")
+    assert "no listed checkpoint is before iteration 420" in rb.note
+    assert "no checkpoint list was given" in recommend_rollback(449, [], onset=420).note
 
 
 def test_triage_and_spike_agree_on_the_window() -> None:
@@ -65,3 +99,22 @@ def test_checkpoint_discovery_reads_iter_directories_only(tmp_path) -> None:
         (tmp_path / name).mkdir()
     (tmp_path / "iter_0000300").write_text("a file, not a checkpoint")
     assert checkpoint_iterations(tmp_path) == [100, 200]
+
+
+def test_spike_warnings_are_the_windows_alarms_and_stage_switches() -> None:
+    """forensics spike's warnings: a grad-norm alarm in the window that announced this spike,
+    a stage that began inside the window; not an alarm no loss event followed, not one before
+    the window, not the run's first stage."""
+    from forensics.rollback import Mark
+    from forensics.spike.blame import warning_marks
+
+    events = [
+        {"kind": "grad_norm_alarm", "step": 380, "loss_onset_step": 449},
+        {"kind": "grad_norm_alarm", "step": 300, "loss_onset_step": None},  # nothing followed
+        {"kind": "grad_norm_alarm", "step": 100, "loss_onset_step": 120},  # before the window
+        {"kind": "spike", "step": 449, "verdict": "malignant"},
+    ]
+    marks = warning_marks(449, (250, 449), events, [1, 340])
+    assert marks == [Mark(380, "the grad-norm alarm"), Mark(340, "the data stage switch")]
+    rb = recommend_rollback(449, range(0, 449, 50), onset=420, warnings=marks)
+    assert (rb.iteration, rb.before) == (300, 340)

@@ -4,13 +4,19 @@ process per rank with RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / LOCAL_RANK / MASTER
 MASTER_PORT set as torchrun sets them (StreamingDataset joins them with gloo); forking after the
 import saves each rank the ~4 s import of torch and transformers.
 
-    python mosaic_oracle.py SPEC.json RANKS PORT
+    python mosaic_oracle.py SPEC.json RANKS PORT [NODE NODES]
+
+With NODE and NODES, this process is node NODE of NODES (global ranks NODE * RANKS ...); each node
+runs in its own process with its own /dev/shm and TMPDIR (tests/mosaic_support.py starts it under
+`unshare --mount`), as separate machines would, and the nodes meet over gloo on 127.0.0.1.
 
 SPEC: {"streams": [{"local": dir, "proportion"|"repeat"|"choose": ...}, ...],
        "dataset": StreamingDataset keyword arguments (batch_size, shuffle, shuffle_algo, ...),
        "num_workers": int, "drop_last": bool, "epochs": int,
        "stop_after": batches of the first epoch after which to take the loader's state_dict and
                      stop (null: run all epochs), "resume_state": a state_dict to load first,
+       "state_after_epochs": take the loader's state_dict after this many whole epochs, and stop,
+       "persistent_workers": the DataLoader's (llm-foundry's default is true),
        "out": folder}
 Writes OUT/rank<R>.json: {"epochs": [[[uid, ...] per batch] per epoch], "state": state_dict or
 null}. The uid column identifies a sample across streams.
@@ -43,6 +49,7 @@ def run_rank(spec: dict) -> None:
         num_workers=spec["num_workers"],
         drop_last=spec["drop_last"],
         collate_fn=_uids,
+        persistent_workers=bool(spec.get("persistent_workers")) and spec["num_workers"] > 0,
     )
     if spec.get("resume_state") is not None:
         loader.load_state_dict(spec["resume_state"])
@@ -55,6 +62,8 @@ def run_rank(spec: dict) -> None:
                 state = loader.state_dict()
                 break
         epochs.append(batches)
+        if spec.get("state_after_epochs") == len(epochs):
+            state = loader.state_dict()
         if state is not None:
             break
     rank = int(os.environ.get("RANK", 0))
@@ -65,16 +74,17 @@ def run_rank(spec: dict) -> None:
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     ranks, port = int(sys.argv[2]), sys.argv[3]
+    node, nodes = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else (0, 1)
     import_streaming_base()
     children = []
-    for rank in range(ranks):
+    for local in range(ranks):
         pid = os.fork()
         if pid == 0:
             os.environ.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(ranks),
+                RANK=str(node * ranks + local),
+                WORLD_SIZE=str(nodes * ranks),
                 LOCAL_WORLD_SIZE=str(ranks),
-                LOCAL_RANK=str(rank),
+                LOCAL_RANK=str(local),
                 MASTER_ADDR="127.0.0.1",
                 MASTER_PORT=port,
             )

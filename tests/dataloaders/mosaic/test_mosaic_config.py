@@ -88,6 +88,9 @@ def test_checkpoint_state_must_match_the_config(tmp_path: Path):
     ok = _run(tmp_path, resumes=[{"iteration": 5, "state_file": "state.json"}])
     replayer = open_replayer(load_config(ok))
     assert replayer.last_iteration == 10
+    # Composer's dataset_state, the state under "train", reads the same
+    (tmp_path / "state.json").write_text(json.dumps({"train": state, "eval": {}}))
+    assert open_replayer(load_config(ok)).resume_states == replayer.resume_states
     (tmp_path / "state.json").write_text(json.dumps({**state, "shuffle_seed": 7}))
     assert "checkpoint's shuffle_seed is 7, the config says 9176" in _error(ok)
     (tmp_path / "state.json").write_text(json.dumps({**state, "num_canonical_nodes": 2}))

@@ -83,9 +83,13 @@ def test_dirty_crawl_batch_is_the_top_culprit(run: dict) -> None:
 
 
 def test_rollback_lands_before_the_dirty_data(run: dict) -> None:
+    """The culprit (web_v2, new at the switch to iteration 601) is known: the latest checkpoint
+    before its first document, 600, not the fixed window's 550 (50 clean iterations kept)."""
     rb = run["result"].rollback
-    assert rb.iteration == 550 and rb.checkpoint  # latest checkpoint in [540, 590]
-    assert rb.iteration < SPEC.switch_iteration
+    assert rb.iteration == 600 and rb.checkpoint and rb.rule == "evidence"
+    assert rb.iteration < SPEC.switch_iteration <= rb.before
+    assert rb.note.startswith("rule: the latest checkpoint before ")
+    assert run["result"].report.rollback_note == rb.note  # the report shows the line it is given
 
 
 def test_skip_ranges_cover_the_window_iterations_holding_the_dirty_batch(run: dict) -> None:
@@ -335,7 +339,7 @@ def test_after_and_skip_ahead_extend_the_ranges(run: dict) -> None:
         ),
     )
     skip = res.skip.to_dict()
-    assert skip["scope"] == [551, SPEC.spike_iteration + 20]
+    assert skip["scope"] == [601, SPEC.spike_iteration + 20]  # from the rollback (600) on
     skipped = set(expand(skip["iterations"]))
     replayer = _replayer(run)
     culprit = pl.DataFrame(

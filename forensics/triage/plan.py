@@ -1,0 +1,138 @@
+"""The plan triage hands over with every spike that has not come back: where to roll back, the
+`forensics spike` command, the causes ranked from the evidence, and what will decide the verdict.
+
+None of it waits for the verdict. A spike stays undecided until its recovery window has passed
+(a benign spike can take hundreds of steps to come back: BLOOM tr1-13B's did), but the rollback
+point and the replay can be prepared at once; the verdict only says whether to use them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forensics.rollback import SPIKE_WINDOW, Mark, Rollback, recommend_rollback
+from forensics.triage.alarms import Alarm
+from forensics.triage.config import RunInfo, TriageConfig
+from forensics.triage.spikes import Spike
+
+
+def new_data_stage(onset: int, run: RunInfo) -> int | None:
+    """The latest data stage (from the config) that began in the SPIKE_WINDOW iterations up to
+    `onset`: new data the spike command's window replays. Stage 1 is the run's start, not new
+    data."""
+    starts = [s for s in run.stage_starts if s > 1 and onset - SPIKE_WINDOW < s <= onset]
+    return max(starts) if starts else None
+
+
+def warnings_before(onset: int, peak: int, alarms: list[Alarm], cfg: TriageConfig) -> list[Mark]:
+    """Grad-norm alarms and loss-scale collapses the event followed (fired up to
+    `alarm_lookahead_steps` before its onset and no later than its peak)."""
+    lookback = onset - cfg.alarm_lookahead_steps
+    names = {
+        "grad_norm_alarm": "the grad-norm alarm",
+        "loss_scale_collapse": "the loss-scale collapse",
+    }
+    return [
+        Mark(a.step, names.get(a.kind, a.kind))
+        for a in alarms
+        if a.step <= peak and a.end_step >= lookback
+    ]
+
+
+def event_rollback(
+    onset: int, peak: int, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
+) -> Rollback:
+    """forensics.rollback's rule for a loss event: new data (a stage switch shortly before the
+    onset, from --config) is the evidence to go before; alarms the event followed are warnings."""
+    stage = new_data_stage(onset, run)
+    mark = None if stage is None else Mark(stage, "the data stage that brought new data")
+    return recommend_rollback(
+        onset, run.checkpoints, onset=mark, warnings=warnings_before(onset, peak, alarms, cfg)
+    )
+
+
+def data_cause(onset: int, run: RunInfo) -> dict[str, object]:
+    """0. The data: new data shortly before the onset (a stage switch) is the first suspect."""
+    name = "the data (a bad batch, or new data in the blend)"
+    stage = new_data_stage(onset, run)
+    if stage is not None:
+        return {
+            "cause": name,
+            "supported": True,
+            "evidence": (
+                f"a data stage began at iteration {stage}, {onset - stage} steps before the "
+                "onset: new data entered the blend; `forensics spike` replays the window and "
+                "names the documents"
+            ),
+        }
+    if run.config_path is None or not run.config_read:
+        return {
+            "cause": name,
+            "supported": None,
+            "evidence": "pass --config to see the run's data stages; `forensics spike` compares "
+            "the window's documents with the baseline's",
+        }
+    return {
+        "cause": name,
+        "supported": None,
+        "evidence": (
+            f"no data stage began in the {SPIKE_WINDOW} iterations before the onset; data "
+            "already in the blend can still be the cause: `forensics spike` compares the "
+            "window's documents with the baseline's"
+        ),
+    }
+
+
+def rank_causes(causes: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Supported causes first, then those the log cannot tell, then those it rules out; the
+    order within each is the order to check them (a stable sort)."""
+    rank = {True: 0, None: 1, False: 2}
+    return sorted(causes, key=lambda c: rank[c["supported"]])  # type: ignore[index]
+
+
+def decide_rule(spike: Spike, history: list[Spike], cfg: TriageConfig) -> dict[str, Any]:
+    """What will decide an undecided spike: the level the loss must be back to, by which step.
+
+    The verdict waits for the recovery window (never shortened: a slow benign spike must not be
+    called malignant); this run's own benign spikes, when it has some, say by which step the
+    loss should already be back if this one is like them."""
+    target = spike.pre_level + spike.tolerance
+    verdict_by = spike.peak_step + cfg.recovery_window
+    out: dict[str, Any] = {"back_below": round(target, 6), "verdict_by_step": verdict_by}
+    done = [s.recovery_steps for s in history if s.recovery_steps is not None]
+    if done:
+        slowest = max(done)
+        back_by = min(spike.peak_step + slowest, verdict_by)
+        out["back_by_step"] = back_by
+        out["rule"] = (
+            f"decide by step {back_by}: back below {target:.4g} by then, as this run's "
+            f"{len(done)} earlier benign spike(s) were within {slowest} steps of their peak, or "
+            f"it is slower than all of them: act on the plan (verdict final at step {verdict_by})"
+        )
+    else:
+        out["back_by_step"] = verdict_by
+        out["rule"] = (
+            f"decide by step {verdict_by}: back below {target:.4g} by then, or malignant (no "
+            f"earlier benign spike in this log to time it by; the {cfg.recovery_window}-step "
+            "window because BLOOM tr1-13B's benign spike took ~500 steps)"
+        )
+    return out
+
+
+def plan_fields(
+    onset: int, peak: int, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
+) -> dict[str, Any]:
+    """The rollback point and the spike command, for an event's JSON."""
+    from forensics.triage.analyze import next_command
+
+    rollback = event_rollback(onset, peak, alarms, run, cfg)
+    cmd, note = next_command(onset, rollback.iteration, run)
+    fields: dict[str, Any] = {
+        "rollback_iteration": rollback.iteration,
+        "rollback_rule": rollback.rule,
+        "next_command": cmd,
+    }
+    evidence: dict[str, Any] = {"rollback": rollback.note}
+    if note:
+        evidence["next_command_note"] = note
+    return fields | {"_evidence": evidence}

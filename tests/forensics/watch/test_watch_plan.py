@@ -1,0 +1,107 @@
+"""The watcher prepares while the run trains: on a spike it posts a provisional plan at once
+(rollback point, spike command, the step that decides it), then confirms it when the spike
+turns malignant or clears it when the loss comes back. Followed live from the fake trainer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_watch import _follow
+
+from forensics.watch.plans import PlanState, next_status, plan_message
+
+
+def _plans(msgs: list[dict]) -> list[dict]:
+    return [m for m in msgs if m["message"] == "plan"]
+
+
+def test_malignant_spike_gets_a_provisional_plan_then_confirmed(tmp_path: Path) -> None:
+    w, msgs, _ = _follow("malignant", tmp_path)
+    spikes = [m for m in msgs if m["kind"] == "spike"]
+    assert [(m["message"], m["verdict"]) for m in spikes] == [
+        ("raised", "undecided"),
+        ("verdict", "malignant"),
+    ]
+    provisional, confirmed = _plans(msgs)
+    raised = spikes[0]
+    # Posted with the spike, in the same poll, long before the verdict.
+    assert provisional["status"] == "provisional" and provisional["poll"] == raised["poll"]
+    assert provisional["seq"] == raised["seq"] + 1 and provisional["step"] == raised["step"]
+    assert provisional["rollback_iteration"] == raised["event"]["rollback_iteration"]
+    assert provisional["decide_by_step"] == raised["event"]["decide"]["back_by_step"]
+    assert provisional["summary"].startswith(
+        f"provisional plan for the spike at step {raised['step']}"
+    )
+    assert f"roll back to {provisional['rollback_iteration']}" in provisional["summary"]
+    assert f"decide by step {provisional['decide_by_step']}" in provisional["summary"]
+    assert "next: forensics spike --config <run-config.yaml>" in provisional["summary"]
+    assert confirmed["status"] == "confirmed" and confirmed["seq"] == spikes[1]["seq"] + 1
+    assert confirmed["summary"].startswith("plan confirmed (malignant) for the spike at step")
+
+
+def test_benign_spike_plan_is_cleared(tmp_path: Path) -> None:
+    w, msgs, _ = _follow("benign", tmp_path)
+    spikes = [m for m in msgs if m["kind"] == "spike"]
+    plans = _plans(msgs)
+    if spikes[0]["verdict"] == "undecided":
+        assert [p["status"] for p in plans] == ["provisional", "cleared"]
+        assert "came back" in plans[1]["summary"] and "no rollback" in plans[1]["summary"]
+    else:  # back before the watcher saw it undecided: nothing to post, nothing to clear
+        assert plans == []
+    assert all(m.get("verdict") != "malignant" for m in msgs)
+
+
+def test_plan_statuses_move_forward_only() -> None:
+    """While the analysis runs nothing is posted but a clearing; a confirmed plan is never
+    provisional again; a spike nobody planned for is not cleared."""
+    st = PlanState(event={"kind": "spike", "rollback_iteration": 90}, verdict="undecided")
+    assert next_status(st, analysing=True) is None
+    assert next_status(st, analysing=False) == "provisional"
+    st.posted, st.verdict = "provisional", "malignant"
+    assert next_status(st, analysing=True) is None and next_status(st, False) == "confirmed"
+    st.posted, st.verdict = "confirmed", "undecided"
+    assert next_status(st, analysing=False) is None
+    assert next_status(PlanState(verdict="benign"), analysing=False) is None
+    started = PlanState(event={"kind": "spike"}, verdict="benign", started=True)
+    assert next_status(started, analysing=True) == "cleared"
+    # The analysis's culprit, rollback and action replace triage's provisional ones.
+    st = PlanState(
+        event={"kind": "spike", "rollback_iteration": 90, "decide": {"back_by_step": 400}},
+        result={"ok": True, "culprit": "source:crawl_batch=b7", "culprit_cluster":
+                "crawl_batch=b7", "rollback_iteration": 100, "action_text": "ACTION skip: x"},
+    )  # fmt: skip
+    msg = plan_message(120, st, "provisional")
+    assert msg["summary"] == (
+        "provisional plan for the spike at step 120; provisional culprit crawl_batch=b7; roll "
+        "back to 100; decide by step 400; ACTION skip: x"
+    )
+
+
+def test_wait_ends_when_an_analysis_finishes(tmp_path: Path) -> None:
+    """Between polls the watcher waits the interval, but not past the end of a background
+    analysis: the plan is posted one poll after the spike plus the analysis, no later."""
+    import time
+
+    from forensics.watch.loop import Watcher, WatchOptions
+
+    class Job:
+        def __init__(self, done_at: float) -> None:
+            self.done_at = done_at
+
+        def returncode(self) -> tuple[bool, int | None]:
+            return time.monotonic() >= self.done_at, 0
+
+    log = tmp_path / "train.log"
+    log.touch()
+    w = Watcher(WatchOptions(log=log, out=tmp_path / "w", interval=5.0))
+    try:
+        t = time.monotonic()
+        w.wait(0.3)
+        assert time.monotonic() - t >= 0.3  # nothing running: the whole interval
+        w.jobs[100] = Job(time.monotonic() + 0.4)  # type: ignore[assignment]
+        t = time.monotonic()
+        w.wait(5.0)
+        assert 0.4 <= time.monotonic() - t < 2.0
+    finally:
+        w.jobs.clear()
+        w.close()
