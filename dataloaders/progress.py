@@ -9,20 +9,22 @@ from typing import Any
 
 @contextlib.contextmanager
 def progress_bar(enabled: bool, total: int, label: str) -> Iterator[Any]:
-    """Yields advance(n=1); a no-op callable when disabled."""
-    if not enabled:
+    """Yields advance(n=1); a no-op callable when disabled or off a terminal (a live display
+    there leaves blank lines in the log)."""
+    from dataloaders.console import make_console
+
+    console = make_console(stderr=True)
+    if not (enabled and console.is_terminal):
         yield lambda n=1: None
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from dataloaders.console import make_console
 
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
-        console=make_console(stderr=True),
+        console=console,
         transient=True,
     ) as bar:
         task = bar.add_task(label, total=total)

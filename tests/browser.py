@@ -21,11 +21,12 @@ _FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no
           "--disable-background-networking", "--disable-component-update",
           "--disable-sync"]  # fmt: skip
 
-# Runs after the page's own content. Measures the first screen (the summary's labelled lines and
-# the paste line), every whole-flag block (`startsAt`: where its first character is drawn,
-# relative to the block's left edge: negative when scrolled or indented out of sight), and
-# anything unselectable; then opens every folded
-# <details> (the drill-down) so the rendered text covers the whole page.
+# Runs after the page's own content. Measures the first screen (the headline, the labelled
+# lines, the commands in their box), every whole-flag block (`startsAt`: where its first
+# character is drawn, relative to the block's left edge: negative when scrolled or indented out
+# of sight; `broken`: space-separated words drawn across two lines; `copied`: what selecting the
+# element and copying gives), and anything unselectable; then opens every folded <details> (the
+# drill-down) so the rendered text covers the whole page.
 PROBE_JS = r"""
 (() => {
   const style = (el) => getComputedStyle(el);
@@ -37,19 +38,32 @@ PROBE_JS = r"""
       .nextNode(); if (!t || !t.length) return null; const range = document.createRange();
     range.setStart(t, 0); range.setEnd(t, 1);
     return range.getBoundingClientRect().left - el.getBoundingClientRect().left; };
+  const broken = (el) => { const t = document.createTreeWalker(el, NodeFilter.SHOW_TEXT)
+      .nextNode(); if (!t) return []; const out = []; const re = /\S+/g; let m;
+    while ((m = re.exec(t.data)) !== null) { const range = document.createRange();
+      range.setStart(t, m.index); range.setEnd(t, m.index + m[0].length);
+      const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+      if (tops.size > 1 && m[0].length < 60) out.push(m[0]); }
+    return out; };
+  const copied = (el) => { const sel = getSelection(); sel.removeAllRanges();
+    const range = document.createRange(); range.selectNodeContents(el); sel.addRange(range);
+    const text = sel.toString(); sel.removeAllRanges(); return text; };
   const one = (el) => el && {text: el.textContent, box: box(el), lines: lineTops(el),
-    startsAt: startsAt(el),
+    startsAt: startsAt(el), broken: broken(el), copied: copied(el),
     whiteSpace: style(el).whiteSpace, userSelect: style(el).userSelect,
     wordBreak: style(el).wordBreak, overflowWrap: style(el).overflowWrap,
     overflowX: style(el).overflowX, scrollWidth: el.scrollWidth, clientWidth: el.clientWidth};
   const out = {viewport: [innerWidth, innerHeight],
-    labels: Object.fromEntries([...document.querySelectorAll('pre.summary [data-label]')]
+    headline: one(document.querySelector('p.headline')),
+    commands: [...document.querySelectorAll('div.box code.cmd')].map(one),
+    stopgap: one(document.querySelector('div.stopgap code.cmd')),
+    labels: Object.fromEntries([...document.querySelectorAll('div.first [data-label]')]
       .map(el => [el.dataset.label, one(el)])),
-    paste: one(document.querySelector('pre.summary code.paste')),
     flags: [...document.querySelectorAll('pre.flags')].map(one),
     unselectable: [...document.querySelectorAll('body *')]
       .filter(el => style(el).userSelect === 'none').map(el => el.tagName),
     headings: [...document.querySelectorAll('h2')].map(h => h.textContent),
+    counts: (document.querySelector('[data-label="clusters"]') || {}).textContent,
     drilldown: document.querySelectorAll('details.drill').length};
   document.querySelectorAll('details').forEach(d => { d.open = true; });
   out.text = document.body.innerText;

@@ -220,7 +220,11 @@ def embed_texts(
     if todo:
         from rich.progress import Progress
 
-        with Progress(transient=True, disable=not progress or len(todo) <= chunk) as bar:
+        from dataloaders.console import make_console
+
+        console = make_console(stderr=True)  # off a terminal a bar only leaves blank lines
+        shown = progress and len(todo) > chunk and console.is_terminal
+        with Progress(console=console, transient=True, disable=not shown) as bar:
             task = bar.add_task("embedding documents", total=len(todo))
             for start in range(0, len(todo), chunk):
                 part = todo[start : start + chunk]

@@ -181,11 +181,4 @@ def spike_command(
     )
     target = out or Path.cwd() / f"spike-{step}"
     with fresh_output(target, target / ".cache"):  # a failed first run leaves no directory
-        result = run_spike(run, target, options)
-    if not quiet:
-        from rich.markup import escape
-
-        from dataloaders.console import make_console
-
-        console = make_console()  # the notes were printed under the summary
-        console.print(f"report, skip.json and megatron_args.txt in {escape(str(result.out))}/")
+        run_spike(run, target, options)

@@ -18,8 +18,10 @@ class StageClock:
 
     @contextmanager
     def stage(self, name: str, what: str, *, spinner: bool = False) -> Iterator[None]:
-        """Time a stage. Stages whose work shows its own progress bar (replay, decode, score,
-        embed) get none here: rich cannot nest live displays. The others get a spinner."""
+        """Time a stage. On a terminal it shows while it runs and is gone when done (the screen
+        is the summary's): stages whose work shows its own progress bar (replay, decode, score,
+        embed) get none here, rich cannot nest live displays; the others get a spinner. Off a
+        terminal (a log) each stage is one line when done, with its time."""
         from forensics.outputs import fault_point
 
         fault_point(f"stage:{name}")  # tests only: FORENSICS_FAULT_AT (forensics/outputs.py)
@@ -30,14 +32,14 @@ class StageClock:
             from dataloaders.console import make_console
 
             self._console = self._console or make_console(stderr=True)
-            if spinner:
+            if not self._console.is_terminal:
+                yield
+                self._console.print(f"{name:<10} {escape(what)} ({time.perf_counter() - t0:.1f} s)")
+            elif spinner:
                 with self._console.status(f"[bold]{name}[/]: {escape(what)}"):
                     yield
             else:
                 yield
-            self._console.print(
-                f"[dim]{name:<10}[/] {escape(what)} [dim]({time.perf_counter() - t0:.1f} s)[/]"
-            )
         else:
             yield
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0

@@ -2,32 +2,36 @@
 
 report = build_report(step, window, baseline, rollback, ranked, window_docs, baseline_docs,
                       replay=replay, assignments=assignments, embedding_note=note, loss=loss)
-report.skip = {...}            # the spike pipeline's skip section, when it has one
-write_report(report, out_dir)
-print_summary(report, console)
+report.skip = ReportSkip.from_plan(plan)   # the spike pipeline's skip plan, when it has one
+sections = write_report(report, out_dir)   # the report built once (report_sections), laid out
+print_summary(report, console, sections, out_dir / "report.html")
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from forensics.report.first_screen import summary_lines
 from forensics.report.model import SpikeReport, build_report
-from forensics.report.summary import summary_lines
+from forensics.report.sections import Section, report_sections
+from forensics.report.skip_view import ReportSkip
 from forensics.report.terminal import print_summary
 
-__all__ = ["SpikeReport", "build_report", "print_summary", "summary_lines", "write_report"]
+__all__ = ["ReportSkip", "SpikeReport", "build_report", "print_summary", "report_sections",
+           "summary_lines", "write_report"]  # fmt: skip
 
 PLOT_FILE = "report_{name}.png"
 
 
 def write_report(
     report: SpikeReport, out_dir: str | Path, *, overwrite: bool = True
-) -> dict[str, Path]:
+) -> list[Section]:
     """Write report.json, report.md, its plot PNGs and report.html into `out_dir`.
 
+    The sections are computed once (report_sections) and every file lays out that same list.
     Everything is rendered in memory first, then each file is written atomically (temporary
     file + rename), so a failure while rendering leaves no file behind and a reader never sees a
-    half-written one. Returns name -> path of what was written.
+    half-written one. Returns the sections (the terminal summary lays them out too).
     """
     from dataloaders.atomic import write_bytes_atomic, write_text_atomic
     from forensics.report.plots import render_plots
@@ -44,10 +48,11 @@ def write_report(
                 raise ForensicsError(f"{out / name}: already exists; pass --force to overwrite it")
     plots = render_plots(report)
     plot_files = {name: PLOT_FILE.format(name=name) for name in plots}
+    sections = report_sections(report, list(plots))
     texts = {
-        "report.json": render_json(report),
-        "report.md": render_markdown(report, plot_files),
-        "report.html": render_html(report, plots),
+        "report.json": render_json(report, sections),
+        "report.md": render_markdown(report, sections, plot_files),
+        "report.html": render_html(report, sections, plots),
     }
     written: dict[str, Path] = {}
     for name, png in plots.items():
@@ -63,4 +68,4 @@ def write_report(
         written[DOCUMENTS_FILE] = write_parquet_atomic(
             report.documents, out / DOCUMENTS_FILE, overwrite=overwrite
         )
-    return written
+    return sections

@@ -7,7 +7,8 @@ An engineer deciding between a rebuild and a restart wants to know how much rest
 - the loss: how much of the window's loss excess the culprit's per-iteration share explains.
 
 And when no culprit is named: whether the window still holds dirty data (then the spike is not
-called "likely numerical").
+called "likely numerical"). `loss_explained` runs when the report is built (SpikeReport.loss_fit);
+the line functions only word what the report holds.
 """
 
 from __future__ import annotations
@@ -119,18 +120,17 @@ def confidence_lines(report: Any) -> list[tuple[str, str]]:
         f"data: {grade} ({how}, {100 * float(top.get('flagged_rate') or 0):.0f}% flagged against "
         f"{100 * float(top.get('rest_flagged_rate') or 0):.1f}% in the rest of the window)"
     )
-    loss = loss_text(loss_explained(report.loss, report.culprit_share, report.window))
+    loss = loss_text(report.loss_fit)
     return [("HOW SURE", data), ("", model_side(report, top)), ("", loss)]
 
 
 def no_culprit_lines(report: Any, advice: str) -> list[tuple[str, str]]:
     """NO CULPRIT: "likely numerical" only when no dirty group is in the window; otherwise the
     dirty groups are named and the spike is not cleared."""
-    from forensics.cluster.baseline_fit import dirty_in_window
     from forensics.report.why_shares import blend_lines
 
-    dirty = dirty_in_window(report.clusters)
-    if dirty.height == 0:
+    dirty = report.dirty_groups
+    if dirty is None or dirty.height == 0:
         return [("NO CULPRIT", advice)]
     r = dirty.row(0, named=True)
     name = f"{r['facet']}={r['key']}" if r.get("kind") == "source" else f"embedding {r['id']}"
@@ -142,5 +142,5 @@ def no_culprit_lines(report: Any, advice: str) -> list[tuple[str, str]]:
             f"the window; {dirty.height} dirty group(s) in all). Not cleared as numerical: "
             "inspect it (report.html) or blame it with --culprit " + str(r["id"]),
         ),
-        *[("", line) for line in blend_lines(r, report.step, report.window)],
+        *[("", line) for line in blend_lines(r, report.step, report.window, report.stage_starts)],
     ]

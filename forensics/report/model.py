@@ -1,10 +1,11 @@
 """The spike report's data: what every renderer shows, and how its clusters and numbers are named.
 
-Why one model and three renderers: report.json, report.md, report.html and the terminal table
-must tell the same story with the same numbers. Everything is computed here (`build_report`)
-and in `summary` (the first screen, `summary_lines`); the renderers only lay it out and escape
-it. Text from documents or manifests is kept raw here (with control characters already
-neutralised in excerpts) and escaped by each renderer for its medium.
+Why one model and four renderers: report.json, report.md, report.html and the terminal must
+tell the same story with the same numbers. Everything is computed here (`build_report`) and in
+`sections` (`report_sections`: the first screen and every other section, from this model);
+the renderers only lay it out and escape it. Text from documents or manifests is kept raw here
+(with control characters already neutralised in excerpts) and escaped by each renderer for its
+medium.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import polars as pl
 
 from forensics.cluster.verdict import culprit_docs, headline_culprit, rule_text
 from forensics.report.incident import Incident
+from forensics.report.skip_view import ReportSkip
 from forensics.safe_text import excerpt
 
 EXAMPLES_PER_CLUSTER = 3
@@ -43,7 +45,8 @@ class SpikeReport:
     embedding_xy: pl.DataFrame | None = None
     scores: pl.DataFrame | None = None  # side ("window"/"baseline"), garbage_score, spam_score
     embedding_note: dict[str, Any] | None = None  # cluster.describe_sample(...)
-    skip: dict[str, Any] | None = None  # filled by the spike pipeline (iterations, flags, ...)
+    # the skip plan as the report shows it (forensics.report.skip_view), filled by the pipeline
+    skip: ReportSkip | None = None
     culprit_first_iteration: int | None = None  # first window iteration holding its documents
     # what the pipeline noticed on the way (stage crossings, how the baseline was chosen, a log
     # it could not read): shown under the summary, since it changes how the verdict reads
@@ -59,10 +62,22 @@ class SpikeReport:
     # the incident timeline's marks besides the loss (triage's alarms, stage switches,
     # checkpoints, the culprit's share past the spike); None when the pipeline did not build it
     incident: Incident | None = None
+    # computed by build_report from the tables above, before any rendering: how the window's
+    # loss excess lines up with the culprit (forensics.report.confidence.loss_explained), and
+    # the dirty groups of the window outside any culprit (cluster.baseline_fit.dirty_in_window)
+    loss_fit: dict[str, Any] | None = None
+    run_config: str | None = None  # the run's config as the user named it (drill-down commands)
+    token_export: bool = True  # `forensics replay --tokens` can write this run's exact tokens
+    dirty_groups: pl.DataFrame | None = None
 
     @property
     def culprit(self) -> dict[str, Any] | None:
         return headline_culprit(self.clusters)
+
+    @property
+    def stage_starts(self) -> list[int]:
+        """The data stages' first iterations, when the pipeline said (the incident)."""
+        return list(self.incident.stage_starts) if self.incident is not None else []
 
 
 def cluster_name(row: dict[str, Any]) -> str:
@@ -93,7 +108,8 @@ def cluster_rows(
     report: SpikeReport, limit: int = TABLE_ROWS, explained: bool = True
 ) -> list[dict]:
     """The rows the tables show, `limit` at most: culprits, suspects that stand on their own,
-    clean clusters by suspicion, then (if `explained`) the clusters inside a culprit."""
+    suspects inside a culprit, then clean clusters (those inside a culprit last); without
+    `explained`, no cluster inside a culprit."""
     ranked = report.clusters.with_columns(
         pl.col("verdict").replace_strict({"culprit": 0, "suspect": 1, "clean": 2}).alias("_v"),
         pl.col("explained_by").is_not_null().alias("_x"),
@@ -101,7 +117,7 @@ def cluster_rows(
     if not explained:
         ranked = ranked.filter(~pl.col("_x"))
     ranked = ranked.sort(
-        ["_x", "_v", "suspicion", "docs", "id"], descending=[False, False, True, True, False]
+        ["_v", "_x", "suspicion", "docs", "id"], descending=[False, False, True, True, False]
     )
     return list(ranked.drop("_v", "_x").head(limit).iter_rows(named=True))
 
@@ -239,13 +255,15 @@ def build_report(
     assignments: pl.DataFrame | None = None,
     embedding_note: dict[str, Any] | None = None,
     loss: pl.DataFrame | None = None,
-    skip: dict[str, Any] | None = None,
+    skip: ReportSkip | None = None,
     rollback_note: str = "",
     notes: list[str] | None = None,
     model: dict[str, Any] | None = None,
 ) -> SpikeReport:
     """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call)."""
+    from forensics.cluster.baseline_fit import dirty_in_window
     from forensics.cluster.keywords import with_keywords
+    from forensics.report.confidence import loss_explained
 
     ranked = with_keywords(ranked, window_docs)  # embedding clusters get keyword labels
     examples = pick_examples(ranked, window_docs)
@@ -290,6 +308,8 @@ def build_report(
         notes=list(notes or []),
         model=model,
         rules=rule_text() | ({"model_rule": model["rule"]} if model else {}),
+        loss_fit=loss_explained(loss, culprit_share, (int(window[0]), int(window[1]))),
+        dirty_groups=dirty_in_window(ranked),
     )
 
 

@@ -62,13 +62,11 @@ SAMPLE_HEAD = ["iteration", "position", "loss", "loss z", "worst-token z", "grad
                "documents"]  # fmt: skip
 
 
-def markdown_section(report: Any) -> str:
-    """## What the model choked on (Markdown; text escaped with md_safe)."""
-
-    view = report.model
+def markdown_section(view: dict[str, Any] | None) -> str:
+    """What the model choked on, under its heading (Markdown; text escaped with md_safe)."""
     if not view:
-        return f"## What the model choked on\n\n{md_safe(NO_MODEL, 600)}.\n"
-    parts = ["## What the model choked on\n", f"{md_safe(view['agreement'], 600)}\n"]
+        return f"{md_safe(NO_MODEL, 600)}.\n"
+    parts = [f"{md_safe(view['agreement'], 600)}\n"]
     parts.append("| " + " | ".join(CLUSTER_HEAD) + " |\n|" + "---|" * len(CLUSTER_HEAD))
     for row in _rows(view):
         parts.append("| " + " | ".join(md_safe(x, 120) for x in row) + " |")
@@ -90,18 +88,16 @@ def markdown_section(report: Any) -> str:
     return "\n".join(parts) + "\n"
 
 
-def html_section(report: Any) -> str:
-    """<h2>What the model choked on</h2> (HTML; document text through html_safe)."""
-    view = report.model
+def html_section(view: dict[str, Any] | None) -> str:
+    """What the model choked on, under its heading (HTML; document text through html_safe)."""
     if not view:
-        return f"<h2>What the model choked on</h2><p>{html.escape(NO_MODEL)}.</p>"
+        return f"<p>{html.escape(NO_MODEL)}.</p>"
     head = "".join(f"<th>{html.escape(h)}</th>" for h in CLUSTER_HEAD)
     body = "".join(
         "<tr>" + "".join(f"<td>{html_safe(x, 160)}</td>" for x in row) + "</tr>"
         for row in _rows(view)
     )
     parts = [
-        "<h2>What the model choked on</h2>",
         f"<p>{html_safe(view['agreement'], 600)}</p>",
         f"<table><tr>{head}</tr>{body}</table>",
     ]

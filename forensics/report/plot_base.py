@@ -18,11 +18,24 @@ from forensics.report.model import SpikeReport
 from forensics.safe_text import excerpt
 
 DPI = 100
-SHARE_COLOUR = "#d62728"
+# Okabe & Ito's colour-blind-safe palette (Okabe, Ito 2008, "Color Universal Design"): every
+# colour the plots draw with is one of these, black or a grey, so no two marks are told apart by
+# red against green alone; lines also differ by style (solid, dashed, dotted, dash-dot).
+OKABE_ITO = {
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+}
+GREYS = ("#000000", "#222222", "#444444", "#777777", "#999999", "#bbbbbb", "#ffffff")
+SHARE_COLOUR = OKABE_ITO["vermillion"]  # the culprit
 SPIKE_COLOUR = "#222222"
-ROLLBACK_COLOUR = "#2ca02c"
-SKIP_COLOUR = "#ff7f0e"
-FIRST_COLOUR = "#d62728"
+ROLLBACK_COLOUR = OKABE_ITO["bluish_green"]
+SKIP_COLOUR = OKABE_ITO["sky_blue"]
+FIRST_COLOUR = OKABE_ITO["vermillion"]
 PAST_HATCH = "////"
 
 
@@ -99,19 +112,28 @@ def skip_text(ranges: list[list[int]]) -> str:
 
 
 def mark_restart(
-    ax: Any, report: SpikeReport, first_document: bool = True, verdict: str | None = None
+    ax: Any,
+    report: SpikeReport,
+    first_document: bool = True,
+    verdict: str | None = None,
+    view: tuple[float, float] | None = None,
 ) -> None:
     """The spike (with triage's `verdict` when known), the rollback checkpoint, the skip ranges
     and (optionally) the culprit's first document as labelled lines and spans on `ax` (a
-    checkpoint is the state after its iteration; a skipped iteration i covers i-0.5..i+0.5)."""
-    ranges = (report.skip or {}).get("iterations") or []
+    checkpoint is the state after its iteration; a skipped iteration i covers i-0.5..i+0.5).
+    With `view` (first, last iteration shown) a line outside it is not drawn, so the legend
+    names nothing the plot does not show."""
+    lo, hi = view if view is not None else (float("-inf"), float("inf"))
+    ranges = report.skip.iterations if report.skip is not None else []
+    ranges = [[a, b] for a, b in ranges if b >= lo and a <= hi]
     for k, (a, b) in enumerate(ranges):
-        ax.axvspan(a - 0.5, b + 0.5, color=SKIP_COLOUR, alpha=0.18, lw=0, zorder=0,
+        ax.axvspan(a - 0.5, b + 0.5, color=SKIP_COLOUR, alpha=0.25, lw=0, zorder=0,
                    label=skip_text(ranges) if k == 0 else None)  # fmt: skip
-    if report.rollback_iteration is not None:
+    if report.rollback_iteration is not None and lo <= report.rollback_iteration <= hi:
         ax.axvline(report.rollback_iteration, color=ROLLBACK_COLOUR, lw=1.6,
                    label=f"rollback: checkpoint {report.rollback_iteration}")  # fmt: skip
-    if first_document and report.culprit_first_iteration is not None:
+    first = report.culprit_first_iteration
+    if first_document and first is not None and lo <= first <= hi:
         ax.axvline(report.culprit_first_iteration, color=FIRST_COLOUR, ls=":", lw=1.2,
                    label=f"culprit's first document: iteration "
                          f"{report.culprit_first_iteration}")  # fmt: skip
@@ -121,13 +143,13 @@ def mark_restart(
 
 
 def mark_spike_loss(ax: Any, report: SpikeReport, loss: pl.DataFrame) -> None:
-    """The spike's own loss ringed and annotated on the loss axes."""
+    """The spike's own loss ringed on the loss axes and named in the legend (a text beside it
+    would lie over the curve or the share)."""
     at = loss.filter(pl.col("step") == report.step)
     if at.height:
         y = float(at["loss"][0])
-        ax.plot([report.step], [y], "o", ms=6, mfc="none", mec=SHARE_COLOUR, mew=1.5)
-        ax.annotate(f"spike: loss {y:.2f}", (report.step, y), xytext=(-8, 0),
-                    textcoords="offset points", ha="right", va="center", fontsize=8)  # fmt: skip
+        ax.plot([report.step], [y], "o", color=SPIKE_COLOUR, ms=6, mfc="none", mew=1.5, ls="none",
+                label=f"loss at the spike: {y:.2f}")  # fmt: skip
 
 
 def legend_below(fig: Any, axes: list[Any], ncols: int = 3) -> Any:
@@ -161,7 +183,7 @@ def place_labels(ax: Any, items: list[tuple[str, float, float]], obstacles: list
     taken = list(obstacles)
     placed = []
     style = {"textcoords": "offset points", "ha": "center", "va": "center", "fontsize": 7,
-             "zorder": 6, "bbox": {"boxstyle": "round,pad=0.2", "fc": "white", "ec": "#999999",
+             "zorder": 6, "bbox": {"boxstyle": "round,pad=0.2", "fc": "#ffffff", "ec": "#999999",
                                    "lw": 0.5, "alpha": 0.85}}  # fmt: skip
     for text, x, y in items:
         probe = ax.annotate(label(text, 48), (x, y), xytext=(0, 0), **style)

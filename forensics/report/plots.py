@@ -13,6 +13,7 @@ import polars as pl
 
 from forensics.report.model import SpikeReport, cluster_name
 from forensics.report.plot_base import (
+    OKABE_ITO,
     SHARE_COLOUR,
     draw_share,
     label,
@@ -27,9 +28,11 @@ from forensics.report.plot_base import (
     tag_lines,
 )
 
-CULPRIT_COLOURS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b")  # one per culprit cluster
-MORE_COLOUR = "#e377c2"  # culprit clusters past the fourth
-WINDOW_COLOUR = "#1f77b4"
+# one per culprit cluster (Okabe-Ito: plot_base.OKABE_ITO)
+CULPRIT_COLOURS = (OKABE_ITO["vermillion"], OKABE_ITO["orange"], OKABE_ITO["reddish_purple"],
+                   OKABE_ITO["bluish_green"])  # fmt: skip
+MORE_COLOUR = OKABE_ITO["yellow"]  # culprit clusters past the fourth
+WINDOW_COLOUR = OKABE_ITO["blue"]
 BASELINE_COLOUR = "#bbbbbb"
 AFTER_SPIKE_FRACTION = 0.1  # the share plot runs this share of the window past the spike
 MIN_STEPS_PAST_SPIKE = 5
@@ -74,7 +77,7 @@ def culprit_share_figure(report: SpikeReport):
     lo, hi = share_span(report, int(share["iteration"].min()))
     hi = max(hi, int(share["iteration"].max()))
     top = draw_share(ax, report, hi)
-    mark_restart(ax, report)
+    mark_restart(ax, report, view=(lo - 0.5, hi + 0.5))
     ax.set_xlabel("iteration")
     ax.set_ylabel("culprit samples (% of iteration)", color=SHARE_COLOUR)
     ax.set_ylim(0, max(5.0, top * 1.1))
@@ -84,14 +87,15 @@ def culprit_share_figure(report: SpikeReport):
         loss = report.loss.filter(pl.col("step").is_between(*loss_span(report, lo))).sort("step")
         if loss.height:
             ax2 = ax.twinx()
-            ax2.plot(loss["step"].to_numpy(), loss["loss"].to_numpy(), color="black", lw=1,
+            ax2.plot(loss["step"].to_numpy(), loss["loss"].to_numpy(), color="#000000", lw=1,
                      label="loss (training log)")  # fmt: skip
             mark_spike_loss(ax2, report, loss)
             ax2.set_ylabel("loss")
             axes.append(ax2)
     tag_lines(ax, restart_tags(report))
     legend_below(fig, axes)
-    fig.suptitle("Share of each iteration's samples that hold culprit documents")
+    over = ", with the training loss (right axis)" if len(axes) > 1 else ""
+    fig.suptitle(f"Culprit share of each iteration's samples (left axis){over}")
     return fig
 
 
@@ -129,8 +133,10 @@ def embedding_figure(report: SpikeReport):
     ax.set_xlabel("PC 1")
     ax.set_ylabel("PC 2")
     legend = ax.legend(fontsize=8, loc="best", markerscale=1.5, framealpha=0.85)
-    ax.set_title("Sampled documents by embedding (labels: embedding clusters and their keywords; "
-                 "ringed = flagged)", fontsize=10)  # fmt: skip
+    title = (
+        "Sampled documents by embedding (PC 1, PC 2); labels: clusters' keywords; ringed: flagged"
+    )
+    ax.set_title(title, fontsize=10)
     fig.draw_without_rendering()  # the layout and the legend's place, then frozen: labels are
     fig.set_layout_engine("none")  # placed in those pixels
     renderer = fig.canvas.get_renderer()
@@ -143,28 +149,38 @@ def embedding_figure(report: SpikeReport):
 def _scatter_sides(ax, report: SpikeReport, xy: pl.DataFrame) -> None:
     """Baseline, window, each culprit cluster's documents and the flagged ones, in the legend."""
     names = {r["id"]: cluster_name(r) for r in report.clusters.iter_rows(named=True)}
+    sizes = report.clusters.select("id", "docs") if "docs" in report.clusters.columns else None
+    docs = dict(sizes.iter_rows()) if sizes is not None else {}
     order = [c for c in report.clusters["id"].to_list() if c in set(xy["culprit"].drop_nulls())]
     window = xy.filter(pl.col("side") == "window")
     base = xy.filter(pl.col("side") != "window")
     ax.scatter(base["x"], base["y"], s=6, c=BASELINE_COLOUR, alpha=0.6, lw=0,
-               label=f"baseline ({base.height:,})")  # fmt: skip
+               label=f"baseline ({base.height:,} embedded)")  # fmt: skip
     rest = window.filter(pl.col("culprit").is_null())
     ax.scatter(rest["x"], rest["y"], s=8, c=WINDOW_COLOUR, alpha=0.6, lw=0,
-               label=f"window, not in a culprit ({rest.height:,})")  # fmt: skip
+               label=f"window, not in a culprit ({rest.height:,} embedded)")  # fmt: skip
     shown = order[: len(CULPRIT_COLOURS)]
     for cid, colour in zip(shown, CULPRIT_COLOURS, strict=False):
         part = window.filter(pl.col("culprit") == cid)
         ax.scatter(part["x"], part["y"], s=14, c=colour, alpha=0.85, lw=0,
-                   label=label(f"culprit: {names.get(cid, cid)} ({part.height:,})"))  # fmt: skip
+                   label=label(culprit_label(names.get(cid, cid), part.height, docs.get(cid)),
+                               120))  # fmt: skip
     other = window.filter(pl.col("culprit").is_not_null() & ~pl.col("culprit").is_in(shown))
     if other.height:
-        more = f"culprit: {len(order) - len(shown)} more clusters ({other.height:,})"
+        more = f"culprit: {len(order) - len(shown)} more clusters ({other.height:,} embedded)"
         ax.scatter(other["x"], other["y"], s=14, c=MORE_COLOUR, alpha=0.85, lw=0, label=more)
     flagged = xy.filter(pl.col("flagged"))
     if flagged.height:
-        text = f"flagged: garbage or spam ({flagged.height:,})"
+        text = f"flagged: garbage or spam ({flagged.height:,} of the embedded)"
         ax.scatter(flagged["x"], flagged["y"], s=34, facecolors="none", edgecolors="black",
                    lw=0.6, alpha=0.8, label=text)  # fmt: skip
+
+
+def culprit_label(name: str, embedded: int, docs: int | None) -> str:
+    """ "culprit: crawl_batch=x (122 of its 125 window documents embedded)": the plot holds
+    the embedded sample, so its count is said against the cluster's."""
+    of = f" of its {docs:,} window documents" if docs is not None else ""
+    return f"culprit: {name} ({embedded:,}{of} embedded)"
 
 
 def embedding_labels(report: SpikeReport, xy: pl.DataFrame) -> list[tuple[str, float, float]]:
@@ -207,18 +223,19 @@ def plot_score_histograms(report: SpikeReport) -> bytes | None:
     fig = new_figure(10.0, 3.2)
     axes = fig.subplots(1, 2)
     for ax, col in zip(axes, ("garbage_score", "spam_score"), strict=True):
-        for side, colour in (("baseline", "#7f7f7f"), ("window", "#d62728")):
+        for side, colour in (("baseline", "#777777"), ("window", SHARE_COLOUR)):
             values = scores.filter(pl.col("side") == side)[col].to_numpy()
             if values.size == 0:
                 continue
             weights = np.full(values.size, 1.0 / values.size)
             ax.hist(values, bins=bins, weights=weights, histtype="step", lw=1.5,
                     color=colour, label=f"{side} ({values.size:,} docs)")  # fmt: skip
-        ax.axvline(0.5, color="black", ls=":", lw=1)
+        ax.axvline(0.5, color="#000000", ls=":", lw=1)
         ax.set_yscale("log")
         ax.set_xlabel(col.replace("_", " ") + " (>= 0.5 flagged)")
-        ax.set_ylabel("share of documents")
+        ax.set_ylabel("share of documents (log scale)")
         ax.legend(fontsize=7)
+    fig.suptitle("Share of documents per garbage and spam score, window against baseline")
     return png(fig)
 
 

@@ -1,6 +1,11 @@
 """report.html: one self-contained page (inline CSS, plots as base64 PNG, no scripts, no links
 out), so it opens from a laptop's downloads folder on a plane.
 
+Laid out from the sections (forensics.report.sections) in their order. The first screen: the
+headline, one box with the action's commands in the order to run them, the stopgap under it,
+then the reasons. Commands wrap at spaces (never sideways scrolling) and copy back as the one
+line they are: soft wraps insert no newline.
+
 Every piece of text that is not our own literal markup goes through `html.escape` (our own
 strings) or `forensics.safe_text.html_safe` (anything from documents, manifests or flags): a
 crawled `<script>alert(1)</script>` shows as text. The page carries a Content-Security-Policy
@@ -11,33 +16,38 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Callable
+from typing import Any
 
-from forensics.report.model import (
-    SpikeReport,
-    cluster_name,
-    cluster_notes,
-    cluster_rows,
-    format_p,
-    format_value,
-)
-from forensics.report.summary import summary_lines
+from forensics.report.drilldown import CSS as DRILL_CSS
+from forensics.report.drilldown import DrillGroup, drilldown_html
+from forensics.report.first_screen import Command, FirstScreen
+from forensics.report.model import cluster_name, cluster_notes, format_p, format_value
+from forensics.report.model_view import html_section
+from forensics.report.sections import ClusterTable, ExampleGroup, Section, SkipSection
+from forensics.report.summary import counts_text
 from forensics.report.why_shares import table_cell
 from forensics.safe_text import html_safe
-from forensics.skip.flags import restart_line
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
 max-width:1200px}
-h1{font-size:22px;margin:0 0 12px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
-pre.summary{background:#fafafa;border:1px solid #ddd;border-left:6px solid #d62728;padding:12px;
+h1{font-size:22px;margin:0 0 8px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+div.first{border-left:6px solid #d62728;padding:4px 0 4px 12px;margin:8px 0}
+div.first.none{border-left-color:#0072b2}
+p.headline{font-size:16px;font-weight:bold;margin:0 0 8px}
+div.box{border:1px solid #bbb;background:#fafafa;padding:6px 10px;margin:0 0 8px}
+div.box ol{margin:4px 0;padding-left:22px} div.box li{margin:2px 0 6px}
+div.note{font-size:12px;color:#555}
+code.cmd{display:block;white-space:pre-wrap;overflow-wrap:anywhere;word-break:normal;
+font-size:13px;background:#fff;border:1px solid #ddd;padding:2px 6px;user-select:all}
+div.stopgap{font-size:13px;margin:0 0 8px;padding:4px 10px;border:1px dashed #bbb}
+pre.summary{background:#fafafa;border:1px solid #ddd;padding:8px 12px;margin:0;
 white-space:pre-wrap;font-size:13px;line-height:1.45}
-pre.summary.none{border-left-color:#1f77b4}
 pre.summary span.ln{display:block;padding-left:11ch;text-indent:-11ch}
-code.paste{display:inline-block;max-width:calc(100% - 12ch);overflow-x:auto;white-space:pre;
-vertical-align:top;background:#fff;border:1px solid #ddd;padding:1px 4px;user-select:all;
-text-indent:0}
-pre.flags{white-space:pre;overflow-x:auto;font-size:12px;background:#f7f7f7;border:1px solid #eee;
-padding:6px;margin:4px 0 10px}
+div.stopgap span.ln{display:block}
+pre.flags{white-space:pre-wrap;overflow-wrap:anywhere;word-break:normal;font-size:12px;
+background:#f7f7f7;border:1px solid #eee;padding:6px;margin:4px 0 10px}
 .label{font-weight:bold;color:#d62728}
 table{border-collapse:collapse;font-size:12px;width:100%}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
@@ -51,60 +61,52 @@ img{max-width:100%;border:1px solid #eee;margin:6px 0}
 ul.notes{font-size:13px;color:#444;margin:6px 0 0;padding-left:20px}
 """
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
-PLOT_TITLES = {
-    "timeline": "Incident timeline: loss, alarms, stages, checkpoints, rollback, skip, culprit",
-    "culprit_share": "Culprit share per iteration (over the loss when a log was given)",
-    "embedding": "Embedding clusters in 2-D",
-    "scores": "Score histograms, window vs baseline",
-}
 
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _summary(report: SpikeReport) -> str:
-    """The first screen: one <pre> of <span class="ln"> lines (a wrapped line hangs under its
-    text, not under the labels), a <span data-label> per labelled line (the screenshot test finds
-    CULPRIT and ACTION by it) and the chosen trainer's paste line whole in one
-    <code class="paste">: one line that scrolls sideways, never wrapped inside a number."""
-    lines: list[str] = []
-    paste = _paste(report)
-    for label, text in summary_lines(report):
-        if paste and label == "PASTE":
-            lines += paste
-            continue
-        if paste and text.startswith("(the file beside this report holds the whole line"):
-            continue  # the HTML shows the whole line on the first screen
-        safe = html_safe(text, 2000)
-        if label:
-            lines.append(
-                f'<span class="label">{_e(label):<10}</span> '
-                f'<span data-label="{_e(label.lower())}">{safe}</span>'
-            )
-        else:
-            lines.append(" " * 11 + safe if lines else safe)
-    cls = "summary" if report.culprit is not None else "summary none"
-    rows = "".join(f'<span class="ln">{line}</span>' for line in lines)
-    return f'<pre class="{cls}">{rows}</pre>'
+def _command(c: Command, number: int | None = None) -> str:
+    lead = f"{number}. " if number is not None else ""
+    return (
+        f'<div class="note">{lead}{html_safe(c.note, 600)}</div>'
+        f'<code class="cmd">{html_safe(c.text, len(c.text) + 1)}</code>'
+    )
 
 
-def _paste(report: SpikeReport) -> list[str]:
-    """The PASTE line: the chosen trainer's restart-<trainer>.flags line, whole (report.md and
-    the terminal point at the file when it is long; a page can scroll it)."""
-    skip = report.skip or {}
-    trainer = skip.get("trainer")
-    line = restart_line((skip.get("flags") or {}).get(trainer) or {})
-    if not skip.get("iterations") or not line:
-        return []
-    return [
-        f'<span class="label">{"PASTE":<10}</span> '
-        f'<span data-label="paste">{_e(trainer)} (restart-{_e(trainer)}.flags):</span>',
-        f'{" " * 11}<code class="paste">{html_safe(line, len(line) + 1)}</code>',
-    ]
+def _labelled(label: str, text: str) -> str:
+    """A reasons line: the label (data-label: the browser test finds lines by it), the text."""
+    safe = html_safe(text, 2000)
+    if not label:
+        return f'<span class="ln">{" " * 11}{safe}</span>'
+    return (
+        f'<span class="ln"><span class="label">{_e(label):<10}</span> '
+        f'<span data-label="{_e(label.lower())}">{safe}</span></span>'
+    )
 
 
-def _stamp(report: SpikeReport) -> str:
+def first_screen_html(screen: FirstScreen, culprit: bool) -> str:
+    """Headline, the commands' box, the stopgap, the reasons."""
+    parts = [f'<p class="headline" data-label="headline">{html_safe(screen.headline, 600)}</p>']
+    if screen.action or screen.commands:
+        items = "".join(f"<li>{_command(c)}</li>" for c in screen.commands)
+        parts.append(
+            '<div class="box"><span class="label">ACTION</span> '
+            f'<span data-label="action">{html_safe(screen.action, 600)}</span>'
+            f'<span class="muted"> · run in this order:</span><ol>{items}</ol></div>'
+        )
+    if screen.stopgap:
+        lines = [_labelled(label, text) for label, text in screen.stopgap]
+        cmd = _command(screen.stopgap_command) if screen.stopgap_command else ""
+        parts.append(f'<div class="stopgap">{"".join(lines)}{cmd}</div>')
+    rows = "".join(_labelled(label, text) for label, text in screen.reasons)
+    parts.append(f'<pre class="summary">{rows}</pre>')
+    cls = "first" if culprit else "first none"
+    return f'<div class="{cls}">{"".join(parts)}</div>'
+
+
+def _stamp(report: Any) -> str:
     """Who wrote the report: run name, version, timestamp, command line."""
     from forensics.provenance import provenance_line
 
@@ -112,20 +114,30 @@ def _stamp(report: SpikeReport) -> str:
     return f'<p class="muted">{html_safe(line, 2000)}</p>' if line else ""
 
 
-def _notes(report: SpikeReport) -> str:
-    """The pipeline's notes, right under the summary (they change how the verdict reads)."""
-    if not report.notes:
+def notes_html(notes: list[str]) -> str:
+    """The pipeline's notes, right under the first screen (they change how the verdict reads)."""
+    if not notes:
         return ""
-    items = "".join(f"<li>{html_safe(note, 600)}</li>" for note in report.notes)
+    items = "".join(f"<li>{html_safe(note, 600)}</li>" for note in notes)
     return f'<ul class="notes">{items}</ul>'
 
 
-def _table(report: SpikeReport) -> str:
+def plots_html(plots: list[tuple[str, str]], pngs: dict[str, bytes]) -> str:
+    figures = "".join(
+        f'<h3>{_e(title)}</h3><img alt="{_e(name)}" src="data:image/png;base64,'
+        f'{base64.b64encode(pngs[name]).decode()}">'
+        for name, title in plots
+        if name in pngs
+    )
+    return figures or "<p>No plots (no data for them).</p>"
+
+
+def clusters_html(table: ClusterTable) -> str:
     cols = ["id", "verdict", "cluster", "docs", "window", "baseline", "enrichment", "p",
             "samples / expected", "flagged", "garbage", "spam", "suspicion", "note"]  # fmt: skip
     head = "<tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"
     rows, clean = [], []
-    for r in cluster_rows(report):
+    for r in table.rows:
         note = cluster_notes(r)
         cells = [
             html_safe(r["id"], 20),
@@ -147,31 +159,32 @@ def _table(report: SpikeReport) -> str:
         (clean if r["verdict"] == "clean" else rows).append(
             f'<tr class="{_e(r["verdict"])}">{tds}</tr>'
         )
-    more = report.clusters.height - len(rows) - len(clean)
-    tail = f'<p class="muted">{more:,} more clean clusters in report.json.</p>' if more > 0 else ""
+    tail = (
+        f'<p class="muted">{table.more:,} more clean clusters in report.json.</p>'
+        if table.more > 0
+        else ""
+    )
     folded = (
         f'<details><summary class="muted">{len(clean):,} clean clusters</summary>'
         f"<table>{head}{''.join(clean)}</table></details>"
         if clean
         else ""
     )
-    return f"<table>{head}{''.join(rows)}</table>{folded}{tail}"
+    counts = f'<p data-counts="clusters">Clusters: {_e(counts_text(table.counts))}.</p>'
+    note = ""
+    if table.embedding_note:
+        note = f'<p class="muted">Embedding sample: {html_safe(table.embedding_note, 600)}.</p>'
+    return f"{counts}<table>{head}{''.join(rows)}</table>{folded}{tail}{note}"
 
 
-def _examples(report: SpikeReport) -> str:
-    if report.examples is None or report.examples.height == 0:
-        return "<p>No examples.</p>"
-    info = {r["id"]: r for r in report.clusters.iter_rows(named=True)}
+def examples_html(groups: list[ExampleGroup]) -> str:
     out = []
-    for (cluster,), group in report.examples.group_by("cluster", maintain_order=True):
-        row = info.get(cluster)
-        if row is None or row["verdict"] == "clean":
-            continue
+    for g in groups:
         out.append(
-            f"<h3>{html_safe(cluster, 20)}: {html_safe(cluster_name(row), 120)} "
-            f"({_e(row['verdict'])})</h3>"
+            f"<h3>{html_safe(g.row['id'], 20)}: {html_safe(g.name, 120)} "
+            f"({_e(g.row['verdict'])})</h3>"
         )
-        for ex in group.iter_rows(named=True):
+        for ex in g.examples:
             reasons = html_safe("; ".join(ex["reasons"]) or "not flagged", 200)
             out.append(
                 f'<div class="muted">{html_safe(ex["dataset"], 80)} doc {int(ex["doc_id"])}: '
@@ -180,78 +193,73 @@ def _examples(report: SpikeReport) -> str:
     return "".join(out) or "<p>No culprit or suspect clusters.</p>"
 
 
-def _skip(report: SpikeReport) -> str:
-    skip = report.skip
-    if not skip:
-        return ""
-    parts = ["<h2>Skip and restart</h2>"]
-    action = skip.get("action") or {}
-    if action.get("kind"):
-        first = action.get("command") or "skip the iterations below"
+def skip_html(s: SkipSection) -> str:
+    parts = []
+    action = s.skip.action
+    if action.kind:
+        first = action.command or "skip the iterations below"
         parts.append(
-            f"<p>First: <b>{_e(action['kind'])}</b>: <code>{html_safe(first, 400)}</code></p>"
-            f"<p>{html_safe(action.get('why', ''), 600)}</p>"
+            f"<p>First: <b>{_e(action.kind)}</b>: <code>{html_safe(first, 400)}</code></p>"
+            f"<p>{html_safe(action.why, 600)}</p>"
         )
-    if skip.get("iterations"):
-        ranges = ", ".join(f"{a}-{b}" for a, b in skip["iterations"])
-        parts.append(f"<p>Skip iterations: {html_safe(ranges, 4000)}</p>")
-    for key in ("collateral", "ahead"):
-        if isinstance(skip.get(key), dict) and skip[key]:
-            items = "".join(
-                f"<tr><th>{html_safe(k.replace('_', ' '), 80)}</th>"
-                f"<td>{html_safe(format_value(v), 300)}</td></tr>"
-                for k, v in skip[key].items()
-            )
-            parts.append(f"<h3>{_e(key)}</h3><table>{items}</table>")
-    if skip.get("documents") is not None:
-        parts.append(f"<p>Block list: {int(skip['documents']):,} documents (skip.json).</p>")
-    flags = skip.get("flags") or {}
-    for name, flag in flags.items() if skip.get("iterations") else ():
-        chosen = " (this run's trainer)" if name == skip.get("trainer") else ""
-        parts.append(f"<h3>{_e(name)}{_e(chosen)}: restart-{_e(name)}.flags</h3>")
-        line = restart_line(flag)
-        if line:  # whole and on one line, as the file holds it (it scrolls sideways)
-            parts.append(f'<pre class="flags">{html_safe(line, len(line) + 1)}</pre>')
-            pin = flag.get("pin") or ""
-            if pin and not pin.startswith("--"):
-                parts.append(f"<p>Load the rollback checkpoint: <code>{html_safe(pin)}</code></p>")
-            parts.append(f'<p class="muted">{html_safe(flag.get("consequence") or "", 2000)}</p>')
+    if s.ranges:
+        parts.append(f"<p>Skip iterations: {html_safe(s.ranges, 4000)}</p>")
+    if s.skip.collateral:
+        items = "".join(
+            f"<tr><th>{html_safe(k.replace('_', ' '), 80)}</th>"
+            f"<td>{html_safe(format_value(v), 300)}</td></tr>"
+            for k, v in s.skip.collateral.items()
+        )
+        parts.append(f"<h3>collateral</h3><table>{items}</table>")
+    for t in s.trainers:
+        chosen = " (this run's trainer)" if t.chosen else ""
+        parts.append(f"<h3>{_e(t.name)}{_e(chosen)}: restart-{_e(t.name)}.flags</h3>")
+        if t.line:  # whole, as the file holds it, wrapped at spaces: at the end of the launch line
+            parts.append(f'<pre class="flags">{html_safe(t.line, len(t.line) + 1)}</pre>')
+            if t.pin and not t.pin.startswith("--"):
+                parts.append(
+                    f"<p>Load the rollback checkpoint: <code>{html_safe(t.pin)}</code></p>"
+                )
+            parts.append(f'<p class="muted">{html_safe(t.consequence, 2000)}</p>')
         else:
-            parts.append(f"<p>No exact flag: {html_safe(flag.get('refusal') or '', 2000)}</p>")
-        parts.append(f'<p class="muted">{html_safe(flag.get("semantics") or "", 2000)}</p>')
+            parts.append(f"<p>No exact flag: {html_safe(t.refusal or '', 2000)}</p>")
+        parts.append(f'<p class="muted">{html_safe(t.semantics, 2000)}</p>')
     return "".join(parts)
 
 
-def render_html(report: SpikeReport, plots: dict[str, bytes]) -> str:
-    """The whole report.html, plots inlined as data: URIs."""
-    figures = "".join(
-        f"<h3>{_e(PLOT_TITLES.get(name, name))}</h3>"
-        f'<img alt="{_e(name)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-        for name, png in plots.items()
-    )
-    note = ""
-    if report.embedding_note:
-        text = html_safe(report.embedding_note.get("text", ""), 600)
-        note = f'<p class="muted">Embedding sample: {text}.</p>'
-    rules = (
-        f"<p><b>Verdict rule.</b> {html_safe(report.rules['verdict_rule'], 2000)}</p>"
-        f"<p><b>Suspicion.</b> {html_safe(report.rules['suspicion_formula'], 2000)}</p>"
-    )
-    if report.rules.get("model_rule"):
-        rules += f"<p><b>Model side.</b> {html_safe(report.rules['model_rule'], 2000)}</p>"
-    from forensics.report.drilldown import CSS as DRILL_CSS
-    from forensics.report.drilldown import drilldown_section
-    from forensics.report.model_view import html_section
+def documents_html(groups: list[DrillGroup]) -> str:
+    return drilldown_html(groups) if groups else ""
 
+
+def rules_html(rules: list[tuple[str, str]]) -> str:
+    return "".join(f"<p><b>{_e(name)}.</b> {html_safe(text, 2000)}</p>" for name, text in rules)
+
+
+def render_html(report: Any, sections: list[Section], plots: dict[str, bytes]) -> str:
+    """The whole report.html, plots inlined as data: URIs."""
+    layout: dict[str, Callable[[Any], str]] = {
+        "first_screen": lambda screen: first_screen_html(screen, report.culprit is not None),
+        "notes": notes_html,
+        "plots": lambda names: plots_html(names, plots),
+        "clusters": clusters_html,
+        "examples": examples_html,
+        "documents": documents_html,
+        "model": html_section,
+        "skip": lambda s: skip_html(s) if s is not None else "",
+        "rules": rules_html,
+    }
+    body = []
+    for s in sections:
+        part = layout[s.key](s.data)
+        if part and s.title:
+            body.append(f"<h2>{_e(s.title)}</h2>")
+        body.append(part)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>Spike report: iteration {report.step}</title>"
         f"<style>{CSS}{DRILL_CSS}</style></head><body>"
-        f"<h1>Spike report: iteration {report.step}</h1>{_stamp(report)}{_summary(report)}"
-        f"{_notes(report)}"
-        f"<h2>Plots</h2>{figures or '<p>No plots (no data for them).</p>'}"
-        f"<h2>Clusters</h2>{_table(report)}{note}"
-        f"<h2>Examples</h2>{_examples(report)}{drilldown_section(report)}{html_section(report)}"
-        f"{_skip(report)}<h2>How the verdicts are made</h2>{rules}</body></html>\n"
+        f"<h1>Spike report: iteration {report.step}</h1>{_stamp(report)}{''.join(body)}"
+        "</body></html>\n"
     )

@@ -1,7 +1,11 @@
 """report.json: the machine-readable report (what a dashboard or the next tool reads).
 
 Keys: step, window [first, last], baseline [first, last], rollback_iteration, rollback_note,
-culprit (id of the headline culprit or null), summary (the first screen as [label, text]),
+culprit (id of the headline culprit or null), culprit_name ("crawl_batch=crawl-2026-w17"),
+headline (one line: the verdict, the culprit, how sure, the action), action, commands (the
+action's commands in the order to run them; command_notes: what each does), stopgap_commands,
+summary (the first screen as [label, text]), cluster_counts (culprit, suspect,
+suspect_inside_culprit, clean, all: the counts every medium prints), plots,
 notes (the pipeline's remarks: stage crossings, how the baseline was chosen, ...),
 rules (verdict rule, suspicion formula), embedding_sample, skip, culprit_share (per iteration),
 and clusters sorted by suspicion, each with id, kind, facet, key, docs, baseline_docs,
@@ -17,12 +21,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
 
-from forensics.report.model import SpikeReport
-from forensics.report.summary import summary_lines
+from forensics.report.first_screen import FirstScreen
+from forensics.report.model import cluster_name
+from forensics.report.sections import Section
 
 INTERNAL_COLUMNS = ("members", "flagged_members")
 
@@ -38,8 +44,7 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def report_dict(report: SpikeReport) -> dict[str, Any]:
-    """The report as plain JSON-able data."""
+def _clusters(report: Any) -> list[dict[str, Any]]:
     examples: dict[str, list[dict[str, Any]]] = {}
     if report.examples is not None:
         for ex in report.examples.iter_rows(named=True):
@@ -51,34 +56,65 @@ def report_dict(report: SpikeReport) -> dict[str, Any]:
     for row in report.clusters.select(keep).iter_rows(named=True):
         row["examples"] = examples.get(row["id"], [])
         clusters.append(row)
+    return clusters
+
+
+def _first_screen(screen: FirstScreen) -> dict[str, Any]:
+    """headline (one line: verdict, culprit, how sure, action), the action's commands in the
+    order to run them, the stopgap's, and the whole screen as [label, text] lines."""
+    gap = screen.stopgap_command
+    return {
+        "headline": screen.headline,
+        "action": screen.action,
+        "commands": [c.text for c in screen.commands],
+        "command_notes": [c.note for c in screen.commands],
+        "stopgap_commands": [gap.text] if gap is not None else [],
+        "summary": [list(line) for line in screen.lines()],
+    }
+
+
+def report_dict(report: Any, sections: list[Section]) -> dict[str, Any]:
+    """The report as plain JSON-able data: the header, then each section's keys in order."""
     top = report.culprit
     share = None
     if report.culprit_share is not None:
         share = report.culprit_share.select("iteration", "share").rows()
-    return _clean(
-        {
-            "provenance": report.provenance,
-            "step": report.step,
-            "window": list(report.window),
-            "baseline": list(report.baseline),
-            "rollback_iteration": report.rollback_iteration,
-            "rollback_note": report.rollback_note,
-            "culprit": None if top is None else top["id"],
-            "culprit_first_iteration": report.culprit_first_iteration,
-            "summary": [list(line) for line in summary_lines(report)],
-            "notes": list(report.notes),
-            "rules": report.rules,
-            "embedding_sample": report.embedding_note,
-            "skip": report.skip,
-            "culprit_share": share,
-            "clusters": clusters,
-            "model": report.model,  # what the model choked on; null without a checkpoint
-        }
+    layout: dict[str, Callable[[Any], dict[str, Any]]] = {
+        "first_screen": _first_screen,
+        "notes": lambda notes: {"notes": list(notes)},
+        "plots": lambda plots: {"plots": [name for name, _ in plots]},
+        "clusters": lambda table: {"cluster_counts": table.counts},
+        "examples": lambda _: {},  # each cluster's examples are in `clusters`
+        "documents": lambda _: {},  # documents.parquet
+        "model": lambda view: {"model": view},  # null without a checkpoint
+        "skip": lambda s: {"skip": s.skip.to_dict() if s is not None else None},
+        "rules": lambda _: {"rules": report.rules},
+    }
+    out: dict[str, Any] = {
+        "provenance": report.provenance,
+        "step": report.step,
+        "window": list(report.window),
+        "baseline": list(report.baseline),
+        "rollback_iteration": report.rollback_iteration,
+        "rollback_note": report.rollback_note,
+        "culprit": None if top is None else top["id"],
+        "culprit_name": None if top is None else cluster_name(top),
+        "culprit_first_iteration": report.culprit_first_iteration,
+    }
+    for s in sections:
+        out |= layout[s.key](s.data)
+    out |= {
+        "embedding_sample": report.embedding_note,
+        "culprit_share": share,
+        "clusters": _clusters(report),
+    }
+    return _clean(out)
+
+
+def render_json(report: Any, sections: list[Section]) -> str:
+    return (
+        json.dumps(report_dict(report, sections), indent=2, ensure_ascii=False, default=str) + "\n"
     )
-
-
-def render_json(report: SpikeReport) -> str:
-    return json.dumps(report_dict(report), indent=2, ensure_ascii=False, default=str) + "\n"
 
 
 def clusters_from_json(data: dict[str, Any]) -> pl.DataFrame:

@@ -1,87 +1,185 @@
-"""The report's sections, in the one order report.md and report.html both follow, and the two
-sections report.md lacked (documents by cluster, skip and restart), in Markdown.
+"""The report, built once, then laid out: a list of sections whose content is computed here,
+before any rendering, which report.json, report.md, report.html and the terminal iterate in the
+same order. A renderer only lays a section out and escapes its text; it never calls back into
+the clustering or the skip plan.
 
-    summary, notes, Plots, Clusters, Examples, Documents by cluster, [What the model choked
-    on], Skip and restart, How the verdicts are made
+    first screen (headline, commands, stopgap, reasons), notes, Plots, Clusters, Examples,
+    Documents by cluster, What the model choked on, Skip and restart, How the verdicts are made
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from forensics.report.drilldown import chosen_clusters
-from forensics.report.model import cluster_name, format_value
-from forensics.safe_text import fence_safe, md_code, md_safe
-from forensics.skip.flags import restart_line
+from forensics.report.drilldown import drill_groups
+from forensics.report.first_screen import FirstScreen, first_screen
+from forensics.report.model import SpikeReport, cluster_name, cluster_rows
+from forensics.report.skip_view import ReportSkip
+from forensics.report.summary import cluster_counts
 
-SECTION_ORDER = (
-    "Plots",
-    "Clusters",
-    "Examples",
-    "Documents by cluster",
-    "What the model choked on",
-    "Skip and restart",
-    "How the verdicts are made",
-)
+FIRST_SCREEN, NOTES = "first_screen", "notes"
+PLOTS, CLUSTERS, EXAMPLES, DOCUMENTS = "plots", "clusters", "examples", "documents"
+MODEL, SKIP, RULES = "model", "skip", "rules"
+TITLES = {
+    FIRST_SCREEN: "",
+    NOTES: "",
+    PLOTS: "Plots",
+    CLUSTERS: "Clusters",
+    EXAMPLES: "Examples",
+    DOCUMENTS: "Documents by cluster",
+    MODEL: "What the model choked on",
+    SKIP: "Skip and restart",
+    RULES: "How the verdicts are made",
+}
+SECTION_ORDER = tuple(t for t in TITLES.values() if t)  # the h2 headings, in order
+# Each plot's short name (its image's alt text) and title: what its axes show (the same in
+# report.md and report.html).
+PLOT_NAMES = {
+    "timeline": "Incident timeline",
+    "culprit_share": "Culprit share per iteration",
+    "embedding": "Embedding clusters in 2-D",
+    "scores": "Scores, window vs baseline",
+}
+PLOT_TITLES = {
+    "timeline": "Incident timeline: loss and culprit share per iteration, with alarms, stages, "
+    "checkpoints, rollback and skips",
+    "culprit_share": "Culprit share of each iteration's samples, over the loss",
+    "embedding": "Sampled documents by embedding (first two principal components)",
+    "scores": "Garbage and spam scores: share of documents per score, window vs baseline",
+}
 
 
-def documents_markdown(report: Any) -> str:
-    """Per culprit/suspect cluster: its documents' count, flagged share and the first few ids
-    with the iterations that drew them; the texts are in report.html and documents.parquet."""
-    docs = getattr(report, "documents", None)
-    chosen = chosen_clusters(report) if report.clusters.height else report.clusters
-    if docs is None or chosen.height == 0:
-        return ""
-    out = ["## Documents by cluster\n"]
-    for row in chosen.iter_rows(named=True):
-        mine = docs.filter(pl.col("clusters").list.contains(row["id"])).sort(
-            ["flagged", "doc_id"], descending=[True, False]
+@dataclass(frozen=True)
+class Section:
+    """One part of the report: `key` (which layout a renderer uses), `title` (its heading;
+    "" for the first screen and the notes), `data` (its content, computed)."""
+
+    key: str
+    title: str
+    data: Any
+
+
+@dataclass(frozen=True)
+class ClusterTable:
+    """rows: the table's clusters (model.cluster_rows); counts: summary.cluster_counts; more:
+    clusters left out of the table; embedding_note: how the embedding sample was drawn."""
+
+    rows: list[dict[str, Any]]
+    counts: dict[str, int]
+    more: int
+    embedding_note: str = ""
+
+
+@dataclass(frozen=True)
+class ExampleGroup:
+    """A culprit or suspect cluster's example documents (model.pick_examples rows)."""
+
+    row: dict[str, Any]
+    name: str
+    examples: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class TrainerBlock:
+    """One trainer's restart file in "Skip and restart": its line (None when refused)."""
+
+    name: str
+    chosen: bool
+    line: str | None
+    pin: str | None
+    semantics: str
+    consequence: str
+    refusal: str | None
+
+
+@dataclass(frozen=True)
+class SkipSection:
+    skip: ReportSkip
+    ranges: str
+    trainers: list[TrainerBlock] = field(default_factory=list)
+
+
+def _examples(report: SpikeReport) -> list[ExampleGroup]:
+    """Examples per culprit or suspect cluster, in the examples table's order."""
+    if report.examples is None or report.examples.height == 0:
+        return []
+    info = {r["id"]: r for r in report.clusters.iter_rows(named=True)}
+    out = []
+    for (cluster,), group in report.examples.group_by("cluster", maintain_order=True):
+        row = info.get(cluster)
+        if row is None or row["verdict"] == "clean":
+            continue
+        out.append(ExampleGroup(row, cluster_name(row), list(group.iter_rows(named=True))))
+    return out
+
+
+def _skip(skip: ReportSkip | None) -> SkipSection | None:
+    if skip is None:
+        return None
+    blocks = []
+    for name, flag in skip.flags.items() if skip.iterations else ():
+        blocks.append(
+            TrainerBlock(
+                name=name,
+                chosen=name == skip.trainer,
+                line=skip.line(name),
+                pin=flag.pin,
+                semantics=flag.semantics,
+                consequence=flag.consequence,
+                refusal=flag.refusal,
+            )
         )
-        label = row.get("label") or row["verdict"]
-        out.append(
-            f"- {md_safe(row['id'])}: {md_safe(cluster_name(row), 120)} ({label}): "
-            f"{mine.height:,} window documents, {100 * float(row['flagged_rate']):.0f}% flagged"
-        )
-        for d in mine.head(5).iter_rows(named=True):
-            its = d.get("iterations") or []
-            shown = ", ".join(str(i) for i in its[:6]) + (" ..." if len(its) > 6 else "")
-            out.append(f"  - {md_code(d['dataset'], 60)} doc {d['doc_id']}: iterations {shown}")
-    out.append("\nWhole documents, corrupted spans marked: report.html; every window document: "
-               "documents.parquet.\n")  # fmt: skip
-    return "\n".join(out)
+    ranges = ", ".join(f"{a}-{b}" for a, b in skip.iterations)
+    return SkipSection(skip, ranges, blocks)
 
 
-def skip_markdown(report: Any) -> str:
-    """Skip and restart: the action, the ranges, and every trainer's whole flag in a fence."""
-    skip = report.skip
-    if not skip:
-        return ""
-    out = ["## Skip and restart\n"]
-    action = skip.get("action") or {}
-    if action.get("kind"):
-        first = action.get("command") or "skip the iterations below"
-        out.append(f"First: **{md_safe(action['kind'])}**: {md_code(first, 400)}\n")
-        out.append(f"{md_safe(action.get('why', ''), 600)}\n")
-    if skip.get("iterations"):
-        ranges = ", ".join(f"{a}-{b}" for a, b in skip["iterations"])
-        out.append(f"Skip iterations: {md_safe(ranges, 4000)}\n")
-    for key in ("collateral",):
-        if isinstance(skip.get(key), dict) and skip[key]:
-            out += [f"- {md_safe(k.replace('_', ' '))}: {md_safe(format_value(v))}"
-                    for k, v in skip[key].items()]  # fmt: skip
-            out.append("")
-    flags = skip.get("flags") or {}
-    for name, flag in flags.items() if skip.get("iterations") else ():
-        chosen = " (this run's trainer)" if name == skip.get("trainer") else ""
-        out.append(f"### {md_safe(name)}{chosen}: restart-{md_safe(name)}.flags\n")
-        line = restart_line(flag)
-        if line:  # whole, as restart-<trainer>.flags holds it
-            pin = flag.get("pin") or ""
-            out.append("~~~text\n" + fence_safe(line, len(line) + 1) + "\n~~~\n")
-            if pin and not pin.startswith("--"):
-                out.append(f"Load the rollback checkpoint: {md_code(pin)}\n")
-        else:
-            out.append(f"No exact flag: {md_safe(flag.get('refusal') or '', 2000)}\n")
-    return "\n".join(out) + "\n"
+def _rules(report: SpikeReport) -> list[tuple[str, str]]:
+    rules = [
+        ("Verdict rule", report.rules["verdict_rule"]),
+        ("Suspicion", report.rules["suspicion_formula"]),
+    ]
+    if report.rules.get("model_rule"):
+        rules.append(("Model side", report.rules["model_rule"]))
+    return rules
+
+
+def report_sections(report: SpikeReport, plots: list[str] | None = None) -> list[Section]:
+    """Every section of the report, in order, with its content computed. `plots`: the names of
+    the plots drawn (forensics.report.plots.render_plots), in order."""
+    rows = cluster_rows(report)
+    note = (report.embedding_note or {}).get("text", "")
+    table = ClusterTable(rows, cluster_counts(report.clusters), report.clusters.height - len(rows),
+                         str(note))  # fmt: skip
+    screen: FirstScreen = first_screen(report)
+    data = {
+        FIRST_SCREEN: screen,
+        NOTES: list(report.notes),
+        PLOTS: [(name, PLOT_TITLES.get(name, name)) for name in plots or []],
+        CLUSTERS: table,
+        EXAMPLES: _examples(report),
+        DOCUMENTS: drill_groups(report),
+        MODEL: report.model,
+        SKIP: _skip(report.skip),
+        RULES: _rules(report),
+    }
+    return [Section(key, TITLES[key], data[key]) for key in TITLES]
+
+
+def section(sections: list[Section], key: str) -> Any:
+    """The data of the section `key`."""
+    return next(s.data for s in sections if s.key == key)
+
+
+def counts_from_json(data: dict[str, Any]) -> dict[str, int]:
+    """report.json's clusters counted the way summary.cluster_counts counts them (a reader's
+    check that the file's clusters and its `cluster_counts` agree)."""
+    from forensics.report.render_json import clusters_from_json
+
+    return (
+        cluster_counts(clusters_from_json(data))
+        if data["clusters"]
+        else cluster_counts(pl.DataFrame())
+    )

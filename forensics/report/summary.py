@@ -1,33 +1,31 @@
-"""The first screen an engineer acts on: the report's summary as (label, text) lines.
+"""The first screen's reasons, as (label, text) lines: why the culprit is blamed (or why none
+is), how sure, what the model said, the rollback, the skipped iterations, the block list, what
+lies ahead, the cluster counts and what the chosen trainer's flags do.
 
-Why its own module: report.json, report.md, report.html and the terminal all open with these
-same lines, so they are worded once, here, from the model (`model.SpikeReport`); each renderer
-only escapes them for its medium. In order: the spike, the verdict (CULPRIT and why, or NO
-CULPRIT), the ACTION, the MODEL, how sure, ROLL BACK, SKIP or STOPGAP, AHEAD, and the PASTE line
-for the run's trainer.
+Why its own module: report.json, report.md, report.html and the terminal show these same lines
+in the same order (forensics.report.first_screen puts the headline and the commands above
+them), worded once, here, from the model (`model.SpikeReport`) before any rendering; each
+renderer only escapes them for its medium.
 """
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 import polars as pl
 
-from forensics.report.action_view import action_lines, skip_label
 from forensics.report.confidence import confidence_lines, no_culprit_lines
 from forensics.report.model import (
     SpikeReport,
     cluster_name,
     corroborating_rows,
     format_p,
-    format_value,
     pct,
 )
 from forensics.report.model_view import model_summary
+from forensics.report.skip_view import ReportSkip
 from forensics.report.why_shares import blend_lines
 
-FLAG_CHARS = 160  # a longer paste line is shown as $(cat restart-<trainer>.flags), never cut
 NO_CULPRIT_ADVICE = (
     "no cluster stands out: the spike is then more likely numerical (a hard batch, a bf16 "
     "overflow, a hardware glitch). If it is benign, do nothing; if spikes keep coming and no "
@@ -36,7 +34,8 @@ NO_CULPRIT_ADVICE = (
 Line = tuple[str, str]  # (label, raw text); "" continues the line above
 
 
-def _ranges(iterations: list[list[int]] | list[tuple[int, int]]) -> tuple[str, int]:
+def ranges_text(iterations: list[list[int]]) -> tuple[str, int]:
+    """ "151-167, 169-170" (six ranges at most, then a count) and the number of iterations."""
     parts, total = [], 0
     for first, last in iterations:
         parts.append(f"{first}-{last}" if first != last else f"{first}")
@@ -59,7 +58,7 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     )
     share += ")" if top["new_in_window"] else f", {top['enrichment']:.1f}x)"
     lines.append(share)
-    lines.extend(blend_lines(top, report.step, report.window))
+    lines.extend(blend_lines(top, report.step, report.window, report.stage_starts))
     flagged = (
         f"{pct(top['flagged_rate'])} of its documents are flagged: garbage "
         f"{pct(top['garbage_rate'])}, spam {pct(top['spam_rate'])} (rest of the window: "
@@ -135,11 +134,14 @@ def _verdict_lines(report: SpikeReport) -> list[Line]:
                 f"{pct(s['baseline_share'])} of the baseline)",
             )
         )
-        out.extend(("", line) for line in blend_lines(s, report.step, report.window))
+        out.extend(
+            ("", line) for line in blend_lines(s, report.step, report.window, report.stage_starts)
+        )
     return out
 
 
-def _rollback_lines(report: SpikeReport) -> list[Line]:
+def rollback_lines(report: SpikeReport) -> list[Line]:
+    """ROLL BACK: the checkpoint and the rule that chose it."""
     if report.rollback_iteration is None:
         return []
     text = f"to iteration {report.rollback_iteration}"
@@ -149,74 +151,98 @@ def _rollback_lines(report: SpikeReport) -> list[Line]:
     return [("ROLL BACK", text)]
 
 
-def _skip_lines(skip: dict[str, Any]) -> list[Line]:
-    """SKIP (or STOPGAP): the iterations, what skipping them costs, the block list; AHEAD: what
-    the rest of the run still holds of the culprit."""
+def skip_lines(skip: ReportSkip) -> list[Line]:
+    """SKIP (when skipping is the fix; under a rebuild the stopgap names them): the iterations
+    and what skipping them costs; BLOCK LIST: its size, said once; AHEAD: the culprit in the
+    rest of the run."""
     out: list[Line] = []
-    if skip.get("iterations"):
-        shown, total = _ranges(skip["iterations"])
+    if skip.iterations and not skip.action.removes:
+        shown, total = ranges_text(skip.iterations)
         text = f"iterations {shown} ({total} iterations)"
-        coll = skip.get("collateral") or {}
-        if coll:
-            text += "; " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in coll.items())
-        if skip.get("documents") is not None:
-            text += f"; block list: {int(skip['documents']):,} documents"
-        out.append((skip_label(skip), text))
-    if skip.get("ahead"):
-        ahead = skip["ahead"]
-        text = (
-            "; ".join(f"{k.replace('_', ' ')}: {format_value(v)}" for k, v in ahead.items())
-            if isinstance(ahead, dict)
-            else str(ahead)
-        )
-        out.append(("AHEAD", text))
+        if skip.collateral:
+            text += "; " + ", ".join(
+                f"{k.replace('_', ' ')} {v:,}" for k, v in skip.collateral.items()
+            )
+        out.append(("SKIP", text))
+    if skip.documents:
+        out.append(("BLOCK LIST", block_list_text(skip)))
+    if skip.ahead:
+        out.append(("AHEAD", skip.ahead))
     return out
 
 
-def _paste_lines(skip: dict[str, Any]) -> list[Line]:
-    """PASTE: the run's trainer's flag (or where the whole line is, when it is long), or NO FLAG
-    with why; then where the other trainers' flags are."""
-    flags = skip.get("flags") or {}
-    chosen = flags.get(skip.get("trainer"), {})
-    if not (skip.get("iterations") and chosen):
+def block_list_text(skip: ReportSkip) -> str:
+    """ "30 documents (19 drawn in the window + 11 more of the culprit's, not drawn in it) in
+    skip.json": the block list's size, said once."""
+    text = f"{skip.documents:,} documents"
+    seen = skip.seen_in_window
+    if seen is not None and skip.documents is not None and seen <= skip.documents:
+        text += (
+            f" ({seen:,} drawn in the window + {skip.documents - seen:,} more of the culprit's, "
+            "not drawn in it)"
+        )
+    return text + " in skip.json"
+
+
+def cluster_counts(clusters: pl.DataFrame) -> dict[str, int]:
+    """The counts every medium prints: culprits, suspects on their own, suspects inside a
+    culprit, clean clusters (inside a culprit or not), and all of them."""
+    if clusters.height == 0:
+        return {"culprit": 0, "suspect": 0, "suspect_inside_culprit": 0, "clean": 0, "all": 0}
+    inside = pl.col("explained_by").is_not_null()
+    v = pl.col("verdict")
+    return {
+        "culprit": clusters.filter(v == "culprit").height,
+        "suspect": clusters.filter((v == "suspect") & ~inside).height,
+        "suspect_inside_culprit": clusters.filter((v == "suspect") & inside).height,
+        "clean": clusters.filter(v == "clean").height,
+        "all": clusters.height,
+    }
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """ "1 culprit, 0 suspects (+4 inside a culprit), 55 clean; 60 clusters"."""
+
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}" + ("s" if count != 1 else "")
+
+    text = f"{n(counts['culprit'], 'culprit')}, {n(counts['suspect'], 'suspect')}"
+    if counts["suspect_inside_culprit"]:
+        text += f" (+{counts['suspect_inside_culprit']} inside a culprit)"
+    return text + f", {counts['clean']} clean; {counts['all']} clusters"
+
+
+def flag_lines(skip: ReportSkip) -> list[Line]:
+    """FLAGS: what the chosen trainer's flag does and costs, or NO FLAG with why; then where
+    the other trainers' flags are."""
+    chosen = skip.chosen
+    if not (skip.iterations and chosen is not None):
         return []
     out: list[Line] = []
-    if chosen.get("flag"):
-        pin = chosen.get("pin") or ""
-        paste = f"{pin} {chosen['flag']}" if pin.startswith("--") else str(chosen["flag"])
-        if len(paste) <= FLAG_CHARS:
-            out.append(("PASTE", f"{skip['trainer']}: {paste}"))
-        else:  # never a cut line: the whole one is in a file beside the report
-            where = (skip.get("action") or {}).get("flags_dir")
-            path = shlex.quote(f"{where}/" * bool(where) + f"restart-{skip['trainer']}.flags")
-            out.append(("PASTE", f"{skip['trainer']}: $(cat {path})"))
-            whole = f"{len(paste):,} characters"
-            out.append(("", f"(the file beside this report holds the whole line, {whole})"))
-        if pin and not pin.startswith("--"):
-            out.append(("", f"load the rollback checkpoint: {pin}"))
-        out.append(("", f"({chosen.get('semantics', '')}; then {chosen.get('consequence')})"))
-        if skip.get("tracker_file"):
-            out.append(("", f"or --result-rejected-tracker-filename {skip['tracker_file']}"))
+    if chosen.flag:
+        out.append(("FLAGS", f"{skip.trainer}: {chosen.semantics}; then {chosen.consequence}"))
+        if skip.tracker_file:
+            out.append(("", f"or --result-rejected-tracker-filename {skip.tracker_file}"))
     else:
-        out.append(("NO FLAG", f"{skip['trainer']}: {chosen.get('refusal')}"))
-    others = [n for n, f in flags.items() if n != skip.get("trainer") and f.get("flag")]
+        out.append(("NO FLAG", f"{skip.trainer}: {chosen.refusal}"))
+    others = [n for n, f in skip.flags.items() if n != skip.trainer and f.flag]
     if others:
         out.append(("", "other trainers' flags: megatron_args.txt (" + ", ".join(others) + ")"))
     return out
 
 
-def summary_lines(report: SpikeReport) -> list[Line]:
-    """The first screen as (label, text) lines, raw text; renderers escape it for their medium."""
+def reason_lines(report: SpikeReport) -> list[Line]:
+    """The reasons under the commands, in every medium's order."""
+    skip = report.skip
     first, last = report.window
     b0, b1 = report.baseline
-    skip = report.skip or {}
     return [
-        ("", f"Spike at iteration {report.step}, window {first}-{last}, baseline {b0}-{b1}"),
         *_verdict_lines(report),
-        *action_lines(skip, report.rollback_iteration),  # rebuild or skip leads
-        *model_summary(report),
         *confidence_lines(report),  # how sure: data, model, loss explained
-        *_rollback_lines(report),
-        *_skip_lines(skip),
-        *_paste_lines(skip),
+        *rollback_lines(report),
+        *(skip_lines(skip) if skip is not None else []),
+        ("CLUSTERS", counts_text(cluster_counts(report.clusters))),
+        *model_summary(report),
+        ("WINDOW", f"iterations {first}-{last} replayed, baseline {b0}-{b1}"),
+        *(flag_lines(skip) if skip is not None else []),
     ]

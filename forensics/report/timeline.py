@@ -16,6 +16,7 @@ import polars as pl
 
 from forensics.report.model import SpikeReport
 from forensics.report.plot_base import (
+    OKABE_ITO,
     SHARE_COLOUR,
     draw_share,
     legend_below,
@@ -30,8 +31,8 @@ from forensics.report.plot_base import (
 
 AFTER_SPIKE = 1.0  # the timeline runs one window's length past the spike (less if the run ends)
 MIN_STEPS_PAST_SPIKE = 20
-STAGE_COLOUR = "#9467bd"
-ALARM_COLOURS = {"grad_norm_alarm": "#e41a1c", "loss_scale_collapse": "#8c564b"}
+STAGE_COLOUR = OKABE_ITO["reddish_purple"]
+ALARM_COLOURS = {"grad_norm_alarm": OKABE_ITO["orange"], "loss_scale_collapse": OKABE_ITO["blue"]}
 ALARM_WORDS = {"grad_norm_alarm": "grad-norm alarm", "loss_scale_collapse": "loss-scale collapse"}
 CHECKPOINT_COLOUR = "#444444"
 
@@ -112,7 +113,7 @@ def timeline_figure(report: SpikeReport):
     sx.set_ylabel("culprit samples (% of iteration)", color=SHARE_COLOUR)
     if has_loss:
         loss = report.loss.filter(pl.col("step").is_between(lo, hi)).sort("step")  # type: ignore[union-attr]
-        ax.plot(loss["step"].to_numpy(), loss["loss"].to_numpy(), color="black", lw=1,
+        ax.plot(loss["step"].to_numpy(), loss["loss"].to_numpy(), color="#000000", lw=1,
                 label="loss (training log)")  # fmt: skip
         mark_spike_loss(ax, report, loss)
         ax.set_ylabel("loss")
@@ -124,14 +125,17 @@ def timeline_figure(report: SpikeReport):
         mark_stages(ax, incident.stage_starts, lo, hi)
         mark_alarms(ax, events, lo, hi)
         mark_checkpoints(ax, incident.checkpoints, lo, hi)
-    mark_restart(ax, report, first_document=False, verdict=spike_verdict(events, report.step))
+    mark_restart(ax, report, first_document=False, verdict=spike_verdict(events, report.step),
+                 view=(lo - 0.5, hi + 0.5))  # fmt: skip
     ax.set_xlim(lo - 0.5, hi + 0.5)
     ax.set_xlabel("iteration")
     starts = incident.stage_starts if incident is not None else []
     stages = [(s - 0.5, f"stage {s}", STAGE_COLOUR) for s in starts if s > 1]
     tag_lines(ax, restart_tags(report, first_document=False) + stages)
     a, b = report.window
-    fig.suptitle(f"Incident timeline: spike at iteration {report.step}, replayed window {a}-{b}")
+    title = "Loss (left) and culprit share per iteration (right): "
+    title += f"spike at {report.step}, window {a}-{b}"
+    fig.suptitle(title)
     legend_below(fig, [ax, sx])
     return fig
 

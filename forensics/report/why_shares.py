@@ -11,6 +11,7 @@ optional: a table built without a replay or a blend has none of them): `sample_s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from forensics.report.model import pct
@@ -32,8 +33,19 @@ def share_line(row: dict[str, Any]) -> str | None:
     line = f"{pct(float(row['sample_share']))} of the window's samples, {expected}"
     ratio = row.get("blend_ratio")
     if ratio is not None:
-        line += f": {float(ratio):.1f}x what the blend gives it"
+        line += ": " + ratio_words(float(ratio))
     return line
+
+
+def ratio_words(ratio: float) -> str:
+    """What observed / expected means: "sampled at its blend weight" within the band the
+    over-representation test does not call (1 / MIN_ENRICHMENT to MIN_ENRICHMENT), else
+    "sampled at 2.3x its blend weight"."""
+    from forensics.cluster.verdict import MIN_ENRICHMENT
+
+    if 1.0 / MIN_ENRICHMENT < ratio < MIN_ENRICHMENT:
+        return f"sampled at its blend weight ({ratio:.1f}x)"
+    return f"sampled at {ratio:.1f}x its blend weight"
 
 
 def table_cell(row: dict[str, Any]) -> str:
@@ -47,9 +59,13 @@ def table_cell(row: dict[str, Any]) -> str:
     return f"{100 * float(share):.2f}% / {100 * float(expected):.2f}% ({row['blend_stages']})"
 
 
-def density_line(row: dict[str, Any], step: int, window: tuple[int, int]) -> str | None:
+def density_line(
+    row: dict[str, Any], step: int, window: tuple[int, int], stage_starts: Sequence[int] = ()
+) -> str | None:
     """When the group was drawn: in how many of the window's iterations, its peak share of one
-    step and how long before the spike, and whether that makes a burst."""
+    step and how long before the spike, and whether that makes a burst. A group new in the
+    window after a data stage starts in it is dense at the window's end because the stage
+    began there: that is the stage start, said as such, not a burst."""
     from forensics.cluster.baseline_fit import BURST_FACTOR
 
     hits = row.get("iterations_with")
@@ -69,11 +85,20 @@ def density_line(row: dict[str, Any], step: int, window: tuple[int, int]) -> str
     )
     density = float(row.get("density") or 0.0)
     if density >= BURST_FACTOR:
-        line += f"; a burst: {density:.1f}x its even share in the window's last quarter"
+        starts = [s for s in stage_starts if window[0] < s <= window[1]]
+        if row.get("new_in_window") and starts:
+            line += (
+                f"; {density:.1f}x its even share in the window's last quarter, since the data "
+                f"stage starting at iteration {starts[-1]} (a stage start, not a burst)"
+            )
+        else:
+            line += f"; a burst: {density:.1f}x its even share in the window's last quarter"
     return line
 
 
-def blend_lines(row: dict[str, Any], step: int, window: tuple[int, int]) -> list[str]:
+def blend_lines(
+    row: dict[str, Any], step: int, window: tuple[int, int], stage_starts: Sequence[int] = ()
+) -> list[str]:
     """The why lines a blamed or suspect group gets: its share against the blend, its density."""
-    lines = [share_line(row), density_line(row, step, window)]
+    lines = [share_line(row), density_line(row, step, window, stage_starts)]
     return [line for line in lines if line]

@@ -245,7 +245,7 @@ def score_table(
         raise ForensicsError(f"workers must be >= 1, got {workers}")
     texts, notes = _as_text(df[text_column])
 
-    if progress and len(df) > 0:
+    if progress and len(df) > 0 and _on_terminal():
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
@@ -265,3 +265,10 @@ def score_table(
                 garbage_rule=pl.when(noted).then(pl.lit("not_text")).otherwise("garbage_rule")
             )
     return pl.concat([df, scores], how="horizontal")
+
+
+def _on_terminal() -> bool:
+    """Whether a progress bar would show: off a terminal it only leaves blank lines."""
+    from dataloaders.console import make_console
+
+    return make_console(stderr=True).is_terminal

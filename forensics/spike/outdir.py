@@ -70,15 +70,16 @@ def write_marker(cache: Path, config_hash: str, step: int, origin: str) -> None:
     write_json_atomic(cache / MARKER, {"config_hash": config_hash, "step": step, "config": origin})
 
 
-def publish_outputs(report: object, skip: SkipPlan, cache: Path, out: Path) -> None:
+def publish_outputs(report: object, skip: SkipPlan, cache: Path, out: Path) -> list:
     """Write the report, skip.json, the flag files and the tracker into a staging folder, then
-    publish them into `out` as one step."""
+    publish them into `out` as one step. Returns the report's sections (the terminal summary
+    lays out the same ones)."""
     from forensics.report import write_report
 
     staging = cache / "staging"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    write_report(report, staging)
+    sections = write_report(report, staging)
     write_json_atomic(staging / SKIP_FILE, skip.to_dict())
     write_text_atomic(staging / ARGS_FILE, megatron_args_text(skip))
     for name, text in restart_flag_files(skip).items():
@@ -88,3 +89,4 @@ def publish_outputs(report: object, skip: SkipPlan, cache: Path, out: Path) -> N
         when = time.strftime("%Y-%m-%d %H:%M:%S")
         write_text_atomic(staging / TRACKER_FILE, tracker_text(tracker, when))
     publish(staging, out, OUTPUT_PATTERNS)
+    return sections

@@ -11,7 +11,6 @@ from forensics.errors import ForensicsError
 from forensics.rollback import Rollback
 from forensics.skip.plan import SkipPlan
 from forensics.spike.outdir import publish_outputs
-from forensics.spike.restart_files import report_skip
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import Clusters
 
@@ -131,12 +130,13 @@ def report_stage(
     exposure: pl.DataFrame,
     ahead: pl.DataFrame,
     evidence: tuple[pl.DataFrame | None, list[dict[str, Any]]] | None = None,
-) -> Any:
+) -> tuple[Any, list[Any]]:
     """Build the report and publish it with skip.json and the restart files, as one step.
+    Returns the report and its sections (computed once; the terminal lays them out too).
 
     `evidence`: log_evidence's loss and triage events, when the caller already read the log
     (the rollback stage needs its alarms)."""
-    from forensics.report import build_report
+    from forensics.report import ReportSkip, build_report
 
     if evidence is None:
         evidence = log_evidence(run.config, run.plan.window, run.notes)
@@ -154,7 +154,7 @@ def report_stage(
             assignments=clusters.assignments,
             embedding_note=clusters.embedding_note,
             loss=loss,
-            skip=report_skip(skip),
+            skip=ReportSkip.from_plan(skip),
             rollback_note=rollback.note,
             notes=run.notes,
             model=clusters.model_view,
@@ -166,5 +166,32 @@ def report_stage(
         from forensics.inputs_guard import check_unchanged
 
         check_unchanged(run.config, run.inputs, "spike")
-        publish_outputs(report, skip, run.cache, run.out)
-    return report
+        report.run_config = config_argument(run.config)
+        report.token_export = exports_tokens(run.replayer)
+        sections = publish_outputs(report, skip, run.cache, run.out)
+    return report, sections
+
+
+def exports_tokens(replayer: Any) -> bool:
+    """Whether `forensics replay --tokens` writes this run's exact token ids (the drill-down's
+    command); otherwise the drill-down offers the replay rows with their token ranges."""
+    from forensics.rescore.export import require_megatron
+
+    try:
+        require_megatron(replayer)
+    except ForensicsError:
+        return False
+    return True
+
+
+def config_argument(config: RunConfig) -> str | None:
+    """The run's config as a command line names it: None for the runbook's ./forensics.yaml
+    (the default) or a config built from Megatron arguments, else its path."""
+    from pathlib import Path
+
+    from forensics.skip.action import shown_path
+
+    source = getattr(config, "source", None)
+    if source is None or Path(source) == (Path.cwd() / "forensics.yaml").resolve():
+        return None
+    return str(shown_path(Path(source)))

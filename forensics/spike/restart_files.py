@@ -1,34 +1,12 @@
-"""The restart files a user pastes from: `restart-<trainer>.flags` and `megatron_args.txt`, and
-the skip plan as the report's first screen shows it."""
+"""The restart files a user pastes from: `restart-<trainer>.flags` and `megatron_args.txt`."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from dataloaders.trainers import get_trainer
 from forensics.skip import expand
 from forensics.skip.flags import restart_line
 from forensics.skip.plan import SkipPlan
 from forensics.skip.tracker import how_to_pass
-
-
-def report_skip(skip: SkipPlan) -> dict[str, Any]:
-    """The skip plan as the report's first screen shows it (counts, not the block list)."""
-    coll = skip.collateral
-    shown = {
-        "clean_samples_skipped": coll["clean_samples_skipped"],
-        "culprit_samples_missed": coll["culprit_samples_missed"],
-    }
-    return {
-        "iterations": skip.iterations,
-        "collateral": shown,
-        "documents": sum(len(v) for v in skip.documents.values()),
-        "ahead": skip.ahead["advice"],
-        "trainer": skip.trainer,
-        "flags": {name: flag.to_dict() for name, flag in skip.flags.items()},
-        "tracker_file": skip.tracker_file,
-        "action": skip.action,  # rebuild or skip leads (forensics.skip.action)
-    }
 
 
 PASTE_AT_END = (

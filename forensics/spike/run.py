@@ -39,14 +39,14 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
         rollback = rollback_stage(run, clusters.ranked, blame, replay, evidence[1])
         exposure, ahead, scope = exposure_stage(run, blame.culprit, rollback.resume_iteration)
         skip = plan_skip(run, rollback, blame, exposure, ahead, scope, window_docs)
-        report = report_stage(
+        report, sections = report_stage(
             run, replay, clusters, window_docs, baseline_docs, rollback, skip, exposure, ahead,
             evidence,
         )  # fmt: skip
     if options.progress:
         from forensics.report import print_summary
 
-        print_summary(report)
+        print_summary(report, sections=sections, html=run.out / "report.html")
     return SpikeResult(
         out=run.out,
         skip=skip,

@@ -81,3 +81,50 @@ def test_embedding_clusters_get_keywords() -> None:
     kw = dict(cluster_keywords(ranked, docs).iter_rows())
     assert set(kw["e0"]) <= {"solar", "panel", "install", "cost"} and len(kw["e0"]) == 3
     assert "python" in kw["e1"] or "function" in kw["e1"]
+
+
+def test_each_document_says_where_it_came_from_and_how_to_get_its_tokens(tmp_path) -> None:
+    """Per document: its manifest facets (source, crawl batch, domain), the iterations that drew
+    it, the snippet around its first corrupted span, and the replay command for the iteration
+    that drew it, with --tokens; report.md lists the first few the same way."""
+    from forensics.report.drilldown import drill_groups
+
+    _, report = _report(tmp_path)
+    top = drill_groups(report)[0]
+    assert top.label == "culprit" and top.opened and top.docs
+    corrupted = [d for d in top.docs if any(kind == "bad" for _, _, kind in d.spans)]
+    assert corrupted, "the dirty batch holds mojibake"
+    for doc in top.docs:
+        assert {"source", "crawl_batch", "domain"} <= set(doc.facets), doc.facets
+        assert doc.tokens_command.startswith(
+            f"forensics replay --step {doc.iterations[0]} --window 1 --out "
+            f"replay-{doc.iterations[0]}.parquet --tokens tokens-{doc.iterations[0]}"
+        )
+    doc = corrupted[0]
+    first = next(a for a, _, kind in doc.spans if kind == "bad")
+    a, b = doc.snippet
+    assert a <= first < b and b - a <= 80 + 220 + (doc.spans[0][1] - doc.spans[0][0])
+    page = (tmp_path / "report.html").read_text()
+    assert html.escape(doc.tokens_command) in page
+    assert f"crawl_batch {html.escape(doc.facets['crawl_batch'])}" in page
+    md = (tmp_path / "report.md").read_text()
+    assert md.count("exact tokens: `forensics replay --step") >= 1
+
+
+def test_template_spans_mark_what_a_clusters_documents_share() -> None:
+    """The words a cluster's documents share (its template) are marked; the slot fillers that
+    differ between them are not; fewer than three documents have no template."""
+    from forensics.report.drilldown import template_spans
+
+    cities = ["Boston", "Denver", "Austin", "Fresno"]
+    texts = [f"Best cheap scooters in {c} today, call now for the lowest price in {c}"
+             for c in cities]  # fmt: skip
+    spans = template_spans(texts)
+    for text, marks in zip(texts, spans, strict=True):
+        marked = "".join(text[a:b] for a, b in marks)
+        assert "cheap scooters" in marked and "lowest price" in marked
+        city = text.index(cities[texts.index(text)])
+        assert not any(a <= city < b for a, b in marks)
+    assert template_spans(texts[:2]) == [[], []]
+    out = highlight(texts[0], spans=[(a, b, "tpl") for a, b in spans[0]])
+    assert '<mark class="tpl">' in out and "Boston" in re.sub(r"<mark[^>]*>.*?</mark>", "", out)

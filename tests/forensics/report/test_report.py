@@ -15,7 +15,7 @@ from rich.console import Console
 
 from forensics.cluster import assign_verdicts, cluster_embeddings, cluster_sources, describe_sample
 from forensics.errors import ForensicsError
-from forensics.report import build_report, print_summary, write_report
+from forensics.report import ReportSkip, build_report, print_summary, write_report
 from forensics_testing.windows import generate_run
 
 SCRIPT = "<script>alert(1)</script>"
@@ -56,7 +56,7 @@ def make_report(dirty_share: float = 0.1, skip: bool = True, seed: int = 21):
         notes=NOTES,
     )  # fmt: skip
     if skip:
-        report.skip = {
+        report.skip = ReportSkip.from_dict({
             "iterations": [[81001, 81234]],
             "trainer": "megatron-lm",
             "flags": {
@@ -72,18 +72,29 @@ def make_report(dirty_share: float = 0.1, skip: bool = True, seed: int = 21):
                 },
             },
             "collateral": {"clean_samples_skipped": 1150, "culprit_samples_unskipped": 0},
-            "ahead": {"share_of_remaining_run": 0.096, "densest_iterations": [81100, 81101]},
+            "ahead": "it is 9.6% of every remaining batch until iteration 240000",
             "documents": 151,
-        }
+            "seen_in_window": 125,
+        })  # fmt: skip
     return run, report
+
+
+def with_action(report, **action):
+    """The report with skip.json's `action` set (a typed view of it, as the pipeline builds)."""
+    from dataclasses import replace
+
+    from forensics.report.skip_view import ActionView
+
+    report.skip = replace(report.skip, action=ActionView.from_dict(action))
+    return report
 
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     run, report = make_report()
     out = tmp_path_factory.mktemp("report")
-    files = write_report(report, out)
-    return run, report, out, files
+    sections = write_report(report, out)
+    return run, report, out, sections
 
 
 def test_report_json_has_the_contract_fields(written):
@@ -122,41 +133,84 @@ def test_hostile_document_is_escaped_in_html_markdown_and_terminal(written):
     assert "\x1b" not in page and "pwned\x07" not in page
     md = (out / "report.md").read_text()
     assert SCRIPT not in md and "\x1b" not in md
+    from dataclasses import replace
+
+    hostile = replace(report, rollback_note=f"{SCRIPT}\x1b[2J\x1b]0;pwned\x07 [bold]x[/bold]")
     buf = io.StringIO()
-    print_summary(report, Console(file=buf, width=160, force_terminal=True, color_system=None))
+    print_summary(hostile, Console(file=buf, width=160, force_terminal=True, color_system=None))
     text = buf.getvalue()
-    assert SCRIPT in text  # shown, as text
+    assert SCRIPT in text and "[bold]x[/bold]" in text  # shown, as text
     assert "\x1b[2J" not in text and "\x1b]0;" not in text and "\x07" not in text
     assert "CULPRIT" in text and "crawl_batch=crawl-2026-10-17" in text
 
 
 def test_long_paste_line_points_at_the_flags_file_from_where_spike_ran():
-    """The first screen's $(cat ...) must work from the shell the engineer ran spike in, not only
-    from inside the spike directory: skip.json's action.flags_dir leads the path."""
-    from forensics.report.summary import summary_lines
+    """The box's $(cat ...) must work from the shell the engineer ran spike in, not only from
+    inside the spike directory: skip.json's action.flags_dir leads the path."""
+    from forensics.report.first_screen import first_screen
 
     _, report = make_report()
-    report.skip["action"] = {"kind": "skip", "why": "confined", "flags_dir": "runs/spike-81234"}
-    (paste,) = [text for label, text in summary_lines(report) if label == "PASTE"]
-    assert paste == "megatron-lm: $(cat runs/spike-81234/restart-megatron-lm.flags)"
+    with_action(report, kind="skip", why="confined", flags_dir="runs/spike-81234")
+    screen = first_screen(report)
+    (restart,) = screen.commands
+    assert restart.text == "$(cat runs/spike-81234/restart-megatron-lm.flags)"
+    assert "restart from checkpoint iteration 81150" in restart.note
+    assert "append to the launch line" in restart.note
+    assert screen.action == "skip iterations 81001-81234 (234 iterations) on the restart"
+    assert screen.headline.endswith(
+        "restart from checkpoint iteration 81150 skipping 234 iterations"
+    )
+    assert screen.stopgap == []  # skipping is the fix: no stopgap
+
+
+def test_rebuild_leads_with_its_commands_in_order_and_the_stopgap_below():
+    """rebuild: the rebuild command, then the restart line from the rebuild's folder; the skip
+    flags are the labelled stopgap under the box; the headline names culprit, grade and action."""
+    from forensics.report.first_screen import first_screen
+
+    _, report = make_report()
+    with_action(report, kind="rebuild", command="forensics rebuild runs/spike-81234",
+                why="it is 9.6% of the rest of the run", stopgap="skip the listed iterations",
+                flags_dir="runs/spike-81234", rebuild_out="runs/rebuild-81234",
+                restart_file="runs/rebuild-81234/restart-rebuilt.flags",
+                restart_holds="the checkpoint pin and the new --data-path",
+                restart_is_flags=True)  # fmt: skip
+    screen = first_screen(report)
+    assert [c.text for c in screen.commands] == [
+        "forensics rebuild runs/spike-81234",
+        "$(cat runs/rebuild-81234/restart-rebuilt.flags)",
+    ]
+    assert screen.headline == (
+        "Spike at iteration 81234: culprit crawl_batch=crawl-2026-10-17 (dataset web_v2), strong "
+        "evidence; remove and rebuild, then restart from checkpoint iteration 81150"
+    )
+    assert (
+        screen.stopgap[0][0] == "STOPGAP" and "cannot wait for the rebuild" in screen.stopgap[0][1]
+    )
+    assert screen.stopgap_command.text == "$(cat runs/spike-81234/restart-megatron-lm.flags)"
+    labels = [label for label, _ in screen.lines()]
+    assert labels.index("ACTION") < labels.index("STOPGAP") < labels.index("CULPRIT")
+    assert "SKIP" not in labels  # the stopgap names the iterations
 
 
 def test_html_is_self_contained_with_its_plots(written):
-    _, _, out, files = written
+    _, _, out, _ = written
     page = (out / "report.html").read_text()
     assert page.count('src="data:image/png;base64,') == 4
     assert "http://" not in page and "https://" not in page
+    files = {p.name for p in out.iterdir()}
     assert {"report_timeline.png", "report_culprit_share.png", "report_embedding.png",
-            "report_scores.png"} <= set(files)  # fmt: skip
+            "report_scores.png"} <= files  # fmt: skip
     md = (out / "report.md").read_text()
     assert "(report_embedding.png)" in md and "(report_timeline.png)" in md
-    # The first screen, in the sketch's order.
-    labels = ["CULPRIT", "why", "ROLL BACK", "SKIP", "AHEAD", "PASTE"]
+    # The first screen: headline, the commands, then the reasons in the sketch's order.
+    labels = ["Spike at iteration 81234", "ACTION", "CULPRIT", "why", "ROLL BACK", "SKIP",
+              "BLOCK LIST", "AHEAD", "CLUSTERS"]  # fmt: skip
     positions = [md.index(label) for label in labels]
     assert positions == sorted(positions)
-    # A long line is never cut: the first screen points at the flags-only file instead.
-    (paste,) = [line for line in md.splitlines() if line.startswith("PASTE")]
-    assert paste.endswith("megatron-lm: $(cat restart-megatron-lm.flags)")
+    # A long line is never cut: the box points at the flags-only file instead.
+    box = md[md.index("~~~text") : md.index("~~~\n", md.index("~~~text") + 1)]
+    assert "\n$(cat restart-megatron-lm.flags)" in box and "append to the launch line" in box
     # A trainer whose syntax cannot say the skip shows the refusal, never a string to paste.
     assert "No exact flag: ranges too close for its parser" in page
 
@@ -168,21 +222,21 @@ def test_pipeline_notes_are_on_the_first_screen_of_every_format(written):
     assert data["notes"][:2] == NOTES[:2]
     assert SCRIPT in data["notes"][2]  # JSON keeps the text; it is not markup there
     md = (out / "report.md").read_text()
-    fence_end = md.index("~~~\n", md.index("~~~text") + 1)
+    reasons_end = md.index("- **CLUSTERS**")
     crossing = md.index("data stage at iteration 81001")
-    assert fence_end < crossing < md.index("## Clusters")
+    assert reasons_end < crossing < md.index("## Clusters")
     assert "baseline 77935-78234: ending 2700 iterations" in md
     assert SCRIPT not in md and "\x1b" not in md
     page = (out / "report.html").read_text()
-    summary_end = page.index("</pre>")
+    summary_end = page.index('</pre></div><ul class="notes">')
     assert summary_end < page.index("data stage at iteration 81001") < page.index("<h2>Plots")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "\x1b" not in page
     buf = io.StringIO()
     print_summary(report, Console(file=buf, width=160, force_terminal=True, color_system=None))
     text = buf.getvalue()
-    assert "note" in text and "data stage at iteration 81001" in text
     assert "\x1b[2J" not in text
-    assert text.index("PASTE") < text.index("data stage at iteration") < text.index("Top clusters")
+    if "note" in text:  # the notes come after the reasons, when the screen has room for them
+        assert text.index("AHEAD") < text.index("data stage at iteration") < text.index("CLUSTERS")
 
 
 def test_embedding_plot_shows_the_culprits_documents_as_such(written):
@@ -210,7 +264,11 @@ def test_embedding_plot_shows_the_culprits_documents_as_such(written):
     assert not emb.filter(pl.col("id").is_in(holding) & (pl.col("verdict") == "culprit")).height
     fig = embedding_figure(report)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert f"culprit: crawl_batch={run.dirty_batch} ({int(dirty.sum())})" in labels
+    docs = report.culprit["docs"]
+    assert (
+        f"culprit: crawl_batch={run.dirty_batch} ({int(dirty.sum())} of its {docs:,} window "
+        "documents embedded)"
+    ) in labels
     assert any(label.startswith("flagged: garbage or spam") for label in labels)
     assert any(label.startswith("window, not in a culprit") for label in labels)
 
@@ -272,14 +330,13 @@ def test_html_renders_in_headless_chromium(written, tmp_path):
     assert image.shape[:2] == (2400, 1280)
     rgb = image[..., :3]
     ink = (rgb.sum(axis=2) < 2.9).mean()
-    red = ((rgb[..., 0] > 0.75) & (rgb[..., 1] < 0.35) & (rgb[..., 2] < 0.35)).sum()
+    # the culprit's colour: the first screen's red rule, the plots' vermillion (Okabe-Ito)
+    culprit = (rgb[..., 0] > 0.75) & (rgb[..., 1] < 0.45) & (rgb[..., 2] < 0.2)
     assert ink > 0.05  # text, tables and plots, not a blank page
-    assert red > 2000  # the culprit's red: summary border, share plot, scatter
-    # The plots sit right under the first screen: a tall band of plot pixels in the top half.
-    rows_with_plot_red = (
-        (rgb[:1200, :, 0] > 0.75) & (rgb[:1200, :, 1] < 0.35) & (rgb[:1200, :, 2] < 0.35)
-    ).sum(axis=1)
-    assert (rows_with_plot_red > 0).sum() > 150
+    assert culprit.sum() > 2000  # first screen's rule, share plots, scatter
+    # The plots come after the first screen: a tall band of vermillion plot pixels (the red
+    # rule is left of x=40).
+    assert (culprit[:, 60:].sum(axis=1) > 0).sum() > 150
     shutil.copy(shot, out / "screenshot.png")
 
 
@@ -299,7 +356,29 @@ def test_summary_is_not_wrapped_at_80_columns_when_piped(written, monkeypatch):
     lines = buf.getvalue().splitlines()
     assert max(len(line) for line in lines) > 80
     assert all(len(line) <= PIPE_WIDTH for line in lines)
-    spike_line = next(line for line in lines if "Spike at iteration" in line)
-    assert spike_line.rstrip().endswith("baseline 77935-78234")
+    assert lines[0].startswith("Spike at iteration 81234") and len(lines[0]) > 80
     monkeypatch.setenv("COLUMNS", "100")
     assert make_console().width == 100
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_terminal_fits_a_screen_and_ends_with_the_report_link(written, width, tmp_path):
+    """At most 25 rows at the terminal's width (a soft-wrapped command counts its rows), the
+    headline first, the commands whole on their own lines, only clusters that are not clean,
+    and report.html's path as a file:// link last."""
+    from forensics.report.terminal import TERMINAL_LINES
+
+    _, report, out, sections = written
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    print_summary(report, console, sections, out / "report.html")
+    lines = buf.getvalue().splitlines()
+    rows = sum(max(1, -(-len(line) // width)) for line in lines)
+    assert rows <= TERMINAL_LINES, "\n".join(lines)
+    assert lines[0].startswith("Spike at iteration 81234: culprit crawl_batch=crawl-2026-10-17")
+    assert lines[-1] == f"report: {(out / 'report.html').resolve().as_uri()}"
+    assert "" not in lines  # no blank line anywhere
+    assert "$(cat restart-megatron-lm.flags)" in lines  # whole, on its own line
+    shown = [line.split()[1] for line in lines if line.startswith("  ") and "docs," in line]
+    assert shown and set(shown) <= {"culprit", "suspect"}
+    assert any(line.startswith("CLUSTERS") for line in lines)

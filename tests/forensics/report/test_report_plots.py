@@ -1,7 +1,7 @@
 """The spike report's figures, read back as matplotlib objects: every line and span is named, the
 culprit share goes on past the spike, embedding labels never overlap, and the incident timeline
-tells the whole story. The real run's figures:
-tests/forensics/spike/test_spike_e2e.py."""
+tells the whole story, in a colour-blind-safe palette with no label over the data. The real
+run's figures: tests/forensics/spike/test_spike_e2e.py."""
 
 from __future__ import annotations
 
@@ -74,6 +74,7 @@ def test_timeline_names_every_mark_in_one_legend(report: SpikeReport) -> None:
         "skipped iterations 81001-81234 (234)",
         "rollback: checkpoint 81150",
         f"spike: iteration {STEP} (triage: malignant)",
+        "loss at the spike: 2.40",
         "culprit share of the iteration's samples (window)",
         "culprit share past the spike (block list; 10.0% of the rest of the run)",
     }
@@ -168,3 +169,60 @@ def test_embedding_labels_carry_keywords_and_never_overlap() -> None:
         assert not a.overlaps(b)
     legend = ax.get_legend().get_window_extent(renderer)
     assert not any(box.overlaps(legend) for box in boxes.values())
+
+
+def drawn_colours(fig) -> set[str]:
+    """Every colour an artist of `fig`'s axes draws with (fully transparent ones left out)."""
+    from matplotlib.colors import to_hex, to_rgba_array
+
+    found: set[str] = set()
+
+    def add(colours) -> None:
+        for rgba in to_rgba_array(colours):
+            if rgba[3] > 0:
+                found.add(to_hex(rgba, keep_alpha=False))
+
+    for ax in fig.axes:
+        for line in ax.lines:
+            add(line.get_color())
+            add(line.get_markeredgecolor())
+        for patch in ax.patches:
+            add(patch.get_facecolor())
+            add(patch.get_edgecolor())
+        for coll in ax.collections:
+            add(coll.get_facecolors())
+            add(coll.get_edgecolors())
+        for text in ax.texts:
+            add(text.get_color())
+    return found
+
+
+def test_plots_draw_only_colour_blind_safe_colours(report: SpikeReport) -> None:
+    """The Okabe-Ito palette, black and greys: nothing told apart by red against green."""
+    from forensics.report.plot_base import GREYS, OKABE_ITO
+    from forensics.report.plots import culprit_share_figure, embedding_figure
+    from forensics.report.timeline import timeline_figure
+
+    allowed = {c.lower() for c in (*OKABE_ITO.values(), *GREYS)}
+    for fig in (timeline_figure(report), culprit_share_figure(report), embedding_figure(report)):
+        used = drawn_colours(fig)
+        assert used and used <= allowed, used - allowed
+
+
+def test_no_label_lies_over_the_data(report: SpikeReport) -> None:
+    """The timeline's and the share plot's texts name their lines above the axes, never over a
+    curve, a span or another text; the spike's loss is named in the legend."""
+    from forensics.report.plots import culprit_share_figure
+    from forensics.report.timeline import timeline_figure
+
+    for fig in (timeline_figure(report), culprit_share_figure(report)):
+        fig.draw_without_rendering()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            frame = ax.get_window_extent(renderer)
+            for text in ax.texts:
+                box = Text.get_window_extent(text, renderer)
+                assert box.y0 >= frame.y1 - 1, text.get_text()  # over the top edge
+        assert any(t.startswith("loss at the spike: ") for t in legend_texts(fig))
+        title = fig.get_suptitle()
+        assert "culprit share" in title.lower() and ("loss" in title.lower()) == (len(fig.axes) > 1)

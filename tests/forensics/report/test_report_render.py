@@ -1,10 +1,12 @@
-"""The spike report as people read it: report.html laid out by headless Chromium at a
-laptop's viewport, report.md parsed by a Markdown parser, on a real spike run (tests/small_run.py,
-a rebuild) and on a generated window with hostile text, a long paste line and a skip action.
+"""The spike report as people read it: report.html laid out by headless Chromium at a laptop's
+viewport, report.md parsed by a Markdown parser, the terminal at 80 and 120 columns, on a real
+spike run (tests/small_run.py, a rebuild) and on a generated window with hostile text, a long
+restart line and a skip action.
 
-The page is measured by the page itself (tests/browser.py): where the culprit and the action lie,
-whether the paste line is the restart file's line whole, on one selectable line that no number
-is wrapped in, and the rendered text, in which no HTML entity may show.
+The page is measured by the page itself (tests/browser.py): where the headline, the action and
+its commands lie, whether each command and each restart file's line wraps inside its box (no
+sideways scrolling, no number broken) and copies back as the one line it is, and the rendered
+text, in which no HTML entity may show. One spike run's four outputs give the same counts.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ import polars as pl
 import pytest
 from browser import CHROMIUM, VIEWPORT, probe, screenshot
 from markdown_it import MarkdownIt
-from test_report import make_report
+from small_run import REPO, cli, copy_run
+from test_report import make_report, with_action
 
 from forensics.report import write_report
+from forensics.report.first_screen import FLAG_CHARS
 from forensics.report.sections import SECTION_ORDER
-from forensics.report.summary import FLAG_CHARS
-from forensics.skip.flags import restart_line
 
 ENTITY = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);")
 # Text from a manifest that HTML and Markdown both have to escape exactly once.
@@ -41,13 +43,13 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     action."""
     _, report = make_report(seed=24)
     report.notes.append(AWKWARD)
-    report.skip["action"] = {"kind": "skip", "why": "the culprit is confined to the window"}
+    with_action(report, kind="skip", why="the culprit is confined to the window")
     out = tmp_path_factory.mktemp("generated")
     write_report(report, out)
-    line = restart_line(report.skip["flags"]["megatron-lm"])
+    line = report.skip.line("megatron-lm")
     assert line and len(line) > FLAG_CHARS
     (out / "restart-megatron-lm.flags").write_text(line + "\n")  # as the spike pipeline does
-    (out / "skip.json").write_text(json.dumps(report.skip))
+    (out / "skip.json").write_text(json.dumps(report.skip.to_dict()))
     return out
 
 
@@ -58,58 +60,67 @@ def spike_dir(request: pytest.FixtureRequest) -> Path:
     return request.getfixturevalue("generated")
 
 
-def _expected(spike: Path) -> tuple[str, str, str]:
-    """(culprit name, action wording, the chosen trainer's restart line) from the outputs."""
-    data = json.loads((spike / "report.json").read_text())
-    top = next(c for c in data["clusters"] if c["id"] == data["culprit"])
-    skip = json.loads((spike / "skip.json").read_text())
-    kind = skip["action"]["kind"]
-    wording = {"rebuild": "remove and rebuild", "skip": "skip"}[kind]
-    line = (spike / f"restart-{skip['trainer']}.flags").read_text()
-    assert line.endswith("\n") and line.count("\n") == 1 and "#" not in line
-    return f"{top['facet']}={top['key']}", wording, line.rstrip("\n")
+def _flag_lines(spike: Path) -> set[str]:
+    """Every restart-<trainer>.flags's line: one line, flags only."""
+    lines = set()
+    for path in spike.glob("restart-*.flags"):
+        text = path.read_text()
+        assert text.endswith("\n") and text.count("\n") == 1 and "#" not in text
+        lines.add(text.rstrip("\n"))
+    return lines
 
 
 @chromium
 def test_first_screen_in_chromium(spike_dir: Path, tmp_path: Path) -> None:
-    culprit, action, paste = _expected(spike_dir)
+    data = json.loads((spike_dir / "report.json").read_text())
     got = probe(spike_dir / "report.html", tmp_path)
     width, height = got["viewport"]
     assert width == VIEWPORT[0] and height <= VIEWPORT[1]
-    # The culprit and the action are on the first screen.
+    # The headline, the action and its commands are on the first screen, in that order.
+    assert got["headline"]["text"] == data["headline"]
+    assert data["culprit_name"] in data["headline"]
     labels = got["labels"]
-    assert labels["culprit"]["text"].startswith(culprit)
-    assert labels["action"]["text"].startswith(action)
-    assert labels["culprit"]["box"]["bottom"] <= height
-    assert labels["action"]["box"]["bottom"] <= height
-    # The paste line is the restart file's line, whole, on one selectable line that scrolls.
-    line = got["paste"]
-    assert line["text"] == paste and "\u2026" not in line["text"]
-    _one_whole_line(line)
-    assert line["userSelect"] != "none"
+    assert labels["action"]["text"] == data["action"]
+    assert [c["text"] for c in got["commands"]] == data["commands"] and data["commands"]
+    tops = [got["headline"]["box"]["top"], labels["action"]["box"]["top"]]
+    tops += [c["box"]["top"] for c in got["commands"]]
+    assert tops == sorted(tops) and got["commands"][-1]["box"]["bottom"] <= height
+    for command in got["commands"]:
+        _wraps_and_pastes(command)
+    # The stopgap, labelled as such, under the commands (a rebuild's skip flags).
+    if data["stopgap_commands"]:
+        assert labels["stopgap"]["box"]["top"] > got["commands"][-1]["box"]["bottom"]
+        assert got["stopgap"]["text"] == data["stopgap_commands"][0]
+        _wraps_and_pastes(got["stopgap"])
+    # Then the reasons: the culprit, and the counts every output agrees on.
+    assert labels["culprit"]["text"].startswith(data["culprit_name"])
+    assert labels["culprit"]["box"]["top"] > got["commands"][-1]["box"]["bottom"]
+    assert _counts(got["counts"]) == data["cluster_counts"]
     # Every trainer's block in "Skip and restart" is its restart file's line, the same way.
-    files = {p.read_text().rstrip("\n") for p in spike_dir.glob("restart-*.flags")}
-    assert files <= {block["text"] for block in got["flags"]}
+    assert _flag_lines(spike_dir) <= {block["copied"] for block in got["flags"]}
     for block in got["flags"]:
-        _one_whole_line(block)
+        _wraps_and_pastes(block)
     assert got["unselectable"] == []
     # What a reader sees (every folded section opened): no entity, hostile text shown as text.
     assert ENTITY.findall(got["text"]) == []
     if spike_dir.name.startswith("generated"):
         assert AWKWARD in got["text"] and "<script>alert(1)</script>" in got["text"]
+        assert any(b["lines"] > 1 for b in got["flags"])  # the long line wraps
     else:
         assert got["drilldown"] >= 1
     assert [h for h in got["headings"] if h in SECTION_ORDER] == got["headings"]
 
 
-def _one_whole_line(box: dict) -> None:
-    """Laid out on one line (it scrolls sideways when longer) that starts in sight, no number
-    broken anywhere."""
-    assert box["lines"] == 1, box
-    assert 0 <= box["startsAt"] <= 12, box  # its start is in sight, not scrolled or indented away
-    assert box["whiteSpace"] in ("pre", "nowrap"), box
-    assert box["wordBreak"] != "break-all" and box["overflowWrap"] not in ("anywhere", "break-word")
-    assert box["overflowX"] in ("auto", "scroll") or box["scrollWidth"] <= box["clientWidth"]
+def _wraps_and_pastes(box: dict) -> None:
+    """Wrapped inside its box at spaces (no sideways scrolling, no word drawn across two
+    lines), its start in sight, and copied back as the one line it is (a soft wrap adds no
+    newline)."""
+    assert box["scrollWidth"] <= box["clientWidth"], box
+    assert box["broken"] == [], box
+    assert 0 <= box["startsAt"] <= 12, box
+    assert box["whiteSpace"] == "pre-wrap", box
+    assert box["copied"] == box["text"] and "\n" not in box["copied"], box
+    assert "\u2026" not in box["text"] and box["userSelect"] != "none"
 
 
 @chromium
@@ -185,10 +196,15 @@ def test_report_md_reads_with_a_markdown_parser(spike_dir: Path) -> None:
     # Where users copy from (fenced blocks) no line is cut, and every flag block is its file.
     fences = [t.content for t in tokens if t.type == "fence"]
     assert fences and all("\u2026" not in f for f in fences)
-    files = {p.read_text() for p in spike_dir.glob("restart-*.flags")}
-    assert files <= set(fences)
+    assert {line + "\n" for line in _flag_lines(spike_dir)} <= set(fences)
     skip = json.loads((spike_dir / "skip.json").read_text())
-    assert f"block list: {_count(skip['documents'])} documents" in fences[0]
+    block = [t for t in texts if t.startswith("BLOCK LIST ")]
+    assert block == [f"BLOCK LIST {_count(skip['documents']):,} documents" + block[0].split(
+        "documents", 1)[1]] and "in skip.json" in block[0]  # fmt: skip
+    # The commands' box: the action's commands, in order, each whole on its own line.
+    box = fences[0].splitlines()
+    assert box[0] == f"# ACTION {data['action']}; run in this order:"
+    assert [line for line in box if not line.startswith("# ")] == data["commands"]
 
 
 def _count(documents: int | dict) -> int:
@@ -204,3 +220,86 @@ def test_md_and_html_have_the_same_sections_in_the_same_order(spike_dir: Path) -
     assert [h for h in SECTION_ORDER if h in in_md] == in_md
     assert {"Plots", "Clusters", "Examples", "Skip and restart"} <= set(in_md)
     assert _headings(tokens, "h1") == [html.unescape(re.findall(r"<h1>(.*?)</h1>", page)[0])]
+
+
+# -- one spike run, four outputs, one set of numbers ---------------------------------------------
+
+COUNTS = re.compile(
+    r"(\d+) culprits?, (\d+) suspects?(?: \(\+(\d+) inside a culprit\))?, (\d+) clean; "
+    r"(\d+) clusters"
+)
+
+
+def _counts(text: str) -> dict[str, int]:
+    """summary.counts_text read back."""
+    found = COUNTS.search(text)
+    assert found, text
+    culprit, suspect, inside, clean, total = (int(g or 0) for g in found.groups())
+    return {"culprit": culprit, "suspect": suspect, "suspect_inside_culprit": inside,
+            "clean": clean, "all": total}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def terminal_run(small_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """`forensics spike` on a copy of the small run, as a user runs it, at 80 and 120 columns
+    (the replay, scores and clusters come from its cache): stdout and the spike folder."""
+    run = copy_run(small_run, tmp_path_factory.mktemp("term") / "run")
+    out: dict = {"spike": run / "spike"}
+    for width in (80, 120):
+        done = cli("spike", "--step", "170", "--window", "40", "--embed-cap", "0", "--out",
+                   str(run / "spike"), "--force", cwd=run,
+                   env={"COLUMNS": str(width), "PYTHONPATH": str(REPO)})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        out[width] = done.stdout
+    return out
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_terminal_reads_on_one_screen(terminal_run: dict, width: int) -> None:
+    """At most 25 rows at 80 and at 120 columns, no blank line, the headline first, the
+    commands whole on their own lines, and report.html's file:// link last."""
+    lines = terminal_run[width].splitlines()
+    rows = sum(max(1, -(-len(line) // width)) for line in lines)
+    assert rows <= 25 and "" not in lines, terminal_run[width]
+    data = json.loads((terminal_run["spike"] / "report.json").read_text())
+    assert " ".join(lines[:3]).startswith(data["headline"][: width - 1])
+    assert set(data["commands"]) <= set(lines)
+    uri = (terminal_run["spike"] / "report.html").resolve().as_uri()
+    assert lines[-1] == f"report: {uri}"
+
+
+def test_the_four_outputs_count_the_same_clusters(terminal_run: dict) -> None:
+    """Culprits, suspects, suspects inside a culprit and clean clusters: the same numbers in the
+    terminal, report.md, report.html and report.json, and the same as report.json's clusters
+    counted; the tables' culprit and suspect rows are as many."""
+    from forensics.report.sections import counts_from_json
+
+    spike = terminal_run["spike"]
+    data = json.loads((spike / "report.json").read_text())
+    counts = data["cluster_counts"]
+    assert counts == counts_from_json(data)
+    assert counts["culprit"] == 1 and counts["all"] == len(data["clusters"])
+    terminal = [line for line in terminal_run[120].splitlines() if line.startswith("CLUSTERS")]
+    assert [_counts(line) for line in terminal] == [counts]
+    tokens = MarkdownIt("commonmark").enable("table").parse((spike / "report.md").read_text())
+    md = "\n".join(_text(t) for t in tokens if t.type == "inline")  # as a reader sees it
+    assert len(COUNTS.findall(md)) == 2  # the first screen's CLUSTERS line, the table's head
+    assert {tuple(_counts(m.group()).values()) for m in COUNTS.finditer(md)} == {
+        tuple(counts.values())
+    }
+    page = html.unescape((spike / "report.html").read_text())
+    assert len(COUNTS.findall(page)) == 2
+    assert {tuple(_counts(m.group()).values()) for m in COUNTS.finditer(page)} == {
+        tuple(counts.values())
+    }
+    not_clean = counts["culprit"] + counts["suspect"] + counts["suspect_inside_culprit"]
+    assert page.count('<tr class="culprit">') + page.count('<tr class="suspect">') == not_clean
+    _, rows = _tables(tokens)[0]
+    assert sum(r[1] in ("culprit", "suspect") for r in rows) == not_clean
+    # The block list is said once, as what the window drew plus the rest of the culprit's.
+    skip = json.loads((spike / "skip.json").read_text())
+    blocked = sum(len(v) for v in skip["documents"].values())
+    seen = skip["documents_seen_in_window"]
+    said = f"{blocked:,} documents ({seen:,} drawn in the window + {blocked - seen:,} more"
+    assert md.count(said) == 1 and page.count(said) == 1
+    assert terminal_run[120].count(said) <= 1
