@@ -112,7 +112,8 @@ def commands(skip: ReportSkip | None, rollback: int | None) -> list[Command]:
         holds = f" ({action.restart_holds})" if action.restart_holds else ""
         if action.restart_needs_eval:  # quoted paths inside: $(cat) would split them
             text = f'eval "<your launch command> $(cat {shown})"'
-            out.append(Command(text, f"restart from {at}, the flags at the end of the launch{holds}"))
+            note = f"restart from {at}, the flags at the end of the launch{holds}"
+            out.append(Command(text, note))
         elif action.restart_is_flags:
             out.append(Command(f"$(cat {shown})", f"restart from {at}: {LAUNCH_END}{holds}"))
         else:
