@@ -8,7 +8,6 @@ from forensics.skip.flags import restart_line
 from forensics.skip.plan import SkipPlan
 from forensics.skip.tracker import how_to_pass
 
-
 PASTE_AT_END = (
     "# restart-<trainer>.flags holds the line below each trainer, flags only: add it as it is at "
     "the END of the launch line (after the training script's own arguments, so its values win "
