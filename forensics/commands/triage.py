@@ -164,7 +164,11 @@ def read_run_config(run: Any, err: Any) -> Any:
     config = load_config(run.config_path)
     checkpoints = run.checkpoints or tuple(sorted(config.available_checkpoints()))
     return replace(
-        run, stage_starts=tuple(stage_starts(config)), checkpoints=checkpoints, config_read=True
+        run,
+        stage_starts=tuple(stage_starts(config)),
+        checkpoints=checkpoints,
+        config_read=True,
+        train_iters=config.training.iterations(config.training.global_batch_size),
     )
 
 

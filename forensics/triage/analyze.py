@@ -209,6 +209,12 @@ def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | Non
     cmd = f"forensics spike {source} --step {step} --window {window} --out spike-{step}/"
     if run.config_path is None and not run.from_checkpoint:
         why += f"; replace {CONFIG_PLACEHOLDER} with the run's config (or pass --config to triage)"
+    if run.train_iters is not None and step > run.train_iters:
+        why += (
+            f"; WARNING: step {step} is past the config's train_iters {run.train_iters}, so this "
+            "log is not that config's run (or counts steps another way): spike will refuse it; "
+            "check --config"
+        )
     return cmd, why
 
 

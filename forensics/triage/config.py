@@ -75,3 +75,4 @@ class RunInfo:
     # (a stage switch before a spike is new data, the first suspect).
     stage_starts: tuple[int, ...] = ()
     config_read: bool = False
+    train_iters: int | None = None  # the config's run length: a spike past it is another run's
