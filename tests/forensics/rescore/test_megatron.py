@@ -29,6 +29,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
 from forensics.errors import ForensicsError  # noqa: E402
+from forensics.rescore import RescoreOptions  # noqa: E402
 from forensics.rescore.megatron import load_megatron  # noqa: E402
 from forensics.rescore.model import checkpoint_digest, load_causal_lm, token_losses  # noqa: E402
 
@@ -119,6 +120,8 @@ def test_a_wrong_merge_would_be_caught(llama: Path) -> None:
 
 
 def test_root_and_partial_checkpoints_are_refused(llama: Path, tmp_path: Path) -> None:
+    for layout in ("legacy_pp", "torch_dist"):  # what spike --checkpoint checks up front
+        RescoreOptions(checkpoint=llama / layout / ITER).check()
     with pytest.raises(ForensicsError, match=f"a Megatron checkpoint root; .*{ITER}"):
         load_causal_lm(llama / "legacy")
     partial = tmp_path / ITER
