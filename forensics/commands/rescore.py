@@ -18,8 +18,9 @@ CheckpointOption = Annotated[
     Path | None,
     typer.Option(
         "--checkpoint",
-        help="The pre-spike checkpoint in Hugging Face format (config.json + safetensors): the "
-        "window's samples and a baseline sample are rescored with it.",
+        help="The pre-spike checkpoint: a Hugging Face model directory, a Megatron iteration "
+        "directory (torch_dist or mp_rank_*/model_optim_rng.pt, any TP/PP) or an OLMo-core "
+        "stepN directory: the window's samples and a baseline sample are rescored with it.",
     ),
 ]
 LossesOption = Annotated[

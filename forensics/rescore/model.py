@@ -5,11 +5,11 @@ so `forensics --help`, `replay`, `score` and `triage` stay light. `check_checkpo
 config.json and the file listing: the spike pipeline calls it before any work, so a wrong
 directory costs nothing.
 
-Why Hugging Face format: it is what Megatron-Bridge and the Megatron/NeMo converters export and
-what every HF trainer writes; a Megatron `torch_dist` directory cannot be run without Megatron's
-model code, so it gets a message naming the conversion (Megatron-Bridge,
-NVIDIA-NeMo/Megatron-Bridge@045f7ebf examples/conversion/convert_checkpoints.py: `export
---hf-model <HF model of the same architecture> --megatron-path <dir> --hf-path <out>`).
+Three checkpoint families: a Hugging Face model directory (AutoModelForCausalLM); a Megatron
+iteration directory, legacy or torch_dist at any tensor/pipeline parallelism (read on CPU by
+forensics.rescore.megatron into a plain-torch GPT, forensics.rescore.gpt); an OLMo-core stepN
+directory (forensics.rescore.olmo_core maps it onto transformers' Olmo2ForCausalLM). Anything the
+readers cannot compute exactly is refused with the conversion to run (CONVERT_HINT).
 """
 
 from __future__ import annotations
@@ -34,27 +34,19 @@ CONVERT_HINT = (
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _is_megatron(path: Path) -> str | None:
-    """What kind of Megatron checkpoint `path` is, or None.
+def checkpoint_family(path: Path) -> str:
+    """'hf' (config.json), 'megatron' (an iteration directory or root) or 'olmo-core' (a stepN
+    directory or its model_and_optim/), from the file listing alone."""
+    if (path / "config.json").is_file() and not (path / "model_and_optim").is_dir():
+        return "hf"
+    from forensics.rescore.megatron import megatron_kind
+    from forensics.rescore.olmo_core import olmo_core_kind
 
-    torch_dist (megatron.core.dist_checkpointing): metadata.json naming the sharded backend, plus
-    `*.distcp` shards and common.pt; legacy: mp_rank_XX/model_optim_rng.pt; a checkpoint root:
-    latest_checkpointed_iteration.txt and iter_NNNNNNN/ directories."""
-    meta = path / "metadata.json"
-    if meta.is_file():
-        try:
-            backend = json.loads(meta.read_text()).get("sharded_backend")
-        except (OSError, ValueError, AttributeError):
-            backend = None
-        if backend:
-            return f"a Megatron {backend} checkpoint"
-    if any(path.glob("*.distcp")):
-        return "a Megatron torch_dist checkpoint"
-    if any(path.glob("mp_rank_*")):
-        return "a Megatron legacy (mp_rank_*) checkpoint"
-    if (path / "latest_checkpointed_iteration.txt").is_file():
-        return "a Megatron checkpoint root (iter_* directories)"
-    return None
+    if olmo_core_kind(path) is not None:
+        return "olmo-core"
+    if megatron_kind(path) is not None:
+        return "megatron"
+    return "hf"
 
 
 def check_checkpoint(path: Path | str) -> dict[str, Any]:
@@ -65,9 +57,15 @@ def check_checkpoint(path: Path | str) -> dict[str, Any]:
     if not path.is_dir():
         raise ForensicsError(f"{path}: --checkpoint must be a model directory (config.json + "
                              "safetensors)")  # fmt: skip
-    kind = _is_megatron(path)
-    if kind is not None and not (path / "config.json").is_file():
-        raise ForensicsError(f"{path}: {kind}, not a Hugging Face model; {CONVERT_HINT}")
+    family = checkpoint_family(path)
+    if family == "megatron":
+        from forensics.rescore.megatron import check_megatron
+
+        return {"family": family, "format": check_megatron(path)}
+    if family == "olmo-core":
+        from forensics.rescore.olmo_core import check_olmo_core
+
+        return {"family": family, **check_olmo_core(path)}
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ForensicsError(
@@ -102,13 +100,16 @@ def checkpoint_digest(path: Path | str) -> str:
     with the same name does not."""
     path = Path(path)
     digest = hashlib.sha256()
-    files = sorted(
-        p
-        for p in path.iterdir()
-        if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin"))
-    )
+    if checkpoint_family(path) == "hf":
+        files = sorted(
+            p
+            for p in path.iterdir()
+            if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin"))
+        )
+    else:  # Megatron / OLMo-core: every file of the checkpoint, in rank subdirectories too
+        files = sorted(p for p in path.rglob("*") if p.is_file())
     for file in files:
-        digest.update(file.name.encode() + b"\0")
+        digest.update(str(file.relative_to(path)).encode() + b"\0")
         with open(file, "rb") as stream:
             for block in iter(lambda s=stream: s.read(1 << 22), b""):
                 digest.update(block)
@@ -119,9 +120,11 @@ def load_causal_lm(path: Path | str, device: str = "cpu", dtype: str = "float32"
     """The model, in eval mode on `device`. One-line errors for a non-causal-LM config, a bad
     device or dtype, or weights transformers cannot load."""
     path = Path(path)
-    check_checkpoint(path)
+    info = check_checkpoint(path)
     if dtype not in DTYPES:
         raise ForensicsError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    if info.get("family") in ("megatron", "olmo-core"):
+        return _load_framework(path, info["family"], device, dtype)
     try:
         import torch
         import transformers
@@ -154,6 +157,25 @@ def load_causal_lm(path: Path | str, device: str = "cpu", dtype: str = "float32"
     except (ValueError, OSError, RuntimeError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ForensicsError(f"{path}: the weights do not load ({first})") from None
+    return model.eval().to(device)
+
+
+def _load_framework(path: Path, family: str, device: str, dtype: str) -> Any:
+    """A Megatron or OLMo-core checkpoint, read on CPU without its framework's process group."""
+    try:
+        import torch
+    except ImportError:
+        raise ForensicsError("rescoring needs torch: pip install 'forensics[embed]'") from None
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ForensicsError(f"--device {device}: no CUDA device is available here")
+    if family == "megatron":
+        from forensics.rescore.megatron import load_megatron
+
+        model = load_megatron(path, dtype)
+    else:
+        from forensics.rescore.olmo_core import load_olmo_core
+
+        model = load_olmo_core(path, dtype)
     return model.eval().to(device)
 
 

@@ -354,13 +354,13 @@ def test_a_directory_that_is_not_a_causal_lm_is_refused(run: dict, tmp_path) -> 
         RescoreOptions(checkpoint=tmp_path / "empty").check()
 
 
-def test_a_megatron_torch_dist_checkpoint_names_the_conversion(tmp_path) -> None:
+def test_an_incomplete_megatron_torch_dist_checkpoint_is_refused(tmp_path) -> None:
     ckpt = tmp_path / "iter_0000200"
     ckpt.mkdir()
     (ckpt / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
     (ckpt / "__0_0.distcp").write_bytes(b"")
     with pytest.raises(
-        ForensicsError, match="torch_dist checkpoint.*convert_checkpoints.py export"
+        ForensicsError, match="iter_0000200: a Megatron torch_dist checkpoint without common.pt"
     ):
         RescoreOptions(checkpoint=ckpt).check()
 
