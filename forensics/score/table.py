@@ -144,6 +144,19 @@ def _score_batch(
         parts.signatures.append(pending_signatures.result())
 
 
+def _waive_skeleton_for_licences(
+    texts: pl.Series, skel_score: np.ndarray, skel_reason: list[str]
+) -> None:
+    """Licence and copyright notices share a skeleton by nature (one licence, other names and
+    years: `licence.py`): their skeleton score and reason are cleared, in place."""
+    from forensics.score.licence import is_licence
+
+    shared = np.flatnonzero(skel_score > 0)
+    for i in shared[is_licence(texts, shared)]:
+        skel_score[i] = 0.0
+        skel_reason[i] = ""
+
+
 def assemble_scores(
     texts: pl.Series,
     garbage: pl.DataFrame,
@@ -159,6 +172,7 @@ def assemble_scores(
     from forensics.score.skeleton import skeleton_scores
 
     skel_score, skel_reason = skeleton_scores(clusters)
+    _waive_skeleton_for_licences(texts, skel_score, skel_reason)
     score = np.maximum(spam.score, skel_score)
     empty = texts.is_null().to_numpy() | (texts.str.len_chars().fill_null(0).to_numpy() == 0)
     score[empty] = 0.0
