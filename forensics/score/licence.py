@@ -8,10 +8,9 @@ a skeleton that differs in names and years only, like a slot-filled template. On
 
 What marks such a text is the pair a notice is made of: a copyright statement and a licence
 grant or disclaimer in the licences' own fixed wording. Spam pages copy footers ("© 2024 ...
-All rights reserved"), not licence grants, so a page needs both to count as a notice, or
-must open with the grant (a bare licence file).  Only
-the repetition, boilerplate and skeleton signals are waived for it; its keyword, doorway and
-link-farm rules still apply.
+All rights reserved"), not licence grants, so a page needs both to count as a notice, or must
+open with the grant (a bare licence file). Only the repetition, boilerplate and skeleton
+signals are waived for it; its keyword, doorway and link-farm rules still apply.
 """
 
 from __future__ import annotations
