@@ -69,41 +69,26 @@ class SkeletonClusters:
 
 def signatures(
     tok: Tokens, words: np.ndarray | None = None, only: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One-permutation MinHash of each document's skeleton shingles (or of `words` shingles).
 
     `only`: bool [n_docs], compute just these documents (the rest stay empty).
-    Returns (sig, eligible): `sig` uint64 [n_docs, BINS], the minimum shingle hash per bin
-    (`_EMPTY` where a bin got none); `eligible` bool [n_docs], documents with >=
-    SHORT_MIN_SHINGLES informative shingles. A shingle of masks only ("X X 0 X X") is a list
-    of names or numbers, not template text, and is skipped. Duplicate shingles need no
-    removal: a minimum ignores repeats. Shingle hashes are `doc_counts.MIX`'s n-gram hashes,
-    binned in one compiled pass.
+    Returns (sig, eligible, kept): `sig` uint64 [n_docs, BINS], the minimum shingle hash per
+    bin (`_EMPTY` where a bin got none); `eligible` bool [n_docs], documents with >=
+    SHORT_MIN_SHINGLES informative shingles; `kept` int64 [n_docs], their count. A shingle of
+    masks only ("X X 0 X X") is a list of names or numbers, not template text, and is skipped.
+    Duplicate shingles need no removal: a minimum ignores repeats. Shingle hashes are
+    `doc_counts.MIX`'s n-gram hashes, binned in one compiled pass.
     """
     bounds = tok.bounds if tok.bounds is not None else doc_bounds(tok.doc, tok.n_docs)
-    return minhash(
+    sig, kept = minhash(
         bounds,
         tok.skel if words is None else words,
         tok.masked.astype(np.int64),
         np.ones(tok.n_docs, dtype=bool) if only is None else only,
         SHINGLE, BINS, SHORT_MIN_SHINGLES, _EMPTY,
     )  # fmt: skip
-
-
-def informative_shingles(tok: Tokens) -> np.ndarray:
-    """int64 [n_docs]: each document's shingles that are not all masks (what `signatures`
-    hashes), counted with numpy over the flat arrays."""
-    bounds = tok.bounds if tok.bounds is not None else doc_bounds(tok.doc, tok.n_docs)
-    n = len(tok.masked)
-    if n < SHINGLE:
-        return np.zeros(tok.n_docs, dtype=np.int64)
-    starts = np.arange(n - SHINGLE + 1)
-    all_masked = np.ones(len(starts), dtype=bool)
-    for j in range(SHINGLE):
-        all_masked &= tok.masked[j : n - SHINGLE + 1 + j]
-    doc = tok.doc[starts]
-    inside = starts + SHINGLE <= bounds[doc + 1]
-    return np.bincount(doc[inside & ~all_masked], minlength=tok.n_docs).astype(np.int64)
+    return sig, kept >= SHORT_MIN_SHINGLES, kept
 
 
 def _band_edges(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,9 +143,9 @@ class Signatures:
 
     @staticmethod
     def of(tok: Tokens) -> Signatures:
-        skeleton, eligible = signatures(tok)
-        raw, _ = signatures(tok, tok.hash, only=eligible)
-        short = eligible & (informative_shingles(tok) < MIN_SHINGLES)
+        skeleton, eligible, kept = signatures(tok)
+        raw, _, _ = signatures(tok, tok.hash, only=eligible)
+        short = eligible & (kept < MIN_SHINGLES)
         return Signatures(skeleton, eligible, raw, short)
 
     @staticmethod
