@@ -21,7 +21,7 @@ from forensics.score.skeleton import Signatures
 BATCH_COLUMNS = (
     "garbage_score", "garbage_reason", "garbage_rule",
     "spam_doc_score", "spam_doc_reason", "spam_doc_rule",
-    "sig_skeleton", "sig_eligible", "sig_raw",
+    "sig_skeleton", "sig_eligible", "sig_raw", "sig_short",
 )  # fmt: skip
 
 
@@ -44,6 +44,7 @@ class BatchScores:
             pl.Series("sig_skeleton", self.signatures.skeleton),
             pl.Series("sig_eligible", self.signatures.eligible, dtype=pl.Boolean),
             pl.Series("sig_raw", self.signatures.raw),
+            pl.Series("sig_short", self.signatures.short, dtype=pl.Boolean),
         )
 
     @staticmethod
@@ -58,6 +59,7 @@ class BatchScores:
                 np.asarray(frame["sig_skeleton"].to_numpy(), dtype=np.uint64),
                 frame["sig_eligible"].to_numpy(),
                 np.asarray(frame["sig_raw"].to_numpy(), dtype=np.uint64),
+                frame["sig_short"].to_numpy(),
             ),
         )
 

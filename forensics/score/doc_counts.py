@@ -272,11 +272,12 @@ def minhash(bounds, h, masked, eligible_in, shingle, bins, min_shingles, empty):
 
     Shingles made only of masked words are skipped; documents with fewer than `min_shingles`
     kept shingles (or not in `eligible_in`) stay empty. Returns (sig uint64 [n_docs, bins]: the
-    minimum of hash // bins per bin hash % bins, `empty` where none; eligible bool [n_docs]).
+    minimum of hash // bins per bin hash % bins, `empty` where none; kept int64 [n_docs]: the
+    document's kept shingles, 0 outside `eligible_in`).
     """
     n_docs = len(bounds) - 1
     sig = np.full((n_docs, bins), empty, dtype=np.uint64)
-    eligible = np.zeros(n_docs, dtype=np.bool_)
+    counts = np.zeros(n_docs, dtype=np.int64)
     nb = np.uint64(bins)
     for d in range(n_docs):
         if not eligible_in[d]:
@@ -286,9 +287,9 @@ def minhash(bounds, h, masked, eligible_in, shingle, bins, min_shingles, empty):
         for i in range(a, b - shingle + 1):
             if not _all_masked(masked, i, shingle):
                 kept += 1
+        counts[d] = kept
         if kept < min_shingles:
             continue
-        eligible[d] = True
         for i in range(a, b - shingle + 1):
             if _all_masked(masked, i, shingle):
                 continue
@@ -299,4 +300,4 @@ def minhash(bounds, h, masked, eligible_in, shingle, bins, min_shingles, empty):
             v = out // nb
             if v < sig[d, col]:
                 sig[d, col] = v
-    return sig, eligible
+    return sig, counts

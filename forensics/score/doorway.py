@@ -1,16 +1,23 @@
-"""Doorway pages: one keyword forced into many unrelated sentence frames.
+"""Doorway pages: one commercial phrase spliced into many unrelated sentence frames.
 
-Why: a doorway page is real prose (copied sentences) with the product keyword pushed into every
+Why: a doorway page is real prose (copied sentences) with the product phrase pushed into every
 sentence ("The file is read by cheap running shoes the parser."). Its keyword is only a few
 percent of the words and rarely in short phrases, so keyword density and keyword-phrase rules
-miss it (measured: 80% recall). Two things tell it apart:
+miss it. Three things together tell it apart:
 
-- coverage: the page's top content word sits in nearly every sentence (>= 75% of >= 8
-  sentences). Prose names its topic in some sentences, not in all;
-- frames vary: the keyword appears at many different word positions. Legitimate reference
+- coverage: the page's top content word sits in nearly every sentence (>= 80% of >= 8
+  sentences, the rule's threshold in `spam.RULES`);
+- frames vary: the keyword appears at many different word positions. Generated reference
   material where one word recurs in every line (a type name in a function table, "symbol" in
   a generated symbol list, "Removed" in a changelog) has it at the same place in a repeated
-  line frame, so the distinct positions are few.
+  line frame, so the distinct positions are few;
+- the keyword travels as one spliced phrase: in nearly every sentence it has the same content
+  word beside it ("running" always next to "shoes"), because the whole phrase was pasted in as
+  a block. Coverage and varied positions alone also describe a reference page: the page for a
+  command or an SQL statement names its subject ("table", "database", the command) in 80-90% of
+  its sentences, at varied positions, because its sentences are about it; but there the word
+  sits in changing company ("the table", "CREATE TABLE", "table constraint", "each table"),
+  since each sentence says something different about it.
 
 Computed in polars for the documents whose top content word is at least 2% of words.
 """
@@ -20,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from forensics.score.tokens import STOPWORDS
+
 # Sentences: runs ending at . ! ? or a line break.
 SENTENCE = r"[^.!?\n]+"
 MIN_SENTENCE_WORDS = 5
@@ -28,55 +37,101 @@ MIN_KEYWORD_SHARE = 0.02
 # Distinct keyword positions (word index within its sentence) per sentence that has it: random
 # insertion gives ~0.6-0.9; a fixed line frame under 0.25.
 MIN_POSITION_SPREAD = 0.35
+# Share of the keyword's sentences in which one and the same content word stands right before
+# it, or one and the same right after it: a pasted phrase gives ~1.0 (its other word is always
+# there); a reference page's subject keeps changing company (well under half).
+MIN_PHRASE_SHARE = 0.75
+
+
+def _keyword_hits(keywords: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(sentences, hits): `row`, `sid` of every sentence of >= MIN_SENTENCE_WORDS words, and
+    every occurrence of the keyword in them: `row`, `sid`, `pos` (word index), `left`, `right`
+    (the neighbouring words, null at the sentence's edges)."""
+    sent = (
+        keywords.lazy()
+        .select("row", "kw", s=pl.col("text").str.to_lowercase().str.extract_all(SENTENCE))
+        .explode("s")
+        .with_row_index("sid")
+        .with_columns(w=pl.col("s").str.extract_all(r"\w+"))
+        .filter(pl.col("w").list.len() >= MIN_SENTENCE_WORDS)
+    )
+    same_before = pl.col("sid").shift(1) == pl.col("sid")
+    same_after = pl.col("sid").shift(-1) == pl.col("sid")
+    hits = (
+        sent.select("row", "sid", "kw", "w")
+        .explode("w")
+        .with_columns(
+            pos=pl.int_range(pl.len()).over("sid"),
+            left=pl.when(same_before).then(pl.col("w").shift(1)),
+            right=pl.when(same_after).then(pl.col("w").shift(-1)),
+        )
+        .filter(pl.col("w") == pl.col("kw"))
+        .select("row", "sid", "pos", "left", "right")
+    )
+    return sent.select("row", "sid"), hits
+
+
+def _phrase_share(hits: pl.LazyFrame) -> pl.LazyFrame:
+    """`row`, `phrase`: the most sentences in which one content word (not a stopword) stands on
+    one side of the keyword (at any of its occurrences there), as a count."""
+    return (
+        hits.unpivot(
+            index=["row", "sid"], on=["left", "right"], variable_name="side", value_name="nb"
+        )
+        .filter(pl.col("nb").is_not_null() & ~pl.col("nb").is_in(sorted(STOPWORDS)))
+        .unique(["row", "sid", "side", "nb"])
+        .group_by("row", "side", "nb")
+        .agg(c=pl.len())
+        .group_by("row")
+        .agg(phrase=pl.col("c").max())
+    )
 
 
 class DoorwayFrames:
-    """Rule `doorway`: share of a page's sentences that carry its keyword, in varied frames.
+    """Rule `doorway`: share of a page's sentences that carry its keyword, in varied frames, as
+    part of one spliced phrase.
 
     `values(keywords)` takes a frame with columns `row`, `text`, `kw` (the page's top content
-    word, lowercased) and returns `row`, `doorway` (the share, 0 when the frames do not vary),
-    `sentences`, `spread`.
+    word, lowercased) and returns `row`, `doorway` (the share, 0 when the frames do not vary or
+    the keyword is not one fixed phrase), `coverage` (the share, unconditionally),
+    `sentences`, `spread`, `phrase` (the share of the keyword's sentences with the same
+    neighbour on one side).
     """
 
     key = "doorway"
     describe = "doorway page: '{kw}' forced into {v} of sentences, at varied positions"
 
     def values(self, keywords: pl.DataFrame) -> pl.DataFrame:
-        sent = (
-            keywords.lazy()
-            .select("row", "kw", s=pl.col("text").str.to_lowercase().str.extract_all(SENTENCE))
-            .explode("s")
-            .with_row_index("sid")
-            .with_columns(w=pl.col("s").str.extract_all(r"\w+"))
-            .filter(pl.col("w").list.len() >= MIN_SENTENCE_WORDS)
-        )
-        hits = (
-            sent.select("row", "sid", "kw", "w")
-            .explode("w")
-            .with_columns(pos=pl.int_range(pl.len()).over("sid"))
-            .filter(pl.col("w") == pl.col("kw"))
-            .group_by("row", "sid")
-            .agg(pos=pl.col("pos").first())
+        sent, hits = _keyword_hits(keywords)
+        per_row = (
+            hits.group_by("row", "sid")
+            .agg(pl.col("pos").first())
             .group_by("row")
             .agg(hits=pl.len(), positions=pl.col("pos").n_unique())
         )
         per_doc = (
             sent.group_by("row")
             .agg(sentences=pl.len())
-            .join(hits, on="row", how="left")
-            .with_columns(pl.col("hits", "positions").fill_null(0))
-            .with_columns(spread=pl.col("positions") / pl.col("hits").clip(lower_bound=1))
+            .join(per_row, on="row", how="left")
+            .join(_phrase_share(hits), on="row", how="left")
+            .with_columns(pl.col("hits", "positions", "phrase").fill_null(0))
+            .with_columns(
+                spread=pl.col("positions") / pl.col("hits").clip(lower_bound=1),
+                phrase=pl.col("phrase") / pl.col("hits").clip(lower_bound=1),
+                coverage=pl.col("hits") / pl.col("sentences"),
+            )
             .with_columns(
                 doorway=pl.when(
                     (pl.col("sentences") >= MIN_SENTENCES)
                     & (pl.col("spread") >= MIN_POSITION_SPREAD)
+                    & (pl.col("phrase") >= MIN_PHRASE_SHARE)
                 )
-                .then(pl.col("hits") / pl.col("sentences"))
+                .then(pl.col("coverage"))
                 .otherwise(0.0)
             )
             .collect()
         )
-        return per_doc.select("row", "doorway", "sentences", "spread")
+        return per_doc.select("row", "doorway", "coverage", "sentences", "spread", "phrase")
 
     def scores(self, n_docs: int, keywords: pl.DataFrame) -> np.ndarray:
         """The rule's value per document (0 for documents not in `keywords`)."""

@@ -35,7 +35,17 @@ from forensics.score.tokens import Tokens
 SHINGLE = 3  # words per skeleton shingle: short, so one slot breaks few shingles
 BINS = 128  # one-permutation MinHash bins
 ROWS = 4  # bins per LSH band (32 bands): P(candidate | J=0.5) ~ 0.87, J=0.3 ~ 0.23
-MIN_SHINGLES = 30  # shorter documents have no meaningful skeleton
+MIN_SHINGLES = 30  # documents with fewer shingles are "short" (see SHORT_MIN_CLUSTER)
+# Short pages (a 50-200 character product or city stub) have a skeleton of 8-30 shingles: enough
+# to match a farm's other pages exactly, too few to tell a template from a common short phrase
+# pattern in a small group, so their cluster must be larger before it is called a template.
+SHORT_MIN_SHINGLES = 8
+SHORT_MIN_CLUSTER = 30
+# Generated reference stubs (f2py signatures, a docstring template's examples) are short, share
+# a skeleton and differ in names and numbers too, but are laid out as code: a short page counts
+# as a template only below this symbol density (`code.SYMBOLS` per visible character; the range
+# `code.py` gives for template and doorway pages, against 6-20% for code).
+SHORT_MAX_SYMBOLS = 0.06
 MIN_JACCARD = 0.5
 # Skeleton Jaccard minus raw-word Jaccard of a pair: how much the slots vary between the pages.
 MIN_VARIATION = 0.1
@@ -49,32 +59,36 @@ _EMPTY = np.iinfo(np.uint64).max
 
 @dataclass(frozen=True)
 class SkeletonClusters:
-    """Per document: `cluster` int64 (-1: none), `size` int64 (distinct texts in its cluster)."""
+    """Per document: `cluster` int64 (-1: none), `size` int64 (distinct texts in its cluster),
+    `short` bool (fewer than MIN_SHINGLES shingles: judged against SHORT_MIN_CLUSTER)."""
 
     cluster: np.ndarray
     size: np.ndarray
+    short: np.ndarray | None = None
 
 
 def signatures(
     tok: Tokens, words: np.ndarray | None = None, only: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One-permutation MinHash of each document's skeleton shingles (or of `words` shingles).
 
     `only`: bool [n_docs], compute just these documents (the rest stay empty).
-    Returns (sig, eligible): `sig` uint64 [n_docs, BINS], the minimum shingle hash per bin
-    (`_EMPTY` where a bin got none); `eligible` bool [n_docs], documents with >= MIN_SHINGLES
-    informative shingles. A shingle of masks only ("X X 0 X X") is a list of names or numbers,
-    not template text, and is skipped. Duplicate shingles need no removal: a minimum ignores
-    repeats. Shingle hashes are `doc_counts.MIX`'s n-gram hashes, binned in one compiled pass.
+    Returns (sig, eligible, kept): `sig` uint64 [n_docs, BINS], the minimum shingle hash per
+    bin (`_EMPTY` where a bin got none); `eligible` bool [n_docs], documents with >=
+    SHORT_MIN_SHINGLES informative shingles; `kept` int64 [n_docs], their count. A shingle of
+    masks only ("X X 0 X X") is a list of names or numbers, not template text, and is skipped.
+    Duplicate shingles need no removal: a minimum ignores repeats. Shingle hashes are
+    `doc_counts.MIX`'s n-gram hashes, binned in one compiled pass.
     """
     bounds = tok.bounds if tok.bounds is not None else doc_bounds(tok.doc, tok.n_docs)
-    return minhash(
+    sig, kept = minhash(
         bounds,
         tok.skel if words is None else words,
         tok.masked.astype(np.int64),
         np.ones(tok.n_docs, dtype=bool) if only is None else only,
-        SHINGLE, BINS, MIN_SHINGLES, _EMPTY,
+        SHINGLE, BINS, SHORT_MIN_SHINGLES, _EMPTY,
     )  # fmt: skip
+    return sig, kept >= SHORT_MIN_SHINGLES, kept
 
 
 def _band_edges(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,19 +131,22 @@ class Signatures:
     """What the clustering needs of each document, so tokens can be dropped batch by batch.
 
     `skeleton` uint64 [n, BINS] MinHash of the skeleton shingles, `eligible` bool [n] (enough
-    shingles), `raw` uint64 [n, BINS] MinHash of the raw-word shingles (the copy check).
+    shingles), `raw` uint64 [n, BINS] MinHash of the raw-word shingles (the copy check),
+    `short` bool [n] (eligible with fewer than MIN_SHINGLES shingles).
     About 2 KB a document, against ~25 bytes a token for the tokens themselves.
     """
 
     skeleton: np.ndarray
     eligible: np.ndarray
     raw: np.ndarray
+    short: np.ndarray
 
     @staticmethod
     def of(tok: Tokens) -> Signatures:
-        skeleton, eligible = signatures(tok)
-        raw, _ = signatures(tok, tok.hash, only=eligible)
-        return Signatures(skeleton, eligible, raw)
+        skeleton, eligible, kept = signatures(tok)
+        raw, _, _ = signatures(tok, tok.hash, only=eligible)
+        short = eligible & (kept < MIN_SHINGLES)
+        return Signatures(skeleton, eligible, raw, short)
 
     @staticmethod
     def concat(parts: list[Signatures]) -> Signatures:
@@ -137,6 +154,7 @@ class Signatures:
             np.concatenate([p.skeleton for p in parts]),
             np.concatenate([p.eligible for p in parts]),
             np.concatenate([p.raw for p in parts]),
+            np.concatenate([p.short for p in parts]),
         )
 
 
@@ -195,16 +213,20 @@ def cluster_signatures(sigs: Signatures, text_hash: np.ndarray) -> SkeletonClust
     distinct[sizes["label"].to_numpy()] = sizes["distinct"].to_numpy()
     cluster[docs] = labels
     size[docs] = distinct[labels]
-    return SkeletonClusters(cluster, size)
+    return SkeletonClusters(cluster, size, sigs.short)
 
 
 def skeleton_scores(clusters: SkeletonClusters) -> tuple[np.ndarray, list[str]]:
-    """Score from cluster size: 0.5 at MIN_CLUSTER distinct texts, 1.0 at FULL_CLUSTER."""
+    """Score from cluster size: 0.5 at MIN_CLUSTER distinct texts (SHORT_MIN_CLUSTER for a
+    short page), 1.0 at FULL_CLUSTER (or the short minimum, if larger)."""
     s = clusters.size.astype(float)
+    short = clusters.short if clusters.short is not None else np.zeros(len(s), dtype=bool)
+    low = np.where(short, SHORT_MIN_CLUSTER, MIN_CLUSTER).astype(float)
+    full = np.maximum(FULL_CLUSTER, low + 1)
     score = np.where(
-        s >= MIN_CLUSTER,
-        0.5 + 0.5 * np.clip((s - MIN_CLUSTER) / (FULL_CLUSTER - MIN_CLUSTER), 0, 1),
-        np.where(s >= 2, 0.45 * s / MIN_CLUSTER, 0.0),
+        s >= low,
+        0.5 + 0.5 * np.clip((s - low) / (full - low), 0, 1),
+        np.where(s >= 2, 0.45 * s / low, 0.0),
     )
     reasons = [
         f"skeleton shared with {int(k) - 1} other documents (template with slot-filled variation)"

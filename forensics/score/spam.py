@@ -19,6 +19,7 @@ from forensics.safe_text import excerpt
 from forensics.score.code import SYMBOLS, code_likeness, code_line_exprs, prose_likeness
 from forensics.score.doc_counts import doc_bounds, ngram_stats, top_keyword
 from forensics.score.doorway import MIN_KEYWORD_SHARE, MIN_SENTENCES, DoorwayFrames
+from forensics.score.licence import is_licence
 from forensics.score.tokens import WORD, Tokens
 from forensics.score.utf8_scan import visible_and_ascii_class
 
@@ -92,6 +93,8 @@ REPETITION_SOURCES = (
     ("dup_line_chars", "dup_para_chars"),
     ("dup_6gram",),
 )
+# Rules a licence or copyright notice meets by its form (see `licence.py`).
+LICENCE_WAIVED = frozenset(n for group in REPETITION_SOURCES for n in group) | {"boilerplate"}
 
 
 def _first_seen(col: str) -> pl.Expr:
@@ -392,6 +395,16 @@ def _rule_matrix(values: dict[str, np.ndarray], n_words: np.ndarray) -> np.ndarr
     return matrix
 
 
+def _waive_for_licences(matrix: np.ndarray, texts: pl.Series) -> None:
+    """Zero, in place, the `LICENCE_WAIVED` rules of the flagged pages that are licence or
+    copyright notices (checked only on flagged pages: the regexes then cost nothing)."""
+    flagged = np.flatnonzero(matrix.max(axis=1) >= 0.5)
+    notices = flagged[is_licence(texts, flagged)]
+    if len(notices):
+        cols = [i for i, r in enumerate(RULES) if r.name in LICENCE_WAIVED]
+        matrix[np.ix_(notices, cols)] = 0.0
+
+
 def spam_signals(
     texts: pl.Series, tok: Tokens, lines: Callable[[], pl.DataFrame] | None = None
 ) -> SpamSignals:
@@ -406,6 +419,7 @@ def spam_signals(
     line_table = lines() if lines is not None else _line_stats(texts)
     values = _rule_values(words, kw_share, doorway, line_table)
     matrix = _rule_matrix(values, words["n_words"])
+    _waive_for_licences(matrix, texts)
     best = matrix.argmax(axis=1)
     score = matrix.max(axis=1)
     reasons = [""] * len(score)

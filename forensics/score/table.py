@@ -144,6 +144,29 @@ def _score_batch(
         parts.signatures.append(pending_signatures.result())
 
 
+def _waive_skeleton(
+    texts: pl.Series, clusters: SkeletonClusters, skel_score: np.ndarray, skel_reason: list[str]
+) -> None:
+    """Clear, in place, the skeleton score and reason of licence and copyright notices (they
+    share a skeleton by nature: one licence, other names and years; `licence.py`) and of short
+    pages laid out as code (`skeleton.SHORT_MAX_SYMBOLS`)."""
+    from forensics.score.code import SYMBOLS
+    from forensics.score.licence import is_licence
+    from forensics.score.skeleton import SHORT_MAX_SYMBOLS
+
+    shared = np.flatnonzero(skel_score > 0)
+    waive = shared[is_licence(texts, shared)]
+    if clusters.short is not None:
+        short = shared[clusters.short[shared]]
+        sub = texts.cast(pl.Utf8).gather(short)
+        visible = sub.str.replace_all(r"\s", "").str.len_chars().fill_null(0).to_numpy()
+        symbols = sub.str.count_matches(SYMBOLS).fill_null(0).to_numpy()
+        waive = np.union1d(waive, short[symbols >= SHORT_MAX_SYMBOLS * np.maximum(visible, 1)])
+    for i in waive:
+        skel_score[i] = 0.0
+        skel_reason[i] = ""
+
+
 def assemble_scores(
     texts: pl.Series,
     garbage: pl.DataFrame,
@@ -159,6 +182,7 @@ def assemble_scores(
     from forensics.score.skeleton import skeleton_scores
 
     skel_score, skel_reason = skeleton_scores(clusters)
+    _waive_skeleton(texts, clusters, skel_score, skel_reason)
     score = np.maximum(spam.score, skel_score)
     empty = texts.is_null().to_numpy() | (texts.str.len_chars().fill_null(0).to_numpy() == 0)
     score[empty] = 0.0

@@ -6,7 +6,8 @@
 - controls inside words vs a format's own controls (Info index markers, form-feed lines);
 - cp1252 mojibake glued to a word vs uppercase Portuguese;
 - doorway pages (a keyword forced into varied sentence frames) vs a function reference table
-  and a generated symbol list where one word recurs in every line.
+  and a generated symbol list where one word recurs in every line, and vs a library's own
+  reference page that names its subject in every sentence at varied positions.
 Documents are built here, not taken from the benchmark's sets.
 """
 
@@ -201,6 +202,24 @@ def test_reference_tables_with_a_recurring_word_are_not_doorways() -> None:
     values = DoorwayFrames().values(frame)
     # The recurring word sits at the same place of a repeated frame: no spread, no doorway.
     assert (values["doorway"] == 0).all(), values
+
+
+def test_reference_page_naming_its_subject_everywhere_is_not_a_doorway() -> None:
+    """polars' own reference page for `selectors.signed_integer` says "columns" in every
+    sentence at varied positions (the coverage and spread of a doorway page), but in changing
+    company ("integer columns", "all columns", "columns except"), not as one pasted phrase."""
+    import inspect
+
+    import polars.selectors as cs
+
+    page = inspect.getdoc(cs.signed_integer) or ""
+    frame = pl.DataFrame({"row": [0, 1], "text": [page, _doorway("running shoes", 1)]})
+    values = DoorwayFrames().values(frame.with_columns(kw=pl.Series(["columns", "running"])))
+    ref, spam = values.sort("row").rows(named=True)
+    # Coverage and spread alone make it a doorway page.
+    assert ref["coverage"] >= 0.8 and ref["sentences"] >= 8 and ref["spread"] >= 0.35, ref
+    assert ref["phrase"] < 0.75 and ref["doorway"] == 0, ref
+    assert spam["phrase"] == 1.0 and spam["doorway"] >= 0.8, spam
 
 
 def test_machine_readable_rule_keys_beside_the_reasons() -> None:
