@@ -237,7 +237,11 @@ def _false_positives(name: str, df, r: dict, console: Console, limit: int) -> No
             )
 
 
-def _throughput(frames: list, n_docs: int, anchor_docs: int, console: Console) -> None:
+def _throughput(
+    frames: list, n_docs: int, anchor_docs: int, console: Console, anchors: bool = True
+) -> None:
+    """Docs per CPU-second, ours beside ftfy's is_bad (and datatrove's Gopher filters when
+    `anchors`: datatrove is the bench extra, absent from a plain set-up)."""
     """docs per CPU-second on `n_docs` documents: ours, ftfy is_bad, datatrove Gopher q+r."""
     import polars as pl
 
@@ -264,7 +268,10 @@ def _throughput(frames: list, n_docs: int, anchor_docs: int, console: Console) -
         is_bad(s)
     ftfy_s = (time.perf_counter() - t0, time.process_time() - c0)
     sub = lst[:: max(1, len(lst) // anchor_docs)][:anchor_docs]
-    _, secs = _run_datatrove(sub, names=("gopher_quality", "gopher_repetition"))
+    if anchors:
+        _, secs = _run_datatrove(sub, names=("gopher_quality", "gopher_repetition"))
+    else:
+        secs = {}
     gw = sum(v[0] for v in secs.values())
     gc = sum(v[1] for v in secs.values())
     t = Table(
@@ -277,8 +284,9 @@ def _throughput(frames: list, n_docs: int, anchor_docs: int, console: Console) -
     rows = [
         ("ours: garbage + spam (incl. skeleton)", n_docs, *ours),
         ("ftfy is_bad", n_docs, *ftfy_s),
-        ("datatrove gopher quality + repetition", len(sub), gw, gc),
     ]
+    if anchors:
+        rows.append(("datatrove gopher quality + repetition", len(sub), gw, gc))
     rate = {}
     for name, n, wall, cpu in rows:
         rate[name] = n / cpu
@@ -286,10 +294,14 @@ def _throughput(frames: list, n_docs: int, anchor_docs: int, console: Console) -
             name, f"{n:,}", f"{wall:.1f}", f"{cpu:.1f}", f"{n / wall:,.0f}", f"{n / cpu:,.0f}"
         )
     console.print(t)
-    o, f, g = (rate[r[0]] for r in rows)
+    o, f = rate[rows[0][0]], rate[rows[1][0]]
+    if not anchors:
+        console.print(f"ours per CPU-second: {o / f:.2f}x ftfy is_bad (goal >= 1.5)")
+        return
+    g = rate[rows[2][0]]
     console.print(
-        f"ours per CPU-second: {o / f:.2f}x ftfy is_bad (goal >= 1), {o / g:.1f}x gopher q+r "
-        f"(goal >= 10): {'met' if o >= f and o >= 10 * g else 'NOT met'}"
+        f"ours per CPU-second: {o / f:.2f}x ftfy is_bad (goal >= 1.5), {o / g:.1f}x gopher q+r "
+        f"(goal >= 10): {'met' if o >= 1.5 * f and o >= 10 * g else 'NOT met'}"
     )
 
 
@@ -328,7 +340,9 @@ def main() -> None:
         for k, v in frames.items():
             _false_positives(k, v, results[k], console, args.show)
     if args.docs:
-        _throughput(list(frames.values()), args.docs, args.anchor_docs, console)
+        _throughput(
+            list(frames.values()), args.docs, args.anchor_docs, console, not args.no_anchors
+        )
 
 
 if __name__ == "__main__":
