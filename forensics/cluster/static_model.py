@@ -139,9 +139,11 @@ def _distill(source: Path, target: Path, quiet: bool) -> None:
     tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
     try:
         model = distill(model_name=str(source), pca_dims=PCA_DIMS)
-        model.save_pretrained(str(tmp))
+        # Saved under its final name inside the temporary directory: model2vec's model card
+        # names the directory it was saved to, so every file is the same on every machine.
+        model.save_pretrained(str(tmp / target.name))
         try:
-            os.replace(tmp, target)
+            os.replace(tmp / target.name, target)
         except OSError:
             if not (target / "model.safetensors").is_file():
                 raise
