@@ -27,7 +27,15 @@ if [ ! -f "$stamp" ]; then
 fi
 # The default embedding model: model2vec distilled from the packaged MiniLM, offline, once per
 # machine (~2 CPU-minutes; cached under ~/.cache/forensics/models, or $FORENSICS_MODEL_DIR).
-HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/python -m forensics.cluster.static_model >/dev/null
+# It runs in the background while the rest of the set-up (and the demo's run build, or the test
+# oracles' venvs) goes on; whoever needs the model first waits on its lock
+# (forensics/cluster/static_model.py). FORENSICS_DISTILL=wait: distil in the foreground.
+distill=(env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/python -m forensics.cluster.static_model)
+if [ "${FORENSICS_DISTILL:-background}" = wait ]; then
+  "${distill[@]}" >/dev/null
+else
+  nohup "${distill[@]}" >.venv/.static-model.log 2>&1 </dev/null &
+fi
 # The scorers' compiled loops (forensics/score/utf8_scan.py, doc_counts.py): numba compiles
 # them on first use (~16 CPU-s) and caches the machine code beside the source; do it here, not
 # in the first run.

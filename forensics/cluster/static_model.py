@@ -99,11 +99,48 @@ def static_model_dir(source: Path | None = None) -> Path:
 
 
 def ensure_static_model(source: Path | None = None, quiet: bool = False) -> Path:
-    """The distilled model's directory, distilling it first if it is not there yet."""
+    """The distilled model's directory, distilling it first if it is not there yet.
+
+    One distillation at a time per model directory: `scripts/bootstrap.sh` starts it in the
+    background while the rest of the set-up runs, and a pipeline that needs the model meanwhile
+    waits on the same lock (an exclusive flock on `<target>.lock`, released by the kernel if the
+    distilling process dies) and then reads the finished model instead of distilling it again.
+    """
     target = static_model_dir(source)
     if (target / "model.safetensors").is_file():
         return target
-    source = source or _source_model()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _distill_lock(target, quiet):
+        if (target / "model.safetensors").is_file():
+            return target  # another process distilled it while this one waited
+        _distill(source or _source_model(), target, quiet)
+    return target
+
+
+@contextmanager
+def _distill_lock(target: Path, quiet: bool) -> Iterator[None]:
+    """Hold an exclusive lock on `<target>.lock` (blocking, saying so if another holds it)."""
+    import fcntl
+
+    with open(target.parent / f"{target.name}.lock", "a+b") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not quiet:
+                print(
+                    f"waiting for the static embedding model being distilled into {target} "
+                    "(scripts/bootstrap.sh started it)",
+                    file=sys.stderr,
+                )
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _distill(source: Path, target: Path, quiet: bool) -> None:
+    """Distil `source` into `target`, written under a temporary name and renamed."""
     if not quiet:
         print(
             f"distilling a static embedding model from {source.name} (one time, about 2 CPU-"
@@ -117,20 +154,20 @@ def ensure_static_model(source: Path | None = None, quiet: bool = False) -> Path
             f"static embedding model: cannot import model2vec.distill ({err}); install "
             "'forensics[embed]' or pass --embed-model minilm"
         ) from err
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".tmp-{uuid.uuid4().hex}"
     try:
         with _quiet_bars(quiet):
             model = distill(model_name=str(source), pca_dims=PCA_DIMS)
-        model.save_pretrained(str(tmp))
+        # Saved under its final name inside the temporary directory: model2vec's model card
+        # names the directory it was saved to, so every file is the same on every machine.
+        model.save_pretrained(str(tmp / target.name))
         try:
-            os.replace(tmp, target)
+            os.replace(tmp / target.name, target)
         except OSError:
             if not (target / "model.safetensors").is_file():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # another process won the rename, or a failure
-    return target
 
 
 @contextmanager
