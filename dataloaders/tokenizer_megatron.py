@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +51,23 @@ TIKTOKEN_PATTERNS = {  # tiktoken_tokenizer.py:20-23
 }
 
 
+@dataclass(frozen=True)
+class Encoding:
+    """What `tokenizers.Tokenizer.encode` returns, as far as callers read it."""
+
+    ids: list[int]
+
+
 class _Decoder:
-    """The part of the `tokenizers.Tokenizer` interface the replay calls."""
+    """The part of the `tokenizers.Tokenizer` interface the replay calls (and `encode`, which
+    the spike's tokenizer check uses to see that the data round-trips)."""
 
     vocab_size: int
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        raise NotImplementedError
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> Encoding:
         raise NotImplementedError
 
     def decode_batch(self, batch: list[list[int]], skip_special_tokens: bool = False) -> list[str]:
@@ -103,6 +115,11 @@ class SentencePieceDecoder(_Decoder):
             for token in special_tokens:
                 self._add(token)
         self.strip = legacy and not legacy_tokenizer
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> Encoding:
+        """The model's own encoding of plain text (megatron-core's text_to_ids on text holding
+        no special token)."""
+        return Encoding(list(self.sp.encode_as_ids(text)))
 
     def _add(self, token: str) -> None:
         """sentencepiece_tokenizer.py:282-293: the model's own piece, else the next id."""
@@ -216,6 +233,10 @@ class TikTokenDecoder(_Decoder):
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self.encoding.decode(ids)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> Encoding:
+        """Plain text, special-token strings encoded as text (tiktoken's encode_ordinary)."""
+        return Encoding(self.encoding.encode_ordinary(text))
 
     def decode_batch(self, batch: list[list[int]], skip_special_tokens: bool = False) -> list[str]:
         return self.encoding.decode_batch(batch)

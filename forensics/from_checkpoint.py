@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.config import RunConfig
+from dataloaders.torch_globals import globals_beyond_torch_defaults
 from forensics.errors import ForensicsError
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -99,7 +100,7 @@ def load_saved_args(path: Path) -> dict[str, Any]:
     import torch
 
     try:
-        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+        unsafe = globals_beyond_torch_defaults(path)
     except Exception as err:  # a truncated or foreign file: torch raises several types
         raise ForensicsError(f"{path}: not a torch checkpoint ({err})") from None
     allow = _allowed_globals()

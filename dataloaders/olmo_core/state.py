@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.errors import ForensicsError
+from dataloaders.torch_globals import globals_beyond_torch_defaults
 
 
 def _numpy_rng_globals() -> list[Any]:
@@ -52,7 +53,7 @@ def load_trainer_state(path: Path) -> Any:
 
     allowed = _numpy_rng_globals()
     try:
-        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        unsafe = globals_beyond_torch_defaults(path)
     except Exception as err:  # noqa: BLE001 - not a torch file: one line
         raise ForensicsError(f"{path}: unreadable trainer state ({err})") from None
     extra = sorted(set(unsafe) - _allowed_names(allowed))

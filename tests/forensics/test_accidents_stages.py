@@ -211,7 +211,8 @@ def cat_argument(line: str) -> list[str]:
 
 
 def test_paste_and_watcher_lines_quote_the_path(tmp_path: Path) -> None:
-    from forensics.report.summary import _paste_lines
+    from forensics.report.first_screen import restart_command
+    from forensics.report.skip_view import ReportSkip
     from forensics.skip.action import rebuild_restart
     from forensics.watch.spikejob import action_words
 
@@ -224,7 +225,7 @@ def test_paste_and_watcher_lines_quote_the_path(tmp_path: Path) -> None:
         "flags": {"megatron-lm": {"flag": flag, "pin": "--ckpt-step 50", "consequence": "c"}},
         "action": {"flags_dir": str(out)},
     }
-    paste = dict(_paste_lines(skip))["PASTE"]
+    paste = restart_command(ReportSkip.from_dict(skip), 50)[-1].text
     assert cat_argument(paste) == [f"{out}/restart-megatron-lm.flags"], paste
     (out / "restart-megatron-lm.flags").write_text(flag + "\n")
     words = action_words(out, {"trainer": "megatron-lm", "action": {"kind": "skip"}}, 50)
