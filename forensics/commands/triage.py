@@ -97,31 +97,18 @@ def triage_command(
     from dataloaders.console import make_console
     from forensics.outputs import check_output_dir
     from forensics.triage.analyze import triage
-    from forensics.triage.config import RunInfo, TriageConfig
+    from forensics.triage.config import RunInfo
     from forensics.triage.readers import FORMATS, detect_format
     from forensics.triage.report import OUTPUT_NAMES, terminal_lines
 
     if format not in FORMATS:
         raise ForensicsError(f"--format {format}: unknown; choose one of {', '.join(FORMATS)}")
-    check_steps(
-        recovery_window,
-        plateau_steps,
-        grad_factor=grad_factor,
-        z_threshold=z_threshold,
-        ema_half_life=ema_half_life,
-        grad_half_life=grad_half_life,
+    cfg = detector_settings(
+        ema_half_life, recovery_window, grad_factor, grad_half_life, z_threshold, plateau_steps
     )
     check_output_dir(out, OUTPUT_NAMES, force=force)
     console = make_console()
     err = make_console(stderr=True, soft_wrap=True)  # a warning names a path: never cut it
-    cfg = TriageConfig(
-        ema_half_life=ema_half_life,
-        recovery_window=recovery_window,
-        grad_factor=grad_factor,
-        grad_half_life=grad_half_life,
-        z_threshold=z_threshold,
-        plateau_steps=plateau_steps,
-    )
     run = RunInfo(
         checkpoints=parse_checkpoints(checkpoints),
         config_path=config,
@@ -139,6 +126,35 @@ def triage_command(
     for line in terminal_lines(result):
         console.print(line)
     console.print(f"wrote {escape(', '.join(str(p) for p in paths))}")
+
+
+def detector_settings(
+    ema_half_life: float,
+    recovery_window: int,
+    grad_factor: float,
+    grad_half_life: float,
+    z_threshold: float,
+    plateau_steps: int,
+) -> Any:
+    """The detectors' TriageConfig from the command line, each number checked first."""
+    from forensics.triage.config import TriageConfig
+
+    check_steps(
+        recovery_window,
+        plateau_steps,
+        grad_factor=grad_factor,
+        z_threshold=z_threshold,
+        ema_half_life=ema_half_life,
+        grad_half_life=grad_half_life,
+    )
+    return TriageConfig(
+        ema_half_life=ema_half_life,
+        recovery_window=recovery_window,
+        grad_factor=grad_factor,
+        grad_half_life=grad_half_life,
+        z_threshold=z_threshold,
+        plateau_steps=plateau_steps,
+    )
 
 
 def read_run_config(run: Any, err: Any) -> Any:

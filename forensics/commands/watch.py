@@ -94,7 +94,6 @@ def watch_command(
     from forensics.outputs import fresh_output
     from forensics.triage.config import RunInfo, TriageConfig
     from forensics.watch.loop import LOCK_FILE, Watcher, WatchOptions
-    from forensics.watch.sinks import WEBHOOK_FORMATS
     from forensics.watch.terminal import Terminal
 
     on_malignant = _on_malignant(on_malignant, config)
@@ -106,12 +105,7 @@ def watch_command(
         grad_factor=grad_factor,
         z_threshold=z_threshold,
     )
-    if webhook and not webhook.startswith(("http://", "https://")):
-        raise ForensicsError(f"--webhook {webhook}: not an http(s) URL")
-    if webhook_format not in WEBHOOK_FORMATS:
-        raise ForensicsError(
-            f"--webhook-format {webhook_format}: choose one of {', '.join(WEBHOOK_FORMATS)}"
-        )
+    _check_webhook(webhook, webhook_format)
     extra = _spike_args(spike_args)
     out = out or log.with_name(log.name.rstrip("/") + ".watch")
     cfg = TriageConfig(
@@ -140,6 +134,18 @@ def watch_command(
     with fresh_output(out, out / LOCK_FILE):  # a refused first start leaves no directory
         watcher = Watcher(opts, Terminal(console, str(log), live))
         watcher.run(max_polls=max_polls)
+
+
+def _check_webhook(webhook: str | None, webhook_format: str) -> None:
+    """--webhook is an http(s) URL; --webhook-format one the watcher writes."""
+    from forensics.watch.sinks import WEBHOOK_FORMATS
+
+    if webhook and not webhook.startswith(("http://", "https://")):
+        raise ForensicsError(f"--webhook {webhook}: not an http(s) URL")
+    if webhook_format not in WEBHOOK_FORMATS:
+        raise ForensicsError(
+            f"--webhook-format {webhook_format}: choose one of {', '.join(WEBHOOK_FORMATS)}"
+        )
 
 
 def _on_malignant(on_malignant: str | None, config: str | None) -> str:
