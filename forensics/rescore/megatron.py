@@ -35,7 +35,6 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.rescore.gpt import GPTSpec
-from forensics.rescore.model import CONVERT_HINT
 
 LEGACY_FILE = "model_optim_rng.pt"
 RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
@@ -87,6 +86,13 @@ UNSUPPORTED = (
     ("attention_output_gate", False),
     ("softmax_type", "vanilla"),
     ("mtp_num_layers", None),
+)
+
+CONVERT_HINT = (
+    "convert it to Hugging Face format first, e.g. with Megatron-Bridge: python "
+    "examples/conversion/convert_checkpoints.py export --hf-model <HF model of the same "
+    "architecture> --megatron-path DIR --hf-path OUT (or Megatron-LM tools/checkpoint/convert.py "
+    "with an HF saver), then pass --checkpoint OUT"
 )
 
 

@@ -9,7 +9,7 @@ Three checkpoint families: a Hugging Face model directory (AutoModelForCausalLM)
 iteration directory, legacy or torch_dist at any tensor/pipeline parallelism (read on CPU by
 forensics.rescore.megatron into a plain-torch GPT, forensics.rescore.gpt); an OLMo-core stepN
 directory (forensics.rescore.olmo_core maps it onto transformers' Olmo2ForCausalLM). Anything the
-readers cannot compute exactly is refused with the conversion to run (CONVERT_HINT).
+readers cannot compute exactly is refused with the conversion to run (megatron.CONVERT_HINT).
 """
 
 from __future__ import annotations
@@ -25,12 +25,6 @@ import numpy as np
 from forensics.errors import ForensicsError
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-CONVERT_HINT = (
-    "convert it to Hugging Face format first, e.g. with Megatron-Bridge: python "
-    "examples/conversion/convert_checkpoints.py export --hf-model <HF model of the same "
-    "architecture> --megatron-path DIR --hf-path OUT (or Megatron-LM tools/checkpoint/convert.py "
-    "with an HF saver), then pass --checkpoint OUT"
-)
 DTYPES = ("float32", "bfloat16", "float16")
 
 

@@ -27,7 +27,6 @@ from forensics.triage.regimes import (
 from forensics.triage.spikes import Spike, find_spikes
 from forensics.triage.trend import PowerLawFit, ema_by_step, fit_power_law, local_stats, segments
 
-CONFIG_PLACEHOLDER = "<run-config.yaml>"
 _TRAINING_FIELDS = ("lr", "grad_norm", "loss_scale", "consumed_samples", "tokens")
 
 
@@ -191,31 +190,6 @@ def triage(
 
 # --------------------------------------------------------------------------- rollback
 # The rule itself is forensics/rollback.py's, shared with `forensics spike`.
-
-
-def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | None]:
-    """The `forensics spike` call that replays the window's documents, and a note: why this
-    window, and whether the user must fill in the config."""
-    import shlex
-
-    from forensics.rollback import spike_window
-
-    window, why = spike_window(step, rollback)
-    # Quoted for the shell: a path with a space, or `$(...)` in a name, must paste as one word.
-    config = shlex.quote(str(run.config_path)) if run.config_path else CONFIG_PLACEHOLDER
-    source = f"--config {config}"
-    if run.config_path is None and run.from_checkpoint:
-        source = f"--from-checkpoint {shlex.quote(str(run.from_checkpoint))}"
-    cmd = f"forensics spike {source} --step {step} --window {window} --out spike-{step}/"
-    if run.config_path is None and not run.from_checkpoint:
-        why += f"; replace {CONFIG_PLACEHOLDER} with the run's config (or pass --config to triage)"
-    if run.train_iters is not None and step > run.train_iters:
-        why += (
-            f"; WARNING: step {step} is past the config's train_iters {run.train_iters}, so this "
-            "log is not that config's run (or counts steps another way): spike will refuse it; "
-            "check --config"
-        )
-    return cmd, why
 
 
 # --------------------------------------------------------------------------- events

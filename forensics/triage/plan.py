@@ -15,6 +15,8 @@ from forensics.triage.alarms import Alarm
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.spikes import Spike
 
+CONFIG_PLACEHOLDER = "<run-config.yaml>"
+
 
 def new_data_stage(onset: int, run: RunInfo) -> int | None:
     """The latest data stage (from the config) that began in the SPIKE_WINDOW iterations up to
@@ -123,8 +125,6 @@ def plan_fields(
     onset: int, peak: int, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
 ) -> dict[str, Any]:
     """The rollback point and the spike command, for an event's JSON."""
-    from forensics.triage.analyze import next_command
-
     rollback = event_rollback(onset, peak, alarms, run, cfg)
     cmd, note = next_command(onset, rollback.iteration, run)
     fields: dict[str, Any] = {
@@ -136,3 +136,28 @@ def plan_fields(
     if note:
         evidence["next_command_note"] = note
     return fields | {"_evidence": evidence}
+
+
+def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | None]:
+    """The `forensics spike` call that replays the window's documents, and a note: why this
+    window, and whether the user must fill in the config."""
+    import shlex
+
+    from forensics.rollback import spike_window
+
+    window, why = spike_window(step, rollback)
+    # Quoted for the shell: a path with a space, or `$(...)` in a name, must paste as one word.
+    config = shlex.quote(str(run.config_path)) if run.config_path else CONFIG_PLACEHOLDER
+    source = f"--config {config}"
+    if run.config_path is None and run.from_checkpoint:
+        source = f"--from-checkpoint {shlex.quote(str(run.from_checkpoint))}"
+    cmd = f"forensics spike {source} --step {step} --window {window} --out spike-{step}/"
+    if run.config_path is None and not run.from_checkpoint:
+        why += f"; replace {CONFIG_PLACEHOLDER} with the run's config (or pass --config to triage)"
+    if run.train_iters is not None and step > run.train_iters:
+        why += (
+            f"; WARNING: step {step} is past the config's train_iters {run.train_iters}, so this "
+            "log is not that config's run (or counts steps another way): spike will refuse it; "
+            "check --config"
+        )
+    return cmd, why

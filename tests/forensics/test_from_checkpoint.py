@@ -198,8 +198,8 @@ def test_olmo_core_save_folder_goes_to_its_reader(
 
 def test_triage_suggests_the_save_directory() -> None:
     """triage --from-checkpoint DIR: the suggested spike command reads the run from DIR."""
-    from forensics.triage.analyze import next_command
     from forensics.triage.config import RunInfo
+    from forensics.triage.plan import next_command
 
     cmd, why = next_command(3000, 2940, RunInfo(from_checkpoint="/ckpt/my run"))
     assert cmd.startswith("forensics spike --from-checkpoint '/ckpt/my run' --step 3000 ")

@@ -119,8 +119,18 @@ def _scored(run: dict, name: str, **kw) -> object:
 def test_exported_tokens_are_megatron_cores_samples(tmp_path, megatron, megatron_build) -> None:
     """Every sample of a three-way blend (uint16 and int32 datasets): our gather == the tokens
     megatron-core's BlendedDataset serves (tokens + the last label)."""
+    import importlib.util
+
     from conftest import random_documents
-    from test_megatron_equivalence import _config, _write
+
+    # The Megatron equivalence tests' run builders, by path: that folder is on sys.path only
+    # when pytest collected it first (a subset run may not).
+    where = REPO_ROOT / "tests" / "dataloaders" / "megatron" / "test_megatron_equivalence.py"
+    spec = importlib.util.spec_from_file_location("megatron_equivalence_builders", where)
+    assert spec is not None and spec.loader is not None
+    builders = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builders)
+    _config, _write = builders._config, builders._write
 
     rng = np.random.default_rng(3)
     prefixes = [

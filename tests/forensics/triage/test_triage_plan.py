@@ -163,8 +163,8 @@ def test_recovered_bloom_spikes_are_never_malignant() -> None:
 def test_triage_warns_when_the_spike_is_past_the_configs_run() -> None:
     """A log whose spike lies past the config's train_iters is not that config's run: the
     suggested spike command says so instead of pointing at a window spike would refuse."""
-    from forensics.triage.analyze import next_command
     from forensics.triage.config import RunInfo
+    from forensics.triage.plan import next_command
 
     run = RunInfo(config_path="forensics.yaml", train_iters=2000, config_read=True)
     _, why = next_command(3000, 2940, run)
