@@ -104,7 +104,7 @@ def check_skip_command(
 
     from dataloaders.console import make_console
     from forensics.from_checkpoint import step_of_skip_file
-    from forensics.megatron_args import resolve_run_config
+    from forensics.run_source import resolve_run_config
     from forensics.skip import expand
 
     step = step_of_skip_file(skip_file) if from_checkpoint is not None else None

@@ -44,9 +44,9 @@ def rebuild_command(
     part of a file is refused) and the restart's new file list."""
     from rich.markup import escape
 
-    from forensics.megatron_args import resolve_run_config
     from forensics.rebuild import run_rebuild
     from forensics.report.terminal import make_console
+    from forensics.run_source import resolve_run_config
 
     skip_file = spike_dir / "skip.json" if spike_dir.is_dir() else spike_dir
     from forensics.from_checkpoint import step_of_skip_file

@@ -47,9 +47,9 @@ def replay_command(
     from dataloaders.atomic import write_parquet_atomic
     from dataloaders.console import make_console
     from forensics.errors import ForensicsError
-    from forensics.megatron_args import resolve_run_config
     from forensics.outputs import check_output_file, run_inputs
     from forensics.replay import check_window, open_replayer
+    from forensics.run_source import resolve_run_config
 
     if out.suffix != ".parquet":
         raise ForensicsError(f"{out}: --out must be a .parquet file")

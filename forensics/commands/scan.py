@@ -48,7 +48,7 @@ def scan_command(
     """Replay iterations FROM..TO ahead of training, score every document (encoding garbage,
     template spam, OLMo 2's repeated n-grams per document and per instance), and write
     scan.parquet, a report, a block list and a preemptive skip.json for the dense stretches."""
-    from forensics.megatron_args import resolve_run_config
+    from forensics.run_source import resolve_run_config
     from forensics.scan.run import ScanOptions, run_scan
 
     run = resolve_run_config(config, megatron_args, from_checkpoint)

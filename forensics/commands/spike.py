@@ -151,8 +151,8 @@ def spike_command(
 ) -> None:
     """Replay the iterations before a loss spike, find the data to blame, and write the report,
     the rollback point and the skip list (skip.json, megatron_args.txt)."""
-    from forensics.megatron_args import resolve_run_config
     from forensics.outputs import fresh_output
+    from forensics.run_source import resolve_run_config
     from forensics.spike import SpikeOptions, run_spike
 
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)

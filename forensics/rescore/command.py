@@ -28,9 +28,9 @@ def run_rescore_command(
 ) -> None:
     """Replay window + baseline, then export their tokens or rescore them."""
 
-    from forensics.megatron_args import resolve_run_config
     from forensics.replay import open_replayer, replay_sides
     from forensics.rescore.export import check_export_target, require_megatron
+    from forensics.run_source import resolve_run_config
     from forensics.skip import json_fingerprint
     from forensics.window_plan import plan_windows
 

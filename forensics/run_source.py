@@ -1,0 +1,56 @@
+"""Which run a command works on: --config, --megatron-args or --from-checkpoint, one rule.
+
+It sits above both readers (forensics.megatron_args, forensics.from_checkpoint), so neither
+imports the other to dispatch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from forensics.errors import ForensicsError
+
+if TYPE_CHECKING:
+    from dataloaders.config import RunConfig
+
+
+def resolve_run_config(
+    config: Path | None,
+    megatron_args: str | None,
+    from_checkpoint: Path | None = None,
+    step: int | None = None,
+) -> RunConfig:
+    """The config a command runs on: --config or --megatron-args when given (they win over
+    --from-checkpoint, which is then not read), else the run described by the trainer's saved
+    checkpoint (--from-checkpoint DIR; `step` picks the checkpoint), else the runbook rule."""
+    from dataloaders.config import find_config, load_config
+
+    if megatron_args is not None:
+        if config is not None:
+            raise ForensicsError("give --config or --megatron-args, not both")
+        _say_ignored(from_checkpoint, "--megatron-args")
+        from forensics.megatron_args import config_from_megatron_args, split_megatron_args
+
+        return config_from_megatron_args(split_megatron_args(megatron_args))
+    if config is not None:
+        _say_ignored(from_checkpoint, "--config")
+        return load_config(find_config(config))
+    if from_checkpoint is not None:
+        from dataloaders.console import make_console
+        from forensics.from_checkpoint import config_from_checkpoint
+
+        console = make_console(stderr=True, soft_wrap=True)
+        return config_from_checkpoint(
+            from_checkpoint, step, lambda line: console.print(line, markup=False)
+        )
+    return load_config(find_config(config))
+
+
+def _say_ignored(from_checkpoint: Path | None, winner: str) -> None:
+    if from_checkpoint is not None:
+        from dataloaders.console import make_console
+
+        make_console(stderr=True, soft_wrap=True).print(
+            f"{winner} given: --from-checkpoint {from_checkpoint} is not read", markup=False
+        )
