@@ -236,24 +236,32 @@ def check_skip_and_scan(
 def full_disk_and_watch(
     add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]
 ) -> None:
-    """Accidents of full disk for every writer, watch."""
-    spike, replay, log, first, mk, man, sc, wa = (
-        names["spike"],
-        names["replay"],
-        names["log"],
-        names["first"],
-        names["mk"],
-        names["man"],
-        names["sc"],
-        names["wa"],
-    )
+    """Accidents of scan's options, a full disk for every writer, and watch's options."""
+    scan_options(add, names)
+    full_disk(add, names)
+    watch_options(add, names)
+
+
+def scan_options(add: Callable[[Accident], None], names: dict[str, Any]) -> None:
+    """Scan given options out of range, a foreign output folder or a damaged index."""
+    sc, first = names["sc"], names["first"]
     add(Accident("scan: --out foreign files", [*sc[:5], "--out", "data"]))
     add(Accident("scan: --engine bogus", [*sc, "--engine", "bogus"]))
     add(Accident("scan: --workers 0", [*sc, "--workers", "0"]))
     add(Accident("scan: --shard-iterations 0", [*sc, "--shard-iterations", "0"]))
     add(Accident("scan: --threshold -1", [*sc, "--threshold", "-1"]))
     add(Accident("scan: .idx damaged", sc, idx_poke(first, "length")))
-    # ---- a full disk (files cannot grow past a limit)
+
+
+def full_disk(add: Callable[[Accident], None], names: dict[str, Any]) -> None:
+    """Every writer on a disk that fills up (files cannot grow past a limit)."""
+    spike, replay, log, mk, man = (
+        names["spike"],
+        names["replay"],
+        names["log"],
+        names["mk"],
+        names["man"],
+    )
     # 20 kB stops every run; 150 kB stops the demo's report (a small run's may fit: then the
     # right answer is the complete output)
     for limit, expect in ((20_000, "refuse"), (150_000, "any")):
@@ -293,6 +301,11 @@ def full_disk_and_watch(
             file_limit=3_000,
         )
     )
+
+
+def watch_options(add: Callable[[Accident], None], names: dict[str, Any]) -> None:
+    """Watch given a missing log, a file it cannot follow, or options out of range."""
+    log, wa = names["log"], names["wa"]
     add(
         Accident(
             "watch: log missing",
