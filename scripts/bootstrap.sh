@@ -15,12 +15,21 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 if [ ! -f "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -m pip install -q -e ".[$extras]" 2>&1 | grep -v "is ignored" || true
+  # torch from the CPU wheel pip finds on disk; --no-compile: byte-compiling torch's ~20k
+  # modules is most of its install time (Python compiles what it imports, on first import).
+  .venv/bin/python -m pip install -q --no-compile torch==2.13.0 2>&1 | grep -v "is ignored" || true
+  # Everything else through uv (same resolution as pip here, several times faster); it keeps
+  # the installed torch, which satisfies the pin. pip when uv cannot be had.
+  .venv/bin/python -m pip install -q uv==0.13.9 2>&1 | grep -v "is ignored" || true
+  if [ -x .venv/bin/uv ]; then
+    install=(.venv/bin/uv pip install -q --python .venv/bin/python)
+  else
+    install=(.venv/bin/python -m pip install -q)
+  fi
+  "${install[@]}" -e ".[$extras]" 2>&1 | grep -v "is ignored" || true
   # OLMo-core, the oracle of the repeated-n-gram rule (tests/forensics/score/test_scan_repeats.py), without its
   # dependencies: they would downgrade rich and huggingface_hub and add cloud clients.
-  .venv/bin/python -m pip install -q --no-deps ai2-olmo-core==3.0.0 2>&1 | grep -v "is ignored" || true
+  "${install[@]}" --no-deps ai2-olmo-core==3.0.0 2>&1 | grep -v "is ignored" || true
   # fail loudly if an install failed (hypothesis: the test extra's fuzz suite, tests/forensics/test_fuzz.py)
   .venv/bin/python -c "import forensics, torch, sentence_transformers, hypothesis"
   touch "$stamp"

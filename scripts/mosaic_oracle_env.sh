@@ -22,7 +22,7 @@ if [ ! -f "$stamp" ]; then
   [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
   pins="$venv/constraints.txt"
   printf 'torch==2.13.0\nnumpy<2.2\ntransformers<5\n' >"$pins"
-  pip_() { "$venv/bin/python" -m pip install -q -c "$pins" "$@" 2>&1 | grep -v "is ignored" || true; }
+  pip_() { "$venv/bin/python" -m pip install -q --no-compile -c "$pins" "$@" 2>&1 | grep -v "is ignored" || true; }
   pip_ torch==2.13.0
   pip_ --no-deps mosaicml-streaming==0.13.0
   pip_ "numpy>=1.21.5,<2.2" "transformers>=4.21.3,<5" "xxhash<4" zstd Brotli python-snappy tqdm \

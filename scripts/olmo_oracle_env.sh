@@ -20,8 +20,8 @@ echo "$base_site" > "$own_site/zz_forensics_base.pth"
 "$venv/bin/python" -m pip --version >/dev/null  # pip comes from the project's venv via the .pth
 # The project's venv may hold ai2-olmo-core too (--no-deps, for the n-gram rule's oracle): put
 # this venv's own copy first, then let pip add the pinned dependencies beside it.
-"$venv/bin/python" -m pip install -q --no-deps --ignore-installed "ai2-olmo-core==$OLMO_CORE_VERSION" 2>&1 | grep -v "is ignored" || true
-"$venv/bin/python" -m pip install -q "ai2-olmo-core==$OLMO_CORE_VERSION" 2>&1 | grep -v "is ignored" || true
+"$venv/bin/python" -m pip install -q --no-compile --no-deps --ignore-installed "ai2-olmo-core==$OLMO_CORE_VERSION" 2>&1 | grep -v "is ignored" || true
+"$venv/bin/python" -m pip install -q --no-compile "ai2-olmo-core==$OLMO_CORE_VERSION" 2>&1 | grep -v "is ignored" || true
 "$venv/bin/python" -c "
 import torch, olmo_core, sys
 assert torch.__version__.startswith('2.13.0'), torch.__version__
