@@ -291,3 +291,70 @@ def content_words(h, length, masked, stop):
                 hi = mid
         out[i] = lo == len(stop) or stop[lo] != h[i]
     return out
+
+
+# ---------------------------------------------------------------- re-encoded bytes
+
+
+@njit(cache=True, inline="always")
+def _valid_length(data, i, end):
+    """Byte length of the valid UTF-8 character starting at data[i] (0: none starts there), as
+    Python's strict decoder has it: no overlong forms, no surrogates, nothing past U+10FFFF."""
+    b = data[i]
+    if b < 0x80:
+        return 1
+    if 0xC2 <= b <= 0xDF:
+        n, lo, hi = 2, 0x80, 0xBF
+    elif 0xE0 <= b <= 0xEF:
+        n = 3
+        lo = 0xA0 if b == 0xE0 else 0x80
+        hi = 0x9F if b == 0xED else 0xBF
+    elif 0xF0 <= b <= 0xF4:
+        n = 4
+        lo = 0x90 if b == 0xF0 else 0x80
+        hi = 0x8F if b == 0xF4 else 0xBF
+    else:
+        return 0
+    if i + n > end or not lo <= data[i + 1] <= hi:
+        return 0
+    for j in range(2, n):
+        if not 0x80 <= data[i + j] <= 0xBF:
+            return 0
+    return n
+
+
+@njit(cache=True)
+def _recovery_counts(offsets, data):
+    n = len(offsets) - 1
+    high = np.zeros(n, dtype=np.int64)
+    valid = np.zeros(n, dtype=np.int64)
+    chars = np.zeros(n, dtype=np.int64)
+    for r in range(n):
+        i, end = offsets[r], offsets[r + 1]
+        while i < end:
+            b = data[i]
+            if b < 0x80:
+                i += 1
+                continue
+            step = _valid_length(data, i, end)
+            if step == 0:  # not the start of a character: one byte of U+FFFD territory
+                high[r] += 1
+                i += 1
+                continue
+            high[r] += step
+            # U+FFFD decoded from valid bytes (EF BF BD) is dropped with the replacements.
+            if not (step == 3 and b == 0xEF and data[i + 1] == 0xBF and data[i + 2] == 0xBD):
+                valid[r] += step
+                chars[r] += 1
+            i += step
+    return high, valid, chars
+
+
+def recovery_counts(raws: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per byte string, what decoding it as UTF-8 with replacement and dropping every U+FFFD
+    leaves (`legacy_codecs`): (high: bytes >= 0x80, valid: those inside the characters kept,
+    chars: non-ASCII characters kept), int64 [len(raws)] each. One compiled pass over all of
+    them instead of a decode, a replace and an encode per string."""
+    lengths = np.fromiter((len(r) for r in raws), dtype=np.int64, count=len(raws))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return _recovery_counts(offsets, np.frombuffer(b"".join(raws), dtype=np.uint8))
