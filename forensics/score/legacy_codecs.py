@@ -9,16 +9,13 @@ the suspected codec and ask whether the result is valid UTF-8. For mojibake it a
 several characters essentially never passes).
 
 Python does the per-run work, but only on documents that contain East Asian characters at all
-(found by one polars pass): a C-level encode per block and codec, and one compiled pass
-(`utf8_scan.recovery_counts`) over all of a codec's blocks for what decoding them back leaves.
+(found by one polars pass), and each step is a C-level encode/decode, not a per-character loop.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-from forensics.score.utf8_scan import recovery_counts
 
 CODECS: tuple[str, ...] = ("gbk", "shift_jis", "big5", "euc_kr")
 CODEC_NAMES = {"gbk": "GBK", "shift_jis": "Shift-JIS", "big5": "Big5", "euc_kr": "EUC-KR"}
@@ -92,15 +89,9 @@ def _encode(segment: str, codec: str) -> tuple[bytes, int]:
     try:
         return segment.encode(codec), 0
     except UnicodeEncodeError:
-        replaced = segment.encode(codec, errors="replace")
-        n_marks = replaced.count(b"?")
-        # 0x3F is never a byte of a multi-byte character in these codecs: without a "?" of its
-        # own, the block's bytes with the marks taken out are its "ignore" encoding.
-        if "?" in segment:
-            raw = segment.encode(codec, errors="ignore")
-        else:
-            raw = replaced.replace(b"?", b"")
-        return raw, n_marks - segment.count("?") - segment.count("\ufffd")
+        raw = segment.encode(codec, errors="ignore")
+        replaced = segment.encode(codec, errors="replace").count(b"?")
+        return raw, replaced - segment.count("?") - segment.count("\ufffd")
 
 
 def _one_script(decoded: str) -> bool:
@@ -184,10 +175,9 @@ def legacy_evidence(text: str) -> LegacyEvidence:
     for codec in CODECS:
         recovered = candidate = n_bad = bad_chars = bad_bytes = 0
         first_bad = ""
-        encoded = [_encode(seg, codec) for seg in segments]
-        counts = recovery_counts([raw for raw, _ in encoded])
-        for seg, (raw, missing), *count in zip(segments, encoded, *counts, strict=True):
-            high, valid, chars = (int(c) for c in count)  # as `_recovery` counts them
+        for seg in segments:
+            raw, missing = _encode(seg, codec)
+            high, valid, kept = _recovery(raw)
             if high == 0:
                 continue
             high += UNENCODABLE_BYTES * missing
@@ -196,8 +186,8 @@ def legacy_evidence(text: str) -> LegacyEvidence:
             if (
                 valid >= SEGMENT_MIN_BYTES
                 and valid >= SEGMENT_SHARE * high
-                and chars >= SEGMENT_MIN_CHARS
-                and _one_script(_recovery(raw)[2])
+                and len(kept) - len(kept.encode("ascii", errors="ignore")) >= SEGMENT_MIN_CHARS
+                and _one_script(kept)
             ):
                 n_bad += 1
                 bad_chars += len(seg)

@@ -170,25 +170,3 @@ def test_words_end_where_polars_ends_them_and_hash_its_lowercase() -> None:
     assert digit.tolist() == ref["w"].str.contains("[0-9]").to_list()
     pairs = pl.DataFrame({"ours": h, "lower": ref["lower"]}).unique()
     assert pairs["ours"].n_unique() == pairs["lower"].n_unique() == pairs.height
-
-
-def test_recovery_counts_match_a_decode_and_replace() -> None:
-    """`utf8_scan.recovery_counts` against `legacy_codecs._recovery` (Python's own UTF-8 decoder
-    with replacement): random bytes (every kind of invalid, truncated, overlong and surrogate
-    sequence), real text re-encoded with each legacy codec, and a genuine U+FFFD."""
-    from forensics.score import legacy_codecs as L
-
-    rnd = random.Random(5)
-    raws = [bytes(rnd.randrange(256) for _ in range(rnd.randint(0, 30))) for _ in range(5000)]
-    raws += [bytes([rnd.choice((0xE0, 0xED, 0xF0, 0xF4, 0xC2)), rnd.randrange(0x80, 0xC0)]) * 3
-             for _ in range(500)]  # fmt: skip
-    text = "Zürich café 東京 漢字かな 한국어 ｱｲｳ ΟΔΟΣ русский \ufffd 😀 naïve"
-    for codec in L.CODECS:
-        raws.append(L._encode(text, codec)[0])
-        raws.append(text.encode("utf-8").decode(codec, "replace").encode(codec, "ignore"))
-    raws.append(text.encode("utf-8"))
-    high, valid, chars = U.recovery_counts(raws)
-    for raw, h, v, c in zip(raws, high, valid, chars, strict=True):
-        want_high, want_valid, kept = L._recovery(raw)
-        non_ascii = len(kept) - len(kept.encode("ascii", errors="ignore"))
-        assert (h, v, c) == (want_high, want_valid, non_ascii), raw
