@@ -65,7 +65,7 @@ class ByteTable:
         return [str(view[a:b], "utf-8", "replace") for a, b in pairs]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _concat(ids, bounds, tok_offsets, tok_data):
     """(bytes uint8, row byte bounds int64 [rows + 1]): each row's tokens' bytes, in order."""
     n_rows = len(bounds) - 1
