@@ -241,6 +241,15 @@ class TikTokenDecoder(_Decoder):
     def decode_batch(self, batch: list[list[int]], skip_special_tokens: bool = False) -> list[str]:
         return self.encoding.decode_batch(batch)
 
+    def token_bytes(self) -> list[bytes] | None:
+        """Every id's bytes, for `token_bytes.ByteTable`: `Encoding.decode` is the joined bytes
+        decoded as UTF-8 with replacement (tiktoken/core.py), so the table decodes the same."""
+        try:
+            single = self.encoding.decode_single_token_bytes
+            return [single(i) for i in range(self.encoding.n_vocab)]
+        except KeyError:  # an id without a token: leave decoding to tiktoken
+            return None
+
 
 def is_tiktoken_vocab(path: Path) -> bool:
     """Whether a .json file is a TikTokenizer vocab (a list of ranks), not a tokenizer.json."""

@@ -259,35 +259,43 @@ class MegatronReplayer:
             )
         return self._tokenizer
 
-    def _doc_tokens(self, name: str, doc: int, start: int = 0, end: int | None = None) -> list[int]:
+    def _doc_tokens(
+        self, name: str, doc: int, start: int = 0, end: int | None = None, *, array: bool = False
+    ) -> list[int] | np.ndarray:
+        """A document's token ids (or those of its [start, end) segment): a list, or with
+        `array` a view of the mapped `.bin`."""
         ds = self.datasets[self.specs[name].prefix]
         first_seq = int(ds.document_indices[doc])
         last_seq = int(ds.document_indices[doc + 1])
         if last_seq == first_seq:
-            return []
+            return np.zeros(0, dtype=ds.dtype) if array else []
         begin = int(ds.sequence_pointers[first_seq]) // ds.dtype.itemsize
         stop_ptr = int(ds.sequence_pointers[last_seq - 1]) // ds.dtype.itemsize
         length = stop_ptr + int(ds.sequence_lengths[last_seq - 1]) - begin
         end = length if end is None else end
         ids = ds.tokens[begin + start : begin + end]
-        if ids.size and (ids.dtype.kind == "f" or ids.min() < 0):
+        if ids.size and (ids.dtype.kind == "f" or (ids.dtype.kind == "i" and ids.min() < 0)):
             raise ForensicsError(
                 f"{ds.idx_file}: document {doc} holds values that are not token ids (negative "
                 f"or fractional, dtype {ds.dtype}): the index's dtype code does not belong to "
                 "this data"
             )
-        return ids.tolist()
+        return ids if array else ids.tolist()
 
-    def _decode(self, ids: list[list[int]]) -> list[str]:
-        """Texts of token id lists, refusing ids past the tokenizer's vocabulary (a tokenizer
-        or dtype code that does not belong to the data would decode them to nothing)."""
-        top = max((max(x) for x in ids if x), default=-1)
+    def _decode(self, ids: list[list[int]] | list[np.ndarray]) -> list[str]:
+        """Texts of token id lists or arrays, refusing ids past the tokenizer's vocabulary (a
+        tokenizer or dtype code that does not belong to the data would decode them to nothing).
+        `token_bytes.decode_arrays`: the library's decoding, through a byte table where that
+        is the same."""
+        from dataloaders.token_bytes import decode_arrays
+
+        top = int(np.concatenate(ids).max()) if any(len(x) for x in ids) else -1
         if top >= self._vocab():
             raise ForensicsError(
                 f"token id {top} is past the tokenizer's vocabulary (0..{self._vocab() - 1}): "
                 "the config's tokenizer, or an index's dtype code, does not belong to this data"
             )
-        return self.tokenizer().decode_batch(ids, skip_special_tokens=False)
+        return decode_arrays(self.tokenizer(), ids)
 
     def _vocab(self) -> int:
         """The tokenizer's vocabulary size, added tokens included (cached)."""
@@ -303,7 +311,7 @@ class MegatronReplayer:
         with _progress(progress, len(triples), "decoding") as advance:
             for i in range(0, len(triples), batch):
                 chunk = triples[i : i + batch]
-                ids = [self._doc_tokens(n, d, s, e) for n, d, s, e in chunk]
+                ids = [self._doc_tokens(n, d, s, e, array=True) for n, d, s, e in chunk]
                 out.extend(self._decode(ids))
                 advance(len(chunk))
         return out
@@ -326,7 +334,7 @@ class MegatronReplayer:
         with _progress(progress, len(pairs), "decoding documents") as advance:
             for i in range(0, len(pairs), 128):
                 chunk = pairs[i : i + 128]
-                texts.extend(self._decode([self._doc_tokens(n, d) for n, d in chunk]))
+                texts.extend(self._decode([self._doc_tokens(n, d, array=True) for n, d in chunk]))
                 advance(len(chunk))
         table = base.with_columns(pl.Series("text", texts, dtype=pl.Utf8))
         return self.manifests.attach(table)

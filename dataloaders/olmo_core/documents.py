@@ -96,12 +96,14 @@ class OlmoCoreDocuments:
 
     def _decode(self, seg: dict[str, np.ndarray]) -> list[str]:
         """Text of document pieces (file, doc, token_start, token_end within the document)."""
+        from dataloaders.token_bytes import decode_arrays  # numba: loaded when text is needed
+
         ids = []
         keys = ("file", "doc", "token_start", "token_end")
         for k, d, a, b in zip(*(seg[key].tolist() for key in keys), strict=True):
             start, _ = self._doc_span(k, d)
-            ids.append(files.read_tokens(self.files[k], start + a, start + b, self.data).tolist())
-        return self._tokenizer.decode_batch(ids, skip_special_tokens=False) if ids else []
+            ids.append(files.read_tokens(self.files[k], start + a, start + b, self.data))
+        return decode_arrays(self._tokenizer, ids) if ids else []
 
     def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
         """A whole token file (facet "file") or a whole source ("dataset"), from the files'

@@ -49,13 +49,13 @@ def _table_bits(n: int) -> int:
     return bits
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _longest(bounds):
     """Words in the longest document (16 at least): what the per-document buffers must hold."""
     return max(16, np.max(np.diff(bounds))) if len(bounds) > 1 else 16
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _tables(longest):
     """(keys uint64, used int64: the count, 0 marks a free slot, first int64: the index of the
     key's first insertion): one open-addressing table big enough for the longest document,
@@ -88,7 +88,7 @@ def _add(keys, used, first, key, i, bits):
 # ---------------------------------------------------------------- the counts
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def slot_words(bounds, h, content, min_count, min_share):
     """bool [n_words]: content words whose form is >= `min_count` and >= `min_share` of the
     words of their document (every occurrence counted, content or not): the page's slot filler."""
@@ -110,7 +110,7 @@ def slot_words(bounds, h, content, min_count, min_share):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _count_ngrams(h, a, n, k, cur, rep, keys, used, first, bits):
     """Extend `cur` (the (n-1)-gram hashes at starts 0..k of a document beginning at flat
     index `a`) to n-grams and count those whose prefix repeats (`rep`) in the table; then
@@ -129,7 +129,7 @@ def _count_ngrams(h, a, n, k, cur, rep, keys, used, first, bits):
     return any_rep
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _top_chars(used, first, size, length, a, n):
     """Largest count x characters (of its first occurrence) over n-grams counted twice or more."""
     best = 0.0
@@ -143,7 +143,7 @@ def _top_chars(used, first, size, length, a, n):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _covered(rep, k, n, m, mark):
     """Words of an m-word document inside some n-gram flagged in `rep` (starts 0..k)."""
     mark[: m + 1] = 0
@@ -160,7 +160,7 @@ def _covered(rep, k, n, m, mark):
     return inside
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def ngram_stats(bounds, h, length, max_n):
     """Per document: top n-gram coverage for n = 2, 3, 4 and words inside repeated max_n-grams.
 
@@ -201,7 +201,7 @@ def ngram_stats(bounds, h, length, max_n):
     return top, covered
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _median_gap(h, a, b, word, gaps):
     """Median distance in words between consecutive occurrences of `word` in h[a:b] (inf with
     fewer than two); `gaps` is scratch space of at least b - a entries."""
@@ -216,7 +216,7 @@ def _median_gap(h, a, b, word, gaps):
     return np.median(gaps[:ng]) if ng > 0 else np.inf
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def top_keyword(bounds, h, content):
     """Per document: its most frequent repeated content word and how regularly it recurs.
 
@@ -266,7 +266,7 @@ def _all_masked(masked, i, shingle):
     return n_masked == shingle
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def minhash(bounds, h, masked, eligible_in, shingle, bins, min_shingles, empty):
     """One-permutation MinHash of each document's word `shingle`-grams (`skeleton.signatures`).
 

@@ -68,7 +68,7 @@ def _is_space(cp):
     )  # fmt: skip
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _visible_and_marked(offsets, data, marked):
     n = len(offsets) - 1
     visible = np.zeros(n, dtype=np.int64)
@@ -128,7 +128,7 @@ def _char_group(cp):
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _char_groups(offsets, data):
     n = len(offsets) - 1
     out = np.zeros(n, dtype=np.uint8)
@@ -193,7 +193,7 @@ def _finish(h):
     return h ^ (h >> np.uint64(31))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _count_words(offsets, data, word):
     n = len(offsets) - 1
     counts = np.zeros(n, dtype=np.int64)
@@ -208,7 +208,7 @@ def _count_words(offsets, data, word):
     return counts
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _words(offsets, data, word, lower, cased, counts):
     """Every `\\w+` word: hash of its lowercase form, code points, any cased change, any digit."""
     total = counts.sum()
@@ -274,7 +274,7 @@ def word_hashes(items: list[str]) -> np.ndarray:
     return h
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def content_words(h, length, masked, stop):
     """bool [n_words]: >= 3 characters, not masked, hash not in the sorted array `stop`
     (a binary search per word: numpy's searchsorted over ten million words cost 0.7 s)."""
