@@ -75,7 +75,9 @@ def sample_tables(replay: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     segs = segs.sort(["row", "_o"])
     length = pl.col("token_end") - pl.col("token_start")
     # OLMo-core: the instance each sample is (its data stage and index in that stage's dataset)
-    instance = [c for c in ("stage", "dataset_sample") if c in replay.columns]
+    instance = ["stage", "dataset_sample"]
+    if not set(instance) <= set(replay.columns):
+        instance = []
     segments = segs.select(
         "row",
         pl.int_range(pl.len()).over("row").cast(pl.Int32).alias("seg"),
