@@ -15,8 +15,10 @@ model's view from the trainer's own checkpoint), and a restart from the rollback
    console log to OUT/<run>/train.log, checkpoints every --save-interval steps. `forensics watch`
    follows the burst run's log while it trains.
 3. `forensics triage` on the log, `forensics spike --config` (the run config read from the save
-   folder, plus the byte tokenizer) `--checkpoint <save>/step<R>`: the spike analysis and the
-   model's view.
+   folder, plus the byte tokenizer) `--checkpoint <save>/step<R>` `--skip-ahead` at triage's
+   peak: the spike analysis and the model's view. When no cluster is dirty by the data, the
+   cluster the model choked on most among those new or over-represented in the window is blamed
+   with `--culprit` (what an engineer reading the report does next); the summary says which.
 4. The restart: a new save folder, `--trainer.load_path=<save>/step<rollback>` and the words of
    restart-olmo-core.flags, as overrides of the training script. Its log's "Skipping training on
    step N intentionally..." lines must be exactly the skip plan's steps.
@@ -121,6 +123,8 @@ def write_data(out: Path, a: argparse.Namespace) -> dict[str, Any]:
     for k, i in enumerate(slots):
         burst[i * a.seq : (i + 1) * a.seq] = burst_instance(rng, a.seq)
         control[i * a.seq : (i + 1) * a.seq] = reserve[k * a.seq : (k + 1) * a.seq]
+        if i > 0:  # the document before ends where the slot starts: a burst is whole documents
+            burst[i * a.seq - 1] = control[i * a.seq - 1] = EOS
     burst.tofile(out / "data" / "burst" / "part-0.npy")
     control.tofile(clean)
     return {"instances": len(train) // a.seq, "burst_instances": len(slots), "plan": plan}
@@ -216,7 +220,8 @@ def curve(log: Path) -> dict[int, float]:
     from forensics.triage.readers import read_log
 
     table = read_log(log)
-    return dict(zip(table["step"].to_list(), table["loss"].to_list(), strict=True))
+    pairs = zip(table["step"].to_list(), table["loss"].to_list(), strict=True)
+    return {s: v for s, v in pairs if v is not None}  # a skipped step logs no loss
 
 
 def watch_events(watch_dir: Path) -> list[dict[str, Any]]:
@@ -235,7 +240,14 @@ def spike_onset(out: Path, log: Path, burst: tuple[int, int]) -> tuple[int, dict
     found = [e for e in _spikes(events) if burst[0] - 2 <= e["step"] <= burst[1] + 10]
     if not found:
         sys.exit(f"triage found no spike near steps {burst[0]}-{burst[1]}: see {out / 'triage'}")
-    return int(found[0]["step"]), found[0]
+    spike = dict(found[0])
+    alarms = [
+        e
+        for e in events
+        if e.get("kind") == "grad_norm_alarm" and e.get("loss_onset_step") == spike["step"]
+    ]
+    spike["alarm_end_step"] = max((int(e["end_step"]) for e in alarms), default=None)
+    return int(spike["step"]), spike
 
 
 def _spikes(events: Any) -> list[dict[str, Any]]:
@@ -244,9 +256,11 @@ def _spikes(events: Any) -> list[dict[str, Any]]:
 
 
 def analyse(out: Path, save: Path, onset: int, event: dict[str, Any]) -> dict[str, Any]:
-    """`forensics spike` at the end of triage's spike event, its window back to the newest
-    checkpoint before the spike (the model's view is read from that checkpoint), and the densest
-    iterations ahead added to the skip; the run config comes from the save folder."""
+    """`forensics spike` at the end of triage's spike, its window back to the newest checkpoint
+    before the spike (the model's view is read from that checkpoint), the densest iterations
+    ahead added to the skip. The run config is read from the save folder. When no cluster is
+    dirty by the data, the engineer's next step: blame the cluster the model choked on most
+    among those new or over-represented in the window (`--culprit`)."""
     import yaml
 
     from dataloaders.olmo_core.saved_config import run_config_from_save_folder
@@ -255,7 +269,9 @@ def analyse(out: Path, save: Path, onset: int, event: dict[str, Any]) -> dict[st
     byte_tokenizer(out / "tokenizer.json")
     config["tokenizer"] = str(out / "tokenizer.json")
     (out / "run.yaml").write_text(yaml.safe_dump(config))
-    step = int(event.get("end_step") or event["step"])
+    # the end of the excursion: the peak, or the end of the grad-norm alarm tied to the spike
+    # (the stretch of abnormal updates: the data that caused them was drawn within it)
+    step = max(int(event.get("peak_step") or event["step"]), event.get("alarm_end_step") or 0)
     before = max(s for s in config["checkpoints"] if s < onset)
     spike_dir = out / "spike"
     cmd = ["spike", "--config", str(out / "run.yaml"), "--step", str(step)]
@@ -264,7 +280,26 @@ def analyse(out: Path, save: Path, onset: int, event: dict[str, Any]) -> dict[st
     start = time.perf_counter()
     forensics(*cmd)
     skip = json.loads((spike_dir / "skip.json").read_text())
-    return {"skip": skip, "checkpoint": before, "wall_s": time.perf_counter() - start}
+    blamed_by = "the spike analysis's verdict"
+    if not skip.get("culprit_clusters"):
+        pick = model_pick(json.loads((spike_dir / "report.json").read_text()))
+        if pick is None:
+            sys.exit(f"no culprit and no cluster the model choked on: see {spike_dir}")
+        forensics(*cmd, "--culprit", pick)
+        skip = json.loads((spike_dir / "skip.json").read_text())
+        blamed_by = f"--culprit {pick}: the model's choice (no cluster dirty by the data)"
+    wall = time.perf_counter() - start
+    return {"skip": skip, "checkpoint": before, "blamed_by": blamed_by, "wall_s": wall}
+
+
+def model_pick(report: dict[str, Any]) -> str | None:
+    """The cluster new or over-represented in the window with the highest model loss z (>3)."""
+    found = [
+        c
+        for c in report["clusters"]
+        if (c.get("new_in_window") or c.get("over_represented")) and (c.get("loss_z") or 0) > 3
+    ]
+    return max(found, key=lambda c: c["loss_z"])["id"] if found else None
 
 
 def restart(out: Path, a: argparse.Namespace, burst_save: Path, skip: dict[str, Any]) -> float:
@@ -368,6 +403,7 @@ def summarise(
         "triage_spike": event,
         "blamed": {k: skip.get(k) for k in ("documents", "culprit_clusters", "rollback")},
         "rescore_checkpoint": found["checkpoint"],
+        "blamed_by": found["blamed_by"],
         "culprit_loss_z": max((z for z in loss_z if z is not None), default=None),
         "model_agreement": (report.get("model") or {}).get("agreement"),
         "planned_skip": planned,
