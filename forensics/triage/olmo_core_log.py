@@ -86,10 +86,14 @@ def olmo_core_raw(lines: pl.DataFrame) -> pl.DataFrame | None:
     # again after other steps is a restarted job, left to resolve_restarts.
     run = (pl.col("step") != pl.col("step").shift(1)).fill_null(True).cum_sum().alias("__run")
     names = [c for c in wide.columns if c not in ("head_line", "step")]
-    merged = wide.with_columns(run).group_by("__run", maintain_order=True).agg(
-        pl.col("head_line").first().alias("__line"),
-        pl.col("step").first(),
-        *[pl.col(c).drop_nulls().last() for c in names],
+    merged = (
+        wide.with_columns(run)
+        .group_by("__run", maintain_order=True)
+        .agg(
+            pl.col("head_line").first().alias("__line"),
+            pl.col("step").first(),
+            *[pl.col(c).drop_nulls().last() for c in names],
+        )
     )
     return merged.drop("__run")
 
