@@ -40,6 +40,11 @@ BURST_START, BURST_END = 301, 320
 
 def corpus() -> bytes:
     """Docstrings of the standard library, in sorted path order: clean English documentation."""
+    return b"\n\n".join(docstrings())
+
+
+def docstrings() -> list[bytes]:
+    """The corpus's documents: each docstring over 80 characters, ASCII, in sorted path order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     parts = []
     for path in sorted(root.glob("*.py")):
@@ -52,7 +57,7 @@ def corpus() -> bytes:
                 doc = ast.get_docstring(node)
                 if doc and len(doc) > 80:
                     parts.append(doc)
-    return "\n\n".join(parts).encode("ascii", "ignore")
+    return [p.encode("ascii", "ignore") for p in parts]
 
 
 class Block(torch.nn.Module):

@@ -56,7 +56,10 @@ def triage_command(
     log: Annotated[Path, typer.Argument(help="Training log: file, or TensorBoard run dir.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for events.json, report.md, PNG.")],
     format: Annotated[
-        str, typer.Option(help="auto|megatron|tensorboard|wandb-csv|jsonl|csv|hf-trainer-state")
+        str,
+        typer.Option(
+            help="auto|megatron|olmo-core|tensorboard|wandb-csv|jsonl|csv|hf-trainer-state"
+        ),
     ] = "auto",
     checkpoints: CheckpointsOption = None,
     config: Annotated[

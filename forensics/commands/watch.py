@@ -1,7 +1,7 @@
 """`forensics watch LOG --out DIR`: triage's alarms while the run is still training.
 
-Follows a growing Megatron / JSONL / CSV log, runs triage's detectors on every batch of new
-lines, raises each event once (events.jsonl in DIR is the memory a restarted watcher resumes
+Follows a growing Megatron / OLMo-core / JSONL / CSV log, runs triage's detectors on every batch
+of new lines, raises each event once (events.jsonl in DIR is the memory a restarted watcher resumes
 from), posts to a webhook, keeps a Prometheus textfile current, and on a malignant verdict with a
 config runs `forensics spike` in the background. Nothing heavy is imported: no torch.
 """
@@ -78,7 +78,9 @@ def watch_command(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls.")] = 5.0,
     on_malignant: OnMalignantOption = None,
     spike_args: SpikeArgsOption = "",
-    format: Annotated[str, typer.Option(help="auto|megatron|jsonl|csv|tensorboard")] = "auto",
+    format: Annotated[
+        str, typer.Option(help="auto|megatron|olmo-core|jsonl|csv|tensorboard")
+    ] = "auto",
     stall_after: StallAfterOption = 600.0,
     checkpoints: CheckpointsOption = None,
     recovery_window: RecoveryWindowOption = 500,

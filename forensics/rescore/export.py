@@ -42,6 +42,18 @@ def require_megatron(replayer: Any) -> None:
         )
 
 
+def is_olmo_core(replayer: Any) -> bool:
+    """An OLMo-core replayer: a sample is one dataset instance (`instance_tokens`)."""
+    return hasattr(replayer, "instance_tokens") and hasattr(replayer, "stages")
+
+
+def require_token_files(replayer: Any) -> None:
+    """Rescoring reads each sample's exact tokens: Megatron `.bin` files or OLMo-core's numpy
+    token files (a sample there is one fixed-size instance)."""
+    if not is_olmo_core(replayer):
+        require_megatron(replayer)
+
+
 def sample_tables(replay: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(samples, segments) from a replay table (one row per document segment, replay order).
 
@@ -62,6 +74,10 @@ def sample_tables(replay: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     segs = ordered.join(samples.select(*SAMPLE_KEY, "row"), on=SAMPLE_KEY, how="left")
     segs = segs.sort(["row", "_o"])
     length = pl.col("token_end") - pl.col("token_start")
+    # OLMo-core: the instance each sample is (its data stage and index in that stage's dataset)
+    instance = ["stage", "dataset_sample"]
+    if not set(instance) <= set(replay.columns):
+        instance = []
     segments = segs.select(
         "row",
         pl.int_range(pl.len()).over("row").cast(pl.Int32).alias("seg"),
@@ -71,13 +87,30 @@ def sample_tables(replay: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         "token_end",
         (length.cum_sum().over("row") - length).alias("start"),
         length.cum_sum().over("row").alias("end"),
+        *instance,
     )
     return samples, segments
 
 
 def sample_length(replayer: Any) -> int:
-    """Tokens per sample: seq_length + the extra label token (megatron-core's default)."""
+    """Tokens per sample: seq_length + the extra label token (megatron-core's default); an
+    OLMo-core instance is `sequence_length` tokens, inputs and labels both cut from it."""
+    if is_olmo_core(replayer):
+        return int(replayer.data.sequence_length)
     return int(replayer.data.seq_length) + int(replayer.extra)
+
+
+def _instance_rows(replayer: Any, segments: pl.DataFrame) -> np.ndarray:
+    """tokens[n_samples, sequence_length] of OLMo-core samples: each row is the dataset
+    instance its segments came from (`instance_tokens`, what the library's dataset returns)."""
+    firsts = segments.filter(pl.col("seg") == 0).sort("row")
+    rows = [
+        replayer.instance_tokens(int(i), int(st))
+        for st, i in zip(firsts["stage"], firsts["dataset_sample"], strict=True)
+    ]
+    if not rows:
+        return np.zeros((0, sample_length(replayer)), dtype=np.int64)
+    return np.stack(rows)
 
 
 def gather_tokens(
@@ -87,6 +120,8 @@ def gather_tokens(
     from dataloaders.megatron.tokens import gather_samples
     from dataloaders.progress import progress_bar as _progress
 
+    if is_olmo_core(replayer):
+        return _instance_rows(replayer, segments)
     require_megatron(replayer)
     datasets = {name: replayer.datasets[spec.prefix] for name, spec in replayer.specs.items()}
     n = int(segments["row"].max()) + 1 if segments.height else 0

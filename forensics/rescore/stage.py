@@ -26,7 +26,12 @@ import numpy as np
 import polars as pl
 
 from forensics.errors import ForensicsError
-from forensics.rescore.export import gather_tokens, require_megatron, sample_tables
+from forensics.rescore.export import (
+    gather_tokens,
+    require_token_files,
+    sample_length,
+    sample_tables,
+)
 from forensics.rescore.metrics import sample_metrics, segment_metrics, zscore
 
 DEFAULT_CAP = 512  # window samples scored on a CPU in a few minutes with a small model
@@ -195,12 +200,12 @@ def rescore(
 ) -> Rescore:
     """Score the window's samples and a baseline sample of equal size; z-score both."""
     options.check()
-    require_megatron(replayer)
+    require_token_files(replayer)
     hits = hits if hits is not None else {}
     if "side" not in replay.columns or replay.filter(pl.col("side") == "baseline").height == 0:
         raise ForensicsError("rescoring needs baseline samples (the replay has none)")
     samples, segments = sample_tables(replay)
-    length = int(replayer.data.seq_length) + int(replayer.extra)
+    length = sample_length(replayer)
     info: dict[str, Any] = {
         "window_samples_total": samples.filter(pl.col("side") == "window").height,
         "cap": options.cap,

@@ -19,13 +19,34 @@ import re
 _ALIASES: dict[str, str] = {}
 for _canon, _names in {
     "step": ["step", "steps", "iteration", "iter", "global step", "_step", "trainer/global step"],
-    "loss": ["lm loss", "loss", "train loss", "training loss", "train/loss", "train/lm loss"],
-    "grad_norm": ["grad norm", "gradient norm", "grad norm total", "train/grad norm"],
-    "lr": ["learning rate", "lr", "train/learning rate", "train/lr"],
+    "loss": [
+        "lm loss",
+        "loss",
+        "train loss",
+        "training loss",
+        "train/loss",
+        "train/lm loss",
+        "train/ce loss",
+    ],
+    "grad_norm": [
+        "grad norm",
+        "gradient norm",
+        "grad norm total",
+        "train/grad norm",
+        "optim/total grad norm",
+    ],
+    "lr": ["learning rate", "lr", "train/learning rate", "train/lr", "optim/lr (group 0)"],
     "loss_scale": ["loss scale", "loss scaler", "train/loss scale"],
     "consumed_samples": ["consumed samples", "samples", "train/consumed samples"],
     "global_batch_size": ["global batch size", "batch size", "train/global batch size"],
-    "tokens": ["consumed tokens", "tokens", "num tokens", "train/tokens", "train/num tokens"],
+    "tokens": [
+        "consumed tokens",
+        "tokens",
+        "num tokens",
+        "train/tokens",
+        "train/num tokens",
+        "throughput/total tokens",
+    ],
     "val_loss": [
         "val loss",
         "val/loss",

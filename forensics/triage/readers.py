@@ -27,11 +27,25 @@ import polars as pl
 
 from forensics.errors import ForensicsError
 from forensics.triage.canonical import MAX_WARNINGS_SHOWN, finish, rows_to_frame
+from forensics.triage.olmo_core_log import (
+    is_olmo_core_log,
+    looks_like_olmo_core,
+    olmo_core_raw,
+)
 
 if TYPE_CHECKING:
     from forensics.triage.tfrecord import RecordScan
 
-FORMATS = ("auto", "megatron", "tensorboard", "wandb-csv", "jsonl", "csv", "hf-trainer-state")
+FORMATS = (
+    "auto",
+    "megatron",
+    "olmo-core",
+    "tensorboard",
+    "wandb-csv",
+    "jsonl",
+    "csv",
+    "hf-trainer-state",
+)
 
 # ` iteration    31219/  115311 |` (launcher prefixes and timestamps before it are ignored).
 _ITER_RE = r"iteration\s+(\d+)\s*/\s*\d+"
@@ -96,6 +110,12 @@ def detect_format(path: Path) -> str:
         return "hf-trainer-state"
     if re.search(_ITER_RE, head):
         return "megatron"
+    if looks_like_olmo_core(head):
+        return "olmo-core"
+    if is_olmo_core_log(head):
+        raise ForensicsError(
+            f"{path}: an OLMo-core log without a '[step=N/M,epoch=E]' metrics record yet"
+        )
     first = next((ln for ln in head.splitlines() if ln.strip() and not ln.startswith("#")), "")
     if first.lstrip().startswith("{"):
         return "jsonl"
@@ -219,6 +239,16 @@ def megatron_raw(lines: pl.DataFrame, path: Path, notes: list[str]) -> pl.DataFr
         valid = valid.unique("__vstep", keep="last")
         raw = raw.join(valid, on="__vstep", how="left").drop("__vstep")
     return raw
+
+
+def read_olmo_core(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
+    """OLMo-core's console log: a `[step=N/M,epoch=E]` marker, then `    name=value` metric
+    lines (forensics/triage/olmo_core_log.py cites the library's format)."""
+    lines = _read_lines(path).with_row_index("__line", offset=1)
+    raw = olmo_core_raw(lines.with_columns(pl.col("__line").cast(pl.Int64)))
+    if raw is None:
+        raise ForensicsError(f"{path}: no OLMo-core '[step=N/M,epoch=E]' records with metrics")
+    return raw, "line"
 
 
 def read_csv(path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
@@ -420,6 +450,7 @@ def scalars_to_raw(points: list[tuple[int, str, float]]) -> pl.DataFrame:
 
 _READERS: dict[str, Reader] = {
     "megatron": read_megatron,
+    "olmo-core": read_olmo_core,
     "csv": read_csv,
     "wandb-csv": read_wandb_csv,
     "jsonl": read_jsonl,

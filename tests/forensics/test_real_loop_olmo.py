@@ -1,0 +1,56 @@
+"""The loop closed by a real trainer, small: scripts/real_loop_olmo.py trains the byte-level model
+with ai2-olmo-core's own Trainer on CPU (gloo) over token files with a planted burst of repeated
+n-grams, `forensics watch` follows the trainer's log while it trains, triage and spike name the
+burst (the model's view read from the trainer's own checkpoint), and the Trainer restarts from
+the rollback checkpoint with the words of restart-olmo-core.flags.
+
+What must hold: the trainer's own log says it skipped exactly the skip plan's steps ("Skipping
+training on step N intentionally..."), all of them burst steps and most of the burst; the burst
+run's training loss jumps (over 1.5x its level before the burst) and stays up on the clean
+batches after it, while the restart's clean-batch loss after the burst stays under 1.25x.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from olmo_core_run import oracle_python
+from repo_paths import REPO_ROOT
+
+FIRST, LAST = 91, 100
+
+
+@pytest.mark.slow
+@pytest.mark.oracle
+def test_trainer_skips_the_named_burst_and_does_not_spike(tmp_path):
+    oracle_python()  # .venv-olmo, or a skip
+    out = tmp_path / "loop"
+    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "real_loop_olmo.py"), str(out)]
+    cmd += ["--steps", "120", "--burst", str(FIRST), str(LAST), "--save-interval", "30"]
+    cmd += ["--seq", "64", "--batch", "8", "--no-control", "--port", "29641"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    burst = list(range(FIRST, LAST + 1))
+    # the trainer's own log skipped exactly the planned steps, and the plan blamed only burst
+    # steps, most of them (a burst step none of whose documents is in the blamed cluster stays)
+    assert summary["trainer_skipped"] == summary["planned_skip"], summary
+    planned = summary["planned_skip"]
+    assert set(planned) <= set(burst) and len(planned) >= len(burst) // 2, planned
+    # the watcher raised the spike from the live log, inside the burst
+    raised = [e for e in summary["watch_spikes"] if e.get("message") == "raised"]
+    assert raised and FIRST <= raised[0]["step"] <= LAST, summary["watch_spikes"]
+    # the model (the checkpoint before the burst) choked on the blamed cluster
+    assert summary["blamed"]["culprit_clusters"], summary["blamed"]
+    assert summary["rescore_checkpoint"] < FIRST
+    assert summary["culprit_loss_z"] > 3, summary["culprit_loss_z"]
+    # a real spike in the burst run; after the burst, the restart's clean-batch loss stays near
+    # the level before it while the burst run's does not
+    assert summary["burst"]["peak_from_burst_ratio"] > 1.5, summary["burst"]
+    assert summary["burst"]["peak_after_burst_ratio"] > 1.25, summary["burst"]
+    assert summary["restart"]["peak_after_burst_ratio"] < 1.25, summary["restart"]
