@@ -282,6 +282,14 @@ class MegatronReplayer:
             )
         return ids if array else ids.tolist()
 
+    def document_tokens(self, docs: pl.DataFrame) -> list[np.ndarray]:
+        """Token ids of whole documents (`docs`: dataset, doc_id), in the table's order: views
+        of the mapped `.bin` (what a document-level rule on token ids reads)."""
+        return [
+            self._doc_tokens(str(name), int(doc), array=True)  # type: ignore[misc]
+            for name, doc in docs.select("dataset", "doc_id").iter_rows()
+        ]
+
     def _decode(self, ids: list[list[int]] | list[np.ndarray]) -> list[str]:
         """Texts of token id lists or arrays, refusing ids past the tokenizer's vocabulary (a
         tokenizer or dtype code that does not belong to the data would decode them to nothing).

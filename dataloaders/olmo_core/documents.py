@@ -65,6 +65,18 @@ class OlmoCoreDocuments:
         fidx, local = self._place(np.asarray([instance]), np.asarray([stage]))
         return self._instance_tokens(int(fidx[0]), int(local[0]))
 
+    def document_tokens(self, docs: pl.DataFrame) -> list[np.ndarray]:
+        """Token ids of whole documents (`docs`: dataset, doc_id), in the table's order: each
+        document's span of its token file (`_doc_span`)."""
+        out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * docs.height
+        table = docs.select("dataset", pl.col("doc_id").cast(pl.Int64)).with_row_index("_i")
+        for (name,), part in table.group_by(["dataset"], maintain_order=True):
+            fidx, doc = self._locate(str(name), part["doc_id"].to_numpy())  # type: ignore[attr-defined]
+            for i, k, d in zip(part["_i"].to_list(), fidx.tolist(), doc.tolist(), strict=True):
+                start, end = self._doc_span(k, d)
+                out[i] = files.read_tokens(self.files[k], start, end, self.data)
+        return out
+
     def _meta_columns(self, file_idx: np.ndarray, doc: np.ndarray) -> dict[str, list[str | None]]:
         names = self._meta_fields
         out: dict[str, list[str | None]] = {n: [None] * len(doc) for n in names}

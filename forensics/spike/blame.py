@@ -85,11 +85,14 @@ def source_documents(
 
 
 def blame_stage(run: SpikeRun, ranked: pl.DataFrame, window_docs: pl.DataFrame) -> Blame:
-    """The culprit documents, from the verdicts (or `--culprit`)."""
+    """The culprit documents, from the verdicts (or `--culprit`), with the window documents of
+    a blamed embedding cluster's document rule (forensics.spike.rule_members)."""
     from forensics.cluster import culprit_docs
+    from forensics.spike.rule_members import rule_members
 
     only = list(run.options.culprits) if run.options.culprits else None
     seen = culprit_docs(ranked, window_docs, only=only)
+    seen = rule_members(ranked, seen, window_docs, run.notes)
     blamed = sorted(seen["cluster"].unique().to_list()) if seen.height else []
     culprit = (
         pl.concat([seen, source_documents(run.replayer, ranked, blamed, run.notes)])

@@ -4,6 +4,7 @@
     replay     the run                 replay table (+ side)                replay-<key>.parquet
     decode     replay                  documents (text, facets)             docs-<key>.parquet
     score      documents               + garbage/spam scores and reasons    scores-<key>-<v>.parquet
+    repeats    token ids               + repeated n-grams (garbage rule)    ngrams-<key>-<v>.parquet
     cluster    window, baseline docs   ranked clusters with verdicts        embeddings/ (per text)
     model      replay, clusters        clusters with the model's evidence   rescore-<k>.npz
 
@@ -80,15 +81,18 @@ def score_stage(run: SpikeRun, docs: pl.DataFrame) -> pl.DataFrame:
 def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     """The window's and baseline's documents, decoded and scored: in this process (decode,
     then score), or in parts on a process pool or a Ray cluster (`--engine`, `--workers`),
-    which gives the same table."""
+    which gives the same table; then checked for repeated n-grams on their token ids."""
+    from forensics.spike.repeats import repeats_stage
     from forensics.spike.tokcheck import check_tokenizer
 
     opts = run.options
     distinct = replay.select("dataset", "doc_id").unique().sort("dataset", "doc_id")
     check_tokenizer(run.replayer, distinct, run.config.tokenizer)
     if (opts.engine == "local" and opts.workers == 1) or distinct.height == 0:
-        return score_stage(run, decode_stage(run, replay))
-    return parts_stage(run, distinct)
+        scored = score_stage(run, decode_stage(run, replay))
+    else:
+        scored = parts_stage(run, distinct)
+    return repeats_stage(run, distinct, scored)
 
 
 def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
