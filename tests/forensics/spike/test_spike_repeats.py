@@ -116,3 +116,25 @@ def test_source_and_clean_clusters_take_nothing_more() -> None:
     for seen in (source, clean):
         notes: list[str] = []
         assert rule_members(ranked, seen, _window(), notes).equals(seen) and not notes
+
+
+def test_megatron_document_tokens_are_scans(tmp_path) -> None:
+    """The Megatron replayer's document tokens are those `forensics scan` checks (its own
+    reading of the `.bin` through the sequence pointers), and decode to the documents' text."""
+    from small_run import SMALL
+
+    from dataloaders.config import load_config
+    from forensics.scan.shard import document_tokens
+    from forensics_testing.demo.build import build_run
+
+    run = tmp_path / "run"
+    build_run(run, SMALL, progress=False)
+    replayer = open_replayer(load_config(run / "forensics.yaml"))
+    docs = replayer.replay(1, 20, progress=False).select("dataset", "doc_id").unique()
+    docs = docs.sort("dataset", "doc_id")
+    ours = replayer.document_tokens(docs)
+    assert len(ours) == docs.height > 10
+    for got, want in zip(ours, document_tokens(replayer, docs), strict=True):
+        assert got.tolist() == want.tolist()
+    text = replayer.documents(docs, progress=False)["text"].to_list()
+    assert replayer._decode(ours) == text
