@@ -153,7 +153,8 @@ def _scatter_sides(ax, report: SpikeReport, xy: pl.DataFrame) -> None:
     names = {r["id"]: cluster_name(r) for r in report.clusters.iter_rows(named=True)}
     sizes = report.clusters.select("id", "docs") if "docs" in report.clusters.columns else None
     docs = dict(sizes.iter_rows()) if sizes is not None else {}
-    order = [c for c in report.clusters["id"].to_list() if c in set(xy["culprit"].drop_nulls())]
+    culprits = set(xy["culprit"].drop_nulls().to_list())  # once: not once per cluster
+    order = [c for c in report.clusters["id"].to_list() if c in culprits]
     window = xy.filter(pl.col("side") == "window")
     base = xy.filter(pl.col("side") != "window")
     ax.scatter(base["x"], base["y"], s=6, c=BASELINE_COLOUR, alpha=0.6, lw=0,
