@@ -21,6 +21,8 @@ import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
 
+FLOAT_DIGITS = 12  # significant digits of a float in content_digest
+
 
 def cache_key(**parts: Any) -> str:
     """A short stable hash of a stage's inputs (JSON of the parts, keys sorted)."""
@@ -51,7 +53,10 @@ def cached_table(
 def content_digest(*values: Any) -> str:
     """A sha256 of values as they are: polars frames (schema and rows, in order), dataclasses,
     dicts, lists, numbers and strings, nested. Two values with the same digest render the same
-    output, so it keys outputs computed from tables that live only in memory (the report's)."""
+    output, so it keys outputs computed from tables that live only in memory (the report's).
+
+    Floats count to FLOAT_DIGITS significant digits: sums whose order varies from run to run
+    (polars' parallel group_by) differ in their last bits, which no rendering shows."""
     digest = hashlib.sha256()
     _feed(digest, list(values))
     return digest.hexdigest()[:16]
@@ -62,7 +67,8 @@ def _feed(digest: Any, value: Any) -> None:
     if isinstance(value, pl.DataFrame):
         digest.update(b"F" + str(value.schema).encode() + str(value.height).encode())
         if value.height and value.width:
-            digest.update(_frame_bytes(value))
+            floats = pl.col(pl.Float32, pl.Float64).round_sig_figs(FLOAT_DIGITS)
+            digest.update(_frame_bytes(value.with_columns(floats)))
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         digest.update(b"D" + type(value).__qualname__.encode())
         for f in dataclasses.fields(value):
@@ -75,6 +81,8 @@ def _feed(digest: Any, value: Any) -> None:
         digest.update(b"L%d" % len(value))
         for item in value:
             _feed(digest, item)
+    elif isinstance(value, float):
+        digest.update(b"R" + f"{value:.{FLOAT_DIGITS}g}".encode())
     else:
         digest.update(b"V" + json.dumps(value, default=str).encode())
 

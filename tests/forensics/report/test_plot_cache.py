@@ -78,3 +78,15 @@ def test_a_rerun_reads_the_plots_it_drew(
     again = plots.render_plots(replace(report, clusters=flipped), tmp_path)
     assert drawn == ["embedding"]
     assert again["scores"] == first["scores"]
+
+
+def test_float_noise_in_the_last_bits_keeps_the_key() -> None:
+    """Sums whose order varies between runs (a parallel group_by) differ in their last bits;
+    a real change of value changes the key."""
+    from forensics.pipeline import content_digest
+
+    base = pl.DataFrame({"id": ["a", "b"], "share": [0.1 + 0.2, 0.7]})
+    noisy = base.with_columns(pl.col("share") * (1 + 1e-15))
+    moved = base.with_columns(pl.col("share") * 1.001)
+    assert content_digest(base) == content_digest(noisy) != content_digest(moved)
+    assert content_digest(0.1 + 0.2) == content_digest(0.3) != content_digest(0.31)
