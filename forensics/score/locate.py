@@ -11,7 +11,8 @@ here, each by what only damage produces:
   re-encoding it with the codec gives back valid UTF-8 for all its high bytes, decoding to one
   writing system (`legacy_codecs`' test, applied run by run: a run of genuine Chinese or
   Japanese text re-encodes to valid UTF-8 only by chance, and a run of several characters
-  essentially never). Neighbouring marked runs on a line join, so the span covers the sentence;
+  essentially never; short runs count only on pages whose East Asian runs mostly recover).
+  Neighbouring marked runs on a line join, so the span covers the sentence;
 - mojibake from cp1252 / latin-1 and U+FFFD / private-use characters are the patterns
   `forensics.report.drilldown.span_patterns` already marks.
 """
@@ -35,30 +36,47 @@ def control_spans(text: str) -> list[tuple[int, int]]:
     return [(m.start(), m.end()) for m in CONTROL_RUN.finditer(text)]
 
 
-def _recovers(run: str, codec: str) -> bool:
+def _recovers(run: str, codec: str, long_share: float) -> bool:
+    """All its high bytes give back UTF-8; a long run `long_share` of them."""
     try:
         high, valid, kept = _recovery(run.encode(codec))
     except UnicodeEncodeError:
         return False
-    return valid >= MIN_RECOVERED and valid == high and _one_script(kept)
+    share = long_share if len(run) >= LONG_RUN else 1.0
+    return valid >= MIN_RECOVERED and valid >= share * high and _one_script(kept)
+
+
+# A run this long recovering in full is mojibake whatever the page holds; a shorter one (a
+# two-character Chinese word such as 目录 re-encodes to valid UTF-8 now and then) only on a page
+# where most East Asian runs recover: one whose other text is not East Asian.
+LONG_RUN = 4
+MOSTLY = 0.5
+# To locate damage on a page already flagged, a long run needs three quarters of its bytes back
+# (`legacy_codecs`' per-run test: a CJK character's three bytes straddle the U+FFFD where the
+# codec cut them); to flag a page, all of them (genuine Chinese recovers three quarters of a
+# four-character run now and then).
+LOCATE_SHARE = 0.75
+
+
+def legacy_runs(text: str, long_share: float = 1.0) -> tuple[str, list[tuple[int, int]]]:
+    """(codec, runs) of UTF-8 read as a legacy East Asian codec: the codec whose kept runs
+    cover the most characters, and those runs (not joined)."""
+    if not _EAST_ASIAN.search(text):
+        return "", []
+    runs = [m for m in _RUN.finditer(text) if _EAST_ASIAN.search(m.group(0))]
+    best_codec, best = "", []
+    for codec in CODECS:
+        hits = [m for m in runs if _recovers(m.group(0), codec, long_share)]
+        mostly = len(hits) >= MOSTLY * len(runs)
+        kept = [(m.start(), m.end()) for m in hits if mostly or m.end() - m.start() >= LONG_RUN]
+        if sum(b - a for a, b in kept) > sum(b - a for a, b in best):
+            best_codec, best = codec, kept
+    return best_codec, best
 
 
 def legacy_spans(text: str) -> list[tuple[int, int]]:
-    """Runs that are UTF-8 read as a legacy East Asian codec, joined along a line.
-
-    One codec per page: the one whose runs recover the most characters. A one-character run
-    (two bytes that happen to form a valid UTF-8 letter: a Hangul syllable now and then) is
-    kept only when it joins another marked run.
-    """
-    if not _EAST_ASIAN.search(text):
-        return []
-    runs = [m for m in _RUN.finditer(text) if _EAST_ASIAN.search(m.group(0))]
-    best: list[tuple[int, int]] = []
-    for codec in CODECS:
-        hits = [(m.start(), m.end()) for m in runs if _recovers(m.group(0), codec)]
-        if sum(b - a for a, b in hits) > sum(b - a for a, b in best):
-            best = hits
-    return [s for s in _join(text, best) if s[1] - s[0] > 1]
+    """`legacy_runs` joined along a line (the span covers the damaged sentence)."""
+    return _join(text, legacy_runs(text, LOCATE_SHARE)[1])
 
 
 def _join(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
