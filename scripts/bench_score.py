@@ -392,4 +392,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except eval_sources.EvalSourceError as err:
+        raise SystemExit(f"bench_score: {err}") from None
