@@ -268,7 +268,7 @@ def _legacy_column(texts: pl.Series, c: dict[str, np.ndarray]) -> tuple[np.ndarr
         if ev.segments:
             score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
             info[int(i)] = (ev, frac)
-        elif (runs := _legacy_sentences(text)) is not None:
+        elif (runs := _legacy_sentences(text, ev.codec)) is not None:
             frac = runs.segment_chars / max(int(c["n_chars"][i]), 1)
             score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
             info[int(i)] = (runs, frac)
@@ -278,10 +278,11 @@ def _legacy_column(texts: pl.Series, c: dict[str, np.ndarray]) -> tuple[np.ndarr
     return score, info
 
 
-def _legacy_sentences(text: str) -> LegacyEvidence | None:
+def _legacy_sentences(text: str, codec: str) -> LegacyEvidence | None:
     """A few damaged sentences among clean blocks: no block is mostly mojibake, but runs that
-    re-encode in full (`locate.legacy_runs`) hold at least SEGMENT_MIN_CHARS characters."""
-    codec, runs = legacy_runs(text)
+    re-encode in full with `codec` (the one that recovered most bytes over the blocks;
+    `locate.legacy_runs`) hold at least SEGMENT_MIN_CHARS characters."""
+    codec, runs = legacy_runs(text, codecs=(codec,))
     chars = sum(b - a for a, b in runs)
     if not codec or chars < SEGMENT_MIN_CHARS:
         return None

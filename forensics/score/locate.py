@@ -58,14 +58,16 @@ MOSTLY = 0.5
 LOCATE_SHARE = 0.75
 
 
-def legacy_runs(text: str, long_share: float = 1.0) -> tuple[str, list[tuple[int, int]]]:
-    """(codec, runs) of UTF-8 read as a legacy East Asian codec: the codec whose kept runs
-    cover the most characters, and those runs (not joined)."""
+def legacy_runs(
+    text: str, long_share: float = 1.0, codecs: tuple[str, ...] = CODECS
+) -> tuple[str, list[tuple[int, int]]]:
+    """(codec, runs) of UTF-8 read as a legacy East Asian codec: of `codecs`, the one whose
+    kept runs cover the most characters, and those runs (not joined)."""
     if not _EAST_ASIAN.search(text):
         return "", []
     runs = [m for m in _RUN.finditer(text) if _EAST_ASIAN.search(m.group(0))]
     best_codec, best = "", []
-    for codec in CODECS:
+    for codec in codecs:
         hits = [m for m in runs if _recovers(m.group(0), codec, long_share)]
         mostly = len(hits) >= MOSTLY * len(runs)
         kept = [(m.start(), m.end()) for m in hits if mostly or m.end() - m.start() >= LONG_RUN]
