@@ -102,7 +102,10 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def marked_spans(text: str) -> list[tuple[int, int]]:
-    """Sorted, merged (start, end) spans of `text` that any span pattern matches."""
+    """Sorted, merged (start, end) spans of `text` that any span pattern matches, with the
+    control characters and legacy-codec mojibake `forensics.score.locate` finds."""
+    from forensics.score.locate import damage_spans
+
     return _merge(
         [
             (m.start(), m.end())
@@ -110,6 +113,7 @@ def marked_spans(text: str) -> list[tuple[int, int]]:
             for m in p.finditer(text)
             if m.end() > m.start()
         ]
+        + damage_spans(text)
     )
 
 
