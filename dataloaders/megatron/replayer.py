@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.base import Replayer
 from dataloaders.config import RunConfig
 from dataloaders.config_data import MegatronData
 from dataloaders.errors import ForensicsError
@@ -28,8 +29,12 @@ from dataloaders.schedule import Schedule
 EXPOSURE_CHUNK = 4_000_000  # samples per vectorised chunk when scanning long ranges
 
 
-class MegatronReplayer:
-    """Replayer protocol (dataloaders/base.py) for Megatron-core GPT/Blended datasets."""
+class MegatronReplayer(Replayer):
+    """The Replayer (dataloaders/base.py) of Megatron-core GPT/Blended datasets."""
+
+    token_files = True
+    index_cache = True
+    mixture_weights = True
 
     def __init__(self, config: RunConfig) -> None:
         if not isinstance(config.data, MegatronData):
