@@ -1,12 +1,14 @@
 """What a loader family is to the rest of the tool: one `Family` object per family, each in its
 own package (`dataloaders/<family>/family.py`), listed once in `dataloaders.families`.
 
-The shape is megatron-core's: its `BlendedMegatronDatasetBuilder` knows no dataset class by
-name, it calls the hooks an abstract `MegatronDataset` declares (`numel_low_level_dataset`,
-`build_low_level_dataset`) and each subclass answers for itself; and OLMo-core's, where a
-config builds its object (`NumpyDatasetConfig.build()`). So a family answers every question
-that depends on the family, and the code that asks (replay, the skip plan's action, the
-rebuild, the window plan) is one builder for all of them:
+The shape is megatron-core's: its `BlendedMegatronDatasetBuilder`
+(megatron/core/datasets/blended_megatron_dataset_builder.py) knows no dataset class by name, it
+calls the hooks the abstract `MegatronDataset` declares (megatron_dataset.py:
+`numel_low_level_dataset`, `build_low_level_dataset`) and each subclass answers for itself; and
+OLMo-core's, where a config builds its object (ai2-olmo-core 3.0.0
+olmo_core/data/numpy_dataset.py:2677, `NumpyDatasetConfig.build()`). So a family answers every
+question that depends on the family, and the code that asks (replay, the skip plan's action,
+the rebuild, the window plan) is one builder for all of them:
 
 - its config model (`config_model`, the `data:` section; the discriminator is `format`) and how
   it opens its `Replayer` (`open`, importing its package only when used);
