@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.base import Replayer
 from dataloaders.config import RunConfig
 from dataloaders.config_data import MegatronData
 from dataloaders.errors import ForensicsError
@@ -32,8 +33,12 @@ EXPOSURE_CHUNK = 4_000_000  # samples per vectorised chunk when scanning long ra
 FILL_PART = 65_536  # samples per compiled fill of the replay table (fills run in threads)
 
 
-class MegatronReplayer:
-    """Replayer protocol (dataloaders/base.py) for Megatron-core GPT/Blended datasets."""
+class MegatronReplayer(Replayer):
+    """The Replayer (dataloaders/base.py) of Megatron-core GPT/Blended datasets."""
+
+    token_files = True
+    index_cache = True
+    mixture_weights = True
 
     def __init__(self, config: RunConfig) -> None:
         if not isinstance(config.data, MegatronData):

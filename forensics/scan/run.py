@@ -251,11 +251,12 @@ def _check_options(opts: ScanOptions) -> None:
 
 def _open_run(config: Any, opts: ScanOptions) -> tuple[Any, Any]:
     """(RunConfig, Replayer) of a Megatron run whose iterations hold --from..--to."""
+    from dataloaders.families import family_of
     from forensics.pipeline.engines import check_engine
     from forensics.replay import open_replayer
 
     run, origin = _load(config)
-    if run.data.format != "megatron":
+    if not family_of(run).token_files:
         raise ForensicsError(
             f"{origin}: forensics scan reads Megatron .bin/.idx runs; data.format is "
             f"{run.data.format!r}"

@@ -39,8 +39,7 @@ def replay_stage(run: SpikeRun) -> pl.DataFrame:
     what = f"window {window[0]}-{window[1]}, baseline {baseline[0]}-{baseline[1]}"
     with run.clock.stage("replay", what):
         table = cached_table(run.cache / f"replay-{run.key}.parquet", replay, run.hits, "replay")
-        if hasattr(run.replayer, "save_cache"):
-            run.replayer.save_cache()
+        run.replayer.save_cache()
     return table
 
 
