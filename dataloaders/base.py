@@ -87,6 +87,9 @@ class Replayer(ABC):
       dataset spec), `datasets` (prefix -> IndexedDataset) and `tokenizer()`; token export,
       rescoring, the scan and the tokenizer check read them.
     - `index_cache`: `save_cache()` writes index arrays worth keeping for the next replay.
+    - `instance_samples`: a sample is one fixed-size dataset instance (OLMo-core), readable
+      whole as `instance_tokens(stage_index, dataset_sample)` with its data `stages`; rescoring
+      reads each sample's tokens that way.
     - `mixture_weights`: `blend_shares(stage) -> ({dataset: share of the stage's samples},
       basis)`, the mixture weights the config gives data stage `stage` (0-based, the replay
       table's `stage`) and a word on where they come from ("blend", "stream weights", "sources'
@@ -100,6 +103,7 @@ class Replayer(ABC):
 
     token_files: ClassVar[bool] = False
     index_cache: ClassVar[bool] = False
+    instance_samples: ClassVar[bool] = False
     mixture_weights: ClassVar[bool] = False
     config: Any  # the RunConfig the replayer was opened with
     schedule: Any  # the run's dataloaders.schedule.Schedule (every family's replayer has one)

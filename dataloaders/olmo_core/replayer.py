@@ -67,6 +67,7 @@ class Stage:
 class OlmoCoreReplayer(OlmoCoreDocuments, Replayer):
     """Replays an OLMo-core NumpyFSLDataset / NumpyFSLDataLoader run from its RunConfig."""
 
+    instance_samples = True
     mixture_weights = True
 
     def __init__(self, config: Any):

@@ -44,7 +44,7 @@ def require_megatron(replayer: Any) -> None:
 
 def is_olmo_core(replayer: Any) -> bool:
     """An OLMo-core replayer: a sample is one dataset instance (`instance_tokens`)."""
-    return hasattr(replayer, "instance_tokens") and hasattr(replayer, "stages")
+    return bool(replayer.instance_samples)
 
 
 def require_token_files(replayer: Any) -> None:
