@@ -16,7 +16,7 @@ wall time and the peak resident memory (VmHWM) of this process (the driver) and 
 processes (the local engine's process pool, or Ray's workers), sampled from /proc.
 
 `--engine local --workers 2` / `--engine ray --workers 2` decode and score in parts
-(forensics/spike/engine.py) instead of in this process. Goal for the bench shape: the cold run
+(forensics/spike/parts.py) instead of in this process. Goal for the bench shape: the cold run
 under 120 s on 2 cores, its embed stage under 20 s, with the culprit unchanged.
 
     .venv/bin/python scripts/bench_spike.py [--work /tmp/forensics-bench] [--embed-cap 3000]

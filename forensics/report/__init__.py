@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forensics.report.contents import SpikeReport, build_report
 from forensics.report.first_screen import summary_lines
-from forensics.report.model import SpikeReport, build_report
 from forensics.report.sections import Section, report_sections
 from forensics.report.skip_view import ReportSkip
 from forensics.report.terminal import print_summary

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from forensics.report.model import SpikeReport, cluster_name
+from forensics.report.contents import SpikeReport, cluster_name
 from forensics.report.plot_base import (
     OKABE_ITO,
     SHARE_COLOUR,

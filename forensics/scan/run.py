@@ -2,7 +2,7 @@
 
 The replay knows the whole run's order, so the data of iterations the run has not reached yet is
 already fixed. `run_scan` cuts iterations A..B into shards (about SHARD_TOKENS training tokens
-each, or --shard-iterations), runs them on an engine (forensics.scan.engines), and merges the
+each, or --shard-iterations), runs them on an engine (forensics.scan.shard_runner), and merges the
 parts into:
 
     scan.parquet      one row per iteration: samples, flagged samples per kind and their shares,
@@ -278,7 +278,7 @@ def _run_pending(
 ) -> None:
     """Scan the pending shards on the chosen engine under the progress bar, appending their
     summaries; a ForensicsError naming the shards that still failed after retries."""
-    from forensics.scan.engines import run_engine
+    from forensics.scan.shard_runner import run_engine
 
     total = opts.last - opts.first + 1
     bar, task = _progress(opts.progress, total, sum(s.last - s.first + 1 for s in summaries))

@@ -91,11 +91,11 @@ def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
 
 
 def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
-    """Decode and score in parts on the chosen engine (forensics.spike.engine). Writes the same
+    """Decode and score in parts on the chosen engine (forensics.spike.parts). Writes the same
     cache files as the in-process stages, so a rerun on either engine reads them back."""
     import shutil
 
-    from forensics.spike.engine import merge_parts, plan_parts, run_parts
+    from forensics.spike.parts import merge_parts, plan_parts, run_parts
 
     opts, cache, key = run.options, run.cache, run.key
     version = module_version("forensics.score")

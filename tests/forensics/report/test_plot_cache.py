@@ -12,7 +12,7 @@ import pytest
 from test_report_plots import report  # noqa: F401 - the module's report fixture
 
 from forensics.report import plots
-from forensics.report.model import SpikeReport
+from forensics.report.contents import SpikeReport
 from forensics.report.timeline import plot_timeline
 
 PROPERTIES = {"culprit": "clusters", "stage_starts": "incident"}  # SpikeReport's properties
