@@ -21,7 +21,8 @@ contract between replay and everything downstream. Its columns:
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
 
 import polars as pl
 
@@ -75,60 +76,95 @@ def round_robin(per_worker: list[list[Any]]) -> list[Any]:
     return out
 
 
-class Replayer(Protocol):
-    """A training job's data order, reconstructed from its config.
+class Replayer(ABC):
+    """A training job's data order, reconstructed from its config: the base of every family's
+    replayer (each family's `Family.open` returns one).
 
-    Optional (looked up with getattr; a family without them has no expected shares):
-    `blend_shares(stage) -> ({dataset: share of the stage's samples}, basis)`, the mixture
-    weights the config gives data stage `stage` (0-based, the replay table's `stage`) and a word
-    on where they come from ("blend", "stream weights", "sources' sizes"); and
-    `facet_shares(facet) -> DataFrame(dataset, key, share) | None`, each facet value's share of
-    its dataset's samples, None when the family cannot tell.
+    The abstract methods are what every family answers. The rest are capabilities a family may
+    have, declared here with their default so that callers ask instead of probing:
+
+    - `token_files`: the data are Megatron .bin/.idx token files, reachable as `specs` (name ->
+      dataset spec), `datasets` (prefix -> IndexedDataset) and `tokenizer()`; token export,
+      rescoring, the scan and the tokenizer check read them.
+    - `index_cache`: `save_cache()` writes index arrays worth keeping for the next replay.
+    - `instance_samples`: a sample is one fixed-size dataset instance (OLMo-core), readable
+      whole as `instance_tokens(stage_index, dataset_sample)` with its data `stages`; rescoring
+      reads each sample's tokens that way.
+    - `mixture_weights`: `blend_shares(stage) -> ({dataset: share of the stage's samples},
+      basis)`, the mixture weights the config gives data stage `stage` (0-based, the replay
+      table's `stage`) and a word on where they come from ("blend", "stream weights", "sources'
+      sizes"). Without them a family has no expected shares.
+    - `facet_shares(facet) -> DataFrame(dataset, key, share) | None`: each facet value's share
+      of its dataset's samples, None when the family cannot tell (the default).
+
+    Every replayer has a `schedule` (`dataloaders.schedule.Schedule`), the iteration -> samples
+    map the skip flags are checked against, with the family's data stages and applied skips.
     """
 
+    token_files: ClassVar[bool] = False
+    index_cache: ClassVar[bool] = False
+    instance_samples: ClassVar[bool] = False
+    mixture_weights: ClassVar[bool] = False
+    config: Any  # the RunConfig the replayer was opened with
+    schedule: Any  # the run's dataloaders.schedule.Schedule (every family's replayer has one)
+
     @property
+    @abstractmethod
     def last_iteration(self) -> int:
         """The final training iteration (end of training), 1-indexed."""
-        ...
 
     @property
+    @abstractmethod
     def facets(self) -> list[str]:
         """Provenance columns the replay table carries (from the manifests)."""
-        ...
 
+    @abstractmethod
     def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
         """Iterations first..last (inclusive) -> columns iteration, first_sample, end_sample
         (half-open global sample range), stage."""
-        ...
 
+    @abstractmethod
     def replay(
         self, first: int, last: int, *, text: bool = False, progress: bool = True
     ) -> pl.DataFrame:
         """The replay table for iterations first..last (inclusive)."""
-        ...
 
+    @abstractmethod
     def documents(self, docs: pl.DataFrame, *, progress: bool = True) -> pl.DataFrame:
         """Full text of documents: `docs` has dataset, doc_id; returns them plus `text` and the
         facet columns (whole documents, not segments: scoring looks at the whole document)."""
-        ...
 
+    @abstractmethod
     def exposure(self, docs: pl.DataFrame, first: int, last: int) -> pl.DataFrame:
         """For iterations first..last: columns iteration, samples, flagged_samples (samples that
         contain at least one of `docs` (dataset, doc_id)). Vectorised: it scans to the end of
         training for the forward-exposure estimate."""
-        ...
 
+    @abstractmethod
     def documents_by_facet(self, facet: str, key: str | None) -> pl.DataFrame | None:
         """Every document of the run (dataset, doc_id) whose provenance `facet` is `key` (None:
         no value; facet "dataset": the whole dataset), drawn by a window or not. None when the
         family cannot list them without reading the whole corpus (then the block list holds
         only the documents the window drew, and the spike report says so)."""
-        ...
 
+    @abstractmethod
     def fingerprint(self) -> dict[str, Any]:
         """What a skip list made from this replay is valid for: config hash, data file sizes and
         index hashes."""
-        ...
+
+    # -- capabilities (class docstring) ---------------------------------------------------------
+
+    def save_cache(self) -> None:
+        """Keep the index arrays built so far for the next replay (`index_cache` families)."""
+        return None
+
+    def blend_shares(self, stage: int) -> tuple[dict[str, float], str]:
+        """The mixture weights of data stage `stage` (`mixture_weights` families)."""
+        raise NotImplementedError(f"{type(self).__name__} has no mixture weights")
+
+    def facet_shares(self, facet: str) -> pl.DataFrame | None:
+        """Each value of `facet`'s share of its dataset's samples; None: not known."""
+        return None
 
 
 def exposure_counts(

@@ -48,9 +48,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dataloaders.checkpoints import checkpoint_iterations
-from dataloaders.config_data import DataConfig, PrintableName, StrictModel
+from dataloaders.config_data import DataConfig, PrintableName, StrictModel, data_model
 from dataloaders.errors import ConfigError
-from dataloaders.trainers import DEFAULT_TRAINER, OLMO_CORE, REGISTRY, unknown_trainer
+from dataloaders.trainers import DEFAULT_TRAINER, REGISTRY, unknown_trainer
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
 DEFAULT_CONFIG_NAME = "forensics.yaml"
@@ -164,25 +164,14 @@ def payload_hash(payload: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-# OLMo-core data fields left out of the hashes while at their defaults: a config that does not
-# use them hashes the same whether it spells them out or not (skip files record these hashes).
-_OPTIONAL_OLMO_FIELDS = {
-    "expand_glob": False,
-    "source_permutation_seed": None,
-    "mix": None,
-    "mix_base_dir": None,
-    "mix_file": None,
-    "tokenizer_identifier": None,
-    "generate_doc_lengths": False,
-}
-
-
-def _without_unused_olmo_fields(payload: dict[str, Any]) -> dict[str, Any]:
-    data = payload.get("data")
-    if isinstance(data, dict) and data.get("format") == "olmo-core":
-        for key, default in _OPTIONAL_OLMO_FIELDS.items():
-            if key in data and data[key] == default:
-                del data[key]
+def _without_unhashed_defaults(payload: dict[str, Any], data: Any) -> dict[str, Any]:
+    """`payload` without the data fields its family leaves out of the hashes while they are at
+    their defaults (`DataSection.unhashed_defaults`)."""
+    section = payload.get("data")
+    if isinstance(section, dict):
+        for key, default in type(data).unhashed_defaults.items():
+            if key in section and section[key] == default:
+                del section[key]
     return payload
 
 
@@ -242,14 +231,22 @@ class RunConfig(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _olmo_core_trainer(cls, raw: Any) -> Any:
-        """An OLMo-core data loader is read by OLMo-core's trainer: its skip flags are
-        StepSkipRange, so training.trainer defaults to olmo-core for `format: olmo-core`."""
+    def _family_trainer(cls, raw: Any) -> Any:
+        """training.trainer, when not given, is the one the data family is read by (an
+        OLMo-core data loader by OLMo-core's trainer, `DataSection.default_trainer`)."""
         if isinstance(raw, dict) and isinstance(raw.get("data"), dict):
             training = raw.get("training")
-            if raw["data"].get("format") == "olmo-core" and isinstance(training, dict):
-                raw = {**raw, "training": {"trainer": OLMO_CORE, **training}}
+            model = data_model(raw["data"].get("format"))
+            trainer = model.default_trainer if model is not None else None
+            if trainer is not None and isinstance(training, dict):
+                raw = {**raw, "training": {"trainer": trainer, **training}}
         return raw
+
+    @model_validator(mode="after")
+    def _data_fits_run(self) -> RunConfig:
+        """The data family's rules over the whole config (`DataSection.check_run`)."""
+        self.data.check_run(self)
+        return self
 
     def config_hash(self) -> str:
         """A stable hash of everything that determines the data order (not paths' spelling)."""
@@ -257,8 +254,8 @@ class RunConfig(StrictModel):
 
     def hash_payload(self) -> dict[str, Any]:
         """What config_hash hashes: the config as JSON, without where it was read from."""
-        payload = _without_unused_olmo_fields(
-            self.model_dump(mode="json", exclude={"source", "log", "name"})
+        payload = _without_unhashed_defaults(
+            self.model_dump(mode="json", exclude={"source", "log", "name"}), self.data
         )
         if payload.get("tokenizer_args") is None:  # left out when unset, as applied_skips is
             payload.pop("tokenizer_args", None)
@@ -276,8 +273,9 @@ class RunConfig(StrictModel):
         check-skip can tell "the run directory moved" or "the checkpoint list changed" (the
         batches are the same) from "the blend or schedule changed" (they are not); the data
         files themselves are compared by content in the fingerprint."""
-        payload = _without_unused_olmo_fields(
-            self.model_dump(exclude={"source", "log", "name", "checkpoints", "tokenizer_args"})
+        payload = _without_unhashed_defaults(
+            self.model_dump(exclude={"source", "log", "name", "checkpoints", "tokenizer_args"}),
+            self.data,
         )
         payload["training"].pop("trainer", None)
         if not payload["training"].get("applied_skips"):
@@ -332,9 +330,10 @@ def _resolve_paths(raw: Any, base: Path) -> Any:
 
 def _format_validation_error(path: Path, err: ValidationError) -> str:
     first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
+    loc = ".".join(str(p) for p in first["loc"])
+    where = f"{loc}: " if loc else ""  # a rule over the whole config (check_run) has no field
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{path}: {where}: {first['msg']}{more}"
+    return f"{path}: {where}{first['msg']}{more}"
 
 
 def config_from_dict(raw: dict[str, Any], *, base_dir: Path, source: Path | None) -> RunConfig:

@@ -1,10 +1,11 @@
-"""The strict base model every part of the run config uses, and rules shared by the `data:`
-models of several families (dataloaders/config_data.py, dataloaders/config_mosaic.py)."""
+"""The strict base model every part of the run config uses, the base of the `data:` models, and
+rules shared by the `data:` models of several families (dataloaders/config_data.py,
+dataloaders/config_mosaic.py)."""
 
 from __future__ import annotations
 
 import unicodedata
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 
@@ -67,3 +68,22 @@ class StrictModel(BaseModel):
             if numeric and isinstance(value, bool | str):
                 raise ValueError(f"{name}: expected a number, got {value!r}")
         return raw
+
+
+class DataSection(StrictModel):
+    """The base of every loader family's `data:` model: the rules of the whole config that
+    depend on the family are answered by its model, so the run config asks instead of naming
+    families."""
+
+    # The trainer that reads a run of this family when training.trainer is not given (None:
+    # the run config's default).
+    default_trainer: ClassVar[str | None] = None
+    # Fields left out of the config's hashes while at these defaults: a config that does not
+    # use them hashes the same whether it spells them out or not (skip files record the hashes).
+    unhashed_defaults: ClassVar[dict[str, Any]] = {}
+
+    def check_run(self, run: Any) -> None:
+        """The rules between this `data:` section and the rest of the run config `run`
+        (training, tokenizer): a ValueError naming the fields, checked when the config is read.
+        A family whose data loader fixes the batch, the restarts or the trainer says so here."""
+        return None

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from dataloaders.base import RESERVED_COLUMNS
+from dataloaders.config_base import DataSection
 from dataloaders.config_base import PrintableName as PrintableName
 from dataloaders.config_base import StrictModel as StrictModel
 from dataloaders.config_base import check_resume_order as check_resume_order
@@ -21,6 +22,7 @@ from dataloaders.config_mosaic import MosaicData as MosaicData
 from dataloaders.config_mosaic import MosaicResume as MosaicResume
 from dataloaders.config_mosaic import MosaicState as MosaicState
 from dataloaders.config_mosaic import MosaicStream as MosaicStream
+from dataloaders.trainers import OLMO_CORE
 
 
 class DatasetSpec(StrictModel):
@@ -55,7 +57,7 @@ class DataStage(StrictModel):
         return self
 
 
-class MegatronData(StrictModel):
+class MegatronData(DataSection):
     """Megatron-core GPTDataset / BlendedDataset parameters (the run's --data-* arguments)."""
 
     format: Literal["megatron"] = "megatron"
@@ -125,7 +127,7 @@ class HFResume(StrictModel):
     mode: Literal["skip_batches", "state_dict", "unknown"] = "unknown"
 
 
-class HFData(StrictModel):
+class HFData(DataSection):
     """A Hugging Face `datasets` pipeline over local files (see dataloaders/hf for the order).
 
     Map-style: load_dataset(file_format, data_files=files) -> Dataset.shuffle(seed) (seed + epoch
@@ -189,6 +191,20 @@ class HFData(StrictModel):
         """Examples per iteration over all ranks (must equal training.global_batch_size)."""
         return self.per_device_batch_size * self.world_size
 
+    def check_run(self, run: Any) -> None:
+        training = run.training
+        if training.global_batch_size != self.global_batch_size:
+            raise ValueError(
+                f"training.global_batch_size {training.global_batch_size} != "
+                f"data.per_device_batch_size x data.world_size = {self.global_batch_size}"
+            )
+        if training.resumes:
+            raise ValueError("hf runs give restarts in data.resumes, not training")
+        if training.rampup_batch_size is not None:
+            raise ValueError("rampup_batch_size is not supported for hf runs")
+        if self.pack_tokens is not None and run.tokenizer is None:
+            raise ValueError("data.pack_tokens needs the run's tokenizer (tokenizer:)")
+
 
 class OlmoCoreSource(StrictModel):
     """Token files of one named source (the `dataset` column). OLMo-core concatenates every
@@ -229,7 +245,7 @@ def olmo_core_dtype(vocab_size: int) -> str:
     raise ValueError(f"vocab_size {vocab_size} is too big for any token dtype (OLMo-core too)")
 
 
-class OlmoCoreData(StrictModel):
+class OlmoCoreData(DataSection):
     """An OLMo-core NumpyFSLDataset + NumpyFSLDataLoader run (see dataloaders/olmo_core). Every
     default is the library's, cited in docs/olmo-core.md (ai2-olmo-core 3.0.0): dtype from the
     vocabulary size, the others as NumpyFSLDatasetConfig, TokenizerConfig, InstanceFilterConfig
@@ -237,6 +253,18 @@ class OlmoCoreData(StrictModel):
     (dp_world_size: it takes the process group's size, data_loader.py:1157)."""
 
     format: Literal["olmo-core"]
+    # An OLMo-core data loader is read by OLMo-core's trainer: its skip flags are StepSkipRange.
+    default_trainer: ClassVar[str | None] = OLMO_CORE
+    # Path resolution fields a run without a mix or globs never sets.
+    unhashed_defaults: ClassVar[dict[str, Any]] = {
+        "expand_glob": False,
+        "source_permutation_seed": None,
+        "mix": None,
+        "mix_base_dir": None,
+        "mix_file": None,
+        "tokenizer_identifier": None,
+        "generate_doc_lengths": False,
+    }
     sources: list[OlmoCoreSource] = Field(default_factory=list)
     sequence_length: int = Field(gt=0)
     max_target_sequence_length: int | None = Field(default=None, gt=0)
@@ -354,7 +382,38 @@ class OlmoCoreData(StrictModel):
         """Instances per global batch (OLMo-core counts the batch in tokens)."""
         return self.global_batch_size // self.sequence_length
 
+    def check_run(self, run: Any) -> None:
+        training = run.training
+        if training.global_batch_size != self.instances_per_batch:
+            raise ValueError(
+                f"training.global_batch_size {training.global_batch_size} != "
+                f"data.global_batch_size / data.sequence_length = {self.instances_per_batch} "
+                "instances"
+            )
+        if training.resumes:
+            raise ValueError("olmo-core runs give restarts in data.resumes")
+        if training.rampup_batch_size is not None:
+            raise ValueError("rampup_batch_size is not supported for olmo-core")
+        if training.trainer != self.default_trainer:
+            raise ValueError(
+                f"training.trainer {training.trainer!r}: an olmo-core data loader is read by "
+                f"OLMo-core's trainer (training.trainer: {self.default_trainer})"
+            )
+        if training.micro_batch_size != 1 or training.data_parallel_size != 1:
+            raise ValueError(
+                "olmo-core runs give ranks in data.dp_world_size (leave "
+                "training.micro_batch_size and data_parallel_size at 1)"
+            )
+
 
 DataConfig = Annotated[
     MegatronData | HFData | OlmoCoreData | MosaicData, Field(discriminator="format")
 ]
+
+
+def data_model(fmt: Any) -> type[DataSection] | None:
+    """The `data:` model whose `format` is `fmt` (None when no family has it)."""
+    for model in get_args(get_args(DataConfig)[0]):
+        if fmt in get_args(model.model_fields["format"].annotation):
+            return model
+    return None

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dataloaders.config_base import PrintableName, StrictModel, check_resume_order
+from dataloaders.config_base import DataSection, PrintableName, StrictModel, check_resume_order
 
 # Fields accepted for an llm-foundry / StreamingDataset config that do not change the order.
 IGNORED_FIELDS = (
@@ -156,7 +156,7 @@ def _normalise_streams(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-class MosaicData(StrictModel):
+class MosaicData(DataSection):
     """A MosaicML StreamingDataset over local MDS streams, iterated by a torch DataLoader on every
     rank (see dataloaders/mosaic for the order). Field names and defaults are StreamingDataset's
     (module docstring); the world is num_nodes x ranks_per_node ranks, num_workers DataLoader
@@ -246,6 +246,24 @@ class MosaicData(StrictModel):
             )
         check_resume_order(self.resumes)
         return self
+
+    def check_run(self, run: Any) -> None:
+        training = run.training
+        if training.global_batch_size != self.global_batch_size:
+            raise ValueError(
+                f"training.global_batch_size {training.global_batch_size} != "
+                f"data.batch_size x num_nodes x ranks_per_node = {self.global_batch_size}"
+            )
+        if training.resumes or training.rampup_batch_size is not None:
+            raise ValueError(
+                "streaming runs give restarts in data.resumes (state_dict) and have no "
+                "batch-size ramp"
+            )
+        if training.applied_skips:
+            raise ValueError(
+                "training.applied_skips: the streaming replay does not model trainer skips a "
+                "restart already applied; leave them out and read the block list"
+            )
 
     @property
     def world_size(self) -> int:

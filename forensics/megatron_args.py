@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.config import RunConfig, config_from_dict
+from dataloaders.megatron.family import MegatronFamily
 from forensics.errors import ForensicsError
 
 UNSUPPORTED = {
@@ -196,7 +197,7 @@ def raw_config_from_megatron_args(
         if value is None:
             raise ForensicsError(f"--megatron-args: {flag} is required")
     data: dict[str, Any] = {
-        "format": "megatron",
+        "format": MegatronFamily.name,
         "seed": args.seed,
         "seq_length": args.seq_length,
         "split": args.split,

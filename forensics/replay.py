@@ -1,7 +1,7 @@
 """Open the right replayer for a run config, and check a replay window against it.
 
-`open_replayer` dispatches on `config.data.format`; each dataloader package is imported only when
-used, so a Megatron replay never imports `datasets` and vice versa.
+`open_replayer` asks the run's loader family (`dataloaders.families`) to open it; each family
+imports its package only when used, so a Megatron replay never imports `datasets` and vice versa.
 """
 
 from __future__ import annotations
@@ -19,25 +19,10 @@ if TYPE_CHECKING:
 
 
 def open_replayer(config: RunConfig) -> Replayer:
-    """The Replayer for this run (Megatron .bin/.idx, or a Hugging Face datasets pipeline)."""
-    fmt = config.data.format
-    if fmt == "megatron":
-        from dataloaders.megatron import open_megatron_replayer
+    """The Replayer for this run: its family's (`dataloaders.families`)."""
+    from dataloaders.families import family_of
 
-        return open_megatron_replayer(config)
-    if fmt == "hf":
-        from dataloaders.hf import open_hf_replayer
-
-        return open_hf_replayer(config)
-    if fmt == "olmo-core":
-        from dataloaders.olmo_core import open_olmo_core_replayer
-
-        return open_olmo_core_replayer(config)
-    if fmt == "mosaic-streaming":
-        from dataloaders.mosaic import open_mosaic_replayer
-
-        return open_mosaic_replayer(config)
-    raise ForensicsError(f"unknown data.format {fmt!r}")
+    return family_of(config).open(config)
 
 
 _OPENED: dict[str, Replayer] = {}  # one replayer per run config per worker process

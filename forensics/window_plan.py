@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dataloaders.families import family_of
 from forensics.errors import ForensicsError
 
 BASELINE_WINDOWS_BACK = 10  # default baseline: the same length, ending 10 windows earlier
@@ -21,12 +22,9 @@ class WindowPlan:
 
 
 def stage_starts(config: Any) -> list[int]:
-    """First iteration of each data stage (Megatron and OLMo-core configs; [1] otherwise)."""
-    starts = getattr(config.data, "stage_start_iterations", None)
-    if starts:
-        return list(starts)
-    stages = getattr(config.data, "data_stages", None)
-    return [s.start_iteration for s in stages] if stages else [1]
+    """First iteration of each data stage, as the run's loader family counts them ([1] for a
+    family without stages)."""
+    return family_of(config).stage_starts(config.data)
 
 
 def parse_range(text: str, what: str) -> tuple[int, int]:

@@ -40,6 +40,23 @@ def make_dataset(prefix: Path, docs: int, mean: int, seed: int) -> None:
         out.truncate(int(lengths.sum(dtype=np.int64)) * 2)  # sparse: only .idx is read
 
 
+def warm_fill_kernels() -> None:
+    """Load the replay table's compiled loops for the arrays a build and a cache hand them
+    (writable and read-only), as the row above does for the index builders."""
+    from dataloaders.megatron.segments import fill_segments, sample_spans
+
+    one = np.zeros(1, dtype=np.int64)
+    for writable in (True, False):
+        doc = np.zeros(2, dtype=np.int32)
+        rows = np.zeros((2, 2), dtype=np.int32)
+        shuffle = np.zeros(1, dtype=np.uint32)
+        for arr in (doc, rows, shuffle):
+            arr.flags.writeable = writable
+        sample_spans(shuffle, rows, one)
+        out = {n: np.zeros(1, dtype=np.int64) for n in ("sequence", "token_start", "token_end")}
+        fill_segments(one, one, one - 1, one, one, doc, doc, 0, out)
+
+
 def megatron_build(prefixes, weights, n, seq, seed, cache):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -122,6 +139,7 @@ def main() -> None:
     build_blending_indices([0.5, 0.5], 10)
     legacy_shuffle(np.random.RandomState(0), np.arange(10, dtype=np.int32))
     document_ends(np.ones(4, dtype=np.int32), np.arange(4, dtype=np.int32))
+    warm_fill_kernels()
     rows.append(("numba loops load/compile", time.perf_counter() - t0, "once per process"))
 
     def replay(cache: Path | None):

@@ -6,7 +6,7 @@ Rows, each with its anchor measured in the same run:
   export: gather+write  tokens.npy (307,200 x 4,097 uint16 = 2.5 GB) + index files
   anchor: raw copy      the same number of tokens copied in one contiguous run from a .bin
                         into an .npy (the floor for any gather)
-  rescore: <model>      samples/s of forensics.rescore.model.token_losses (per-token float32
+  rescore: <model>      samples/s of forensics.rescore.checkpoint.token_losses (per-token float32
                         cross-entropy, copies to numpy) at seq 2048
   anchor: bare forward  samples/s of model(input_ids) alone on the same batch
   grad norm: <model>    s/sample of the per-sample gradient norm (--grad-norm)
@@ -98,7 +98,7 @@ def bench_model(name: str, config, samples: int, batch: int, seq: int, grad: boo
     import torch
     from transformers import GPT2LMHeadModel
 
-    from forensics.rescore.model import grad_norms, token_losses
+    from forensics.rescore.checkpoint import grad_norms, token_losses
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()

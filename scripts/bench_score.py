@@ -1,13 +1,16 @@
-"""Benchmark `forensics score` on two independent labelled sets, against ftfy and datatrove.
+"""Benchmark `forensics score` on three independent labelled sets, against ftfy and datatrove.
 
-Two evaluation sets built from different kinds of text on this machine (programmatic corruptions
-and spam on real text): `tuned` (scripts/eval_corpus.py: Python package docs, docstrings and
-source, gettext catalogues), on which the thresholds were chosen, and `held-out`
+Three evaluation sets built from pinned packages (scripts/eval_sources.py: the same files, hence
+the same documents, on every machine; each set's content digest is printed), with programmatic
+corruptions and spam on real text: `tuned` (scripts/eval_corpus.py: Python package docs,
+docstrings and source, gettext catalogues), on which the thresholds were chosen, `held-out`
 (scripts/eval_corpus_man.py: man pages, info manuals, changelogs, translated man pages), on which
-they were not. Both are scored with our scorers, `ftfy.badness.is_bad`, and datatrove's
+they were not, and `ref-look` (scripts/eval_corpus_ref.py: API references, release notes and
+manuals in many languages; its `ref-final` part is scored only with --final). All are scored
+with our scorers, `ftfy.badness.is_bad`, and datatrove's
 GopherQuality, GopherRepetition, C4Quality and FineWebQuality filters; the script prints
 precision, recall and clean false-positive rate per kind and per language, side by side, and the
-goals checked on the held-out set. Then throughput on --docs documents (both sets
+goals checked on every set. Then throughput on --docs documents (the sets
 repeated, each copy made distinct), in docs per CPU-second, ours next to ftfy and datatrove's
 Gopher quality + repetition, in one run.
 
@@ -24,6 +27,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import eval_corpus  # noqa: E402
 import eval_corpus_man  # noqa: E402
+import eval_corpus_ref  # noqa: E402
+import eval_sources  # noqa: E402
 import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -80,22 +85,25 @@ def _prf(flag: np.ndarray, target: np.ndarray, clean: np.ndarray) -> tuple[float
     return precision, recall, fp / max(clean.sum(), 1)
 
 
-CORPORA = ("tuned", "held-out")
+CORPORA: list[str] = []  # the sets of this run, in the order they are printed
 LANG_GROUPS = {
-    "english": ["english", "man_commands", "man_files", "man_reference", "info", "changelog"],
+    "english": ["english", "man_commands", "man_files", "man_reference", "info", "changelog",
+                "api_reference", "release_notes", "manual"],
     "code": ["code"],
     "chinese": ["zh_CN", "zh_TW", "gb2312", "gbk", "gb18030", "big5", "big5hkscs", "hz"],
     "japanese": ["ja", "euc_jp", "shift_jis", "iso2022_jp", "euc_jisx0213", "shift_jisx0213"],
     "korean": ["ko", "euc_kr", "cp949", "johab", "iso2022_kr"],
     "cyrillic": ["ru", "uk", "sr"],
-    "arabic/hebrew/greek": ["ar", "he", "el"],
+    "arabic/hebrew/greek/persian": ["ar", "he", "el", "fa"],
     "french": ["fr"],
-    "spanish/portuguese/italian": ["es", "pt", "pt_BR", "it", "ro"],
-    "german/dutch/nordic": ["de", "nl", "da", "sv", "fi"],
-    "other european": ["pl", "cs", "tr", "hu", "vi", "id"],
+    "spanish/portuguese/italian": ["es", "pt", "pt_BR", "it", "ro", "ca"],
+    "german/dutch/nordic": ["de", "nl", "da", "sv", "fi", "nb"],
+    "other european": ["pl", "cs", "tr", "hu", "vi", "id", "hr", "sr"],
 }  # fmt: skip
-GOALS = {"garbage": (0.98, 0.97), "spam": (0.95, 0.95)}
-MAX_FPR = 0.01
+GOALS = {"garbage": (0.98, 0.97), "spam": (0.95, 0.97)}
+MAX_FPR = 0.005
+MIN_LANG_PAGES = 50  # a language's false-positive rate is judged from this many clean pages
+PARTIAL_GOAL = 0.95  # recall on the sentence-level kinds (scripts/eval_partial.py)
 
 
 def _group_of(kind: str) -> str:
@@ -131,7 +139,7 @@ def _evaluate(df, console: Console, anchors: bool) -> dict:
 
 def _kind_table(family: str, results: dict[str, dict], console: Console) -> None:
     """Recall per kind (whole/partial) for each corpus side by side, then P / R / clean FPR."""
-    t = Table(title=f"{family}: recall per kind, tuned | held-out (whole/partial)")
+    t = Table(title=f"{family}: recall per kind, {' | '.join(CORPORA)} (whole/partial)")
     t.add_column("kind")
     dets = [d for d in results[CORPORA[0]] if d.startswith("ours (" + family)]
     dets += [
@@ -173,7 +181,7 @@ def _kind_table(family: str, results: dict[str, dict], console: Console) -> None
 
 def _language_table(results: dict[str, dict], console: Console) -> None:
     t = Table(
-        title="clean false-positive rate per language (ours garbage / spam), tuned | held-out"
+        title="clean false-positive rate per language (ours garbage / spam), " + " | ".join(CORPORA)
     )
     t.add_column("language")
     for c in CORPORA:
@@ -198,8 +206,9 @@ def _language_table(results: dict[str, dict], console: Console) -> None:
     console.print(t)
 
 
-def _goals(r: dict, console: Console) -> None:
-    """The scorers' goals, checked on the held-out set."""
+def _goals(name: str, r: dict, console: Console) -> None:
+    """The scorers' goals on one set: precision, recall and clean FPR per family, the clean FPR
+    of every language with at least MIN_LANG_PAGES clean pages, and the sentence-level kinds."""
     clean = r["label"] == "clean"
     lines = []
     for family, (p_goal, r_goal) in GOALS.items():
@@ -207,20 +216,49 @@ def _goals(r: dict, console: Console) -> None:
         ok = p >= p_goal and rec >= r_goal and fp <= MAX_FPR
         lines.append(
             f"{family}: P {p:.3f} (goal {p_goal}), R {rec:.3f} (goal {r_goal}), clean FPR "
-            f"{100 * fp:.2f}% (goal <= 1%): {'met' if ok else 'NOT met'}"
+            f"{100 * fp:.2f}% (goal <= {100 * MAX_FPR:.1f}%): {'met' if ok else 'NOT met'}"
         )
     worst = []
     for g in list(LANG_GROUPS) + ["other"]:
         m = clean & np.array([_group_of(k) == g for k in r["kind"]])
-        if m.sum():
-            fpr = max(r["ours (garbage)"][m].mean(), r["ours (spam)"][m].mean())
-            worst.append((fpr, g, int(m.sum())))
+        if m.sum() >= MIN_LANG_PAGES:
+            for fam in ("garbage", "spam"):
+                worst.append((r[f"ours ({fam})"][m].mean(), f"{g} {fam}", int(m.sum())))
     fpr, g, n = max(worst)
     lines.append(
-        f"per language: worst {g} {100 * fpr:.1f}% of {n} (goal <= 1%): "
-        f"{'met' if fpr <= MAX_FPR else 'NOT met'}"
+        f"per language (>= {MIN_LANG_PAGES} pages): worst {g} {100 * fpr:.2f}% of {n} "
+        f"(goal <= {100 * MAX_FPR:.1f}%): {'met' if fpr <= MAX_FPR else 'NOT met'}"
     )
-    console.print("goals on the held-out set:\n  " + "\n  ".join(lines))
+    for kind in ("partial_gbk", "partial_cp1252", "partial_controls"):
+        m = r["kind"] == kind
+        if m.any():
+            rec = r["ours (garbage)"][m].mean()
+            lines.append(
+                f"{kind}: recall {rec:.3f} of {int(m.sum())} (goal {PARTIAL_GOAL}), damaged "
+                f"sentences located {r['located'].get(kind, 0.0):.3f}: "
+                f"{'met' if rec >= PARTIAL_GOAL else 'NOT met'}"
+            )
+    console.print(f"goals on {name}:\n  " + "\n  ".join(lines))
+
+
+def _located(df, flagged: np.ndarray) -> dict[str, float]:
+    """Per sentence-level kind: the share of damaged sentences (over all pages of the kind)
+    that a span of `forensics.report.drilldown.marked_spans` overlaps, on flagged pages: what
+    the report's highlighting shows a reader."""
+    from forensics.report.drilldown import marked_spans
+
+    if "spans" not in df.columns:
+        return {}
+    out: dict[str, list[int]] = {}
+    for i, (kind, text, spans) in enumerate(df.select("kind", "text", "spans").iter_rows()):
+        if not spans:
+            continue
+        marks = marked_spans(text) if flagged[i] else []
+        hit = sum(any(a < y and x < b for x, y in marks) for a, b in spans)
+        seen = out.setdefault(kind, [0, 0])
+        seen[0] += hit
+        seen[1] += len(spans)
+    return {k: h / max(n, 1) for k, (h, n) in out.items()}
 
 
 def _false_positives(name: str, df, r: dict, console: Console, limit: int) -> None:
@@ -315,6 +353,9 @@ def main() -> None:
     ap.add_argument("--anchor-docs", type=int, default=5000, help="datatrove's share of --docs")
     ap.add_argument("--no-anchors", action="store_true", help="ours only (quick)")
     ap.add_argument("--show", type=int, default=0, help="print N clean flags per corpus")
+    ap.add_argument(
+        "--final", action="store_true", help="also score the reference set's final part"
+    )
     args = ap.parse_args()
     console = Console(highlight=False, width=240)
 
@@ -325,17 +366,22 @@ def main() -> None:
             code_limit=args.code,
         ),
         "held-out": eval_corpus_man.build(seed=args.seed, per_kind=args.per_kind),
+        "ref-look": eval_corpus_ref.build("look", seed=args.seed, per_kind=args.per_kind),
     }  # fmt: skip
-    console.print(
-        "eval sets: "
-        + ", ".join(f"{k} {v.height:,} documents" for k, v in frames.items())
-        + f", built in {time.perf_counter() - t0:.1f}s"
-    )
+    if args.final:
+        frames["ref-final"] = eval_corpus_ref.build("final", args.seed, args.per_kind)
+    CORPORA[:] = list(frames)
+    console.print(f"eval sets built in {time.perf_counter() - t0:.1f}s (content digests):")
+    for k, v in frames.items():
+        console.print(f"  {k}: {v.height:,} documents, digest {eval_sources.set_digest(v)}")
     results = {k: _evaluate(v, console, not args.no_anchors) for k, v in frames.items()}
+    for k, v in frames.items():
+        results[k]["located"] = _located(v, results[k]["ours (garbage)"])
     for family in ("garbage", "spam"):
         _kind_table(family, results, console)
     _language_table(results, console)
-    _goals(results["held-out"], console)
+    for k, r in results.items():
+        _goals(k, r, console)
     if args.show:
         for k, v in frames.items():
             _false_positives(k, v, results[k], console, args.show)
@@ -346,4 +392,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except eval_sources.EvalSourceError as err:
+        raise SystemExit(f"bench_score: {err}") from None

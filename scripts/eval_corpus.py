@@ -1,11 +1,11 @@
-"""Build the labelled evaluation set for `forensics score` from real text found on this machine.
+"""Build the labelled `tuned` evaluation set for `forensics score` from pinned packages.
 
-Clean text: long descriptions from installed packages' metadata, *.md/*.rst/*.txt files in the
-virtualenv's site-packages (prose only), real Python source from site-packages (whole modules and
-single top-level functions or classes, as code corpora such as The Stack hold them), and real
-non-English text: gettext catalogues under
-/usr/share/locale (Chinese, Japanese, Korean, Russian, Arabic, Hebrew, Greek, French, German,
-Spanish, Polish, Czech, Vietnamese...) and CPython's cjkencodings test files. No downloads.
+Clean text, all from the files `eval_sources.SETS["tuned"]` pins (the same bytes on every
+machine): long descriptions from the pinned wheels' metadata, their *.md/*.rst/*.txt files
+(prose only), their Python source (whole modules and single top-level functions or classes, as
+code corpora such as The Stack hold them), and real non-English text: the gettext catalogues of
+pinned GNU and Debian tools (Chinese, Japanese, Korean, Russian, French, German, Spanish, Polish,
+Czech, Vietnamese...) and CPython's cjkencodings test files (checked against their digest).
 
 Every corruption is generated programmatically from clean text, whole-document and partial (one
 corrupted paragraph in a ~3,000-character document); every spam kind is built around real
@@ -15,19 +15,29 @@ sentences. Labels: `label` in {clean, garbage, spam}; `kind` names the corruptio
 
 from __future__ import annotations
 
+import email
 import gettext
 import glob
-import importlib.metadata
 import random
 import re
 import sys
 import zoneinfo
 from pathlib import Path
 
+import eval_partial
+import eval_sources
 import polars as pl
 
-SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-LOCALE_DIR = Path("/usr/share/locale")
+
+def _site() -> Path:
+    """The pinned wheels, unpacked as a site-packages folder."""
+    return eval_sources.root("tuned") / "site-packages"
+
+
+def _locale() -> Path:
+    return eval_sources.root("tuned") / "usr" / "share" / "locale"
+
+
 LANGS = ("zh_CN", "zh_TW", "ja", "ko", "ru", "uk", "ar", "he", "el", "fr", "de", "es", "pl", "cs",
          "vi", "pt_BR", "tr", "hu")  # fmt: skip
 EUROPEAN = ("fr", "de", "es", "pl", "cs", "vi", "pt_BR", "tr", "hu")
@@ -46,14 +56,15 @@ def english_docs(limit: int = 1500) -> list[str]:
     """Package descriptions and documentation files (mostly English technical prose)."""
     docs: list[str] = []
     seen: set[str] = set()
-    for dist in importlib.metadata.distributions():
-        body = dist.metadata.get_payload() or dist.metadata.get("Description") or ""
+    for meta in sorted(_site().glob("*.dist-info/METADATA")):
+        msg = email.message_from_bytes(meta.read_bytes())
+        body = str(msg.get_payload() or msg.get("Description") or "")
         if _prose(body) and body not in seen:
             seen.add(body)
             docs.append(body[:20000])
     files: list[str] = []
     for ext in ("md", "rst", "txt"):
-        files += glob.glob(str(SITE / "site-packages" / "**" / f"*.{ext}"), recursive=True)
+        files += glob.glob(str(_site() / "**" / f"*.{ext}"), recursive=True)
     for f in sorted(files):
         try:
             body = Path(f).read_text(encoding="utf-8")
@@ -71,7 +82,7 @@ def docstring_docs(seen: set[str], limit: int) -> list[str]:
     """Long module and class docstrings from installed packages (real technical English)."""
     import ast
 
-    files = sorted(glob.glob(str(SITE / "site-packages" / "**" / "*.py"), recursive=True))
+    files = sorted(glob.glob(str(_site() / "**" / "*.py"), recursive=True))
     random.Random(2).shuffle(files)
     out: list[str] = []
     for f in files:
@@ -95,7 +106,7 @@ def code_docs(limit: int = 400, seed: int = 3) -> list[str]:
     half single top-level functions or classes of at least 15 lines, from different packages."""
     import ast
 
-    files = sorted(glob.glob(str(SITE / "site-packages" / "**" / "*.py"), recursive=True))
+    files = sorted(glob.glob(str(_site() / "**" / "*.py"), recursive=True))
     rnd = random.Random(seed)
     rnd.shuffle(files)
     modules: list[str] = []
@@ -104,7 +115,7 @@ def code_docs(limit: int = 400, seed: int = 3) -> list[str]:
     for f in files:
         if len(modules) >= limit // 2 and len(segments) >= limit - limit // 2:
             break
-        package = Path(f).relative_to(SITE / "site-packages").parts[0]
+        package = Path(f).relative_to(_site()).parts[0]
         if per_package.get(package, 0) >= 12:
             continue  # many packages, not a thousand files of one
         try:
@@ -139,7 +150,7 @@ def code_docs(limit: int = 400, seed: int = 3) -> list[str]:
 
 def _catalogue_messages(lang: str) -> list[str]:
     messages: list[str] = []
-    for mo in sorted((LOCALE_DIR / lang / "LC_MESSAGES").glob("*.mo")):
+    for mo in sorted((_locale() / lang / "LC_MESSAGES").glob("*.mo")):
         if mo.name.startswith("iso_"):
             continue  # lists of country and language names, not prose
         try:
@@ -170,8 +181,7 @@ def multilingual_docs(per_lang: int = 40) -> list[tuple[str, str]]:
                 i += 1
             if len(doc) >= 3:
                 out.append((lang, "\n\n".join(doc) if rnd.random() < 0.5 else "\n".join(doc)))
-    cjk = Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    for f in sorted((cjk / "test" / "cjkencodings").glob("*-utf8.txt")):
+    for f in eval_sources.cjk_tests():
         text = f.read_text(encoding="utf-8")
         if len(text) > 150:
             out.append((f.name.split("-")[0], text))
@@ -609,7 +619,11 @@ def build(
     accented = latin_accented(eng + [d for lang, d in multi if lang in EUROPEAN])
     rows += span_docs(eng, accented, per_kind, extra)
     rows += doorway_frames(sents, per_kind, extra)
-    return pl.DataFrame(rows).with_row_index("id")
+    # One to three damaged sentences in a long clean page (their own stream, as above).
+    rows += eval_partial.sentence_docs(
+        eng + [d for _, d in multi], per_kind, random.Random(seed + 25)
+    )
+    return pl.DataFrame(rows, infer_schema_length=None).with_row_index("id")
 
 
 if __name__ == "__main__":

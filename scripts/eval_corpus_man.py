@@ -1,5 +1,9 @@
 """A second, independent evaluation set for `forensics score`: manuals instead of Python docs.
 
+All of it comes from the Debian packages `eval_sources.SETS["held-out"]` pins (man pages, info
+manuals and changelogs of GNU and Debian tools, the `manpages-*` translations), each checked
+against its hash, so the set is the same on every machine.
+
 Why: the thresholds of the scorers were chosen while looking at `eval_corpus.py`'s set (package
 descriptions, docstrings, Python source, gettext catalogues). This set is built from a different
 kind of text on the same machine, so a score reported on it says how the rules hold on text they
@@ -32,11 +36,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import eval_corpus as A
+import eval_partial
+import eval_sources
 import polars as pl
 
-MAN = Path("/usr/share/man")
-INFO = Path("/usr/share/info")
-DOC = Path("/usr/share/doc")
+
+def _share() -> Path:
+    """The pinned packages' /usr/share, unpacked."""
+    return eval_sources.root("held-out") / "usr" / "share"
+
+
 MAX_CHARS = 20000
 # Translated manuals: every language directory with at least a few pages.
 MIN_PAGES_PER_LANG = 8
@@ -88,7 +97,7 @@ def _render(path: Path) -> str:
 def _info_nodes(limit: int, rnd: random.Random) -> list[str]:
     """GNU info manuals, one document per node (the node header and tag table dropped)."""
     nodes: list[str] = []
-    for f in sorted(INFO.glob("*.info*.gz")):
+    for f in sorted((_share() / "info").glob("*.info*.gz")):
         try:
             body = gzip.decompress(f.read_bytes()).decode("utf-8")
         except (OSError, UnicodeDecodeError):
@@ -114,7 +123,7 @@ def _pick(items: list[str], k: int, rnd: random.Random) -> list[str]:
 
 def _changelogs(limit: int, rnd: random.Random) -> list[str]:
     """Debian and upstream changelogs, cut at an entry boundary to 1,500-8,000 characters."""
-    files = sorted(DOC.glob("*/changelog*.gz"))
+    files = sorted((_share() / "doc").glob("*/changelog*.gz"))
     out: list[str] = []
     for f in _sample(files, limit * 2, rnd):
         try:
@@ -132,6 +141,7 @@ def _changelogs(limit: int, rnd: random.Random) -> list[str]:
 
 def _man_sources(rnd: random.Random, english: int, per_lang: int) -> dict[str, list[Path]]:
     """Man page files to render, by group: English sections and each translated language."""
+    MAN = _share() / "man"  # noqa: N806 - the folder the paths below are read from
     groups: dict[str, list[Path]] = {
         "man_commands": _sample(
             [p for s in ("man1", "man8") for p in (MAN / s).glob("*.gz")], english // 2, rnd
@@ -217,7 +227,11 @@ def build(
     accented = A.latin_accented(eng + european + logs)
     rows += A.span_docs(eng + logs, accented, per_kind, extra)
     rows += A.doorway_frames(sents, per_kind, extra)
-    return pl.DataFrame(rows).with_row_index("id")
+    # One to three damaged sentences in a long clean page (their own stream, as above).
+    rows += eval_partial.sentence_docs(
+        eng + logs + [d for _, d in multi], per_kind, random.Random(seed + 25)
+    )
+    return pl.DataFrame(rows, infer_schema_length=None).with_row_index("id")
 
 
 if __name__ == "__main__":

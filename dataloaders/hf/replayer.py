@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS, check_iterations, exposure_counts
+from dataloaders.base import REPLAY_KEY_COLUMNS, Replayer, check_iterations, exposure_counts
 from dataloaders.errors import ForensicsError
 from dataloaders.hf import cache, order, packing, rows
 from dataloaders.hf.shards import (
@@ -39,11 +39,12 @@ from dataloaders.hf.shards import (
     sha256_file,
     verify_shards,
 )
+from dataloaders.schedule import Schedule
 
 FILE_FACET = "file"
 
 
-class HFReplayer:
+class HFReplayer(Replayer):
     """Replays a `datasets` pipeline (map-style or streaming) from a RunConfig with format hf."""
 
     def __init__(self, config: Any):
@@ -53,16 +54,6 @@ class HFReplayer:
         where = f"{self.source}: " if self.source else ""
         self._where = where
         data = self.data
-        training = config.training
-        if training.global_batch_size != data.global_batch_size:
-            raise ForensicsError(
-                f"{where}training.global_batch_size {training.global_batch_size} != "
-                f"data.per_device_batch_size x data.world_size = {data.global_batch_size}"
-            )
-        if training.resumes:
-            raise ForensicsError(f"{where}hf runs give restarts in data.resumes, not training")
-        if training.rampup_batch_size is not None:
-            raise ForensicsError(f"{where}rampup_batch_size is not supported for hf runs")
         if data.streaming:
             installed = order._datasets().__version__
             if installed != data.datasets_version:
@@ -71,8 +62,6 @@ class HFReplayer:
                     f"{installed}: streaming order differs between versions; install "
                     f"datasets=={data.datasets_version} to replay it"
                 )
-        if data.pack_tokens is not None and config.tokenizer is None:
-            raise ForensicsError(f"{where}data.pack_tokens needs the run's tokenizer (tokenizer:)")
         if data.files is not None:
             files = resolve_files(list(data.files), config=self.source)
         else:
@@ -95,6 +84,12 @@ class HFReplayer:
                     f"(columns: {columns})"
                 )
         self.gbs = data.global_batch_size
+
+    @cached_property
+    def schedule(self) -> Schedule:
+        """The schedule of the training section (one data stage; restarts are data.resumes),
+        built when a skip plan asks."""
+        return Schedule(self.config.training)
 
     # ------------------------------------------------------------------ the plan
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dataloaders.errors import ForensicsError
+from dataloaders.megatron.checked import checked_once, versions, write_stamp
 
 RUN_FIELDS = ("random_seed", "sequence_length", "split_matrix")
 GPT_FILES = ("document_index", "sample_index", "shuffle_index")
@@ -270,6 +271,10 @@ def save_own(
         desc.write_text(json.dumps(description, indent=2, default=str), encoding="utf-8")
     except OSError:
         return None
+    # Built here, not read: what the range checks would find is known. Stamped so that the
+    # next open skips them (checked.py).
+    paths = [folder / f"{key}-{name}.npy" for name in arrays]
+    write_stamp(f"own-{kind}", paths, {"problem": None}, versions(paths), 0.0, trusted=True)
     return folder
 
 
@@ -293,11 +298,24 @@ def find_indices(
     for folder, arrays in megatron:
         if arrays is None:
             continue
-        found = problem(arrays)
+        found = checked_problem("megatron", arrays, problem)
         if found is not None:
             raise ForensicsError(damaged(folder, found))
         return arrays, f"megatron cache {folder}"
     arrays = load_own(*own)
-    if arrays is None or problem(arrays) is not None:
+    if arrays is None or checked_problem(f"own-{own[0]}", arrays, problem, True) is not None:
         return None, "built"
     return arrays, "forensics cache"
+
+
+def checked_problem(
+    kind: str, arrays: Arrays, problem: Callable[[Arrays], str | None], trusted: bool = False
+) -> str | None:
+    """`problem(arrays)`, the whole-array range checks, once per version of the files behind
+    the memory maps (checked.py); `trusted`: files only this cache writes."""
+    paths = [Path(getattr(a, "filename", "") or "") for a in arrays.values()]
+    if not all(p.name for p in paths):  # not memory-mapped files: nothing to stamp
+        return problem(arrays)
+    result = checked_once(kind, paths, lambda: {"problem": problem(arrays)}, trusted=trusted)
+    found = result.get("problem")
+    return None if found is None else str(found)

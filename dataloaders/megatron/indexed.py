@@ -151,7 +151,8 @@ class IndexedDataset:
         return {"code": code, "sequences": sequences, "documents": documents}
 
     def _check_consistency(self) -> None:
-        """Cheap checks (O(1) reads) that catch truncation and mismatched .bin/.idx pairs."""
+        """Cheap checks (O(1) reads) that catch truncation and mismatched .bin/.idx pairs, then
+        the whole-index check once per version of the two files (checked.py)."""
         s = self.sequence_count
         if self.document_count < 1 or self.document_indices[0] != 0:
             raise DataError(f"{self.idx_file}: corrupt index: document indices must start at 0")
@@ -162,9 +163,11 @@ class IndexedDataset:
             )
         if s == 0:
             return
-        self._check_arrays()
+        from dataloaders.megatron.checked import checked_once
 
-    def _check_arrays(self) -> None:
+        checked_once("idx-check", [self.idx_file, self.bin_file], self._check_arrays)
+
+    def _check_arrays(self) -> dict[str, Any]:
         """The whole index, vectorised: a middle pointer or length changed, a wrong dtype code or
         a .bin from another dataset would otherwise decode to garbage without a word.
 
@@ -199,6 +202,7 @@ class IndexedDataset:
         steps = np.diff(self.document_indices)
         if (steps < 0).any():
             raise DataError(f"{self.idx_file}: corrupt index: document boundaries are not in order")
+        return {}
 
     # -- sizes -----------------------------------------------------------------------------
 
@@ -256,16 +260,23 @@ class IndexedDataset:
 
     def idx_digest(self) -> str:
         """sha256 of the whole `.idx` (small next to `.bin`): identifies the tokenized data, also
-        when a file is rewritten at the same size with its mtime restored. Computed once."""
+        when a file is rewritten at the same size with its mtime restored. Computed once per
+        version of the file (dataloaders/megatron/checked.py)."""
         import hashlib
 
         if getattr(self, "_idx_digest", None):
             return self._idx_digest
-        digest = hashlib.sha256()
-        with open(self.idx_file, "rb") as stream:
-            for block in iter(lambda: stream.read(1 << 22), b""):
-                digest.update(block)
-        self._idx_digest: str = digest.hexdigest()
+
+        def sha256() -> dict[str, Any]:
+            digest = hashlib.sha256()
+            with open(self.idx_file, "rb") as stream:
+                for block in iter(lambda: stream.read(1 << 22), b""):
+                    digest.update(block)
+            return {"sha256": digest.hexdigest()}
+
+        from dataloaders.megatron.checked import checked_once
+
+        self._idx_digest: str = str(checked_once("idx-sha256", [self.idx_file], sha256)["sha256"])
         return self._idx_digest
 
 

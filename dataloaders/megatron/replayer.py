@@ -10,26 +10,35 @@ Everything is vectorised over the whole window; nothing loops per sample in Pyth
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from dataloaders.base import Replayer
 from dataloaders.config import RunConfig
 from dataloaders.config_data import MegatronData
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.gpt_indices import split_range
 from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.megatron.manifests import Manifests
+from dataloaders.megatron.segments import fill_segments, sample_spans
 from dataloaders.megatron.sources import GPTSource, Stage
 from dataloaders.progress import progress_bar as _progress
 from dataloaders.schedule import Schedule
 
 EXPOSURE_CHUNK = 4_000_000  # samples per vectorised chunk when scanning long ranges
+FILL_PART = 65_536  # samples per compiled fill of the replay table (fills run in threads)
 
 
-class MegatronReplayer:
-    """Replayer protocol (dataloaders/base.py) for Megatron-core GPT/Blended datasets."""
+class MegatronReplayer(Replayer):
+    """The Replayer (dataloaders/base.py) of Megatron-core GPT/Blended datasets."""
+
+    token_files = True
+    index_cache = True
+    mixture_weights = True
 
     def __init__(self, config: RunConfig) -> None:
         if not isinstance(config.data, MegatronData):
@@ -131,62 +140,87 @@ class MegatronReplayer:
         }
 
     def _segments(self, rows: dict[str, np.ndarray], progress: bool) -> dict[str, np.ndarray]:
-        """Expand samples into document segments (all arrays aligned, in replay order)."""
-        parts: list[dict[str, np.ndarray]] = []
+        """Each sample's dataset (`dataset_k`, `dataset_sample`) and segment count (`nseg`),
+        per row of `rows`; and the segments in replay order (`sequence`, `doc_id`,
+        `token_start`, `token_end`, one entry per segment: row r's are the nseg[r] after the
+        sum of nseg[:r])."""
         n_rows = len(rows["sample_index"])
-        row_ids = np.arange(n_rows, dtype=np.int64)
         stages = np.unique(rows["stage"])
         with _progress(progress, len(stages), "building indices") as advance:
             for s in stages:
                 self.stage(int(s))  # shuffles and index arrays: the slow part from nothing
                 advance()
-        work = [(int(s), k) for s in stages for k in range(len(self.stage(int(s)).sources))]
-        with _progress(progress, len(work), "replaying") as advance:
-            for s in stages:
-                stage = self.stage(int(s))
-                mask = rows["stage"] == s
-                ks, dsi = stage.lookup(rows["sample_index"][mask])
-                sel = row_ids[mask]
-                for k, src in enumerate(stage.sources):
-                    pick = ks == k
-                    if pick.any():
-                        parts.append(self._expand(src, k, sel[pick], dsi[pick]))
-                    advance()
-        if not parts:
-            return {}
-        cat = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-        # Each part lists its rows in order with their segments in order, and a row lives in
-        # one part: a stable sort by row alone restores replay order.
-        order = np.argsort(cat["row"], kind="stable")
-        return {key: value[order] for key, value in cat.items()}
-
-    def _expand(
-        self, src: GPTSource, k: int, row: np.ndarray, dsi: np.ndarray
-    ) -> dict[str, np.ndarray]:
-        j = np.asarray(src.shuffle_index[dsi], dtype=np.int64)
-        both_pos, both_off = src.rows(np.concatenate([j, j + 1]))
-        pb, pe = both_pos[: len(j)], both_pos[len(j) :]
-        ob, oe = both_off[: len(j)], both_off[len(j) :]
-        nseg = pe - pb + 1
-        seg_row = np.repeat(row, nseg)
-        first_seg = np.concatenate([[0], np.cumsum(nseg)[:-1]])
-        seg = np.arange(int(nseg.sum()), dtype=np.int64) - np.repeat(first_seg, nseg)
-        pos = np.repeat(pb, nseg) + seg
-        seq = np.asarray(src.document_index[pos], dtype=np.int64)
-        sizes = np.asarray(src.dataset.sequence_lengths[seq], dtype=np.int64)
-        start = np.where(pos == np.repeat(pb, nseg), np.repeat(ob, nseg), 0)
-        end = np.where(pos == np.repeat(pe, nseg), np.repeat(oe, nseg) + self.extra, sizes)
-        doc, base = self._seq_to_doc(src.dataset, seq)
-        return {
-            "row": seg_row,
-            "seg": seg,
-            "dataset_k": np.full(len(seg_row), k, dtype=np.int16),
-            "dataset_sample": np.repeat(dsi, nseg),
-            "sequence": seq,
-            "doc_id": doc,
-            "token_start": start + base,
-            "token_end": end + base,
+        # Per row: dataset, its sample, and the first and last (position, offset) it spans.
+        ks_all = np.zeros(n_rows, dtype=np.int16)
+        dsi_all = np.zeros(n_rows, dtype=np.int64)
+        spans = np.zeros((4, n_rows), dtype=np.int64)  # pb, ob, pe, oe
+        picks: list[tuple[GPTSource, np.ndarray]] = []
+        row_ids = np.arange(n_rows, dtype=np.int64)
+        for s in stages:
+            stage = self.stage(int(s))
+            sel = row_ids if len(stages) == 1 else row_ids[rows["stage"] == s]
+            ks, dsi = stage.lookup(rows["sample_index"][sel])
+            ks_all[sel], dsi_all[sel] = ks, dsi
+            for k, src in enumerate(stage.sources):
+                at = sel[ks == k] if len(stage.sources) > 1 else sel
+                if len(at):
+                    spans[:, at] = self._spans(src, dsi_all[at])
+                    picks.append((src, at))
+        nseg = spans[2] - spans[0] + 1
+        first = np.zeros(n_rows, dtype=np.int64)
+        np.cumsum(nseg[:-1], out=first[1:])
+        total = int(first[-1] + nseg[-1]) if n_rows else 0
+        segs = {
+            n: np.empty(total, dtype=np.int64) for n in ("sequence", "token_start", "token_end")
         }
+        with _progress(progress, len(picks), "replaying") as advance:
+            # The fills release the GIL and write disjoint places: the datasets, cut into
+            # parts of FILL_PART samples, fill side by side.
+            jobs = [(src, at[i : i + FILL_PART]) for src, at in picks
+                    for i in range(0, len(at), FILL_PART)]  # fmt: skip
+            workers = min(len(jobs), os.cpu_count() or 1)
+            with ThreadPoolExecutor(workers, thread_name_prefix="replay-fill") as pool:
+                done = [pool.submit(fill_segments, *spans[:, at], first[at], src.document_index,
+                                    src.dataset.sequence_lengths, self.extra, segs)
+                        for src, at in jobs]  # fmt: skip
+                for future in done:
+                    future.result()
+            advance(len(picks))
+        segs["doc_id"] = self._docs_of(picks, nseg, segs)
+        return {"dataset_k": ks_all, "dataset_sample": dsi_all, "nseg": nseg, **segs}
+
+    @staticmethod
+    def _spans(src: GPTSource, dsi: np.ndarray) -> np.ndarray:
+        """int64[4, n]: where dataset samples `dsi` start and end (pb, ob, pe, oe)."""
+        if src.sample_index is not None:
+            return sample_spans(src.shuffle_index, src.sample_index, dsi)
+        j = np.asarray(src.shuffle_index[dsi], dtype=np.int64)
+        pos, off = src.rows(np.concatenate([j, j + 1]))
+        return np.stack([pos[: len(j)], off[: len(j)], pos[len(j) :], off[len(j) :]])
+
+    def _docs_of(
+        self, picks: list[tuple[GPTSource, np.ndarray]], nseg: np.ndarray, segs: dict
+    ) -> np.ndarray:
+        """Each segment's document id; token ranges move from sequence to document offsets
+        (in place). Sequences are documents unless the data has --split-sentences."""
+        doc = segs["sequence"]
+        split = [
+            (src, at)
+            for src, at in picks
+            if src.dataset.sequence_count != src.dataset.num_documents
+        ]
+        if not split:
+            return doc
+        doc = doc.copy()
+        for src, at in split:
+            rows = np.zeros(len(nseg), dtype=bool)
+            rows[at] = True
+            mask = np.repeat(rows, nseg)
+            d, base = self._seq_to_doc(src.dataset, segs["sequence"][mask])
+            doc[mask] = d
+            segs["token_start"][mask] += base
+            segs["token_end"][mask] += base
+        return doc
 
     @staticmethod
     def _seq_to_doc(ds: IndexedDataset, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -204,31 +238,33 @@ class MegatronReplayer:
     ) -> pl.DataFrame:
         rows = self._window(first, last)
         segs = self._segments(rows, progress)
-        if not segs:
+        if not len(segs.get("sequence", ())):
             raise ForensicsError(f"iterations {first}..{last} consumed no samples")
-        r = segs["row"]
-        stage_col = rows["stage"][r]
-        # Each segment's dataset name, as a code into the run's few names: building the string
+        nseg = segs["nseg"]
+        # Each row's dataset name, as a code into the run's few names: building the string
         # column by gathering from those few is far cheaper than from a Python object array.
         name_list: list[str] = []
-        codes = np.zeros(len(r), dtype=np.uint32)
-        for s in np.unique(stage_col):
-            stage = self.stage(int(s))
-            in_stage = stage_col == s
-            for k, src in enumerate(stage.sources):
+        codes = np.zeros(len(nseg), dtype=np.uint32)
+        for s in np.unique(rows["stage"]):
+            in_stage = rows["stage"] == s
+            for k, src in enumerate(self.stage(int(s)).sources):
                 if src.name not in name_list:
                     name_list.append(src.name)
                 codes[in_stage & (segs["dataset_k"] == k)] = name_list.index(src.name)
-        names = pl.Series(name_list, dtype=pl.Utf8).gather(codes)
+        names = pl.Series(name_list, dtype=pl.Utf8).gather(np.repeat(codes, nseg))
+
+        def per_segment(values: np.ndarray, dtype: Any) -> pl.Series:
+            return pl.Series(np.repeat(values, nseg), dtype=dtype)
+
         table = pl.DataFrame(
             {
-                "iteration": pl.Series(rows["iteration"][r], dtype=pl.Int64),
-                "position": pl.Series(rows["position"][r], dtype=pl.Int32),
-                "sample_index": pl.Series(rows["sample_index"][r], dtype=pl.Int64),
-                "stage": pl.Series(stage_col, dtype=pl.Int32),
-                "skipped": pl.Series(rows["skipped"][r], dtype=pl.Boolean),
+                "iteration": per_segment(rows["iteration"], pl.Int64),
+                "position": per_segment(rows["position"], pl.Int32),
+                "sample_index": per_segment(rows["sample_index"], pl.Int64),
+                "stage": per_segment(rows["stage"], pl.Int32),
+                "skipped": per_segment(rows["skipped"], pl.Boolean),
                 "dataset": names.alias("dataset"),
-                "dataset_sample": pl.Series(segs["dataset_sample"], dtype=pl.Int64),
+                "dataset_sample": per_segment(segs["dataset_sample"], pl.Int64),
                 "doc_id": pl.Series(segs["doc_id"], dtype=pl.Int64),
                 "token_start": pl.Series(segs["token_start"], dtype=pl.Int64),
                 "token_end": pl.Series(segs["token_end"], dtype=pl.Int64),

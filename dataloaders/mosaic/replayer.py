@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS, check_iterations, exposure_counts
+from dataloaders.base import REPLAY_KEY_COLUMNS, Replayer, check_iterations, exposure_counts
 from dataloaders.errors import ForensicsError
 from dataloaders.mosaic import cache, mds
 from dataloaders.mosaic.order import (
@@ -37,6 +37,7 @@ from dataloaders.mosaic.order import (
     partition_positions,
 )
 from dataloaders.mosaic.resume import Setting, check_state, load_state, resume_settings
+from dataloaders.schedule import Schedule
 
 SHARD_FACET = "shard"
 VALIDATED_VERSIONS = ("0.13.0",)
@@ -59,29 +60,15 @@ class Segment:
         return self.first + len(self.sizes) - 1
 
 
-class MosaicReplayer:
+class MosaicReplayer(Replayer):
     """Replays a StreamingDataset + DataLoader run from a RunConfig with format mosaic-streaming."""
+
+    mixture_weights = True
 
     def __init__(self, config: Any) -> None:
         self.config = config
         self.data = data = config.data
         self._where = where = f"{config.source}: " if config.source else ""
-        training = config.training
-        if training.global_batch_size != data.global_batch_size:
-            raise ForensicsError(
-                f"{where}training.global_batch_size {training.global_batch_size} != "
-                f"data.batch_size x num_nodes x ranks_per_node = {data.global_batch_size}"
-            )
-        if training.resumes or training.rampup_batch_size is not None:
-            raise ForensicsError(
-                f"{where}streaming runs give restarts in data.resumes (state_dict) and have no "
-                "batch-size ramp"
-            )
-        if getattr(training, "applied_skips", None):
-            raise ForensicsError(
-                f"{where}training.applied_skips: the streaming replay does not model trainer "
-                "skips a restart already applied; leave them out and read the block list"
-            )
         if data.streaming_version not in VALIDATED_VERSIONS:
             raise ForensicsError(
                 f"{where}data.streaming_version {data.streaming_version}: the replay transcribes "
@@ -136,6 +123,12 @@ class MosaicReplayer:
         )
         self._check_partition()
         self._load_resumes()
+
+    @cached_property
+    def schedule(self) -> Schedule:
+        """The schedule of the training section (one data stage, no applied skips; restarts
+        are data.resumes), built when a skip plan asks."""
+        return Schedule(self.config.training)
 
     # ------------------------------------------------------------------ validation
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS, check_iterations
+from dataloaders.base import REPLAY_KEY_COLUMNS, Replayer, check_iterations
 from dataloaders.errors import ForensicsError
 from dataloaders.olmo_core import cache, files, order, paths
 from dataloaders.olmo_core.documents import FILE_FACET, OlmoCoreDocuments
@@ -64,8 +64,11 @@ class Stage:
         return absolute // self.batches_per_epoch + 1, absolute % self.batches_per_epoch
 
 
-class OlmoCoreReplayer(OlmoCoreDocuments):
+class OlmoCoreReplayer(OlmoCoreDocuments, Replayer):
     """Replays an OLMo-core NumpyFSLDataset / NumpyFSLDataLoader run from its RunConfig."""
+
+    instance_samples = True
+    mixture_weights = True
 
     def __init__(self, config: Any):
         self.config = config
@@ -73,25 +76,6 @@ class OlmoCoreReplayer(OlmoCoreDocuments):
         self._where = f"{config.source}: " if config.source else ""
         training = config.training
         self.ipb = data.instances_per_batch
-        if training.global_batch_size != self.ipb:
-            raise ForensicsError(
-                f"{self._where}training.global_batch_size {training.global_batch_size} != "
-                f"data.global_batch_size / data.sequence_length = {self.ipb} instances"
-            )
-        if training.resumes:
-            raise ForensicsError(f"{self._where}olmo-core runs give restarts in data.resumes")
-        if training.rampup_batch_size is not None:
-            raise ForensicsError(f"{self._where}rampup_batch_size is not supported for olmo-core")
-        if training.trainer != "olmo-core":
-            raise ForensicsError(
-                f"{self._where}training.trainer {training.trainer!r}: an olmo-core data loader "
-                "is read by OLMo-core's trainer (training.trainer: olmo-core)"
-            )
-        if training.micro_batch_size != 1 or training.data_parallel_size != 1:
-            raise ForensicsError(
-                f"{self._where}olmo-core runs give ranks in data.dp_world_size (leave "
-                "training.micro_batch_size and data_parallel_size at 1)"
-            )
         target = data.max_target_sequence_length
         self.chunk = target // data.sequence_length if target is not None else 1
         known: dict[Path, files.TokenFile] = {}

@@ -63,8 +63,7 @@ class Blend:
 def window_blend(replayer: Any, rows: pl.DataFrame, starts: list[int]) -> Blend | None:
     """The blend of the window's replay rows (`stage`, `iteration`, `sample_index`), or None
     when the family has no mixture weights (then a note says so)."""
-    blend_shares = getattr(replayer, "blend_shares", None)
-    if blend_shares is None or rows.height == 0 or "stage" not in rows.columns:
+    if not replayer.mixture_weights or rows.height == 0 or "stage" not in rows.columns:
         return None
     sample = "sample_index" if "sample_index" in rows.columns else "position"
     per_stage = rows.select("stage", "iteration", sample).unique().group_by("stage").len()
@@ -72,18 +71,17 @@ def window_blend(replayer: Any, rows: pl.DataFrame, starts: list[int]) -> Blend 
     shares: dict[str, float] = {}
     stages, basis = [], ""
     for stage, n in sorted(per_stage.iter_rows()):
-        weights, basis = blend_shares(int(stage))
+        weights, basis = replayer.blend_shares(int(stage))
         for name, w in weights.items():
             shares[name] = shares.get(name, 0.0) + w * n / total
         first = starts[int(stage)] if int(stage) < len(starts) else 1
         stages.append((int(stage) + 1, first))
-    facet = getattr(replayer, "facet_shares", lambda _facet: None)
-    return Blend(shares, stages, basis, facet, total)
+    return Blend(shares, stages, basis, replayer.facet_shares, total)
 
 
 def no_blend_note(replayer: Any) -> str | None:
     """The note for a family whose config gives no mixture weights."""
-    if getattr(replayer, "blend_shares", None) is not None:
+    if replayer.mixture_weights:
         return None
     return (
         "this data family's config gives no mixture weights: expected shares are not computed, "

@@ -74,8 +74,9 @@ def _source_model() -> Path:
 def static_model_dir(source: Path | None = None) -> Path:
     """The distilled model's directory for `source` (default: the packaged MiniLM).
 
-    The name is keyed by the source weights (path and size), model2vec's version and the PCA
-    dimensions, so a new MiniLM or model2vec gets its own distillation.
+    The name is keyed by the source weights' content, model2vec's version and the PCA
+    dimensions, so a new MiniLM or model2vec gets its own distillation, and every checkout or
+    virtualenv holding the same weights shares one.
     """
     from importlib.metadata import PackageNotFoundError, version
 
@@ -88,14 +89,31 @@ def static_model_dir(source: Path | None = None) -> Path:
             "static embedding model: package model2vec is not installed "
             "(pip install 'forensics[embed]'), or pass --embed-model minilm"
         ) from err
-    size = weights.stat().st_size if weights.is_file() else 0
     key = hashlib.blake2b(
-        f"{source.resolve()}|{size}|{m2v}|{PCA_DIMS}".encode(), digest_size=6
+        f"{weights_digest(weights)}|{m2v}|{PCA_DIMS}".encode(), digest_size=6
     ).hexdigest()
     name = f"minilm-l6-static-{PCA_DIMS}-{key}"
     roots = model_roots()
     found = [r / name for r in roots if (r / name / "model.safetensors").is_file()]
     return found[0] if found else roots[0] / name
+
+
+def weights_digest(weights: Path) -> str:
+    """blake2b of the weights file's bytes, hashed once per version of the file (a stamp in
+    the forensics cache, dataloaders/megatron/checked.py); "none" when there is no file."""
+    if not weights.is_file():
+        return "none"
+
+    def content() -> dict[str, str]:
+        digest = hashlib.blake2b(digest_size=16)
+        with open(weights, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 22), b""):
+                digest.update(block)
+        return {"blake2b": digest.hexdigest()}
+
+    from dataloaders.megatron.checked import checked_once
+
+    return str(checked_once("model-weights", [weights], content)["blake2b"])
 
 
 def ensure_static_model(source: Path | None = None, quiet: bool = False) -> Path:

@@ -41,7 +41,6 @@ def verify_skip(
     """check_skip, also returning notes for the user (the run directory moved, the checkpoint
     list changed) on a skip file that still fits."""
     from dataloaders.config import RunConfig, load_config
-    from dataloaders.schedule import Schedule
     from dataloaders.trainers import check_trainer
     from forensics.replay import open_replayer
     from forensics.skip.flags import verify_flag
@@ -58,7 +57,7 @@ def verify_skip(
     notes = validate_for_run(path, plan, run, replayer, label)
     checkpoint = int(plan.rollback["iteration"])
     ranges = plan.ranges
-    schedule = getattr(replayer, "schedule", None) or Schedule(run.training)
+    schedule = replayer.schedule
     wanted = check_trainer(trainer) if trainer else plan.trainer
     if wanted not in plan.flags:
         raise ForensicsError(f"{path}: has no flag for trainer {wanted}")

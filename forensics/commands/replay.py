@@ -75,13 +75,12 @@ def replay_command(
         console.print(
             f"tokens: {info['samples']} samples x {info['sample_length']} -> {escape(str(tokens))}"
         )
-    save = getattr(replayer, "save_cache", None)
-    if save is not None:  # warm our index cache for the next replay (after the output is safe)
+    if replayer.index_cache:  # warm our index cache for the next replay (after the output is safe)
         if progress:
             with console.status("saving the index cache"):
-                save()
+                replayer.save_cache()
         else:
-            save()
+            replayer.save_cache()
     samples = table.select("sample_index").n_unique()
     console.print(
         f"iterations {first}-{last}: {samples} samples, {table.height} document segments "

@@ -5,7 +5,14 @@ earlier run wrote its output under the same key; `StageClock` times it and shows
 `forensics spike`, `forensics scan` and `forensics rescore` are lists of such stages.
 """
 
-from forensics.pipeline.cache import cache_key, cached_table, module_version
+from forensics.pipeline.cache import (
+    cache_key,
+    cached_bytes,
+    cached_table,
+    content_digest,
+    module_version,
+)
 from forensics.pipeline.clock import StageClock
 
-__all__ = ["StageClock", "cache_key", "cached_table", "module_version"]
+__all__ = ["StageClock", "cache_key", "cached_bytes", "cached_table", "content_digest",
+           "module_version"]  # fmt: skip

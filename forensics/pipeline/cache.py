@@ -7,9 +7,12 @@ stale table is never read. A damaged cache file is recomputed, never trusted.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
+import io
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,8 @@ from typing import Any
 import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
+
+FLOAT_DIGITS = 12  # significant digits of a float in content_digest
 
 
 def cache_key(**parts: Any) -> str:
@@ -43,6 +48,86 @@ def cached_table(
     write_parquet_atomic(table, path)
     hits[name] = False
     return table
+
+
+def content_digest(*values: Any) -> str:
+    """A sha256 of values as they are: polars frames (schema and rows, in order), dataclasses,
+    dicts, lists, numbers and strings, nested. Two values with the same digest render the same
+    output, so it keys outputs computed from tables that live only in memory (the report's).
+
+    Floats count to FLOAT_DIGITS significant digits: sums whose order varies from run to run
+    (polars' parallel group_by) differ in their last bits, which no rendering shows."""
+    digest = hashlib.sha256()
+    _feed(digest, list(values))
+    return digest.hexdigest()[:16]
+
+
+def _feed(digest: Any, value: Any) -> None:
+    """One value into the hash, each kind tagged so that no two kinds can collide."""
+    if isinstance(value, pl.DataFrame):
+        digest.update(b"F" + str(value.schema).encode() + str(value.height).encode())
+        if value.height and value.width:
+            floats = pl.col(pl.Float32, pl.Float64).round_sig_figs(FLOAT_DIGITS)
+            digest.update(_frame_bytes(value.with_columns(floats)))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        digest.update(b"D" + type(value).__qualname__.encode())
+        for f in dataclasses.fields(value):
+            _feed(digest, (f.name, getattr(value, f.name)))
+    elif isinstance(value, dict):
+        digest.update(b"M%d" % len(value))
+        for k in sorted(value, key=str):
+            _feed(digest, (str(k), value[k]))
+    elif isinstance(value, (list, tuple)):
+        digest.update(b"L%d" % len(value))
+        for item in value:
+            _feed(digest, item)
+    elif isinstance(value, float):
+        digest.update(b"R" + f"{value:.{FLOAT_DIGITS}g}".encode())
+    else:
+        digest.update(b"V" + json.dumps(value, default=str).encode())
+
+
+def _frame_bytes(frame: pl.DataFrame) -> bytes:
+    """The rows' hashes (polars' row hash, fixed seeds: stable within a polars version, which
+    module_version's callers key anyway), or the Arrow IPC bytes where a column type has no
+    row hash."""
+    try:
+        return frame.hash_rows(seed=0, seed_1=1, seed_2=2, seed_3=3).to_numpy().tobytes()
+    except Exception:  # noqa: BLE001 - any type polars cannot hash is serialised instead
+        buffer = io.BytesIO()
+        frame.write_ipc(buffer, compression="uncompressed")
+        return buffer.getvalue()
+
+
+def cached_bytes(path: Path, compute: Callable[[], bytes | None]) -> bytes | None:
+    """`path`'s bytes when an earlier run wrote them, else compute and write them atomically
+    (None, nothing to write, is not cached). An unreadable file is recomputed."""
+    try:
+        data = path.read_bytes()
+        os.utime(path)  # recently used: kept by keep_latest
+        return data
+    except OSError:
+        pass
+    data = compute()
+    if data is not None:
+        from dataloaders.atomic import write_bytes_atomic
+
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(path, data)
+        except OSError:
+            pass  # a read-only cache: the next run renders again
+    return data
+
+
+def keep_latest(folder: Path, pattern: str, keep: int) -> None:
+    """Delete all but the `keep` most recently used files matching `pattern` in `folder`."""
+    try:
+        found = sorted(folder.glob(pattern), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    except OSError:
+        return
+    for stale in found[keep:]:
+        stale.unlink(missing_ok=True)
 
 
 def module_version(package: str) -> str:

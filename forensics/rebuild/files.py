@@ -3,24 +3,23 @@ the block list is whole files (`forensics.skip.units`), so the rebuilt data is t
 without them. Nothing is rewritten: the rebuilt config lists the kept files (a stream that loses
 shards gets a new directory whose index.json lists its kept shards, linked to the originals).
 
-plan_files decides (which files go, the rebuilt config, the restart lines); stage_files writes
-the stream directories into the staging folder. A block list that covers part of a file is
-refused here, before anything is written.
+plan_files decides which files go; the run's family (`dataloaders.families`) words the rebuilt
+config, the restart lines and the folders stage_files writes into the staging folder. A block
+list that covers part of a file is refused here, before anything is written.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dataloaders.config import RunConfig
+from dataloaders.families import family_of, get_family
+from dataloaders.family import KeptFiles
 from forensics.errors import ForensicsError
 from forensics.skip.plan import SkipPlan
 from forensics.skip.units import FileUnit, coverage, file_units, refusal
-
-REBUILT_SUFFIX = "_rebuilt"  # a rebuilt stream's folder: <stream>_rebuilt/ in --out
 
 
 @dataclass
@@ -31,7 +30,8 @@ class FilePlan:
     dropped   the files every document of which is blocked, in the run's order
     kept      dataset -> its remaining files, in the run's order (a dataset with none is gone)
     emptied   datasets (sources, streams) that lose every file: dropped from the run
-    streams   stream name -> its new folder in --out (MosaicML streams that lose shards)
+    streams   dataset -> its new folder in --out (the family's rebuilt_folders: MosaicML
+              streams that lose shards)
     restart   what the trainer is given instead of the old file list: a file name in --out ->
               its content (data_files.json, restart-rebuilt.flags, streams.json)
     """
@@ -84,48 +84,24 @@ def plan_files(config: RunConfig, skip: SkipPlan, replayer: Any, out: Path) -> F
             "left to train on; nothing was written"
         )
     resume = int(skip.rollback.get("resume_iteration") or skip.rollback["iteration"] + 1)
-    plan = FilePlan(skip, config.data.format, resume, dropped, kept, emptied)
-    if plan.fmt == "mosaic-streaming":
-        touched = {u.dataset for u in dropped} - set(emptied)
-        plan.streams = {name: out / f"{name}{REBUILT_SUFFIX}" for name in sorted(touched)}
+    family = family_of(config)
+    plan = FilePlan(skip, family.name, resume, dropped, kept, emptied)
+    plan.streams = family.rebuilt_folders({u.dataset for u in dropped} - set(emptied), out)
     plan.restart = restart_files(plan, config)
     return plan
+
+
+def kept_files(plan: FilePlan) -> KeptFiles:
+    """What the family's rebuild hooks read of the plan: the kept files, the emptied datasets
+    and the new folders."""
+    return KeptFiles(plan.kept, plan.emptied, plan.streams)
 
 
 def rebuilt_data(config: RunConfig, plan: FilePlan) -> dict[str, Any]:
     """The `data` mapping of the rebuilt config: the file list without the dropped files, and
     without the original's restarts (the rebuilt config describes the new data from iteration 1
     on; the notes say how the restart continues in it)."""
-    data = config.data.model_dump(mode="json", exclude_none=True)
-    data.pop("resumes", None)
-    if plan.fmt == "hf":
-        paths = [u.path for u in plan.kept[config.data.name]]
-        data["files"] = [str(p) for p in paths]
-        if config.data.shards is not None:
-            from dataloaders.hf import record_shards
-
-            data["shards"] = record_shards(paths)
-    elif plan.fmt == "olmo-core":
-        # the kept files are named one by one: no mix, no globs (source_permutation_seed
-        # stays: the experiment keeps it and reorders the new path list as the replay does)
-        for key in ("mix", "mix_base_dir", "mix_file", "tokenizer_identifier", "expand_glob"):
-            data.pop(key, None)
-        data["sources"] = [
-            {"name": name, "paths": [str(u.path) for u in units]}
-            for name, units in plan.kept.items()
-            if units
-        ]
-    else:
-        streams = []
-        for spec, stream in zip(data["streams"], config.data.streams, strict=True):
-            name = stream.display_name
-            if name in plan.emptied:
-                continue
-            if name in plan.streams:
-                spec |= {"local": str(plan.streams[name])}
-            streams.append(spec | {"name": name})
-        data["streams"] = streams
-    return data
+    return get_family(plan.fmt).rebuilt_data(config, kept_files(plan))
 
 
 def rebuilt_file_config(config: RunConfig, plan: FilePlan) -> dict[str, Any]:
@@ -141,55 +117,10 @@ def rebuilt_file_config(config: RunConfig, plan: FilePlan) -> dict[str, Any]:
 
 def restart_files(plan: FilePlan, config: RunConfig) -> dict[str, str]:
     """The restart's new data lines, one file per family (content ends with a newline)."""
-    if plan.fmt == "hf":
-        files = [str(u.path) for u in plan.kept[config.data.name]]
-        return {"data_files.json": json.dumps(files, indent=1) + "\n"}
-    if plan.fmt == "olmo-core":
-        # the experiment script's overrides (one shell word each): NumpyFSLDatasetConfig.paths
-        # is one list (the sources concatenated in order), and the data loader's state of the
-        # rollback checkpoint holds the old dataset's fingerprint, refused unless told
-        paths = [str(u.path) for units in plan.kept.values() for u in units]
-        words = [
-            "--dataset.paths=" + json.dumps(paths, separators=(",", ":")),
-            "--data_loader.ignore_fingerprint_mismatch=true",
-        ]
-        # OLMo-core refuses paths beside a mix, and would expand the literal paths as globs
-        if config.data.mix is not None:
-            words.append("--dataset.mix=null")
-        if config.data.expand_glob:
-            words.append("--dataset.expand_glob=false")
-        return {"restart-rebuilt.flags": " ".join(words) + "\n"}
-    rows = []
-    for spec in config.data.streams:
-        name = spec.display_name
-        if name in plan.emptied:
-            rows.append({"name": name, "dropped": True})
-        else:
-            local = plan.streams.get(name, spec.local)
-            rows.append({"name": name, "local": str(local), "remote": None})
-    return {"streams.json": json.dumps(rows, indent=1) + "\n"}
+    return get_family(plan.fmt).restart_files(config, kept_files(plan))
 
 
 def stage_files(plan: FilePlan, config: RunConfig, staging: Path) -> None:
-    """Write each rebuilt stream's folder into `staging`: index.json listing its kept shards (the
-    original entries, in order) and a link to each kept shard file."""
-    from dataloaders.mosaic.mds import INDEX
-
-    for spec in config.data.streams if plan.fmt == "mosaic-streaming" else []:
-        name = spec.display_name
-        if name not in plan.streams:
-            continue
-        index = json.loads((spec.local / INDEX).read_text())
-        keep = {u.path.name for u in plan.kept[name]}
-        index["shards"] = [s for s in index["shards"] if s["raw_data"]["basename"] in keep]
-        folder = staging / plan.streams[name].name
-        folder.mkdir()
-        for shard in index["shards"]:
-            # the raw shard, and its compressed file where there is one (a shard kept only
-            # compressed is read from it, by the replay and by streaming alike)
-            zipped = (shard.get("zip_data") or {}).get("basename")
-            for basename in (shard["raw_data"]["basename"], zipped):
-                if basename and (spec.local / basename).is_file():
-                    (folder / basename).parent.mkdir(parents=True, exist_ok=True)
-                    (folder / basename).symlink_to((spec.local / basename).resolve())
-        (folder / INDEX).write_text(json.dumps(index, indent=1) + "\n")
+    """Write the rebuilt folders (a MosaicML stream that loses shards: index.json of its kept
+    shards, linked to the originals) into `staging`."""
+    get_family(plan.fmt).stage_folders(config, kept_files(plan), staging)

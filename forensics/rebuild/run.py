@@ -38,6 +38,7 @@ import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
 from dataloaders.config import RunConfig, config_from_dict
+from dataloaders.families import family_of
 from forensics.errors import ForensicsError
 from forensics.inputs_guard import check_unchanged
 from forensics.outputs import check_output_dir, hold_lock, publish, run_inputs
@@ -153,7 +154,7 @@ def run_rebuild(
     result_notes = validate_for_run(skip_file, skip, config)
     out = Path(out) if out is not None else skip_file.parent.parent / f"rebuild-{skip.step}"
     out = out.resolve()
-    if config.data.format != "megatron":
+    if not family_of(config).rebuilds_documents:
         result = run_file_rebuild(skip, skip_file, config, out, force, inputs)
         result.notes = result_notes
         return result

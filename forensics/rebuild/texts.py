@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.atomic import write_json_atomic, write_text_atomic
+from dataloaders.families import get_family
 from forensics.provenance import provenance
 from forensics.rebuild.launches import data_path_file, launches_note, paste_form
 from forensics.rebuild.plan import KEEP_SHARE, RebuildPlan
@@ -202,29 +203,6 @@ def note_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-FAMILY_RESTART = {
-    "hf": "give the training script data_files.json's list instead of the old one "
-    "(load_dataset(FORMAT, data_files=LIST)). The HF Trainer's resume skips the first {skipped} "
-    "batches of the new order, so iteration i >= {resume} is rebuilt.yaml's iteration i; a "
-    "datasets state_dict of the old file list does not fit the new one (resume by skipping "
-    "batches instead)",
-    "olmo-core": "load the rollback checkpoint (load_rollback_checkpoint) with "
-    "restart-rebuilt.flags (the "
-    "experiment script's overrides: the new dataset.paths, and ignore_fingerprint_mismatch since "
-    "the checkpoint's data loader state holds the old dataset's fingerprint). The loader "
-    "continues at the state's epoch and batch in the new order: in the first epoch iteration "
-    "i >= {resume} is rebuilt.yaml's iteration i; to replay the restart exactly, add {{iteration: "
-    "{resume}, state: <checkpoint {rollback}>/train/rank0.pt, sources: rebuilt.yaml's sources}} "
-    "to the original config's data.resumes",
-    "mosaic-streaming": "point each stream at its local in streams.json (remote none: the new "
-    "folders link the kept shards of the original folders, which must stay). StreamingDataset "
-    "resumes from the checkpoint's state at its sample_in_epoch of the new epoch order: in epoch "
-    "0 iteration i >= {resume} is rebuilt.yaml's iteration i; to replay the restart exactly, add "
-    "the checkpoint's state as {{iteration: {resume}, state_file: ...}} to rebuilt.yaml's "
-    "data.resumes",
-}
-
-
 def file_order_note(plan: Any, out: Path) -> list[str]:
     """What changes when a file-based run restarts on the rebuilt file list."""
     rb = plan.skip.rollback["iteration"]
@@ -236,7 +214,7 @@ def file_order_note(plan: Any, out: Path) -> list[str]:
         f"original run's; {before}. rebuilt.yaml describes the "
         "rebuilt data from iteration 1 (the original's restarts left out): replay the new order "
         f"with forensics replay --config {out / 'rebuilt.yaml'} --step STEP --window W.",
-        "Restart: " + FAMILY_RESTART[plan.fmt].format(**words) + ".",
+        "Restart: " + get_family(plan.fmt).restart_note.format(**words) + ".",
         "Do not also pass the skip flags of skip.json: they name batches of the old order.",
         "doc_ids of the rebuilt run count the kept files only: they differ from the original "
         "run's for every file after the first removed one.",
@@ -277,7 +255,7 @@ def write_file_texts(
         "restart": {name: text.strip() for name, text in plan.restart.items()},
         "load_rollback_checkpoint": (
             checkpoint_pin(plan.skip.trainer, int(plan.skip.rollback["iteration"]))
-            if plan.fmt == "olmo-core"
+            if get_family(plan.fmt).pins_rollback
             else None
         ),
         "config": str(out / "rebuilt.yaml"),

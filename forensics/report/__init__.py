@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forensics.report.contents import SpikeReport, build_report
 from forensics.report.first_screen import summary_lines
-from forensics.report.model import SpikeReport, build_report
 from forensics.report.sections import Section, report_sections
 from forensics.report.skip_view import ReportSkip
 from forensics.report.terminal import print_summary
@@ -24,7 +24,11 @@ PLOT_FILE = "report_{name}.png"
 
 
 def write_report(
-    report: SpikeReport, out_dir: str | Path, *, overwrite: bool = True
+    report: SpikeReport,
+    out_dir: str | Path,
+    *,
+    overwrite: bool = True,
+    cache: Path | None = None,
 ) -> list[Section]:
     """Write report.json, report.md, its plot PNGs and report.html into `out_dir`.
 
@@ -32,6 +36,8 @@ def write_report(
     Everything is rendered in memory first, then each file is written atomically (temporary
     file + rename), so a failure while rendering leaves no file behind and a reader never sees a
     half-written one. Returns the sections (the terminal summary lays them out too).
+    `cache`: a folder where plots are kept by their inputs (render_plots), so a rerun that
+    changed nothing a plot shows reads it back.
     """
     from dataloaders.atomic import write_bytes_atomic, write_text_atomic
     from forensics.report.plots import render_plots
@@ -46,7 +52,7 @@ def write_report(
                 from forensics.errors import ForensicsError
 
                 raise ForensicsError(f"{out / name}: already exists; pass --force to overwrite it")
-    plots = render_plots(report)
+    plots = render_plots(report, cache)
     plot_files = {name: PLOT_FILE.format(name=name) for name in plots}
     sections = report_sections(report, list(plots))
     texts = {

@@ -102,7 +102,10 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def marked_spans(text: str) -> list[tuple[int, int]]:
-    """Sorted, merged (start, end) spans of `text` that any span pattern matches."""
+    """Sorted, merged (start, end) spans of `text` that any span pattern matches, with the
+    control characters and legacy-codec mojibake `forensics.score.locate` finds."""
+    from forensics.score.locate import damage_spans
+
     return _merge(
         [
             (m.start(), m.end())
@@ -110,6 +113,7 @@ def marked_spans(text: str) -> list[tuple[int, int]]:
             for m in p.finditer(text)
             if m.end() > m.start()
         ]
+        + damage_spans(text)
     )
 
 
@@ -192,7 +196,7 @@ def _doc(
 def chosen_clusters(report: Any) -> pl.DataFrame:
     """Culprits, suspects that are not inside a culprit, and the embedding clusters the summary
     names as corroborating the culprit: the clusters worth opening."""
-    from forensics.report.model import corroborating_rows
+    from forensics.report.contents import corroborating_rows
 
     clusters = report.clusters
     if clusters.height == 0:
@@ -218,7 +222,7 @@ def group_label(row: dict[str, Any]) -> str:
 
 def drill_groups(report: Any) -> list[DrillGroup]:
     """The drill-down's content, computed: one group per chosen cluster."""
-    from forensics.report.model import cluster_name
+    from forensics.report.contents import cluster_name
 
     docs = report.documents
     chosen = chosen_clusters(report)

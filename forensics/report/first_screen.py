@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass
 
 from forensics.report.confidence import data_grade
-from forensics.report.model import SpikeReport, cluster_name
+from forensics.report.contents import SpikeReport, cluster_name
 from forensics.report.skip_view import ReportSkip
 from forensics.report.summary import (
     Line,

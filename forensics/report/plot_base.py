@@ -13,8 +13,8 @@ from typing import Any
 
 import polars as pl
 
+from forensics.report.contents import SpikeReport
 from forensics.report.incident import remaining_share
-from forensics.report.model import SpikeReport
 from forensics.safe_text import excerpt
 
 DPI = 100

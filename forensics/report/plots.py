@@ -8,10 +8,12 @@ legend and text) and a `plot_*` one returning PNG bytes.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 
-from forensics.report.model import SpikeReport, cluster_name
+from forensics.report.contents import SpikeReport, cluster_name
 from forensics.report.plot_base import (
     OKABE_ITO,
     SHARE_COLOUR,
@@ -151,7 +153,8 @@ def _scatter_sides(ax, report: SpikeReport, xy: pl.DataFrame) -> None:
     names = {r["id"]: cluster_name(r) for r in report.clusters.iter_rows(named=True)}
     sizes = report.clusters.select("id", "docs") if "docs" in report.clusters.columns else None
     docs = dict(sizes.iter_rows()) if sizes is not None else {}
-    order = [c for c in report.clusters["id"].to_list() if c in set(xy["culprit"].drop_nulls())]
+    culprits = set(xy["culprit"].drop_nulls().to_list())  # once: not once per cluster
+    order = [c for c in report.clusters["id"].to_list() if c in culprits]
     window = xy.filter(pl.col("side") == "window")
     base = xy.filter(pl.col("side") != "window")
     ax.scatter(base["x"], base["y"], s=6, c=BASELINE_COLOUR, alpha=0.6, lw=0,
@@ -239,18 +242,57 @@ def plot_score_histograms(report: SpikeReport) -> bytes | None:
     return png(fig)
 
 
-def render_plots(report: SpikeReport) -> dict[str, bytes]:
-    """name -> PNG bytes for every plot the report has data for."""
-    out = {}
+def _version(package: str) -> str:
+    """An installed package's version, without importing it (a cached plot needs no
+    matplotlib)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "none"
+
+
+KEPT_RENDERS = 8  # per plot: a user going back and forth between thresholds reads them all
+
+# The report fields each plot reads (`report.culprit` reads clusters): a plot is rendered
+# again only when one of them changed (render_plots with a cache folder).
+PLOT_INPUTS = {
+    "timeline": ("step", "window", "rollback_iteration", "loss", "incident", "culprit_share",
+                 "skip", "culprit_first_iteration", "clusters", "model"),
+    "culprit_share": ("step", "window", "rollback_iteration", "loss", "incident",
+                      "culprit_share", "skip", "culprit_first_iteration", "clusters", "model"),
+    "embedding": ("clusters", "embedding_xy"),
+    "scores": ("scores",),
+}  # fmt: skip
+
+
+def render_plots(report: SpikeReport, cache: Path | None = None) -> dict[str, bytes]:
+    """name -> PNG bytes for every plot the report has data for.
+
+    `cache`: a folder of earlier renders, each named by a hash of the fields the plot reads
+    (PLOT_INPUTS) and of the report code; a rerun that changed none of them (another
+    threshold that leaves the scores alone, `--culprit`) reads the PNG instead of drawing it."""
+    from forensics.pipeline import cache_key, cached_bytes, content_digest, module_version
+    from forensics.pipeline.cache import keep_latest
     from forensics.report.timeline import plot_timeline
 
+    out = {}
+    code = module_version("forensics.report") if cache is not None else ""
+    versions = [pl.__version__, _version("matplotlib")] if cache is not None else []
     for name, fn in (
         ("timeline", plot_timeline),
         ("culprit_share", plot_culprit_share),
         ("embedding", plot_embedding),
         ("scores", plot_score_histograms),
     ):
-        png = fn(report)
+        if cache is None:
+            png = fn(report)
+        else:
+            inputs = content_digest(*(getattr(report, f) for f in PLOT_INPUTS[name]))
+            key = cache_key(plot=name, inputs=inputs, code=code, versions=versions)
+            png = cached_bytes(cache / f"{name}-{key}.png", lambda fn=fn: fn(report))
+            keep_latest(cache, f"{name}-*.png", KEPT_RENDERS)
         if png is not None:
             out[name] = png
     return out

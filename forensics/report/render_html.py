@@ -19,11 +19,11 @@ import html
 from collections.abc import Callable
 from typing import Any
 
+from forensics.report.checkpoint_view import html_section
+from forensics.report.contents import cluster_name, cluster_notes, format_p, format_value
 from forensics.report.drilldown import CSS as DRILL_CSS
 from forensics.report.drilldown import DrillGroup, drilldown_html
 from forensics.report.first_screen import Command, FirstScreen
-from forensics.report.model import cluster_name, cluster_notes, format_p, format_value
-from forensics.report.model_view import html_section
 from forensics.report.sections import ClusterTable, ExampleGroup, Section, SkipSection
 from forensics.report.summary import counts_text
 from forensics.report.why_shares import table_cell

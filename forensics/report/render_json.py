@@ -26,8 +26,8 @@ from typing import Any
 
 import polars as pl
 
+from forensics.report.contents import cluster_name
 from forensics.report.first_screen import FirstScreen
-from forensics.report.model import cluster_name
 from forensics.report.sections import Section
 
 INTERNAL_COLUMNS = ("members", "flagged_members")

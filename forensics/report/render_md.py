@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from forensics.report.checkpoint_view import markdown_section
+from forensics.report.contents import cluster_name, cluster_notes, format_p, format_value
 from forensics.report.drilldown import DrillGroup, iterations_text
 from forensics.report.first_screen import FirstScreen
-from forensics.report.model import cluster_name, cluster_notes, format_p, format_value
-from forensics.report.model_view import markdown_section
 from forensics.report.sections import (
     PLOT_NAMES,
     ClusterTable,

@@ -14,9 +14,9 @@ from typing import Any
 
 import polars as pl
 
+from forensics.report.contents import SpikeReport, cluster_name, cluster_rows
 from forensics.report.drilldown import drill_groups
 from forensics.report.first_screen import FirstScreen, first_screen
-from forensics.report.model import SpikeReport, cluster_name, cluster_rows
 from forensics.report.skip_view import ReportSkip
 from forensics.report.summary import cluster_counts
 

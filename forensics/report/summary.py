@@ -14,15 +14,15 @@ from typing import Any
 
 import polars as pl
 
+from forensics.report.checkpoint_view import model_summary
 from forensics.report.confidence import confidence_lines, no_culprit_lines
-from forensics.report.model import (
+from forensics.report.contents import (
     SpikeReport,
     cluster_name,
     corroborating_rows,
     format_p,
     pct,
 )
-from forensics.report.model_view import model_summary
 from forensics.report.skip_view import ReportSkip
 from forensics.report.why_shares import blend_lines
 

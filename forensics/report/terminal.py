@@ -24,9 +24,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from dataloaders.console import make_console
+from forensics.report.contents import SpikeReport, cluster_name, cluster_rows
 from forensics.report.drilldown import group_label
 from forensics.report.first_screen import FirstScreen
-from forensics.report.model import SpikeReport, cluster_name, cluster_rows
 from forensics.report.sections import CLUSTERS, FIRST_SCREEN, NOTES, Section, report_sections
 from forensics.safe_text import excerpt
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.report.model import SpikeReport
+from forensics.report.contents import SpikeReport
 from forensics.report.plot_base import (
     OKABE_ITO,
     SHARE_COLOUR,

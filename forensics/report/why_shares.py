@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from forensics.report.model import pct
+from forensics.report.contents import pct
 
 
 def expected_words(row: dict[str, Any]) -> str | None:

@@ -35,7 +35,7 @@ SAMPLE_KEY = ["iteration", "position"]
 
 def require_megatron(replayer: Any) -> None:
     """Token export and rescoring read `.bin` tokens: Megatron runs only (for now)."""
-    if not hasattr(replayer, "specs") or not hasattr(replayer, "datasets"):
+    if not replayer.token_files:
         raise ForensicsError(
             "token export and rescoring support Megatron runs (data.format: megatron) only; "
             "this run's replayer has no token files"
@@ -44,7 +44,7 @@ def require_megatron(replayer: Any) -> None:
 
 def is_olmo_core(replayer: Any) -> bool:
     """An OLMo-core replayer: a sample is one dataset instance (`instance_tokens`)."""
-    return hasattr(replayer, "instance_tokens") and hasattr(replayer, "stages")
+    return bool(replayer.instance_samples)
 
 
 def require_token_files(replayer: Any) -> None:

@@ -2,7 +2,7 @@
 
 Accepted files:
 - Parquet with `iteration`, `position` and either `token_losses` (a list of seq_length floats:
-  loss of token t+1 given tokens 0..t, as `forensics.rescore.model.token_losses` computes) or
+  loss of token t+1 given tokens 0..t, as `forensics.rescore.checkpoint.token_losses` computes) or
   `loss` (the sample's mean token loss); optional `max_token_loss` and `grad_norm`.
 - `.npy` inside (or beside) a token export directory (`forensics replay --tokens` /
   `forensics rescore --export-tokens`): shape [n] (per sample) or [n, seq_length] (per token),

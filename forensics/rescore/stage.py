@@ -62,7 +62,7 @@ class RescoreOptions:
         if self.losses is not None and self.grad_norm:
             raise ForensicsError("--grad-norm needs --checkpoint (a losses file carries its own)")
         if self.checkpoint is not None:
-            from forensics.rescore.model import check_checkpoint
+            from forensics.rescore.checkpoint import check_checkpoint
 
             check_checkpoint(self.checkpoint)
         elif not Path(self.losses).is_file():  # type: ignore[arg-type]
@@ -166,7 +166,7 @@ def _model_losses(
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache file is recomputed, never trusted
     from dataloaders.progress import progress_bar as _progress
-    from forensics.rescore.model import check_vocab, grad_norms, load_causal_lm, token_losses
+    from forensics.rescore.checkpoint import check_vocab, grad_norms, load_causal_lm, token_losses
 
     model = load_causal_lm(options.checkpoint, options.device, options.dtype)  # type: ignore[arg-type]
     check_vocab(model, tokens, str(options.checkpoint))
@@ -297,7 +297,7 @@ def _losses_from_checkpoint(
 ) -> _Losses:
     """Per-token losses (and gradient norms when asked) of the chosen samples, from the
     checkpoint run here, or from the cache keyed by its content digest."""
-    from forensics.rescore.model import checkpoint_digest
+    from forensics.rescore.checkpoint import checkpoint_digest
 
     rows = choose_samples(samples, segments, options.cap, options.seed)
     samples, segments = _renumber(samples, segments, rows)

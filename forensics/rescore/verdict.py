@@ -191,7 +191,7 @@ def _model_clusters(ranked: pl.DataFrame) -> list[dict[str, Any]]:
     """The clusters the model scored, ranked by the strength of the model's evidence (the test's
     p), then by loss z, clusters with too few scored segments last: a small cluster's mean z is
     noise."""
-    from forensics.report.model import cluster_name
+    from forensics.report.contents import cluster_name
 
     scored = (
         ranked.filter(pl.col("model_units") > 0)
@@ -269,7 +269,7 @@ def _top_documents(
 def _agreement(ranked: pl.DataFrame, clusters: list[dict[str, Any]]) -> tuple[int | None, str]:
     """(the data-side culprit's rank by model evidence alone, a sentence on whether the model
     agrees with the data-side verdict)."""
-    from forensics.report.model import cluster_name
+    from forensics.report.contents import cluster_name
 
     culprits = ranked.filter(pl.col("data_verdict") == "culprit")
     rank = None

@@ -147,9 +147,8 @@ def skip_plan(
     A scan has no spike: `step` and `window` are the scanned range's last iteration and the
     range; the restart it plans is from the latest checkpoint before the range (else from the
     iteration before it, noted), which is where the flags are proven from."""
-    from dataloaders.schedule import Schedule
-    from forensics.skip import collateral, merge_ranges, sample_ranges, select_iterations
-    from forensics.skip.plan import SkipPlan, plan_flags
+    from forensics.skip import merge_ranges, select_iterations
+    from forensics.skip.plan import build_skip_plan, choose_flags
 
     exposure = scan.select("iteration", "samples", "flagged_samples")
     chosen = select_iterations(exposure, opts.threshold)
@@ -161,21 +160,22 @@ def skip_plan(
             f"from iteration {checkpoint}"
         )
     trainer = run.training.trainer
-    schedule = getattr(replayer, "schedule", None) or Schedule(run.training)
-    ranges, composed, joined, flags = plan_flags(trainer, chosen, schedule, checkpoint)
-    if ranges and flags[trainer].flag is None:
+    choice = choose_flags(trainer, chosen, replayer, checkpoint)
+    if not choice.exact:
         notes.append(
-            f"no exact {trainer} skip flag for these stretches ({flags[trainer].refusal}); "
+            f"no exact {trainer} skip flag for these stretches ({choice.flags[trainer].refusal}); "
             "remove the block list's documents instead"
         )
-    if composed:
+    if choice.composed:
         notes.append(
-            f"{len(composed)} iterations were skipped by an earlier restart "
+            f"{len(choice.composed)} iterations were skipped by an earlier restart "
             "(training.applied_skips) and are skipped again"
         )
     blocklist = by_dataset(docs)
-    span = (min(a for a, _ in ranges), max(b for _, b in ranges)) if ranges else None
-    plan = SkipPlan(
+    plan = build_skip_plan(
+        choice,
+        replayer,
+        exposure,
         step=opts.last,
         window=[opts.first, opts.last],
         rollback={
@@ -187,19 +187,13 @@ def skip_plan(
         },
         scope=[opts.first, opts.last],
         threshold=opts.threshold,
-        trainer=trainer,
-        iterations=[list(r) for r in ranges],
-        samples=sample_ranges(replayer.iteration_samples(*span), ranges) if span else [],
         documents=blocklist,
         culprit_clusters=[],
         documents_seen_in_window=docs.height,
         documents_flagged=blocklist,
-        flags=flags,
-        collateral=collateral(exposure, ranges) | {"iterations_joined_for_trainer": joined},
         ahead={},
         fingerprint=fingerprint,
         notes=notes,
-        composed=composed,
     )
     # The stretches as found (plan.iterations may be widened for the trainer's syntax).
     return {"kind": "scan", **plan.to_dict(), "stretches": stretches(scan, merge_ranges(chosen))}

@@ -2,7 +2,7 @@
 
 The replay knows the whole run's order, so the data of iterations the run has not reached yet is
 already fixed. `run_scan` cuts iterations A..B into shards (about SHARD_TOKENS training tokens
-each, or --shard-iterations), runs them on an engine (forensics.scan.engines), and merges the
+each, or --shard-iterations), runs them on an engine (forensics.scan.shard_runner), and merges the
 parts into:
 
     scan.parquet      one row per iteration: samples, flagged samples per kind and their shares,
@@ -251,11 +251,12 @@ def _check_options(opts: ScanOptions) -> None:
 
 def _open_run(config: Any, opts: ScanOptions) -> tuple[Any, Any]:
     """(RunConfig, Replayer) of a Megatron run whose iterations hold --from..--to."""
+    from dataloaders.families import family_of
     from forensics.pipeline.engines import check_engine
     from forensics.replay import open_replayer
 
     run, origin = _load(config)
-    if run.data.format != "megatron":
+    if not family_of(run).token_files:
         raise ForensicsError(
             f"{origin}: forensics scan reads Megatron .bin/.idx runs; data.format is "
             f"{run.data.format!r}"
@@ -277,7 +278,7 @@ def _run_pending(
 ) -> None:
     """Scan the pending shards on the chosen engine under the progress bar, appending their
     summaries; a ForensicsError naming the shards that still failed after retries."""
-    from forensics.scan.engines import run_engine
+    from forensics.scan.shard_runner import run_engine
 
     total = opts.last - opts.first + 1
     bar, task = _progress(opts.progress, total, sum(s.last - s.first + 1 for s in summaries))

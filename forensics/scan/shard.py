@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import weakref
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -111,12 +112,15 @@ def _replayer(config: Any) -> Any:
     return _REPLAYERS[key]
 
 
+# replayer -> dataset name -> start token of every document (the .bin offset of each document's
+# first sequence, in tokens), built once per replayer of this worker process
+_DOC_STARTS: weakref.WeakKeyDictionary[Any, dict[str, np.ndarray]] = weakref.WeakKeyDictionary()
+
+
 def _token_view(replayer: Any, name: str) -> tuple[np.ndarray, np.ndarray, Any]:
     """(token memmap, start token of every document, dataset) of a Megatron dataset."""
     ds = replayer.datasets[replayer.specs[name].prefix]
-    cache = getattr(replayer, "_scan_doc_starts", None)
-    if cache is None:
-        cache = replayer._scan_doc_starts = {}
+    cache = _DOC_STARTS.setdefault(replayer, {})
     if name not in cache:
         first_seq = np.asarray(ds.document_indices[:-1], dtype=np.int64)
         cache[name] = (
@@ -225,7 +229,7 @@ def scan_shard(
 def _scan(config: Any, first: int, last: int, parts: Path, score_threads: int) -> ShardSummary:
     t0 = time.perf_counter()
     rep = _replayer(config)
-    if not hasattr(rep, "datasets"):
+    if not rep.token_files:
         raise ForensicsError("forensics scan reads Megatron .bin/.idx runs (data.format: megatron)")
     table = _replay_samples(rep, first, last)
     n_samples = int(table["_sample"].max()) + 1

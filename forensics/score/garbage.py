@@ -28,7 +28,14 @@ import polars as pl
 
 from forensics.safe_text import excerpt
 from forensics.score import patterns as P
-from forensics.score.legacy_codecs import CODEC_NAMES, SEGMENT_SHARE, legacy_evidence
+from forensics.score.legacy_codecs import (
+    CODEC_NAMES,
+    SEGMENT_MIN_CHARS,
+    SEGMENT_SHARE,
+    LegacyEvidence,
+    legacy_evidence,
+)
+from forensics.score.locate import legacy_runs
 from forensics.score.mixed_script import MixedScriptWords
 from forensics.score.utf8_scan import (
     HAS_CONTROL,
@@ -61,7 +68,8 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("utf8_as_cp1252", P.UTF8_AS_CP1252, 1, 2),
     Signal("ftfy", P.ftfy_badness_pattern(), 1, 3),
     Signal("c0", P.C0_CONTROLS, 3, 4),
-    Signal("ctrl_in_word", P.CONTROL_IN_WORD, 1, 2),
+    # A control character between two letters is never text: one is evidence.
+    Signal("ctrl_in_word", P.CONTROL_IN_WORD, 1, 1),
     Signal("cp1252_in_word", P.UTF8_AS_CP1252_IN_WORD, 1, 1),
     Signal("c1", P.C1_CONTROLS, 3, 4),
     Signal("fffd", P.REPLACEMENT, 2, 3),
@@ -260,10 +268,28 @@ def _legacy_column(texts: pl.Series, c: dict[str, np.ndarray]) -> tuple[np.ndarr
         if ev.segments:
             score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
             info[int(i)] = (ev, frac)
+        elif (runs := _legacy_sentences(text, ev.codec)) is not None:
+            frac = runs.segment_chars / max(int(c["n_chars"][i]), 1)
+            score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
+            info[int(i)] = (runs, frac)
         else:
             share = ev.recovered_bytes / max(ev.candidate_bytes, 1)
             score[i] = 0.45 * min(1.0, share / SEGMENT_SHARE)
     return score, info
+
+
+def _legacy_sentences(text: str, codec: str) -> LegacyEvidence | None:
+    """A few damaged sentences among clean blocks: no block is mostly mojibake, but runs that
+    re-encode in full with `codec` (the one that recovered most bytes over the blocks;
+    `locate.legacy_runs`) hold at least SEGMENT_MIN_CHARS characters."""
+    codec, runs = legacy_runs(text, codecs=(codec,))
+    chars = sum(b - a for a, b in runs)
+    if not codec or chars < SEGMENT_MIN_CHARS:
+        return None
+    a, b = max(runs, key=lambda r: r[1] - r[0])
+    raw = text[a:b].encode(codec, errors="ignore")
+    example = (text[a:b][:12], raw.decode("utf-8", errors="replace")[:12])
+    return LegacyEvidence(codec, 0, 0, len(runs), chars, len(runs), example)
 
 
 def _mixed_column(texts: pl.Series, c: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
@@ -349,7 +375,8 @@ def _legacy_reason(ev, frac: float) -> str:
         bad, good = ev.example
         runs = f", runs like '{_show(bad)}' (re-encoded: '{_show(good)}')"
     codec = CODEC_NAMES[ev.codec]
-    return f"UTF-8 decoded as {codec}: {ev.segments} blocks{runs}, {_pct(frac)} of text"
+    unit = "blocks" if ev.candidate_bytes else "runs"
+    return f"UTF-8 decoded as {codec}: {ev.segments} {unit}{runs}, {_pct(frac)} of text"
 
 
 def _reason(text: str, signal: str, c: dict, i: int, fracs: dict, legacy: dict) -> str:

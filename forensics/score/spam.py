@@ -20,6 +20,13 @@ from forensics.score.code import SYMBOLS, code_likeness, code_line_exprs, prose_
 from forensics.score.doc_counts import doc_bounds, ngram_stats, top_keyword
 from forensics.score.doorway import MIN_KEYWORD_SHARE, MIN_SENTENCES, DoorwayFrames
 from forensics.score.licence import is_licence
+from forensics.score.notation import (
+    NOTATION_SHARE,
+    has_cjk,
+    notation_share,
+    spaced_density,
+    spaced_phrase_share,
+)
 from forensics.score.tokens import WORD, Tokens
 from forensics.score.utf8_scan import visible_and_ascii_class
 
@@ -420,6 +427,35 @@ def _waive_for_licences(matrix: np.ndarray, texts: pl.Series) -> None:
         matrix[np.ix_(notices, cols)] = 0.0
 
 
+def _waive_for_notation(
+    matrix: np.ndarray, texts: pl.Series, tok: Tokens, words: dict, keywords: dict[int, str]
+) -> None:
+    """Zero, in place, the keyword rules of the flagged pages whose keyword is part of their
+    notation (signatures, roles, paths: `notation.py`), and re-measure them, with words counted
+    by characters, on Chinese and Japanese pages (checked only on pages a keyword rule flags)."""
+    names = [r.name for r in RULES]
+    cols = [names.index("keyword"), names.index("keyword_density")]
+    rows = np.flatnonzero(matrix[:, cols].max(axis=1) >= 0.5)
+    if len(rows) == 0:
+        return
+    missing = np.array([i for i in rows if int(i) not in keywords], dtype=np.int64)
+    if len(missing):
+        extra = _keyword_frame(texts, tok, words["keyword_index"], missing)
+        keywords.update(zip(extra["row"].to_list(), extra["kw"].to_list(), strict=True))
+    by_name = {r.name: r for r in RULES}
+    for i in rows:
+        kw, text = keywords.get(int(i)), texts[int(i)]
+        if not kw or text is None:
+            continue
+        if notation_share(text, kw) >= NOTATION_SHARE:
+            matrix[i, cols] = 0.0
+        elif has_cjk(text):
+            if spaced_phrase_share(text, kw, SHORT_PHRASE) < by_name["keyword"].threshold:
+                matrix[i, cols[0]] = 0.0
+            if spaced_density(text, kw) < by_name["keyword_density"].threshold:
+                matrix[i, cols[1]] = 0.0
+
+
 def spam_signals(
     texts: pl.Series, tok: Tokens, lines: Callable[[], pl.DataFrame] | None = None
 ) -> SpamSignals:
@@ -435,6 +471,7 @@ def spam_signals(
     values = _rule_values(words, kw_share, doorway, line_table)
     matrix = _rule_matrix(values, words["n_words"])
     _waive_for_licences(matrix, texts)
+    _waive_for_notation(matrix, texts, tok, words, keywords)
     best = matrix.argmax(axis=1)
     score = matrix.max(axis=1)
     reasons = [""] * len(score)

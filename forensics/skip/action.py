@@ -14,14 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-# What the restart is given from the rebuild's folder, per data family: (file, what it holds,
-# whether it is command-line flags to $(cat ...)). forensics.rebuild writes these files.
-REBUILD_RESTART = {
-    "megatron": ("restart-rebuilt.flags", "the checkpoint pin and the new --data-path", True),
-    "olmo-core": ("restart-rebuilt.flags", "the new dataset.paths overrides", True),
-    "hf": ("data_files.json", "the new data_files list", False),
-    "mosaic-streaming": ("streams.json", "each stream's new local folder", False),
-}
+from dataloaders.families import DEFAULT_FAMILY, family_of
 
 # The culprit's share of the rest of the run's samples from which removing it leads. At 1% of
 # every remaining batch the run trains on about as much of it again as the window held in the
@@ -112,7 +105,7 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
     out = shown_path(out)
     command = None
     if rebuildable(skip, config, replayer):
-        origin = getattr(config, "origin", None)
+        origin = config.origin
         command = rebuild_command(out, config.source, config.source is None and not origin, origin)
     action = decide_action(
         skip.ahead,
@@ -123,7 +116,9 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
     action["flags_dir"] = str(out)  # restart-<trainer>.flags: a $(cat ...) that works from here
     if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)
         action["rebuild_out"] = str(Path(out).parent / f"rebuild-{skip.step}")
-        name, what, flags = REBUILD_RESTART[getattr(config.data, "format", "megatron")]
+        # what the restart is given from the rebuild's folder (forensics.rebuild writes it)
+        restart = family_of(config).restart
+        name, what, flags = restart.name, restart.holds, restart.is_flags
         later = later_stages(config, int(skip.rollback["iteration"]) + 1)
         if later:  # Megatron-LM reads one --data-path per launch (forensics.rebuild.launches)
             what += (
@@ -142,15 +137,17 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
 def needs_quotes(config: Any, rebuild_out: str) -> bool:
     """Whether the rebuild's flags will hold a quoted path (a space, `$`, a quote in the output
     folder or a data prefix): `$(cat FILE)` splits such a word, `eval` keeps it whole."""
-    stages = getattr(config.data, "data_stages", None) or []
-    paths = [rebuild_out] + [str(s.prefix) for st in stages for s in st.blend]
+    paths = [rebuild_out, *family_of(config).flag_paths(config.data)]
     return any(shlex.quote(p) != p for p in paths)
 
 
 def later_stages(config: Any, resume: int) -> list[int]:
-    """First iterations of the Megatron data stages that start after `resume`."""
-    stages = getattr(config.data, "data_stages", None) or []
-    return [int(s.start_iteration) for s in stages if int(s.start_iteration) > resume]
+    """First iterations of the data stages that start after `resume`, for a family whose
+    trainer reads one data stage per launch (Megatron's --data-path); [] for the others."""
+    family = family_of(config)
+    if not family.launch_per_stage:
+        return []
+    return [s for s in family.stage_starts(config.data) if s > resume]
 
 
 def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
@@ -159,7 +156,7 @@ def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
     families name no file: Megatron's flags)."""
     default = f"{action.get('rebuild_out', 'rebuild-STEP')}/restart-rebuilt.flags"
     file = action.get("restart_file") or default
-    what = action.get("restart_holds") or REBUILD_RESTART["megatron"][1]
+    what = action.get("restart_holds") or DEFAULT_FAMILY.restart.holds
     shown = shlex.quote(str(file))
     if not action.get("restart_is_flags", True):
         text = f"with {shown}"
@@ -171,14 +168,15 @@ def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
 
 
 def rebuildable(skip: Any, config: Any, replayer: Any) -> bool:
-    """Whether `forensics rebuild` can remove this block list: any Megatron run; a file-based
-    run (with its replayer) when every blocked document set is whole files."""
-    from forensics.skip.units import FILE_FAMILIES, refusal
+    """Whether `forensics rebuild` can remove this block list: any run of a family that rebuilds
+    documents (Megatron); a file-based run (with its replayer) when every blocked document set
+    is whole files."""
+    from forensics.skip.units import refusal
 
-    fmt = getattr(config.data, "format", "megatron")
-    if fmt == "megatron":
+    family = family_of(config)
+    if family.rebuilds_documents:
         return True
     documents = {k: v for k, v in skip.documents.items() if v}
-    if fmt not in FILE_FAMILIES or replayer is None or not documents:
+    if family.file_facet is None or replayer is None or not documents:
         return False
     return refusal(config, replayer, documents) is None

@@ -17,7 +17,7 @@ import numpy as np
 from dataloaders.schedule import Schedule
 from forensics.errors import ForensicsError
 from forensics.skip.flags import TrainerFlag, representable, write_all
-from forensics.skip.ranges import Range, expand, merge_ranges
+from forensics.skip.ranges import Range, collateral, expand, merge_ranges, sample_ranges
 
 VERSION = 2
 
@@ -170,3 +170,61 @@ def plan_flags(
     ranges = representable(trainer, exact, schedule, checkpoint)
     joined = len(expand(ranges)) - len(expand(exact))
     return ranges, earlier, joined, write_all(trainer, ranges, schedule, checkpoint)
+
+
+@dataclass(frozen=True)
+class FlagChoice:
+    """The iterations to skip as `trainer` is told them (plan_flags' answer).
+
+    ranges    inclusive iteration ranges, widened where the trainer's syntax needs it
+    composed  iterations an earlier restart skipped after the checkpoint, skipped again
+    joined    iterations the widening added
+    flags     every trainer's flag for the ranges (or its refusal)
+    """
+
+    trainer: str
+    ranges: list[Range]
+    composed: list[int]
+    joined: int
+    flags: dict[str, TrainerFlag]
+
+    @property
+    def exact(self) -> bool:
+        """Whether the trainer is told the ranges exactly (nothing to skip counts as exact);
+        when not, `flags[trainer].refusal` says why."""
+        return not self.ranges or self.flags[self.trainer].flag is not None
+
+
+def choose_flags(trainer: str, chosen: list[int], replayer: Any, checkpoint: int) -> FlagChoice:
+    """plan_flags over the replayer's schedule (the one its skips and stages are counted in)."""
+    ranges, composed, joined, flags = plan_flags(trainer, chosen, replayer.schedule, checkpoint)
+    return FlagChoice(trainer, ranges, composed, joined, flags)
+
+
+def build_skip_plan(
+    choice: FlagChoice,
+    replayer: Any,
+    costed: Any,
+    *,
+    samples_from: int | None = None,
+    **fields: Any,
+) -> SkipPlan:
+    """The skip plan of `choice`, for `forensics spike` and `forensics scan` alike: the flags,
+    the skipped iterations' global samples (of the iterations from `samples_from` on; default:
+    all of them) and what skipping costs over `costed` (iteration, samples, flagged_samples);
+    the other SkipPlan fields as given."""
+    ranges = choice.ranges
+    samples: list[list[int]] = []
+    if ranges:
+        first = min(a for a, _ in ranges) if samples_from is None else samples_from
+        last = max(first, *(b for _, b in ranges))
+        samples = sample_ranges(replayer.iteration_samples(first, last), ranges)
+    return SkipPlan(
+        trainer=choice.trainer,
+        iterations=[list(r) for r in ranges],
+        samples=samples,
+        flags=choice.flags,
+        collateral=collateral(costed, ranges) | {"iterations_joined_for_trainer": choice.joined},
+        composed=choice.composed,
+        **fields,
+    )

@@ -79,7 +79,7 @@ def publish_outputs(report: object, skip: SkipPlan, cache: Path, out: Path) -> l
     staging = cache / "staging"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    sections = write_report(report, staging)
+    sections = write_report(report, staging, cache=cache / "report")
     write_json_atomic(staging / SKIP_FILE, skip.to_dict())
     write_text_atomic(staging / ARGS_FILE, megatron_args_text(skip))
     for name, text in restart_flag_files(skip).items():

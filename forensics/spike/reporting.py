@@ -101,7 +101,7 @@ def incident_for_report(
         stage_starts=stage_starts(run.config),
         checkpoints=run.config.available_checkpoints(),
         culprit_ahead=share,
-        last_iteration=getattr(run.replayer, "last_iteration", None),
+        last_iteration=run.replayer.last_iteration,
     )
 
 

@@ -40,8 +40,7 @@ def replay_stage(run: SpikeRun) -> pl.DataFrame:
     what = f"window {window[0]}-{window[1]}, baseline {baseline[0]}-{baseline[1]}"
     with run.clock.stage("replay", what):
         table = cached_table(run.cache / f"replay-{run.key}.parquet", replay, run.hits, "replay")
-        if hasattr(run.replayer, "save_cache"):
-            run.replayer.save_cache()
+        run.replayer.save_cache()
     return table
 
 
@@ -96,11 +95,11 @@ def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
 
 
 def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
-    """Decode and score in parts on the chosen engine (forensics.spike.engine). Writes the same
+    """Decode and score in parts on the chosen engine (forensics.spike.parts). Writes the same
     cache files as the in-process stages, so a rerun on either engine reads them back."""
     import shutil
 
-    from forensics.spike.engine import merge_parts, plan_parts, run_parts
+    from forensics.spike.parts import merge_parts, plan_parts, run_parts
 
     opts, cache, key = run.options, run.cache, run.key
     version = module_version("forensics.score")

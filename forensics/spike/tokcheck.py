@@ -84,7 +84,7 @@ def round_trips(tokenizer: Any, ids: list[int], special: set[int] | None = None)
 def check_tokenizer(replayer: Any, distinct: pl.DataFrame, tokenizer_path: Any) -> float | None:
     """Refuse in one line, naming the tokenizer, when most sampled sequences do not round-trip;
     returns the share that does (None when the family has no .idx sequences to sample)."""
-    if not (hasattr(replayer, "specs") and hasattr(replayer, "datasets")) or distinct.height == 0:
+    if not replayer.token_files or distinct.height == 0:
         return None
     tokenizer = replayer.tokenizer()
     sequences = sampled_sequences(replayer, distinct)

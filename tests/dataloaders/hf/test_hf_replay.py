@@ -76,7 +76,9 @@ def write_shards(folder: Path, kind: str, rows: list[int] = SHARD_ROWS) -> list[
     return names
 
 
-def make_config(folder: Path, files: list[str], train_iters: int = 10_000, **data):
+def make_config(
+    folder: Path, files: list[str], train_iters: int = 10_000, tokenizer: Path | None = None, **data
+):
     world = data.get("world_size", 1)
     raw = {
         "data": {"format": "hf", "files": files, "provenance_fields": ["src"], **data},
@@ -85,6 +87,8 @@ def make_config(folder: Path, files: list[str], train_iters: int = 10_000, **dat
             "train_iters": train_iters,
         },
     }
+    if tokenizer is not None:
+        raw["tokenizer"] = str(tokenizer)
     if data.get("streaming"):
         raw["data"].setdefault("datasets_version", datasets.__version__)
     return config_from_dict(raw, base_dir=folder, source=folder / "run.yaml")
@@ -267,8 +271,10 @@ def test_packed_sequences_match_a_real_group_texts_pipeline(shard_sets, tmp_path
     eos = tok.token_to_id("</s>")
     n, size, world, seed = 24, 3, 2, 31
     case = dict(seed=seed, per_device_batch_size=size, world_size=world, epochs=2)
-    cfg = make_config(folder, files, pack_tokens=n, pack_group_size=group, eos_token="</s>", **case)
-    cfg = cfg.model_copy(update={"tokenizer": tok_path})
+    cfg = make_config(
+        folder, files, pack_tokens=n, pack_group_size=group, eos_token="</s>",
+        tokenizer=tok_path, **case,
+    )  # fmt: skip
     replayer = open_hf_replayer(cfg)
 
     def tokenize(batch):
@@ -448,11 +454,10 @@ def test_bad_input_is_one_clear_error(shard_sets, tmp_path):
             },
             base_dir=folder, source=folder / "run.yaml",
         )  # fmt: skip
-    bad_gbs = make_config(folder, files, **case).model_copy(
-        update={"training": make_config(folder, files, world_size=2, **case).training}
-    )
-    with pytest.raises(ForensicsError, match="global_batch_size 8"):
-        open_hf_replayer(bad_gbs)
+    raw = make_config(folder, files, **case).model_dump(mode="json", exclude={"source"})
+    raw["training"]["global_batch_size"] *= 2
+    with pytest.raises(ForensicsError, match="global_batch_size 8"):  # refused on reading
+        config_from_dict(raw, base_dir=folder, source=folder / "run.yaml")
 
     assert open_hf_replayer(make_config(folder, files, shards=shards, **case)).last_iteration > 0
     # same size, one byte different: the hash catches it

@@ -14,8 +14,8 @@ import pytest
 from matplotlib.text import Text
 from test_report import make_report
 
+from forensics.report.contents import SpikeReport
 from forensics.report.incident import Incident, remaining_share, share_past_spike
-from forensics.report.model import SpikeReport
 
 STEP = 81234  # make_report's spike: window 80935-81234, rollback 81150, skip 81001-81234
 EVENTS = [

@@ -30,8 +30,8 @@ pytest.importorskip("megatron.core")
 
 from forensics.errors import ForensicsError  # noqa: E402
 from forensics.rescore import RescoreOptions  # noqa: E402
+from forensics.rescore.checkpoint import checkpoint_digest, load_causal_lm, token_losses  # noqa: E402
 from forensics.rescore.megatron import load_megatron  # noqa: E402
-from forensics.rescore.model import checkpoint_digest, load_causal_lm, token_losses  # noqa: E402
 
 ORACLE = Path(__file__).resolve().parents[2] / "oracles" / "megatron_gpt.py"
 BASE = {

@@ -24,7 +24,7 @@ from olmo_core_run import oracle_python  # noqa: E402
 
 from forensics.errors import ForensicsError  # noqa: E402
 from forensics.rescore import RescoreOptions  # noqa: E402
-from forensics.rescore.model import load_causal_lm, token_losses  # noqa: E402
+from forensics.rescore.checkpoint import load_causal_lm, token_losses  # noqa: E402
 
 ORACLE = Path(__file__).resolve().parents[2] / "oracles" / "olmo_core_model.py"
 

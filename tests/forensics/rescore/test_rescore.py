@@ -155,7 +155,7 @@ def test_exported_tokens_are_megatron_cores_samples(tmp_path, megatron, megatron
 
 
 def test_sample_loss_is_transformers_loss_and_segments_add_up(run: dict) -> None:
-    from forensics.rescore.model import token_losses
+    from forensics.rescore.checkpoint import token_losses
 
     result = _scored(run, "trained")
     length = SPEC.seq_length
@@ -217,7 +217,7 @@ def test_cache_is_keyed_by_checkpoint_content(run: dict) -> None:
 def test_grad_norm_is_torchs_total_norm_and_gets_a_z_score(run: dict) -> None:
     """Per-sample gradient norm == torch.nn.utils.clip_grad_norm_'s total norm (what Megatron and
     HF trainers log) of that sample's mean loss; --grad-norm puts it into rescore.parquet."""
-    from forensics.rescore.model import grad_norms
+    from forensics.rescore.checkpoint import grad_norms
 
     result = _scored(run, "trained", cap=12, grad_norm=True)
     assert result.samples["grad_norm_z"].null_count() == 0

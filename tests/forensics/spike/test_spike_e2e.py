@@ -566,7 +566,7 @@ def test_engines_decode_and_score_in_parts_with_the_same_result(
     """`--engine local --workers 2` (a process pool) and `--engine ray` (a Ray head on
     127.0.0.1 started here) decode and score the window in parts, and give the table the
     in-process stages give, score for score, and the same skip plan."""
-    import forensics.spike.engine as engine_module
+    import forensics.spike.parts as engine_module
 
     monkeypatch.setattr(engine_module, "PART_DOCUMENTS", 300)  # several parts, not one
     address = None
