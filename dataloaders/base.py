@@ -90,6 +90,8 @@ class Replayer(ABC):
     - `instance_samples`: a sample is one fixed-size dataset instance (OLMo-core), readable
       whole as `instance_tokens(stage_index, dataset_sample)` with its data `stages`; rescoring
       reads each sample's tokens that way.
+    - `document_token_ids`: `document_tokens(docs) -> [token ids of each whole document]`, what
+      the repeated n-gram rule reads (`forensics spike`).
     - `mixture_weights`: `blend_shares(stage) -> ({dataset: share of the stage's samples},
       basis)`, the mixture weights the config gives data stage `stage` (0-based, the replay
       table's `stage`) and a word on where they come from ("blend", "stream weights", "sources'
@@ -104,6 +106,7 @@ class Replayer(ABC):
     token_files: ClassVar[bool] = False
     index_cache: ClassVar[bool] = False
     instance_samples: ClassVar[bool] = False
+    document_token_ids: ClassVar[bool] = False
     mixture_weights: ClassVar[bool] = False
     config: Any  # the RunConfig the replayer was opened with
     schedule: Any  # the run's dataloaders.schedule.Schedule (every family's replayer has one)
@@ -157,6 +160,11 @@ class Replayer(ABC):
     def save_cache(self) -> None:
         """Keep the index arrays built so far for the next replay (`index_cache` families)."""
         return None
+
+    def document_tokens(self, docs: pl.DataFrame) -> list[Any]:
+        """Token ids (1-D numpy arrays) of whole documents (`docs`: dataset, doc_id), in the
+        table's order (`document_token_ids` families)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list a document's token ids")
 
     def blend_shares(self, stage: int) -> tuple[dict[str, float], str]:
         """The mixture weights of data stage `stage` (`mixture_weights` families)."""

@@ -38,6 +38,7 @@ class MegatronReplayer(Replayer):
 
     token_files = True
     index_cache = True
+    document_token_ids = True
     mixture_weights = True
 
     def __init__(self, config: RunConfig) -> None:

@@ -68,6 +68,7 @@ class OlmoCoreReplayer(OlmoCoreDocuments, Replayer):
     """Replays an OLMo-core NumpyFSLDataset / NumpyFSLDataLoader run from its RunConfig."""
 
     instance_samples = True
+    document_token_ids = True
     mixture_weights = True
 
     def __init__(self, config: Any):

@@ -6,7 +6,8 @@ A flagged document gets garbage_score 1.0, the reason "a P-token n-gram repeated
 row" and the rule key REPEATS_RULE beside the scorers' own (joined as they join theirs), so it
 counts as flagged wherever the spike reads the scores: the clusters' flagged rates and reasons,
 the blame, the flagged block list and the report. The rule reads token ids, not text: a family
-whose replayer cannot list a document's tokens (`document_tokens`) gets a note instead.
+whose replayer cannot list a document's tokens (the `document_token_ids` capability,
+dataloaders/base.py) gets a note instead.
 """
 
 from __future__ import annotations
@@ -31,10 +32,9 @@ REPEATS_SCHEMA = {
 def document_repeats(replayer: Any, distinct: pl.DataFrame) -> pl.DataFrame | None:
     """(dataset, doc_id, ngram_times, ngram_period): each document's strongest repeated n-gram
     (times 0 when none); None when the replayer cannot give token ids."""
-    tokens_of = getattr(replayer, "document_tokens", None)
-    if tokens_of is None:
+    if not replayer.document_token_ids:
         return None
-    found = find_repeats(tokens_of(distinct))
+    found = find_repeats(replayer.document_tokens(distinct))
     return distinct.select("dataset", pl.col("doc_id").cast(pl.Int64)).with_columns(
         ngram_times=pl.Series(found.times, dtype=pl.Int64),
         ngram_period=pl.Series(found.period, dtype=pl.Int64),
@@ -81,7 +81,7 @@ def flag_repeats(scored: pl.DataFrame, repeats: pl.DataFrame) -> pl.DataFrame:
 def repeats_stage(run: SpikeRun, distinct: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
     """The scored documents with the repeated-n-gram rule applied (its table cached beside the
     scores, keyed by the rule's source)."""
-    if getattr(run.replayer, "document_tokens", None) is None:
+    if not run.replayer.document_token_ids:
         run.notes.append(
             "repeated n-grams were not checked: this data family cannot list a document's token ids"
         )
