@@ -5,7 +5,7 @@ stages, its files, its rebuild and restart files) is a method or attribute of it
 (`dataloaders.family`, which says why the answers live with the family). Replay, the window
 plan, the skip plan's action and the rebuild look the family up here by the config's
 `data.format`. Adding a family is its package (with its `family.py`) and one line in `_ALL`
-(and its config model in the `data:` discriminator, `dataloaders.config_data.DataConfig`).
+(and its config model in the `data:` discriminator, `dataloaders.data_sections.DataConfig`).
 """
 
 from __future__ import annotations

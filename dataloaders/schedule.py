@@ -35,8 +35,8 @@ import numpy as np
 import polars as pl
 
 from dataloaders.base import check_iterations
-from dataloaders.config import TrainingSpec
 from dataloaders.errors import ForensicsError
+from dataloaders.run_config import TrainingSpec
 from dataloaders.trainers import Draw, LoopStart, get_trainer, run_loop
 
 

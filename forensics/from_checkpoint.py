@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dataloaders.config import RunConfig
+from dataloaders.run_config import RunConfig
 from dataloaders.torch_globals import globals_beyond_torch_defaults
 from forensics.errors import ForensicsError
 
@@ -232,8 +232,8 @@ def _earlier_jobs(
 def _olmo_core(folder: Path, say: Callable[[str], None]) -> RunConfig:
     """The run from an OLMo-core save folder. Relative data paths resolve against the current
     directory, as they did for the training job (the same rule as Megatron's saved args)."""
-    from dataloaders.config import config_from_dict
     from dataloaders.olmo_core.saved_config import run_config_from_save_folder
+    from dataloaders.run_config import config_from_dict
 
     raw = run_config_from_save_folder(folder)
     say(f"read the experiment's config and data paths from {folder}/step*/config.json")
@@ -252,7 +252,7 @@ def config_from_saved_args(
     """`state['args']` as Megatron arguments, with what was read printed one field a line.
     Earlier jobs that trained on another blend (a restart with a new --data-path) become the
     config's data stages; any other difference between the jobs is refused."""
-    from dataloaders.config import config_from_dict
+    from dataloaders.run_config import config_from_dict
 
     raw = _raw(state, path)
     jobs = [(start, _raw(st, p), p) for start, st, p in earlier or []]

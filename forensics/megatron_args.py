@@ -26,8 +26,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from dataloaders.config import RunConfig, config_from_dict
 from dataloaders.megatron.family import MegatronFamily
+from dataloaders.run_config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
 
 UNSUPPORTED = {

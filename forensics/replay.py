@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataloaders.base import check_iterations
-from dataloaders.config import RunConfig
+from dataloaders.run_config import RunConfig
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:
-    from dataloaders.config import RunConfig
+    from dataloaders.run_config import RunConfig
 
 
 def resolve_run_config(
@@ -24,7 +24,7 @@ def resolve_run_config(
     """The config a command runs on: --config or --megatron-args when given (they win over
     --from-checkpoint, which is then not read), else the run described by the trainer's saved
     checkpoint (--from-checkpoint DIR; `step` picks the checkpoint), else the runbook rule."""
-    from dataloaders.config import find_config, load_config
+    from dataloaders.run_config import find_config, load_config
 
     if megatron_args is not None:
         if config is not None:

@@ -50,8 +50,8 @@ def main() -> None:
 
     import datasets
 
-    from dataloaders.config import config_from_dict
     from dataloaders.hf import open_hf_replayer
+    from dataloaders.run_config import config_from_dict
 
     datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN = 0  # the real stream's 5 s Arrow workaround
     rows = []

@@ -35,7 +35,7 @@ ARGS = {"batch_size": BATCH, "shuffle": True, "shuffle_seed": 9176}  # py1e, str
 REPLAY = """
 import json, sys, time
 t0 = time.perf_counter()
-from dataloaders.config import load_config
+from dataloaders.run_config import load_config
 from forensics.replay import open_replayer
 r = open_replayer(load_config(sys.argv[1]))
 t = r.replay({first}, {last}, text=sys.argv[2] == "text")

@@ -71,7 +71,7 @@ def write_files(folder: Path, files: int, tokens: int, rng: np.random.Generator)
 
 
 def timed_replay(config: Path, first: int, last: int) -> tuple[float, object]:
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     t0 = time.perf_counter()

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dataloaders.config import config_from_dict  # noqa: E402
 from dataloaders.megatron.indexed import write_idx  # noqa: E402
+from dataloaders.run_config import config_from_dict  # noqa: E402
 
 
 def make_dataset(prefix: Path, docs: int, mean: int, seed: int) -> None:

@@ -65,7 +65,7 @@ def build(run: Path, tokens: float) -> dict:
 
 def one(engine: str, workers: int, run: Path, out: Path, iterations: int, shard: int) -> dict:
     """Run one configuration here (called in a fresh process); returns its numbers."""
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.scan.memory import AnonPeak
     from forensics.scan.run import ScanOptions, plan_shards, run_scan
     from forensics.scan.shard import scan_shard
@@ -131,7 +131,7 @@ def main() -> None:
     from rich.table import Table
 
     truth = build(run, args.tokens)
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     rep = open_replayer(load_config(run / "forensics.yaml"))

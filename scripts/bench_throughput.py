@@ -59,7 +59,7 @@ def _score_worker(corpus: Path, out: Path) -> dict:
 def _decode_worker(run: Path, out: Path) -> dict:
     import polars as pl
 
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     rep = open_replayer(load_config(run / "forensics.yaml"))

@@ -91,7 +91,7 @@ def main() -> int:
 
     import torch
 
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
     from forensics.rescore import RescoreOptions
     from forensics.spike import SpikeOptions, run_spike

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from dataloaders.config import load_config
 from dataloaders.errors import ForensicsError
 from dataloaders.hf.shards import record_shards, resolve_files, save_to_disk_files
+from dataloaders.run_config import load_config
 
 
 def main(argv: list[str]) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from dataloaders.config_data import HFData
+from dataloaders.data_sections import HFData
 from dataloaders.family import (
     Family,
     FileUnit,

@@ -18,8 +18,7 @@ import numpy as np
 import polars as pl
 
 from dataloaders.base import Replayer
-from dataloaders.config import RunConfig
-from dataloaders.config_data import MegatronData
+from dataloaders.data_sections import MegatronData
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.gpt_indices import split_range
 from dataloaders.megatron.indexed import IndexedDataset
@@ -27,6 +26,7 @@ from dataloaders.megatron.manifests import Manifests
 from dataloaders.megatron.segments import fill_segments, sample_spans
 from dataloaders.megatron.sources import GPTSource, Stage
 from dataloaders.progress import progress_bar as _progress
+from dataloaders.run_config import RunConfig
 from dataloaders.schedule import Schedule
 
 EXPOSURE_CHUNK = 4_000_000  # samples per vectorised chunk when scanning long ranges

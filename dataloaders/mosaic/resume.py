@@ -71,7 +71,7 @@ def load_state(resume: Any) -> Any:
     """The resume's MosaicState: inline, or read from its state_file (one-line error), a JSON
     file of the state_dict or of Composer's dataset_state holding it under "train"
     (composer/core/state.py:_dataset_state_dict)."""
-    from dataloaders.config_data import MosaicState
+    from dataloaders.data_sections import MosaicState
 
     if resume.state is not None:
         return resume.state

@@ -25,7 +25,7 @@ from forensics.errors import ForensicsError
 from forensics.skip.validate import describe_config
 
 if TYPE_CHECKING:
-    from dataloaders.config import RunConfig
+    from dataloaders.run_config import RunConfig
     from forensics.skip.plan import SkipPlan
 
 
@@ -40,7 +40,7 @@ def verify_skip(
 ) -> tuple[SkipPlan, list[str]]:
     """check_skip, also returning notes for the user (the run directory moved, the checkpoint
     list changed) on a skip file that still fits."""
-    from dataloaders.config import RunConfig, load_config
+    from dataloaders.run_config import RunConfig, load_config
     from dataloaders.trainers import check_trainer
     from forensics.replay import open_replayer
     from forensics.skip.flags import verify_flag

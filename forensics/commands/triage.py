@@ -169,7 +169,7 @@ def read_run_config(run: Any, err: Any) -> Any:
 
     from rich.markup import escape
 
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.window_plan import stage_starts
 
     if run.config_path is None:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataloaders.config import RunConfig
 from dataloaders.families import family_of, get_family
 from dataloaders.family import KeptFiles
+from dataloaders.run_config import RunConfig
 from forensics.errors import ForensicsError
 from forensics.skip.plan import SkipPlan
 from forensics.skip.units import FileUnit, coverage, file_units, refusal

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from dataloaders.config import RunConfig
-from dataloaders.config_data import DatasetSpec
+from dataloaders.data_sections import DatasetSpec
+from dataloaders.run_config import RunConfig
 from forensics.errors import ForensicsError
 from forensics.rebuild.launches import Launch, plan_launches
 from forensics.skip.plan import SkipPlan

@@ -37,8 +37,8 @@ import numpy as np
 import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
-from dataloaders.config import RunConfig, config_from_dict
 from dataloaders.families import family_of
+from dataloaders.run_config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
 from forensics.inputs_guard import check_unchanged
 from forensics.outputs import check_output_dir, hold_lock, publish, run_inputs
@@ -240,7 +240,7 @@ def previous_outputs(out: Path) -> list[str]:
 
 def verify_published(config_path: Path) -> None:
     """Open the rebuilt run as replay will (every `.bin/.idx` pair checked, manifests sized)."""
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     open_replayer(load_config(config_path))

@@ -324,7 +324,7 @@ def _status(enabled: bool, what: str) -> Iterator[None]:
 
 def _load(config: Any) -> tuple[Any, str]:
     """(RunConfig, where it came from): a YAML path is loaded, a RunConfig taken as is."""
-    from dataloaders.config import RunConfig, load_config
+    from dataloaders.run_config import RunConfig, load_config
 
     if isinstance(config, RunConfig):
         if config.origin:

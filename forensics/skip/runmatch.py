@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from dataloaders.config import RunConfig, payload_hash
+from dataloaders.run_config import RunConfig, payload_hash
 from forensics.skip.fingerprint import describe, diff_items
 
 HASHES = ("config_hash", "order_hash")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from forensics.errors import ForensicsError
 
 if TYPE_CHECKING:
-    from dataloaders.config import RunConfig
+    from dataloaders.run_config import RunConfig
     from forensics.skip.plan import SkipPlan
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from dataloaders.config import RunConfig
+from dataloaders.run_config import RunConfig
 from forensics.errors import ForensicsError
 from forensics.rollback import Rollback
 from forensics.skip.plan import SkipPlan

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dataloaders.config import RunConfig
+from dataloaders.run_config import RunConfig
 from forensics.spike.blame import blame_stage, rollback_stage
 from forensics.spike.exposure import exposure_stage
 from forensics.spike.options import SpikeOptions, SpikeResult

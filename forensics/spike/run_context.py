@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataloaders.config import RunConfig, load_config
+from dataloaders.run_config import RunConfig, load_config
 from forensics.outputs import hold_lock
 from forensics.pipeline import StageClock, cache_key
 from forensics.skip import json_fingerprint

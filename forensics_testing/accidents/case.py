@@ -205,7 +205,7 @@ def short_shuffle(run: Path) -> None:
     """Megatron's cache for the first dataset, with shuffle_index.npy cut to half."""
     import numpy as np
 
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     cache = run / "data-cache"

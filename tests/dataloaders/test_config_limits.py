@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dataloaders.config import load_config
+from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -49,7 +49,7 @@ def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
     ],
 )
 def test_values_are_not_coerced(tmp_path: Path, data: dict, message: str) -> None:
-    from dataloaders.config import config_from_dict
+    from dataloaders.run_config import config_from_dict
 
     raw = {
         "data": {"format": "megatron", "seq_length": 8, "blend": [{"prefix": "x"}], **data},
@@ -60,7 +60,7 @@ def test_values_are_not_coerced(tmp_path: Path, data: dict, message: str) -> Non
 
 
 def test_a_stage_after_the_end_of_training_is_refused() -> None:
-    from dataloaders.config import TrainingSpec
+    from dataloaders.run_config import TrainingSpec
     from dataloaders.schedule import Schedule
 
     with pytest.raises(ForensicsError, match="after the end of training"):
@@ -75,7 +75,7 @@ def test_a_stage_after_the_end_of_training_is_refused() -> None:
     ],
 )
 def test_blend_mistakes_are_one_line_errors(tmp_path: Path, blend: list, message: str) -> None:
-    from dataloaders.config import config_from_dict
+    from dataloaders.run_config import config_from_dict
 
     raw = {
         "data": {"format": "megatron", "seq_length": 8, "blend": blend},

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from repo_paths import REPO_ROOT
 
-from dataloaders.config import load_config
+from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 from forensics.megatron_args import config_from_megatron_args, split_megatron_args
 

@@ -10,7 +10,7 @@ import pytest
 from repo_paths import REPO_ROOT
 
 from dataloaders.base import Replayer
-from dataloaders.config_data import DataConfig, data_model
+from dataloaders.data_sections import DataConfig, data_model
 from dataloaders.errors import ConfigError
 from dataloaders.families import FAMILIES, REGISTRY, family_of, get_family
 
@@ -55,7 +55,7 @@ def test_replayers_are_replayers(module):
 
 
 def test_family_of_a_config():
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
 
     config = load_config(REPO_ROOT / "configs" / "example-olmo-core.yaml")
     assert family_of(config).name == "olmo-core"

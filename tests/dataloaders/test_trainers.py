@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from small_run import snapshot
 
-from dataloaders.config import TrainingSpec
+from dataloaders.run_config import TrainingSpec
 from dataloaders.schedule import Schedule
 from dataloaders.trainers import (
     MEGATRON_DEEPSPEED,

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from dataloaders.config import load_config
 from dataloaders.megatron.indexed import IndexedDatasetWriter
+from dataloaders.run_config import load_config
 from dataloaders.schedule import Schedule
 from forensics.replay import open_replayer
 from forensics.skip import json_fingerprint

@@ -29,7 +29,7 @@ from stage_runs import (
     edit_skip,
 )
 
-from dataloaders.config import load_config
+from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 from forensics.rebuild import run_rebuild
 from forensics.replay import open_replayer

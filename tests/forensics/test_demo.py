@@ -30,8 +30,8 @@ def test_committed_demo_config_matches_the_builder() -> None:
 def test_run_is_real_megatron_data_with_a_dirty_batch(tiny: tuple[Path, dict]) -> None:
     from tokenizers import Tokenizer
 
-    from dataloaders.config import load_config
     from dataloaders.megatron.indexed import IndexedDataset
+    from dataloaders.run_config import load_config
 
     out, truth = tiny
     config = load_config(out / "forensics.yaml")

@@ -10,8 +10,8 @@ import pytest
 from refusal import one_line_error
 from small_run import cli
 
-from dataloaders.config import load_config
 from dataloaders.megatron.indexed import IndexedDataset
+from dataloaders.run_config import load_config
 from forensics.errors import ConfigError, DataError, EnvironmentProblem, ForensicsError
 
 

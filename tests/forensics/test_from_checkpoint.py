@@ -180,7 +180,7 @@ def test_olmo_core_save_folder_goes_to_its_reader(
     library's own save folders in tests/dataloaders/olmo_core/test_olmo_core_trainer_run.py."""
     import types
 
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.from_checkpoint import config_from_checkpoint
 
     cfg = load_config(run / "forensics.yaml").model_dump(mode="json", exclude={"source"})

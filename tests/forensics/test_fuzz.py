@@ -142,7 +142,7 @@ def test_a_short_shuffle_index_in_megatrons_cache_is_one_line(
 ) -> None:
     """A shortened or truncated `shuffle_index.npy` in --data-cache-path: refused by name
     before the replay indexes past its end (it was an IndexError traceback)."""
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     run = tmp_path / "run"
@@ -372,7 +372,7 @@ def test_the_replay_reads_any_manifest_or_refuses(
 ) -> None:
     """A hand-made PREFIX.manifest.parquet: the replay table keeps its own columns' meaning
     (reserved names never overwrite them) or the manifest is refused in one line."""
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     run = tmp_path / "run"
@@ -452,7 +452,7 @@ def _replace(value: Any, at: tuple, new: Any) -> Any:
 def test_config_values_are_validated_or_refused(tmp_path: Path, edits: list) -> None:
     """Any value at any key (or a key removed): a RunConfig whose values have the declared
     types, or one ForensicsError line."""
-    from dataloaders.config import config_from_dict
+    from dataloaders.run_config import config_from_dict
 
     raw: Any = VALID
     for at, value, delete in edits:
@@ -477,7 +477,7 @@ def test_config_values_are_validated_or_refused(tmp_path: Path, edits: list) -> 
 @FAST
 @given(text=st.one_of(TEXT, st.binary(max_size=200).map(lambda b: b.decode("latin-1"))))
 def test_any_yaml_text_is_a_config_or_one_line(tmp_path: Path, text: str) -> None:
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
 
     path = tmp_path / "run.yaml"
     path.write_text("data:\n  format: megatron\n" + text, encoding="utf-8")

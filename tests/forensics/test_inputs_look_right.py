@@ -21,8 +21,8 @@ import pytest
 import yaml
 from refusal import one_line_error
 
-from dataloaders.config import load_config
 from dataloaders.megatron.indexed import IndexedDatasetWriter
+from dataloaders.run_config import load_config
 from forensics.replay import open_replayer
 from forensics.spike.tokcheck import check_tokenizer
 from forensics_testing.demo.texts import python_files, site_packages

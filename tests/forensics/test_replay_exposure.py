@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 from conftest import random_documents
 
-from dataloaders.config import config_from_dict
 from dataloaders.megatron.indexed import write_indexed_dataset
+from dataloaders.run_config import config_from_dict
 from forensics.replay import open_replayer
 
 

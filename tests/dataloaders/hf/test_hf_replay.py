@@ -21,8 +21,8 @@ torch = pytest.importorskip("torch")
 
 from repo_paths import REPO_ROOT  # noqa: E402
 
-from dataloaders.config import config_from_dict  # noqa: E402
 from dataloaders.hf import open_hf_replayer, record_shards  # noqa: E402
+from dataloaders.run_config import config_from_dict  # noqa: E402
 from forensics.errors import ForensicsError  # noqa: E402
 
 
@@ -491,7 +491,7 @@ def test_replay_never_imports_torch(shard_sets):
 import sys
 from pathlib import Path
 from dataloaders.hf import open_hf_replayer
-from dataloaders.config import config_from_dict
+from dataloaders.run_config import config_from_dict
 data = {{"format": "hf", "files": {files!r}, "streaming": True, "per_device_batch_size": 4,
         "datasets_version": {datasets.__version__!r}, "num_workers": 2, "with_format": "torch"}}
 cfg = config_from_dict({{"data": data, "training": {{"global_batch_size": 4, "train_iters": 5}}}},
@@ -508,7 +508,7 @@ print("torch" in sys.modules)
 
 
 def test_example_config_validates():
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
 
     config = load_config(REPO_ROOT / "configs" / "example-hf.yaml")
     assert config.data.format == "hf"

@@ -14,7 +14,6 @@ import pytest
 import torch
 from conftest import random_documents
 
-from dataloaders.config import config_from_dict
 from dataloaders.megatron.indexed import (
     IndexedDataset,
     IndexedDatasetWriter,
@@ -22,6 +21,7 @@ from dataloaders.megatron.indexed import (
 )
 from dataloaders.megatron.replayer import MegatronReplayer
 from dataloaders.megatron.sources import GPTSource
+from dataloaders.run_config import config_from_dict
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -15,8 +15,8 @@ import yaml
 from mosaic_support import write_mds
 from repo_paths import REPO_ROOT
 
-from dataloaders.config import load_config
 from dataloaders.mosaic.order import loader_batches, loader_steps
+from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 
@@ -118,7 +118,7 @@ def test_replay_cli_error_is_one_red_line(tmp_path: Path):
 def test_replay_imports_neither_torch_nor_streaming(tmp_path: Path):
     config = _run(tmp_path, num_workers=2)
     code = (
-        "import sys; from dataloaders.config import load_config; "
+        "import sys; from dataloaders.run_config import load_config; "
         "from forensics.replay import open_replayer; "
         f"r = open_replayer(load_config({str(config)!r})); t = r.replay(1, 10, text=True); "
         "assert t.height == 50 and t['text'].null_count() == 0; "

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from mosaic_support import run_library_functions, run_oracle, write_mds
 
-from dataloaders.config import config_from_dict
-from dataloaders.config_mosaic import IGNORED_FIELDS, MosaicData
+from dataloaders.data_section_mosaic import IGNORED_FIELDS, MosaicData
 from dataloaders.mosaic.numbers import number_abbrev_to_int
+from dataloaders.run_config import config_from_dict
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 

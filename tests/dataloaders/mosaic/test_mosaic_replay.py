@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 from mosaic_support import run_oracle, write_mds
 
-from dataloaders.config import config_from_dict
+from dataloaders.run_config import config_from_dict
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from mosaic_support import run_library_functions, run_oracle, write_mds
 
-from dataloaders.config import config_from_dict
 from dataloaders.mosaic.order import World
+from dataloaders.run_config import config_from_dict
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 

@@ -30,8 +30,8 @@ from olmo_core_run import (
     write_documents,
 )
 
-from dataloaders.config import load_config
 from dataloaders.olmo_core.order import position_columns
+from dataloaders.run_config import load_config
 from forensics.replay import open_replayer
 
 MIX = "OLMoE-mix-0824-dev"  # 4 files: the smallest pretraining mix OLMo-core ships

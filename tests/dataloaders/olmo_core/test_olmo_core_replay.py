@@ -37,7 +37,7 @@ from olmo_core_run import (
 )
 from repo_paths import REPO_ROOT
 
-from dataloaders.config import load_config
+from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 

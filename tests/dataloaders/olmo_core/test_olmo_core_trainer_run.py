@@ -25,10 +25,10 @@ import pytest
 import torch
 from olmo_core_run import oracle_python
 
-from dataloaders.config import config_from_dict
-from dataloaders.config_data import olmo_core_dtype
+from dataloaders.data_sections import olmo_core_dtype
 from dataloaders.olmo_core import paths as olmo_paths
 from dataloaders.olmo_core.saved_config import run_config_from_save_folder
+from dataloaders.run_config import config_from_dict
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 

@@ -134,7 +134,7 @@ def _summary(result) -> list[tuple[str, str]]:
 def test_a_dirty_burst_against_a_degenerate_baseline_is_blamed_with_its_density(
     tmp_path: Path,
 ) -> None:
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     run = tmp_path / "run"

@@ -18,9 +18,9 @@ import polars as pl
 import pytest
 import torch
 
-from dataloaders.config import load_config
 from dataloaders.megatron.filtered import write_without_documents
 from dataloaders.megatron.indexed import IndexedDataset, IndexedDatasetWriter
+from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 from forensics.rebuild import run_rebuild
 from forensics.replay import open_replayer

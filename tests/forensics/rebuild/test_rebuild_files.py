@@ -36,7 +36,7 @@ from olmo_core_run import run_oracle as run_olmo_oracle
 from refusal import one_line_error
 from typer.testing import CliRunner
 
-from dataloaders.config import load_config
+from dataloaders.run_config import load_config
 from forensics.cli import app
 from forensics.replay import open_replayer
 from forensics.skip.action import action_for_plan

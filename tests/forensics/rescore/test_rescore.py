@@ -28,7 +28,7 @@ pytest.importorskip("transformers")
 
 from repo_paths import REPO_ROOT  # noqa: E402
 
-from dataloaders.config import load_config  # noqa: E402
+from dataloaders.run_config import load_config  # noqa: E402
 from forensics.errors import ForensicsError  # noqa: E402
 from forensics.replay import open_replayer  # noqa: E402
 from forensics.rescore import RescoreOptions, rescore  # noqa: E402

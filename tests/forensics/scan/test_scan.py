@@ -22,7 +22,7 @@ from conftest import free_port
 from polars.testing import assert_frame_equal
 from repo_paths import REPO_ROOT
 
-from dataloaders.config import load_config
+from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 from forensics.scan.run import ScanOptions, run_scan
 from forensics.scan.shard import FAULT_ENV

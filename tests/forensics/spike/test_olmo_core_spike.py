@@ -148,7 +148,7 @@ def _olmo_core_merge(words: list[str]) -> list[list[int]]:
 def test_replay_text_is_the_decoded_document_piece(tmp_path, monkeypatch):
     """`replay --text` pieces decode to the documents' own text, cut at instance boundaries
     (a run without the oracle: the order is tested elsewhere; here the tokens -> text path)."""
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))

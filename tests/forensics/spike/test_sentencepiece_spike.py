@@ -76,7 +76,7 @@ def test_spike_on_a_sentencepiece_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     replay = pl.read_parquet(next((run / "spike" / ".cache").glob("replay-*.parquet")))
     assert replay.height > 0
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     replayer = open_replayer(load_config(run / "forensics.yaml"))

@@ -66,7 +66,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def _replayer(run: dict):
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     return open_replayer(load_config(run["root"] / "run" / "forensics.yaml"))
@@ -129,7 +129,7 @@ def test_collateral_equals_the_true_counts(run: dict) -> None:
 def test_flag_strings_drop_exactly_the_skipped_batches(run: dict) -> None:
     """Every trainer's string, run through that trainer's loop from the rollback checkpoint,
     drops exactly the listed iterations' batches (the loops: dataloaders/trainers/)."""
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.replay import open_replayer
 
     skip = run["result"].skip.to_dict()

@@ -48,7 +48,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dataloaders.checkpoints import checkpoint_iterations
-from dataloaders.config_data import DataConfig, PrintableName, StrictModel, data_model
+from dataloaders.data_sections import DataConfig, PrintableName, StrictModel, data_model
 from dataloaders.errors import ConfigError
 from dataloaders.trainers import DEFAULT_TRAINER, REGISTRY, unknown_trainer
 

@@ -1,6 +1,6 @@
 """The run config's `data:` section, one model per loader family (`format:` megatron, hf,
 olmo-core, mosaic-streaming), and the strict base model every part of the run config uses.
-`dataloaders/config.py` has the whole config (training, resumes, checkpoints) and its loading;
+`dataloaders/run_config.py` has the whole config (training, resumes, checkpoints) and its loading;
 `configs/example-*.yaml` document every field.
 """
 
@@ -18,10 +18,10 @@ from dataloaders.config_base import PrintableName as PrintableName
 from dataloaders.config_base import StrictModel as StrictModel
 from dataloaders.config_base import check_resume_order as check_resume_order
 from dataloaders.config_base import printable_name as printable_name
-from dataloaders.config_mosaic import MosaicData as MosaicData
-from dataloaders.config_mosaic import MosaicResume as MosaicResume
-from dataloaders.config_mosaic import MosaicState as MosaicState
-from dataloaders.config_mosaic import MosaicStream as MosaicStream
+from dataloaders.data_section_mosaic import MosaicData as MosaicData
+from dataloaders.data_section_mosaic import MosaicResume as MosaicResume
+from dataloaders.data_section_mosaic import MosaicState as MosaicState
+from dataloaders.data_section_mosaic import MosaicStream as MosaicStream
 from dataloaders.trainers import OLMO_CORE
 
 
