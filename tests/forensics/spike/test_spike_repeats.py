@@ -25,7 +25,7 @@ def _table_doc(rng: np.random.Generator) -> np.ndarray:
 
 
 def test_spike_flags_a_repeated_ngram_document_on_its_token_ids(tmp_path) -> None:
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
 
     rng = np.random.default_rng(3)
     repeated = np.concatenate([rng.integers(2, 900, 17), np.tile([7, 8, 9], 40), [11, 12]])
@@ -123,7 +123,7 @@ def test_megatron_document_tokens_are_scans(tmp_path) -> None:
     reading of the `.bin` through the sequence pointers), and decode to the documents' text."""
     from small_run import SMALL
 
-    from dataloaders.config import load_config
+    from dataloaders.run_config import load_config
     from forensics.scan.shard import document_tokens
     from forensics_testing.demo.build import build_run
 
