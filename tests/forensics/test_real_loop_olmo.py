@@ -18,8 +18,9 @@ import subprocess
 import sys
 
 import pytest
-from olmo_core_run import oracle_python
-from repo_paths import REPO_ROOT
+
+from forensics_testing.olmo_core_run import oracle_python
+from forensics_testing.repo_paths import REPO_ROOT
 
 FIRST, LAST = 91, 100
 
