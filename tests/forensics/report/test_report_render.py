@@ -272,7 +272,7 @@ def test_the_four_outputs_count_the_same_clusters(terminal_run: dict) -> None:
     """Culprits, suspects, suspects inside a culprit and clean clusters: the same numbers in the
     terminal, report.md, report.html and report.json, and the same as report.json's clusters
     counted; the tables' culprit and suspect rows are as many."""
-    from forensics.report.sections import counts_from_json
+    from forensics.report.render_json import counts_from_json
 
     spike = terminal_run["spike"]
     data = json.loads((spike / "report.json").read_text())
