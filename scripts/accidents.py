@@ -22,9 +22,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout, and the tests' small run
-
-from small_run import SMALL  # noqa: E402
+sys.path.insert(0, str(REPO))  # this checkout
 
 from forensics_testing.accidents import (  # noqa: E402
     KINDS,
@@ -33,6 +31,7 @@ from forensics_testing.accidents import (  # noqa: E402
     prepare_base,
     run_one,
 )
+from forensics_testing.small_run import SMALL  # noqa: E402
 
 
 def main() -> int:

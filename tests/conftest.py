@@ -194,9 +194,10 @@ def ray_head():
 
 @pytest.fixture(scope="session")
 def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small generated run with a complete spike output in `spike/` (tests/small_run.py);
+    """A small generated run with a complete spike output in `spike/`
+    (forensics_testing/small_run.py);
     shared: copy it (small_run.copy_run) before changing anything."""
-    from small_run import build_small_run
+    from forensics_testing.small_run import build_small_run
 
     cache = tmp_path_factory.mktemp("small-cache")
     old = os.environ.get("FORENSICS_CACHE")

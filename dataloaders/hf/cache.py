@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,11 @@ import numpy as np
 import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
+from dataloaders.cache_dir import forensics_cache
 
 
 def cache_root() -> Path:
-    env = os.environ.get("FORENSICS_CACHE")
-    return (Path(env) if env else Path.home() / ".cache" / "forensics") / "hf"
+    return forensics_cache("hf")
 
 
 def plan_key(config: Any, shards: list[Any], datasets_version: str) -> str:

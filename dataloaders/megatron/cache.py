@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from dataloaders.cache_dir import forensics_cache
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.checked import checked_once, versions, write_stamp
 
@@ -234,8 +235,7 @@ def blend_arrays_problem(arrays: dict[str, np.ndarray], lengths: list[int]) -> s
 
 def cache_root() -> Path:
     """$FORENSICS_CACHE, else ~/.cache/forensics."""
-    env = os.environ.get("FORENSICS_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "forensics"
+    return forensics_cache()
 
 
 def cache_key(description: dict[str, Any]) -> str:

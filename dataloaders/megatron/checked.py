@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dataloaders.cache_dir import forensics_cache
+
 SETTLE_SECONDS = 2.0
 clock = time.time  # when a check starts (a test moves it past SETTLE_SECONDS)
 
@@ -38,11 +40,9 @@ def versions(paths: list[Path]) -> list[list[int]] | None:
 
 
 def _stamp_file(kind: str, paths: list[Path]) -> Path:
-    from dataloaders.megatron.cache import cache_root  # cache.py stamps what it saves
-
     names = json.dumps([os.path.realpath(p) for p in paths])
     digest = hashlib.md5(names.encode(), usedforsecurity=False).hexdigest()
-    return cache_root() / "megatron" / "checked" / f"{kind}-{digest}.json"
+    return forensics_cache("megatron", "checked") / f"{kind}-{digest}.json"
 
 
 def read_stamp(kind: str, paths: list[Path]) -> dict[str, Any] | None:

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
+from dataloaders.cache_dir import forensics_cache
 
 LAYOUT = 2  # bump when the transcription or the table layout changes
 
 
 def cache_root() -> Path:
-    env = os.environ.get("FORENSICS_CACHE")
-    return (Path(env) if env else Path.home() / ".cache" / "forensics") / "mosaic"
+    return forensics_cache("mosaic")
 
 
 def run_key(config: Any, streams: list[dict[str, Any]]) -> str:

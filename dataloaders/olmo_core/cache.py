@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from dataloaders.cache_dir import forensics_cache
+
 
 def cache_root() -> Path:
-    env = os.environ.get("FORENSICS_CACHE")
-    return (Path(env) if env else Path.home() / ".cache" / "forensics") / "olmo-core"
+    return forensics_cache("olmo-core")
 
 
 def load_indices(name: str) -> np.ndarray | None:

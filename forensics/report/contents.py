@@ -17,6 +17,7 @@ import polars as pl
 
 from forensics.cluster.verdict import culprit_docs, headline_culprit, rule_text
 from forensics.report.incident import Incident
+from forensics.report.numbers import pct
 from forensics.report.skip_view import ReportSkip
 from forensics.safe_text import excerpt
 
@@ -314,15 +315,6 @@ def build_report(
 
 
 # -- numbers, as every medium prints them -----------------------------------------------------
-
-
-def pct(x: float) -> str:
-    """A share as the report prints it: "0%", "<0.1%", one decimal below 10%, else none."""
-    if x == 0:
-        return "0%"
-    if x < 0.001:
-        return "<0.1%"
-    return f"{100 * x:.1f}%" if x < 0.1 else f"{100 * x:.0f}%"
 
 
 def format_p(p: float) -> str:

@@ -29,6 +29,7 @@ import polars as pl
 from forensics.report.contents import cluster_name
 from forensics.report.first_screen import FirstScreen
 from forensics.report.sections import Section
+from forensics.report.summary import cluster_counts
 
 INTERNAL_COLUMNS = ("members", "flagged_members")
 
@@ -121,3 +122,13 @@ def clusters_from_json(data: dict[str, Any]) -> pl.DataFrame:
     """The clusters of a report.json back as a polars frame (for tests and later tools)."""
     rows = [{k: v for k, v in c.items() if k != "examples"} for c in data["clusters"]]
     return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def counts_from_json(data: dict[str, Any]) -> dict[str, int]:
+    """report.json's clusters counted the way summary.cluster_counts counts them (a reader's
+    check that the file's clusters and its `cluster_counts` agree)."""
+    return (
+        cluster_counts(clusters_from_json(data))
+        if data["clusters"]
+        else cluster_counts(pl.DataFrame())
+    )

@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import polars as pl
-
 from forensics.report.contents import SpikeReport, cluster_name, cluster_rows
 from forensics.report.drilldown import drill_groups
 from forensics.report.first_screen import FirstScreen, first_screen
@@ -171,15 +169,3 @@ def report_sections(report: SpikeReport, plots: list[str] | None = None) -> list
 def section(sections: list[Section], key: str) -> Any:
     """The data of the section `key`."""
     return next(s.data for s in sections if s.key == key)
-
-
-def counts_from_json(data: dict[str, Any]) -> dict[str, int]:
-    """report.json's clusters counted the way summary.cluster_counts counts them (a reader's
-    check that the file's clusters and its `cluster_counts` agree)."""
-    from forensics.report.render_json import clusters_from_json
-
-    return (
-        cluster_counts(clusters_from_json(data))
-        if data["clusters"]
-        else cluster_counts(pl.DataFrame())
-    )

@@ -21,8 +21,8 @@ from forensics.report.contents import (
     cluster_name,
     corroborating_rows,
     format_p,
-    pct,
 )
+from forensics.report.numbers import pct
 from forensics.report.skip_view import ReportSkip
 from forensics.report.why_shares import blend_lines
 

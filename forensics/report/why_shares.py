@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from forensics.report.contents import pct
+from forensics.report.numbers import pct
 
 
 def expected_words(row: dict[str, Any]) -> str | None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from repo_paths import REPO_ROOT
 
 from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 from forensics.megatron_args import config_from_megatron_args, split_megatron_args
+from forensics_testing.repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 

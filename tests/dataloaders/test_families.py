@@ -7,12 +7,12 @@ import inspect
 from typing import get_args
 
 import pytest
-from repo_paths import REPO_ROOT
 
 from dataloaders.base import Replayer
 from dataloaders.data_sections import DataConfig, data_model
 from dataloaders.errors import ConfigError
 from dataloaders.families import FAMILIES, REGISTRY, family_of, get_family
+from forensics_testing.repo_paths import REPO_ROOT
 
 
 def test_every_data_model_has_one_family_named_by_its_format():

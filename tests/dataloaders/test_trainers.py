@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from small_run import snapshot
 
 from dataloaders.run_config import TrainingSpec
 from dataloaders.schedule import Schedule
@@ -29,6 +28,7 @@ from dataloaders.trainers import (
 )
 from forensics.errors import ForensicsError
 from forensics.skip.flags import restart_line, write_flag
+from forensics_testing.small_run import snapshot
 
 
 def test_every_trainer_is_listed_once_with_what_tells_it_apart() -> None:
@@ -124,7 +124,7 @@ def test_megatron_deepspeed_pin_builds_a_new_load_folder_and_leaves_the_old_one(
 def test_a_trainers_name_is_spelled_only_in_its_own_module() -> None:
     """Nothing outside dataloaders/trainers/ asks which trainer it is by name: every layer looks
     the trainer up in the registry. (`olmo-core` is also a loader family's `data.format`.)"""
-    from repo_paths import REPO_ROOT
+    from forensics_testing.repo_paths import REPO_ROOT
 
     runtime = [*REPO_ROOT.glob("forensics/**/*.py"), *REPO_ROOT.glob("dataloaders/**/*.py")]
     outside = [p for p in runtime if "trainers" not in p.relative_to(REPO_ROOT).parts]

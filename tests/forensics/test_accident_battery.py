@@ -12,9 +12,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from small_run import SMALL
 
 from forensics_testing.accidents import base_info, battery, prepare_base, run_one
+from forensics_testing.small_run import SMALL
 
 # The names are fixed before the run exists: no accident's name depends on the run's numbers
 # or paths, only on whether it has data stages (the small run has two). The fixture checks

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from refusal import one_line_error
-from small_run import SPIKE_ARGS, cli, copy_run, snapshot
+
+from forensics_testing.refusal import one_line_error
+from forensics_testing.small_run import SPIKE_ARGS, cli, copy_run, snapshot
 
 
 def _edit_config(run: Path, edit) -> None:
@@ -130,7 +131,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_output(run: Path, command: st
     import subprocess
     import sys
 
-    from small_run import REPO
+    from forensics_testing.small_run import REPO
 
     if command == "spike":
         args, out = [*SPIKE_ARGS, "--threshold", "0.3", "--quiet", "--out", "spike"], "spike"
@@ -155,7 +156,7 @@ def test_a_full_disk_under_a_parquet_write_is_one_line(run: Path) -> None:
     import subprocess
     import sys
 
-    from small_run import REPO
+    from forensics_testing.small_run import REPO
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="400", PYTHONPATH=str(REPO))
     cmd = [sys.executable, "-m", "forensics.cli", "replay", "--config", "forensics.yaml"]

@@ -1,5 +1,6 @@
 """The accident battery's refusals: inputs a real user has that were misread without a word.
-Each case asserts the one-line message (tests/refusal.py): control characters in config names,
+Each case asserts the one-line message (forensics_testing/refusal.py): control characters in config
+names,
 Megatron arguments that change the order and are not replayed, a long --checkpoints list, detector
 thresholds that never fire, a FIFO or pipe as the log, deeply nested JSON, YAML that reads other
 than it looks, an output path with a newline, and a distilled model not found under another HOME.
@@ -15,8 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from refusal import one_line_error
 from stage_runs import REPO, SEED, build_staged_run, cli
+
+from forensics_testing.refusal import one_line_error
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from refusal import one_line_error
 from stage_runs import (
     GBS,
     ITERS,
@@ -33,6 +32,7 @@ from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 from forensics.rebuild import run_rebuild
 from forensics.replay import open_replayer
+from forensics_testing.refusal import one_line_error
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from repo_paths import REPO_ROOT
+from forensics_testing.repo_paths import REPO_ROOT
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from repo_paths import REPO_ROOT
 
 from forensics_testing.demo.build import TINY, DemoSpec, build_run, relocated_config
+from forensics_testing.repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from repo_paths import REPO_ROOT
+from forensics_testing.repo_paths import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 

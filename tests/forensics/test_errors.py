@@ -7,12 +7,12 @@ import errno
 from pathlib import Path
 
 import pytest
-from refusal import one_line_error
-from small_run import cli
 
 from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.run_config import load_config
 from forensics.errors import ConfigError, DataError, EnvironmentProblem, ForensicsError
+from forensics_testing.refusal import one_line_error
+from forensics_testing.small_run import cli
 
 
 def test_the_kinds_are_forensics_errors_that_say_whose_problem_it_is(tmp_path: Path) -> None:

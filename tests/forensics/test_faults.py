@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from small_run import REPO, SPIKE_ARGS, cli, copy_run, snapshot
+
+from forensics_testing.small_run import REPO, SPIKE_ARGS, cli, copy_run, snapshot
 
 STAGES = ["open", "replay", "decode", "score", "cluster", "exposure", "report"]
 

@@ -1,11 +1,11 @@
 """`--from-checkpoint DIR`: the run's description read from Megatron-LM checkpoints, no config.
 
 The checkpoints hold the Namespace Megatron-LM's own argument parser made
-(tests/megatron_checkpoints.py), saved in the legacy `torch` layout and through megatron-core's
-`torch_dist` common-state writer. The run is the small generated run (tests/small_run.py), whose
-blend changes at iteration 151: a first job (fresh start) saved iterations 50-150 and a second
-job, restarted from 150 with the new `--data-path`, saved 200 and 250. Read from the checkpoints,
-the replay must equal the replay of the hand-written config.
+(forensics_testing/megatron_checkpoints.py), saved in the legacy `torch` layout and through
+megatron-core's `torch_dist` common-state writer. The run is the small generated run
+(forensics_testing/small_run.py), whose blend changes at iteration 151: a first job (fresh start)
+saved iterations 50-150 and a second job, restarted from 150 with the new `--data-path`, saved 200
+and 250. Read from the checkpoints, the replay must equal the replay of the hand-written config.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from small_run import SMALL, cli
 
 from forensics.errors import ForensicsError
+from forensics_testing.small_run import SMALL, cli
 
 pytest.importorskip("megatron.core")
 
@@ -34,7 +34,7 @@ def _data_path(cfg: dict, stage: int) -> list[str]:
 
 def _save(run: Path, save: Path, writer, **changes) -> None:  # noqa: ANN001
     """Both jobs' checkpoints, the way Megatron-LM saves them."""
-    from megatron_checkpoints import megatron_args
+    from forensics_testing.megatron_checkpoints import megatron_args
 
     cfg = yaml.safe_load((run / "forensics.yaml").read_text(encoding="utf-8"))
     common = {
@@ -66,9 +66,8 @@ def _save(run: Path, save: Path, writer, **changes) -> None:  # noqa: ANN001
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    from megatron_checkpoints import write_legacy, write_torch_dist
-
     from forensics_testing.demo.build import build_run
+    from forensics_testing.megatron_checkpoints import write_legacy, write_torch_dist
 
     root = tmp_path_factory.mktemp("fromckpt")
     run = root / "run"
@@ -105,7 +104,7 @@ def test_replay_from_checkpoint_equals_the_config(run: Path, layout: str, tmp_pa
 
 
 def test_spike_from_checkpoint(run: Path, tmp_path: Path) -> None:
-    from small_run import SPIKE_ARGS
+    from forensics_testing.small_run import SPIKE_ARGS
 
     proc = cli("spike", *SPIKE_ARGS, "--from-checkpoint", str(run.parent / "legacy"),
                "--out", str(tmp_path / "spike"), "--quiet", timeout=600)  # fmt: skip
@@ -141,9 +140,9 @@ def test_explicit_config_wins(run: Path, tmp_path: Path) -> None:
 
 def test_refusals(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
-    from megatron_checkpoints import megatron_args, write_legacy
 
     from forensics.from_checkpoint import config_from_checkpoint
+    from forensics_testing.megatron_checkpoints import megatron_args, write_legacy
 
     def refused(folder: Path, *needles: str) -> None:
         with pytest.raises(ForensicsError) as err:

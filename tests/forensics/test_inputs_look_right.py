@@ -19,13 +19,13 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-from refusal import one_line_error
 
 from dataloaders.megatron.indexed import IndexedDatasetWriter
 from dataloaders.run_config import load_config
 from forensics.replay import open_replayer
 from forensics.spike.tokcheck import check_tokenizer
 from forensics_testing.demo.texts import python_files, site_packages
+from forensics_testing.refusal import one_line_error
 
 REPO = Path(__file__).resolve().parents[2]
 

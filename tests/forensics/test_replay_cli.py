@@ -11,12 +11,12 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-from repo_paths import REPO_ROOT
 from typer.testing import CliRunner
 
 from dataloaders.megatron.indexed import write_indexed_dataset
 from forensics.cli import app
 from forensics.errors import ForensicsError
+from forensics_testing.repo_paths import REPO_ROOT
 
 WORDS = [f"w{i}" for i in range(200)]
 

@@ -7,7 +7,8 @@ import saves each rank the ~4 s import of torch and transformers.
     python mosaic_oracle.py SPEC.json RANKS PORT [NODE NODES]
 
 With NODE and NODES, this process is node NODE of NODES (global ranks NODE * RANKS ...); each node
-runs in its own process with its own /dev/shm and TMPDIR (tests/mosaic_support.py starts it under
+runs in its own process with its own /dev/shm and TMPDIR (forensics_testing/mosaic_support.py
+starts it under
 `unshare --mount`), as separate machines would, and the nodes meet over gloo on 127.0.0.1.
 
 SPEC: {"streams": [{"local": dir, "proportion"|"repeat"|"choose": ...}, ...],

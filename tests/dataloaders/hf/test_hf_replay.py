@@ -19,11 +19,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 datasets = pytest.importorskip("datasets")
 torch = pytest.importorskip("torch")
 
-from repo_paths import REPO_ROOT  # noqa: E402
-
 from dataloaders.hf import open_hf_replayer, record_shards  # noqa: E402
 from dataloaders.run_config import config_from_dict  # noqa: E402
 from forensics.errors import ForensicsError  # noqa: E402
+from forensics_testing.repo_paths import REPO_ROOT  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

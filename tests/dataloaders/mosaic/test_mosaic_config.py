@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from mosaic_support import write_mds
-from repo_paths import REPO_ROOT
 
 from dataloaders.mosaic.order import loader_batches, loader_steps
 from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
+from forensics_testing.mosaic_support import write_mds
+from forensics_testing.repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 

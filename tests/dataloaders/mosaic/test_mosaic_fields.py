@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mosaic_support import run_library_functions, run_oracle, write_mds
 
 from dataloaders.data_section_mosaic import IGNORED_FIELDS, MosaicData
 from dataloaders.mosaic.numbers import number_abbrev_to_int
 from dataloaders.run_config import config_from_dict
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
+from forensics_testing.mosaic_support import run_library_functions, run_oracle, write_mds
 
 # Every StreamingDataset keyword we default, and the torch DataLoader's num_workers / drop_last.
 DEFAULTED = [

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mosaic_support import run_library_functions
 
 from dataloaders.mosaic.partition import get_partitions
 from dataloaders.mosaic.sampling import get_sampling
 from dataloaders.mosaic.shuffle import get_shuffle
+from forensics_testing.mosaic_support import run_library_functions
 
 
 def _cases() -> list[dict]:
@@ -124,9 +124,8 @@ def test_reads_what_streamings_mdswriter_wrote(tmp_path: Path):
     non-ASCII text) reads back value for value."""
     import subprocess
 
-    from mosaic_support import ORACLES, oracle_python
-
     from dataloaders.mosaic import mds
+    from forensics_testing.mosaic_support import ORACLES, oracle_python
 
     out = tmp_path / "mds"
     code = WRITE.format(oracles=str(ORACLES), out=str(out))

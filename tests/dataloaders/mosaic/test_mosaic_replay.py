@@ -17,11 +17,11 @@ from typing import Any
 
 import polars as pl
 import pytest
-from mosaic_support import run_oracle, write_mds
 
 from dataloaders.run_config import config_from_dict
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
+from forensics_testing.mosaic_support import run_oracle, write_mds
 
 # Three streams: (samples, shard sizes). uid = offset over streams + index in the stream.
 STREAMS = {"web": (157, [40, 40, 40, 37]), "code": (90, [30, 30, 30]), "books": (61, [25, 36])}

@@ -3,7 +3,8 @@ saved at the end of an epoch the world does not divide (the library's own state_
 the repeated samples), a restart onto another number of nodes (elastic resumption, relaxed
 re-partition), and `replication`. Each real run is the library's StreamingDataset iterated by its
 StreamingDataLoader on every simulated rank; several nodes run in their own mount namespaces
-(tests/mosaic_support.py). Library source: mosaicml/streaming@89e7bb90, dataset.py:691-814 and
+(forensics_testing/mosaic_support.py). Library source: mosaicml/streaming@89e7bb90,
+dataset.py:691-814 and
 :1475-1503, partition/__init__.py:56-60, partition/relaxed.py, world.py:117-148.
 """
 
@@ -13,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mosaic_support import run_library_functions, run_oracle, write_mds
 
 from dataloaders.mosaic.order import World
 from dataloaders.run_config import config_from_dict
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
+from forensics_testing.mosaic_support import run_library_functions, run_oracle, write_mds
 
 STREAMS = {"web": (157, [40, 40, 40, 37]), "code": (90, [30, 30, 30])}  # 247 samples
 

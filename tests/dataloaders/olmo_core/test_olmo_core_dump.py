@@ -18,7 +18,11 @@ import json
 import subprocess
 
 import numpy as np
-from olmo_core_run import (
+
+from dataloaders.olmo_core.order import position_columns
+from dataloaders.run_config import load_config
+from forensics.replay import open_replayer
+from forensics_testing.olmo_core_run import (
     EOS,
     ORACLE_SCRIPT,
     PAD,
@@ -29,10 +33,6 @@ from olmo_core_run import (
     write_config,
     write_documents,
 )
-
-from dataloaders.olmo_core.order import position_columns
-from dataloaders.run_config import load_config
-from forensics.replay import open_replayer
 
 MIX = "OLMoE-mix-0824-dev"  # 4 files: the smallest pretraining mix OLMo-core ships
 MIX_FILES = [  # olmo_core/data/mixes/OLMoE-mix-0824-dev.txt, {TOKENIZER} = our identifier

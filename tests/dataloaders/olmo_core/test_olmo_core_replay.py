@@ -26,7 +26,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from olmo_core_run import (
+
+from dataloaders.run_config import load_config
+from forensics.errors import ForensicsError
+from forensics.replay import open_replayer
+from forensics_testing.olmo_core_run import (
     config_dict,
     oracle_positions,
     oracle_spec,
@@ -35,11 +39,7 @@ from olmo_core_run import (
     write_config,
     write_documents,
 )
-from repo_paths import REPO_ROOT
-
-from dataloaders.run_config import load_config
-from forensics.errors import ForensicsError
-from forensics.replay import open_replayer
+from forensics_testing.repo_paths import REPO_ROOT
 
 PATTERN = np.asarray([5, 6, 7])
 SOURCES = {"web": ["web-0.npy", "web-1.npy"], "code": ["code-0.npy"]}

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from olmo_core_run import oracle_python
 
 from dataloaders.data_sections import olmo_core_dtype
 from dataloaders.olmo_core import paths as olmo_paths
@@ -31,6 +30,7 @@ from dataloaders.olmo_core.saved_config import run_config_from_save_folder
 from dataloaders.run_config import config_from_dict
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
+from forensics_testing.olmo_core_run import oracle_python
 
 ORACLE = Path(__file__).resolve().parents[2] / "oracles" / "olmo_core_trainer.py"
 DOLMA2 = {"vocab_size": 100278, "eos_token_id": 100257, "pad_token_id": 100277}

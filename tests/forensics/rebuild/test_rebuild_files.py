@@ -19,7 +19,14 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import yaml
-from file_runs import (
+from typer.testing import CliRunner
+
+from dataloaders.run_config import load_config
+from forensics.cli import app
+from forensics.replay import open_replayer
+from forensics.skip.action import action_for_plan
+from forensics.skip.plan import SkipPlan
+from forensics_testing.file_runs import (
     BATCH,
     DIRTY,
     DIRTY_STREAM,
@@ -30,17 +37,10 @@ from file_runs import (
     build_mosaic_run,
     olmo_pages,
 )
-from mosaic_support import run_oracle
-from olmo_core_run import config_dict, oracle_positions, oracle_spec, write_config
-from olmo_core_run import run_oracle as run_olmo_oracle
-from refusal import one_line_error
-from typer.testing import CliRunner
-
-from dataloaders.run_config import load_config
-from forensics.cli import app
-from forensics.replay import open_replayer
-from forensics.skip.action import action_for_plan
-from forensics.skip.plan import SkipPlan
+from forensics_testing.mosaic_support import run_oracle
+from forensics_testing.olmo_core_run import config_dict, oracle_positions, oracle_spec, write_config
+from forensics_testing.olmo_core_run import run_oracle as run_olmo_oracle
+from forensics_testing.refusal import one_line_error
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

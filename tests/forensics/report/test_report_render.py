@@ -1,11 +1,11 @@
 """The spike report as people read it: report.html laid out by headless Chromium at a laptop's
 viewport, report.md parsed by a Markdown parser, the terminal at 80 and 120 columns, on a real
-spike run (tests/small_run.py, a rebuild) and on a generated window with hostile text, a long
-restart line and a skip action.
+spike run (forensics_testing/small_run.py, a rebuild) and on a generated window with hostile text,
+a long restart line and a skip action.
 
-The page is measured by the page itself (tests/browser.py): where the headline, the action and
-its commands lie, whether each command and each restart file's line wraps inside its box (no
-sideways scrolling, no number broken) and copies back as the one line it is, and the rendered
+The page is measured by the page itself (forensics_testing/browser.py): where the headline, the
+action and its commands lie, whether each command and each restart file's line wraps inside its box
+(no sideways scrolling, no number broken) and copies back as the one line it is, and the rendered
 text, in which no HTML entity may show. One spike run's four outputs give the same counts.
 """
 
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from browser import CHROMIUM, VIEWPORT, probe, screenshot
 from markdown_it import MarkdownIt
-from small_run import REPO, cli, copy_run
 from test_report import make_report, with_action
 
 from forensics.report import write_report
 from forensics.report.first_screen import FLAG_CHARS
 from forensics.report.sections import SECTION_ORDER
+from forensics_testing.browser import CHROMIUM, VIEWPORT, probe, screenshot
+from forensics_testing.small_run import REPO, cli, copy_run
 
 ENTITY = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);")
 # Text from a manifest that HTML and Markdown both have to escape exactly once.
@@ -272,7 +272,7 @@ def test_the_four_outputs_count_the_same_clusters(terminal_run: dict) -> None:
     """Culprits, suspects, suspects inside a culprit and clean clusters: the same numbers in the
     terminal, report.md, report.html and report.json, and the same as report.json's clusters
     counted; the tables' culprit and suspect rows are as many."""
-    from forensics.report.sections import counts_from_json
+    from forensics.report.render_json import counts_from_json
 
     spike = terminal_run["spike"]
     data = json.loads((spike / "report.json").read_text())

@@ -20,11 +20,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from olmo_core_run import oracle_python  # noqa: E402
-
 from forensics.errors import ForensicsError  # noqa: E402
 from forensics.rescore import RescoreOptions  # noqa: E402
 from forensics.rescore.checkpoint import load_causal_lm, token_losses  # noqa: E402
+from forensics_testing.olmo_core_run import oracle_python  # noqa: E402
 
 ORACLE = Path(__file__).resolve().parents[2] / "oracles" / "olmo_core_model.py"
 

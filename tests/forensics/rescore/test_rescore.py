@@ -26,8 +26,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from repo_paths import REPO_ROOT  # noqa: E402
-
 from dataloaders.run_config import load_config  # noqa: E402
 from forensics.errors import ForensicsError  # noqa: E402
 from forensics.replay import open_replayer  # noqa: E402
@@ -36,6 +34,7 @@ from forensics.rescore.export import gather_tokens, read_export, sample_tables  
 from forensics.spike import SpikeOptions, run_spike  # noqa: E402
 from forensics_testing.demo.build import DemoSpec, build_run  # noqa: E402
 from forensics_testing.demo.train import iteration_batches, save, tiny_gpt2, train  # noqa: E402
+from forensics_testing.repo_paths import REPO_ROOT  # noqa: E402
 
 ROOT = REPO_ROOT
 SPEC = DemoSpec(

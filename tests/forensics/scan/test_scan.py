@@ -20,12 +20,12 @@ import polars as pl
 import pytest
 from conftest import free_port
 from polars.testing import assert_frame_equal
-from repo_paths import REPO_ROOT
 
 from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
 from forensics.scan.run import ScanOptions, run_scan
 from forensics.scan.shard import FAULT_ENV
+from forensics_testing.repo_paths import REPO_ROOT
 from forensics_testing.scan_run import ScanRunSpec, build_scan_run
 
 SPEC = ScanRunSpec()

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from small_run import cli
-
 from forensics.commands.check_skip import ahead_line
 from forensics.skip.action import decide_action
+from forensics_testing.small_run import cli
 
 AHEAD = {"share_of_remaining_samples": 0.156, "iterations_holding_it": 1738, "iterations": 1740}
 

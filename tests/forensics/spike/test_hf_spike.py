@@ -15,8 +15,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 datasets = pytest.importorskip("datasets")
 
-from file_runs import DIRTY, ROWS, SIZE, WORLD  # noqa: E402
-from file_runs import build_hf_run as build_run  # noqa: E402
+from forensics_testing.file_runs import DIRTY, ROWS, SIZE, WORLD  # noqa: E402
+from forensics_testing.file_runs import build_hf_run as build_run  # noqa: E402
 
 
 def test_spike_blames_the_dirty_shard_of_a_streaming_run(tmp_path, monkeypatch):

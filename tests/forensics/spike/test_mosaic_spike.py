@@ -3,7 +3,8 @@ stream is a crawl of mojibake pages; the spike must blame those samples and skip
 that consumed them.
 
 Where the dirty shard lands is taken from iterating the real StreamingDataset + DataLoader (the
-oracle venv, tests/mosaic_support.py), not from our replay, so the test does not grade the replay
+oracle venv, forensics_testing/mosaic_support.py), not from our replay, so the test does not grade
+the replay
 with its own answer.
 """
 
@@ -12,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from file_runs import DIRTY_STREAM
-from file_runs import MDS_SHARDS as SHARDS
-from file_runs import build_mosaic_run as build_run
+from forensics_testing.file_runs import DIRTY_STREAM
+from forensics_testing.file_runs import MDS_SHARDS as SHARDS
+from forensics_testing.file_runs import build_mosaic_run as build_run
 
 
 def test_spike_blames_the_dirty_shard_of_a_streaming_run(tmp_path: Path):

@@ -16,12 +16,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from file_runs import olmo_pages
-from olmo_core_run import ORACLE_PY, config_dict, oracle_spec, run_oracle, write_config
-from refusal import refused
 
 from dataloaders.trainers import parse_skip_flag
 from forensics.skip import expand
+from forensics_testing.file_runs import olmo_pages
+from forensics_testing.olmo_core_run import (
+    ORACLE_PY,
+    config_dict,
+    oracle_spec,
+    run_oracle,
+    write_config,
+)
+from forensics_testing.refusal import refused
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -1,6 +1,7 @@
 """`forensics spike` on a Megatron run tokenized with a SentencePiece `.model` (byte fallback).
 
-The run is the small generated run (tests/small_run.py) re-tokenized the way a SentencePiece run
+The run is the small generated run (forensics_testing/small_run.py) re-tokenized the way a
+SentencePiece run
 is made: a model trained with sentencepiece's own trainer (byte_fallback=True), the documents
 encoded by megatron-core 0.16.1's tokenizer built from `--tokenizer-type
 GPTSentencePieceTokenizer --tokenizer-model`, and the .bin/.idx written by megatron-core's own
@@ -17,7 +18,8 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-from small_run import SMALL, SPIKE_ARGS, cli
+
+from forensics_testing.small_run import SMALL, SPIKE_ARGS, cli
 
 pytest.importorskip("megatron.core")
 sentencepiece = pytest.importorskip("sentencepiece")

@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from refusal import refused
 
 from forensics.errors import ForensicsError
 from forensics.skip import expand
 from forensics.skip.flags import verify_flag
 from forensics.spike import SpikeOptions, run_spike
 from forensics_testing.demo.build import DemoSpec, build_run
+from forensics_testing.refusal import refused
 
 SPEC = DemoSpec(
     name="e2e",

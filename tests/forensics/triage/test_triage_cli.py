@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from refusal import refused
 from typer.testing import CliRunner
 
 from forensics.cli import app
 from forensics.triage.plot import decimate
 from forensics.triage.report import json_safe
 from forensics_testing import loss_curves
+from forensics_testing.refusal import refused
 
 runner = CliRunner()
 

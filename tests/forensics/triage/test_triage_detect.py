@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from repo_paths import REPO_ROOT
 
 from forensics.rollback import recommend_rollback
 from forensics.triage.analyze import triage
 from forensics.triage.config import RunInfo
 from forensics.triage.readers import read_log
 from forensics_testing import loss_curves
+from forensics_testing.repo_paths import REPO_ROOT
 
 CURVES = REPO_ROOT.parent / "shared" / "curves"
 needs_shared = pytest.mark.skipif(not CURVES.is_dir(), reason="../shared/curves not present")

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from repo_paths import REPO_ROOT
 from typer.testing import CliRunner
 
 from forensics.cli import app
@@ -28,6 +27,7 @@ from forensics.errors import ForensicsError
 from forensics.triage.analyze import triage
 from forensics.triage.readers import read_log, read_log_with_warnings
 from forensics_testing import loss_curves
+from forensics_testing.repo_paths import REPO_ROOT
 
 runner = CliRunner()
 LOGS = REPO_ROOT.parent / "shared" / "curves" / "megatron_logs"

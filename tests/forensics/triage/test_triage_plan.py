@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from repo_paths import SHARED
 from typer.testing import CliRunner
 
 from forensics.cli import app
@@ -20,6 +19,7 @@ from forensics.triage.config import RunInfo
 from forensics.triage.readers import read_log
 from forensics_testing import loss_curves
 from forensics_testing.demo.build import DemoSpec, megatron_log_lines
+from forensics_testing.repo_paths import SHARED
 
 CURVES = SHARED / "curves"
 needs_shared = pytest.mark.skipif(not CURVES.is_dir(), reason="../shared/curves not present")

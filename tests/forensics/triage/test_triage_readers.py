@@ -8,12 +8,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from repo_paths import REPO_ROOT
 
 from forensics.errors import ForensicsError
 from forensics.triage.columns import canonical_name
 from forensics.triage.readers import read_log, read_log_with_warnings
 from forensics_testing import loss_curves
+from forensics_testing.repo_paths import REPO_ROOT
 
 SHARED = REPO_ROOT.parent / "shared"
 LOGS = SHARED / "curves" / "megatron_logs"

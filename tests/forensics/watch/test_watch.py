@@ -20,18 +20,18 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import watch_trainer
-from repo_paths import REPO_ROOT, TESTS
-from watch_trainer import RECOVERY_WINDOW, scenario
-from webhook_receiver import Receiver, serve_webhook
 
+import forensics_testing.watch_trainer as watch_trainer
 from forensics.triage.analyze import triage
 from forensics.triage.config import TriageConfig
 from forensics.triage.readers import megatron_raw
 from forensics.watch.loop import Watcher, WatchOptions
+from forensics_testing.repo_paths import REPO_ROOT
+from forensics_testing.watch_trainer import RECOVERY_WINDOW, scenario
+from forensics_testing.webhook_receiver import Receiver, serve_webhook
 
 ROOT = REPO_ROOT
-TRAINER = TESTS / "watch_trainer.py"
+TRAINER = Path(watch_trainer.__file__)
 CFG = TriageConfig(recovery_window=RECOVERY_WINDOW)
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 

@@ -1,7 +1,7 @@
 """The message a finished `forensics spike` run sends from `forensics watch` names what to do:
 the ACTION skip.json decided (remove and rebuild, or skip), the rollback iteration and the flags
 file to restart with, as the report's first screen says it. On the small spike run
-(tests/small_run.py), through the webhook (a local receiver) and the terminal.
+(forensics_testing/small_run.py), through the webhook (a local receiver) and the terminal.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from test_watch import CFG
-from webhook_receiver import Receiver, serve_webhook
 
 from forensics.watch.book import EventBook
 from forensics.watch.loop import Watcher, WatchOptions
 from forensics.watch.terminal import message_text
+from forensics_testing.webhook_receiver import Receiver, serve_webhook
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""`watch --webhook-format slack|json`: what reaches the receiver (tests/webhook_receiver.py, a
+"""`watch --webhook-format slack|json`: what reaches the receiver
+(forensics_testing/webhook_receiver.py, a
 local HTTP server that fails the first POST) is Slack's incoming-webhook payload, {"text": ...}
 in mrkdwn, or a plain, flat JSON event, for every message, once, in order."""
 
@@ -8,13 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from refusal import refused
 from test_watch import _follow
 from typer.testing import CliRunner
-from webhook_receiver import Receiver, serve_webhook
 
 from forensics.cli import app
 from forensics.watch.sinks import json_event, slack_body
+from forensics_testing.refusal import refused
+from forensics_testing.webhook_receiver import Receiver, serve_webhook
 
 
 def test_slack_payloads_from_a_live_malignant_spike(tmp_path: Path) -> None:

@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from mosaic_support import run_oracle, write_mds
 
 from forensics_testing.demo.dirty import dirty_page, site_name, web_page
 from forensics_testing.demo.texts import harvest
+from forensics_testing.mosaic_support import run_oracle, write_mds
 
 HF_SHARDS, ROWS, DIRTY = 12, 40, 7  # shard 7 of 12 is the dirty crawl
 HF_SEED, BUFFER, SIZE, WORLD = 5, 32, 8, 2

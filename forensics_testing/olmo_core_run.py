@@ -16,7 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLE_PY = ROOT / ".venv-olmo" / "bin" / "python"
-ORACLE_SCRIPT = Path(__file__).resolve().parent / "oracles" / "olmo_core_loader.py"
+ORACLE_SCRIPT = ROOT / "tests" / "oracles" / "olmo_core_loader.py"
 EOS, PAD, VOCAB = 0, 1, 1000
 
 

@@ -1,10 +1,10 @@
 """A fake trainer for the `forensics watch` tests: writes Megatron log lines in real time.
 
-`python tests/watch_trainer.py SCENARIO LOG [PACE]` appends the scenario's lines to LOG a few at
-a time (PACE seconds between bursts), flushing each burst, sometimes leaving a line half-written
-for a while (the watcher must wait for its newline), and, for the rotation scenario, renaming the
-log away mid-run and continuing in a new file, as logrotate does. `scenario(name)` is also what
-the tests use to know what was written.
+`python forensics_testing/watch_trainer.py SCENARIO LOG [PACE]` appends the scenario's lines to LOG
+a few at a time (PACE seconds between bursts), flushing each burst, sometimes leaving a line half-
+written for a while (the watcher must wait for its newline), and, for the rotation scenario,
+renaming the log away mid-run and continuing in a new file, as logrotate does. `scenario(name)` is
+also what the tests use to know what was written.
 """
 
 from __future__ import annotations

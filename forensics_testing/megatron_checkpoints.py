@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ARGS_FIXTURE = Path(__file__).resolve().parent / "oracles" / "megatron_lm_args.pt"
+ARGS_FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "oracles" / "megatron_lm_args.pt"
 
 
 def megatron_args(**values: object) -> argparse.Namespace:
