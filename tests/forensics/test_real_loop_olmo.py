@@ -20,10 +20,9 @@ import sys
 import polars as pl
 import pytest
 
+from forensics.spike.repeats import REPEATS_RULE
 from forensics_testing.olmo_core_run import oracle_python
 from forensics_testing.repo_paths import REPO_ROOT
-
-from forensics.spike.repeats import REPEATS_RULE
 
 FIRST, LAST = 91, 100
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from olmo_core_run import config_dict, write_config, write_documents
 
 from forensics.replay import open_replayer
 from forensics.spike.repeats import REPEATS_RULE, document_repeats, flag_repeats
 from forensics.spike.rule_members import rule_members
+from forensics_testing.olmo_core_run import config_dict, write_config, write_documents
 
 
 def _table_doc(rng: np.random.Generator) -> np.ndarray:
@@ -121,11 +121,10 @@ def test_source_and_clean_clusters_take_nothing_more() -> None:
 def test_megatron_document_tokens_are_scans(tmp_path) -> None:
     """The Megatron replayer's document tokens are those `forensics scan` checks (its own
     reading of the `.bin` through the sequence pointers), and decode to the documents' text."""
-    from small_run import SMALL
-
     from dataloaders.run_config import load_config
     from forensics.scan.shard import document_tokens
     from forensics_testing.demo.build import build_run
+    from forensics_testing.small_run import SMALL
 
     run = tmp_path / "run"
     build_run(run, SMALL, progress=False)
