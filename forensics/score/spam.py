@@ -80,6 +80,19 @@ class Rule:
     describe: str  # format string with {v} (the ratio as a percentage) for the reason
 
 
+def _describe(rule: Rule, ratio: float) -> str:
+    """The reason's wording. Gopher's top n-gram ratio counts overlapping occurrences (the n-gram's
+    characters times its count, over the word characters), so a page of one word repeated reads
+    above 100%: said as a multiple there, not as a share a page cannot exceed."""
+    if rule.name.startswith("top_") and ratio > 1:
+        n = rule.name.removeprefix("top_").removesuffix("gram")
+        return (
+            f"top {n}-gram repeated end to end: its occurrences add up to {ratio:.1f}x "
+            "the word characters"
+        )
+    return rule.describe
+
+
 RULES: tuple[Rule, ...] = (
     Rule("dup_line_chars", 0.30, 0.70, "{v} of characters in duplicated lines"),
     Rule("dup_para_chars", 0.30, 0.70, "{v} of characters in duplicated paragraphs"),
@@ -486,8 +499,10 @@ def spam_signals(
         keywords.update(zip(extra["row"].to_list(), extra["kw"].to_list(), strict=True))
     for i in flagged:
         rule = RULES[best[i]]
-        v = f"{100 * values[rule.name][i]:.0f}%"
+        ratio = float(values[rule.name][i])
         kw = excerpt(keywords.get(int(i)) or "", 30)
-        reasons[i] = rule.describe.format(v=v, kw=kw, links=int(urls[i]))
+        reasons[i] = _describe(rule, ratio).format(
+            v=f"{100 * ratio:.0f}%", kw=kw, links=int(urls[i])
+        )
         rules[i] = rule.name
     return SpamSignals(score, reasons, rules, values)

@@ -252,3 +252,18 @@ def test_score_table_rule_keys_for_notes() -> None:
     assert score_table(pl.DataFrame({"text": [1]}), "text").columns == [
         "text", "garbage_score", "spam_score", "garbage_reason", "spam_reason"
     ]  # fmt: skip
+
+
+def test_top_ngram_reason_never_reads_above_a_whole_page() -> None:
+    """Gopher's top n-gram ratio counts overlapping occurrences (datatrove
+    gopher_repetition_filter.py `find_top_duplicate`: the n-gram's length times its count), so
+    one pair repeated end to end reaches 2x: the reason says a multiple, not "200% of" the page;
+    a page below the whole keeps its share."""
+    out = score_table(
+        pl.DataFrame(
+            {"text": ["ab ab ab ab " * 60, "buy cheap pills buy cheap pills online today " * 20]}
+        )
+    )
+    repeated, stuffed = out["spam_reason"].to_list()
+    assert "add up to 2.0x the word characters" in repeated and "%" not in repeated
+    assert stuffed == "top 2-gram covers 54% of word characters"
