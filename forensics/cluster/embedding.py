@@ -350,7 +350,12 @@ def _dominant_sources(win_rows: pl.DataFrame, facets: list[str] | None) -> pl.Da
             win_rows.group_by("cluster", pl.col(facet).cast(pl.Utf8).fill_null("(none)").alias("v"))
             .agg(pl.col("_w").sum())
             .with_columns((pl.col("_w") / pl.col("_w").sum().over("cluster")).alias("share"))
-            .sort(["cluster", "share", "v"], descending=[False, True, False])
+            # shares rounded for the order: equal shares summed in another order differ in their
+            # last bits, and the tie must fall to the name, the same on every run
+            .sort(
+                [pl.col("cluster"), pl.col("share").round(9), pl.col("v")],
+                descending=[False, True, False],
+            )
             .group_by("cluster", maintain_order=True)
             .first()
             .with_columns(pl.lit(facet).alias("facet"))
@@ -358,7 +363,10 @@ def _dominant_sources(win_rows: pl.DataFrame, facets: list[str] | None) -> pl.Da
         parts.append(shares)
     return (
         pl.concat(parts)
-        .sort(["cluster", "share", "facet"], descending=[False, True, False])
+        .sort(
+            [pl.col("cluster"), pl.col("share").round(9), pl.col("facet")],
+            descending=[False, True, False],
+        )
         .group_by("cluster", maintain_order=True)
         .agg(
             (

@@ -80,9 +80,15 @@ def window_presence(
     samples = segments.select("iteration", "_sample").unique()
     per_iteration = samples.group_by("iteration").agg(pl.len().alias("_n"))
     hits = _member_segments(ranked, window_docs, segments)
-    sampled = hits.group_by("id", "iteration", "_sample").agg(pl.col("weight").sum())
+    # Sorted and grouped in order, so every float sum adds its terms in the same order on every
+    # run (a parallel group_by would leave the last bits of the shares to the thread schedule).
+    sampled = (
+        hits.sort(hits.columns)
+        .group_by("id", "iteration", "_sample", maintain_order=True)
+        .agg(pl.col("weight").sum())
+    )
     steps = (
-        sampled.group_by("id", "iteration")
+        sampled.group_by("id", "iteration", maintain_order=True)
         .agg(pl.len().alias("_hit"), pl.col("weight").sum())
         .join(per_iteration, on="iteration")
         .with_columns((pl.col("_hit") / pl.col("_n")).alias("_share"))

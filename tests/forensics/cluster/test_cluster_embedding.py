@@ -206,3 +206,22 @@ def test_embedder_choice_and_caps(tmp_path):
     assert default_cap(str(m2v)) == DEFAULT_CAP and default_cap(str(st)) == MINILM_CAP
     with pytest.raises(ForensicsError, match="static model runs on the CPU"):
         make_embedder("static", device="cuda")
+
+
+def test_dominant_sources_break_equal_shares_by_name() -> None:
+    """Equal shares summed in another order differ in their last bits (a parallel sum's order is
+    the thread schedule's): shares equal to 9 decimals are a tie, and the tie falls to the name,
+    not to the bits, so a window reads the same on every run."""
+    from forensics.cluster.embedding import _dominant_sources
+
+    rows = pl.DataFrame(
+        {
+            "cluster": ["e0"] * 2,
+            "domain": ["a.example", "b.example"],
+            "_w": [1.0, 1.0 + 4e-16],  # b's last bit up, as a sum in another order may leave it
+        }
+    )
+    for seed in range(4):
+        shuffled = rows.sample(fraction=1.0, shuffle=True, seed=seed)
+        out = _dominant_sources(shuffled, ["domain"])
+        assert out["dominant_sources"][0].to_list() == ["domain=a.example (50%)"]
