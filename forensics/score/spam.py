@@ -134,7 +134,37 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
     `visible`.
     """
     base = pl.DataFrame({"text": texts.cast(pl.Utf8)}).lazy().with_row_index("doc")
-    lines = (
+    lines = _lines(base)
+    line_agg = lines.group_by("doc").agg(
+        line_chars=pl.col("n").sum(),
+        dup_line_chars=pl.col("n").filter(~pl.col("first")).sum(),
+        n_lines=pl.len(),
+        link_lines=pl.col("link_line").sum(),
+        urls=pl.col("urls").sum(),
+        boiler_lines=pl.col("boiler_line").sum(),
+        code_end_lines=pl.col("code_end").sum(),
+        indented_lines=pl.col("indented").sum(),
+    )
+    hosts = _link_hosts(lines)
+    paras = _paragraphs(base)
+    visible, symbols = visible_and_ascii_class(texts, SYMBOLS)
+    symbols = pl.LazyFrame(
+        {"doc": np.arange(len(texts), dtype=np.uint32), "symbols": symbols, "visible": visible}
+    )
+    out = (
+        symbols.join(line_agg, on="doc", how="left")
+        .join(hosts, on="doc", how="left")
+        .join(paras, on="doc", how="left")
+        .sort("doc")
+        .collect()
+    )
+    return out.fill_null(0)
+
+
+def _lines(base: pl.LazyFrame) -> pl.LazyFrame:
+    """One row per non-empty line: its length, URLs, boilerplate and separator counts, whether
+    it was seen before in its document, and whether it is a bare link or boilerplate line."""
+    return (
         base.select("doc", pl.col("text").str.split("\n").alias("line"))
         .explode("line")
         .with_columns(**code_line_exprs(pl.col("line")))
@@ -169,17 +199,11 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
             | ((pl.col("seps") >= 2) & ~pl.col("line").str.contains(TABLE_ROW)),
         )
     )
-    line_agg = lines.group_by("doc").agg(
-        line_chars=pl.col("n").sum(),
-        dup_line_chars=pl.col("n").filter(~pl.col("first")).sum(),
-        n_lines=pl.len(),
-        link_lines=pl.col("link_line").sum(),
-        urls=pl.col("urls").sum(),
-        boiler_lines=pl.col("boiler_line").sum(),
-        code_end_lines=pl.col("code_end").sum(),
-        indented_lines=pl.col("indented").sum(),
-    )
-    hosts = (
+
+
+def _link_hosts(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Per document, how many distinct hosts its link lines name."""
+    return (
         lines.filter(pl.col("urls") > 0)
         .select("doc", host=pl.col("line").str.to_lowercase().str.extract_all(HOST))
         .explode("host")
@@ -188,7 +212,11 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
         .group_by("doc")
         .agg(hosts=pl.len())
     )
-    paras = (
+
+
+def _paragraphs(base: pl.LazyFrame) -> pl.LazyFrame:
+    """Per document, the characters in paragraphs and in paragraphs seen before in it."""
+    return (
         base.select(
             "doc",
             pl.col("text")
@@ -205,18 +233,6 @@ def _line_stats(texts: pl.Series) -> pl.DataFrame:
             para_chars=pl.col("n").sum(), dup_para_chars=pl.col("n").filter(~pl.col("first")).sum()
         )
     )
-    visible, symbols = visible_and_ascii_class(texts, SYMBOLS)
-    symbols = pl.LazyFrame(
-        {"doc": np.arange(len(texts), dtype=np.uint32), "symbols": symbols, "visible": visible}
-    )
-    out = (
-        symbols.join(line_agg, on="doc", how="left")
-        .join(hosts, on="doc", how="left")
-        .join(paras, on="doc", how="left")
-        .sort("doc")
-        .collect()
-    )
-    return out.fill_null(0)
 
 
 def _word_stats(tok: Tokens, texts: pl.Series) -> dict[str, np.ndarray]:
