@@ -61,7 +61,7 @@ def test_every_trainer_is_listed_once_with_what_tells_it_apart() -> None:
 def test_a_written_flag_parses_back_and_its_restart_line_pins_first(name: str) -> None:
     """Every trainer, gas 4: iterations 21-22 and 40 skipped on a restart from 20."""
     schedule = Schedule(TrainingSpec(global_batch_size=8, micro_batch_size=2, train_iters=100))
-    flag = write_flag(name, [(21, 22), (40, 40)], schedule, 20)
+    flag = write_flag(get_trainer(name), [(21, 22), (40, 40)], schedule, 20)
     assert flag.refusal is None and flag.flag
     assert get_trainer(name).parse(flag.flag)  # the trainer's own parser reads it
     line = restart_line(flag)
@@ -79,7 +79,7 @@ def test_a_written_flag_parses_back_and_its_restart_line_pins_first(name: str) -
 def test_megatron_deepspeed_explains_its_micro_batch_ranges() -> None:
     """gas 4: two skipped iterations are 8 micro-batches; the range reads 21-28."""
     schedule = Schedule(TrainingSpec(global_batch_size=8, micro_batch_size=2, train_iters=100))
-    flag = write_flag(MEGATRON_DEEPSPEED, [(21, 22)], schedule, 20)
+    flag = write_flag(get_trainer(MEGATRON_DEEPSPEED), [(21, 22)], schedule, 20)
     assert flag.flag == "--skip-train-iteration-range 21-28"
     said = get_trainer(MEGATRON_DEEPSPEED).explain(flag.flag, 2)
     assert "the 2 skipped iterations are 8 micro-batches" in said
