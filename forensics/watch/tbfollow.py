@@ -17,7 +17,7 @@ import polars as pl
 
 from forensics.errors import ForensicsError
 from forensics.triage import canonical
-from forensics.triage.formats.tensorboard import event_scalars, scalars_to_raw, scan_notes
+from forensics.triage.formats.tensorboard_events import event_scalars, scalars_to_raw, scan_notes
 from forensics.triage.tfrecord import RecordScan, iter_records
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from forensics.errors import ForensicsError
 from forensics.triage.formats.base import Head, LineState, LogFormat
-from forensics.triage.formats.csv import CsvLog, WandbCsvLog
+from forensics.triage.formats.csv_log import CsvLog, WandbCsvLog
 from forensics.triage.formats.jsonl import HFTrainerStateLog, JsonlLog
 from forensics.triage.formats.megatron import MegatronLog
 from forensics.triage.formats.olmo_core import OlmoCoreLog
-from forensics.triage.formats.tensorboard import TensorBoardLog
+from forensics.triage.formats.tensorboard_events import TensorBoardLog
 
 _MEGATRON, _OLMO_CORE, _TENSORBOARD = MegatronLog(), OlmoCoreLog(), TensorBoardLog()
 _WANDB_CSV, _JSONL, _CSV, _HF_STATE = WandbCsvLog(), JsonlLog(), CsvLog(), HFTrainerStateLog()
