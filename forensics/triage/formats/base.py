@@ -18,15 +18,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import ClassVar
 
 import polars as pl
 
 
-@dataclass(frozen=True)
+@dataclass
 class Head:
-    """The first bytes of a log file (up to 4 MB), what detection looks at."""
+    """The first bytes of a log file (up to 4 MB), what detection looks at; its text and first
+    line are decoded once, whichever formats ask."""
 
     path: Path
     data: bytes
@@ -35,11 +37,11 @@ class Head:
     def name(self) -> str:
         return self.path.name.lower()
 
-    @property
+    @cached_property
     def text(self) -> str:
         return self.data.decode("utf-8", errors="replace")
 
-    @property
+    @cached_property
     def first(self) -> str:
         """The first line that is neither blank nor a `#` comment ("" when none)."""
         lines = self.text.splitlines()
