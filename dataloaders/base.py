@@ -84,8 +84,9 @@ class Replayer(ABC):
     have, declared here with their default so that callers ask instead of probing:
 
     - `token_files`: the data are Megatron .bin/.idx token files, reachable as `specs` (name ->
-      dataset spec), `datasets` (prefix -> IndexedDataset) and `tokenizer()`; token export,
-      rescoring, the scan and the tokenizer check read them.
+      dataset spec), `datasets` (prefix -> IndexedDataset), `tokenizer()` and `vocab_size()`
+      (the tokenizer's ids, added tokens included); token export, rescoring, the scan and the
+      tokenizer check read them.
     - `index_cache`: `save_cache()` writes index arrays worth keeping for the next replay.
     - `instance_samples`: a sample is one fixed-size dataset instance (OLMo-core), readable
       whole as `instance_tokens(stage_index, dataset_sample)` with its data `stages`; rescoring

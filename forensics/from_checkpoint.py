@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dataloaders.data_sections import MegatronData
 from dataloaders.run_config import RunConfig
 from dataloaders.torch_globals import globals_beyond_torch_defaults
 from forensics.errors import ForensicsError
@@ -338,16 +339,18 @@ def _check_consumed(state: dict[str, Any], config: RunConfig, path: Path) -> Non
 def describe(config: RunConfig) -> list[str]:
     """One line per field the replay depends on."""
     data = config.data
+    if not isinstance(data, MegatronData):  # the saved args are a Megatron job's
+        raise TypeError(f"describe: a Megatron data section, not {type(data).__name__}")
     lines = []
-    stages = getattr(data, "data_stages", [])
+    stages = data.data_stages
     for stage in stages:
         since = f" (from iteration {stage.start_iteration})" if len(stages) > 1 else ""
         for d in stage.blend:
             weight = f" weight {d.weight}" if d.weight is not None else ""
             lines.append(f"  data: {d.prefix}{weight}{since}")
-    for key in ("seed", "seq_length", "split", "cache_path"):
-        if getattr(data, key, None) is not None:
-            lines.append(f"  {key}: {getattr(data, key)}")
+    lines += [f"  seed: {data.seed}", f"  seq_length: {data.seq_length}", f"  split: {data.split}"]
+    if data.cache_path is not None:
+        lines.append(f"  cache_path: {data.cache_path}")
     t = config.training
     for key in ("global_batch_size", "micro_batch_size", "data_parallel_size", "train_iters"):
         lines.append(f"  {key}: {getattr(t, key)}")

@@ -385,7 +385,7 @@ def summarise(
     """What each step of the loop found: the watcher's and triage's spike, the blamed clusters
     and the model's loss z on them, the planned and the trainer's skipped steps, the peaks."""
     from forensics.skip import expand
-    from forensics.triage.olmo_core_log import skipped_steps
+    from forensics.triage.formats.olmo_core import skipped_steps
 
     skip = found["skip"]
     said = skipped_steps((a.out / "restart" / "train.log").read_text().splitlines())

@@ -66,6 +66,7 @@ class MegatronReplayer(Replayer):
         self.manifests = Manifests(self.specs, self.datasets)
         self._stages: dict[int, Stage] = {}
         self._tokenizer: Any = None
+        self._vocab_size: int | None = None
 
     def _refuse_empty_splits(self) -> None:
         """Up front, for every stage: Megatron hangs on an empty train split (see sources.py)."""
@@ -335,16 +336,17 @@ class MegatronReplayer(Replayer):
         from dataloaders.token_bytes import decode_arrays
 
         top = int(np.concatenate(ids).max()) if any(len(x) for x in ids) else -1
-        if top >= self._vocab():
+        if top >= self.vocab_size():
             raise ForensicsError(
-                f"token id {top} is past the tokenizer's vocabulary (0..{self._vocab() - 1}): "
+                f"token id {top} is past the tokenizer's vocabulary (0..{self.vocab_size() - 1}): "
                 "the config's tokenizer, or an index's dtype code, does not belong to this data"
             )
         return decode_arrays(self.tokenizer(), ids)
 
-    def _vocab(self) -> int:
-        """The tokenizer's vocabulary size, added tokens included (cached)."""
-        if getattr(self, "_vocab_size", None) is None:
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary size, added tokens included (cached): ids at or past it
+        are refused when decoding."""
+        if self._vocab_size is None:
             self._vocab_size = int(self.tokenizer().get_vocab_size(with_added_tokens=True))
         return self._vocab_size
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.errors import ForensicsError
+from dataloaders.trainers.olmo_core import OLMoCore
 
 CONFIG_NAME = "config.json"
 DATA_PATHS_NAME = "data_paths.txt"
@@ -267,7 +268,7 @@ def run_config_from_save_folder(save_folder: Path) -> dict[str, Any]:
         "training": {
             "global_batch_size": batch,
             "train_iters": _train_iters(trainer, state, data["global_batch_size"], where),
-            "trainer": "olmo-core",
+            "trainer": OLMoCore.name,
         },
         "checkpoints": steps,
         "checkpoint_dir": str(save_folder),

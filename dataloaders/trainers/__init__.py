@@ -70,9 +70,7 @@ def parse_skip_flag(trainer: str, text: str) -> list:
 def run_loop(trainer: str, start: LoopStart, skip: Sequence, until: int | None = None) -> LoopEnd:
     """Run `trainer`'s loop from `start` with the parsed skip specification `skip` until its
     iteration counter reaches `until` (default: train_iters)."""
-    loop = get_trainer(trainer)
-    stop = start.train_iters if until is None else min(until, start.train_iters)
-    return loop.loop(start, skip, stop)
+    return get_trainer(trainer).run(start, skip, until)
 
 
 __all__ = [

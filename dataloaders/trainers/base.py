@@ -114,6 +114,12 @@ class Trainer(ABC):
     def loop(self, start: LoopStart, skip: Sequence, stop: int) -> LoopEnd:
         """Run the loop from `start` with the parsed `skip` until the counter reaches `stop`."""
 
+    def run(self, start: LoopStart, skip: Sequence, until: int | None = None) -> LoopEnd:
+        """Run the loop from `start` with the parsed `skip` until the counter reaches `until`
+        (default, and at most: train_iters)."""
+        stop = start.train_iters if until is None else min(until, start.train_iters)
+        return self.loop(start, skip, stop)
+
     @abstractmethod
     def spell(self, ranges: Sequence[Range], schedule: Batches, checkpoint: int) -> str:
         """The flag text for the merged `ranges` on a restart from `checkpoint` (no checks:

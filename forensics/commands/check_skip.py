@@ -41,7 +41,7 @@ def verify_skip(
     """check_skip, also returning notes for the user (the run directory moved, the checkpoint
     list changed) on a skip file that still fits."""
     from dataloaders.run_config import RunConfig, load_config
-    from dataloaders.trainers import check_trainer
+    from dataloaders.trainers import check_trainer, get_trainer
     from forensics.replay import open_replayer
     from forensics.skip.flags import verify_flag
     from forensics.skip.plan import SkipPlan
@@ -69,7 +69,7 @@ def verify_skip(
     for name, flag in plan.flags.items():
         if flag.flag is None:
             continue
-        problem = verify_flag(name, flag.flag, ranges, schedule, checkpoint)
+        problem = verify_flag(get_trainer(name), flag.flag, ranges, schedule, checkpoint)
         if problem:
             raise ForensicsError(f"{path}: the {name} flag is wrong for this run: {problem}")
     tracker = path.parent / plan.tracker_file if plan.tracker_file else None

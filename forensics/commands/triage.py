@@ -24,6 +24,7 @@ from forensics.commands.options import (
     check_steps,
 )
 from forensics.errors import ForensicsError
+from forensics.triage.formats import triage_help
 
 
 def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
@@ -57,9 +58,7 @@ def triage_command(
     out: Annotated[Path, typer.Option("--out", help="Directory for events.json, report.md, PNG.")],
     format: Annotated[
         str,
-        typer.Option(
-            help="auto|megatron|olmo-core|tensorboard|wandb-csv|jsonl|csv|hf-trainer-state"
-        ),
+        typer.Option(help=triage_help()),
     ] = "auto",
     checkpoints: CheckpointsOption = None,
     config: Annotated[
@@ -101,7 +100,7 @@ def triage_command(
     from forensics.outputs import check_output_dir
     from forensics.triage.analyze import triage
     from forensics.triage.config import RunInfo
-    from forensics.triage.readers import FORMATS, detect_format
+    from forensics.triage.formats import FORMATS, detect_format
     from forensics.triage.report import OUTPUT_NAMES, terminal_lines
 
     if format not in FORMATS:

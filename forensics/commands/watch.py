@@ -23,6 +23,7 @@ from forensics.commands.options import (
     check_steps,
 )
 from forensics.errors import ForensicsError
+from forensics.triage.formats import watch_help
 
 # The watcher's own options (the detectors' are triage's, in options.py).
 LogArgument = Annotated[
@@ -78,9 +79,7 @@ def watch_command(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls.")] = 5.0,
     on_malignant: OnMalignantOption = None,
     spike_args: SpikeArgsOption = "",
-    format: Annotated[
-        str, typer.Option(help="auto|megatron|olmo-core|jsonl|csv|tensorboard")
-    ] = "auto",
+    format: Annotated[str, typer.Option(help=watch_help())] = "auto",
     stall_after: StallAfterOption = 600.0,
     checkpoints: CheckpointsOption = None,
     recovery_window: RecoveryWindowOption = 500,

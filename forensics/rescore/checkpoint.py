@@ -5,8 +5,9 @@ so `forensics --help`, `replay`, `score` and `triage` stay light. `check_checkpo
 config.json and the file listing: the spike pipeline calls it before any work, so a wrong
 directory costs nothing.
 
-Three checkpoint families: a Hugging Face model directory (AutoModelForCausalLM); a Megatron
-iteration directory, legacy or torch_dist at any tensor/pipeline parallelism (read on CPU by
+Each kind of checkpoint directory has its reader (`forensics.rescore.kinds`): a Hugging Face
+model directory (forensics.rescore.hf, AutoModelForCausalLM); a Megatron iteration directory,
+legacy or torch_dist at any tensor/pipeline parallelism (read on CPU by
 forensics.rescore.megatron into a plain-torch GPT, forensics.rescore.gpt); an OLMo-core stepN
 directory (forensics.rescore.olmo_core maps it onto transformers' Olmo2ForCausalLM). Anything the
 readers cannot compute exactly is refused with the conversion to run (megatron.CONVERT_HINT).
@@ -15,7 +16,6 @@ readers cannot compute exactly is refused with the conversion to run (megatron.C
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,86 +23,31 @@ from typing import Any
 import numpy as np
 
 from forensics.errors import ForensicsError
+from forensics.rescore.kinds import reader_of
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def checkpoint_family(path: Path) -> str:
-    """'hf' (config.json), 'megatron' (an iteration directory or root) or 'olmo-core' (a stepN
-    directory or its model_and_optim/), from the file listing alone."""
-    if (path / "config.json").is_file() and not (path / "model_and_optim").is_dir():
-        return "hf"
-    from forensics.rescore.megatron import megatron_kind
-    from forensics.rescore.olmo_core import olmo_core_kind
-
-    if olmo_core_kind(path) is not None:
-        return "olmo-core"
-    if megatron_kind(path) is not None:
-        return "megatron"
-    return "hf"
-
-
 def check_checkpoint(path: Path | str) -> dict[str, Any]:
-    """The checkpoint's config.json, after the checks that need no torch. One-line errors for:
-    a missing directory, a Megatron checkpoint (names the conversion), no config.json, no
-    weights, a config that is not a model's."""
+    """What the checkpoint says about its model, after the checks that need no torch. One-line
+    errors for: a missing directory, and what its kind's reader refuses (a Megatron checkpoint
+    root, no config.json, no weights, a config that is not a causal language model's)."""
     path = Path(path)
     if not path.is_dir():
         raise ForensicsError(f"{path}: --checkpoint must be a model directory (config.json + "
                              "safetensors)")  # fmt: skip
-    family = checkpoint_family(path)
-    if family == "megatron":
-        from forensics.rescore.megatron import check_megatron
-
-        return {"family": family, "format": check_megatron(path)}
-    if family == "olmo-core":
-        from forensics.rescore.olmo_core import check_olmo_core
-
-        return {"family": family, **check_olmo_core(path)}
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise ForensicsError(
-            f"{path}: no config.json: not a Hugging Face model directory (config.json + "
-            "model.safetensors, as save_pretrained writes)"
-        )
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as err:
-        raise ForensicsError(f"{config_file}: not readable JSON ({err})") from None
-    if not isinstance(config, dict) or "model_type" not in config:
-        raise ForensicsError(f"{config_file}: has no model_type: not a transformers model config")
-    archs = config.get("architectures") or []
-    causal = ("ForCausalLM", "LMHeadModel")
-    if config.get("is_encoder_decoder") or (archs and not any(a.endswith(causal) for a in archs)):
-        raise ForensicsError(
-            f"{path}: a {config['model_type']!r} model ({', '.join(archs) or 'encoder-decoder'}) "
-            "is not a causal language model (no ...ForCausalLM / ...LMHeadModel head); pass the "
-            "pre-spike checkpoint of the model that was trained"
-        )
-    if not any((path / name).is_file() for name in WEIGHT_FILES):
-        raise ForensicsError(
-            f"{path}: no weights ({', '.join(WEIGHT_FILES)}); save the model with save_pretrained"
-        )
-    return config
+    return reader_of(path).check(path)
 
 
 def checkpoint_digest(path: Path | str) -> str:
-    """sha256 over the checkpoint's config and weight files (names and contents): the cache key.
+    """sha256 over the checkpoint's files (names and contents, `CheckpointReader.content_files`):
+    the cache key.
 
     Content, not mtime: a checkpoint copied elsewhere keeps its cached losses, a retrained one
     with the same name does not."""
     path = Path(path)
     digest = hashlib.sha256()
-    if checkpoint_family(path) == "hf":
-        files = sorted(
-            p
-            for p in path.iterdir()
-            if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin"))
-        )
-    else:  # Megatron / OLMo-core: every file of the checkpoint, in rank subdirectories too
-        files = sorted(p for p in path.rglob("*") if p.is_file())
-    for file in files:
+    for file in reader_of(path).content_files(path):
         digest.update(str(file.relative_to(path)).encode() + b"\0")
         with open(file, "rb") as stream:
             for block in iter(lambda s=stream: s.read(1 << 22), b""):
@@ -112,65 +57,12 @@ def checkpoint_digest(path: Path | str) -> str:
 
 def load_causal_lm(path: Path | str, device: str = "cpu", dtype: str = "float32") -> Any:
     """The model, in eval mode on `device`. One-line errors for a non-causal-LM config, a bad
-    device or dtype, or weights transformers cannot load."""
+    device or dtype, or weights its reader cannot load."""
     path = Path(path)
-    info = check_checkpoint(path)
+    check_checkpoint(path)
     if dtype not in DTYPES:
         raise ForensicsError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
-    if info.get("family") in ("megatron", "olmo-core"):
-        return _load_framework(path, info["family"], device, dtype)
-    try:
-        import torch
-        import transformers
-        from transformers import AutoConfig, AutoModelForCausalLM
-    except ImportError as err:
-        raise ForensicsError(
-            f"rescoring needs torch and transformers ({err.name} is missing): pip install "
-            "'forensics[embed]'"
-        ) from None
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ForensicsError(f"--device {device}: no CUDA device is available here")
-    transformers.logging.set_verbosity_error()
-    try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True)
-    except (ValueError, KeyError, OSError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ForensicsError(f"{path}: transformers cannot read its config ({first})") from None
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise ForensicsError(
-            f"{path}: a {config.model_type!r} model is not a causal language model "
-            "(AutoModelForCausalLM cannot load it); pass the pre-spike checkpoint of the "
-            "model that was trained"
-        )
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, dtype=getattr(torch, dtype)
-        )
-    except (ValueError, OSError, RuntimeError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ForensicsError(f"{path}: the weights do not load ({first})") from None
-    return model.eval().to(device)
-
-
-def _load_framework(path: Path, family: str, device: str, dtype: str) -> Any:
-    """A Megatron or OLMo-core checkpoint, read on CPU without its framework's process group."""
-    try:
-        import torch
-    except ImportError:
-        raise ForensicsError("rescoring needs torch: pip install 'forensics[embed]'") from None
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ForensicsError(f"--device {device}: no CUDA device is available here")
-    if family == "megatron":
-        from forensics.rescore.megatron import load_megatron
-
-        model = load_megatron(path, dtype)
-    else:
-        from forensics.rescore.olmo_core import load_olmo_core
-
-        model = load_olmo_core(path, dtype)
-    return model.eval().to(device)
+    return reader_of(path).load(path, device, dtype)
 
 
 def vocab_size(model: Any) -> int:

@@ -31,10 +31,11 @@ import json
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from forensics.errors import ForensicsError
 from forensics.rescore.gpt import GPTSpec
+from forensics.rescore.reader import CheckpointReader
 
 LEGACY_FILE = "model_optim_rng.pt"
 RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
@@ -381,3 +382,19 @@ def _check_complete(spec: GPTSpec, weights: dict[str, Any], path: Path) -> None:
             f"{path}: the checkpoint lacks {len(missing)} weights the model "
             f"needs (args say {spec.num_layers} layers), e.g. {missing[0]}"
         )
+
+
+class MegatronCheckpoint(CheckpointReader):
+    """One Megatron iteration directory, legacy or torch_dist, at any tensor/pipeline
+    parallelism; a checkpoint root is recognised, and refused with the iteration to pass."""
+
+    kind: ClassVar[str] = "megatron"
+
+    def recognises(self, path: Path) -> bool:
+        return megatron_kind(path) is not None
+
+    def check(self, path: Path) -> dict[str, Any]:
+        return {"family": self.kind, "format": check_megatron(path)}
+
+    def build(self, path: Path, dtype: str) -> Any:
+        return load_megatron(path, dtype)

@@ -29,9 +29,10 @@ import pickle
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from forensics.errors import ForensicsError
+from forensics.rescore.reader import CheckpointReader
 
 WEIGHTS = {
     "embeddings.weight": "model.embed_tokens.weight",
@@ -140,7 +141,7 @@ def hf_config(model: dict[str, Any], where: Path) -> dict[str, Any]:
 
 def check_olmo_core(path: Path) -> dict[str, Any]:
     """Checks that need no torch: the config maps, the .metadata file is there."""
-    return {"format": "olmo-core", "hf_config": hf_config(_model_config(path), path)}
+    return {"format": OlmoCoreCheckpoint.kind, "hf_config": hf_config(_model_config(path), path)}
 
 
 class _Unpickler(pickle.Unpickler):
@@ -215,3 +216,19 @@ def load_olmo_core(path: Path, dtype: str) -> Any:
         )
     model.load_state_dict(state, strict=False)
     return model.eval()
+
+
+class OlmoCoreCheckpoint(CheckpointReader):
+    """An OLMo-core `stepN/` directory (or its `model_and_optim/`), mapped onto transformers'
+    Olmo2ForCausalLM."""
+
+    kind: ClassVar[str] = "olmo-core"
+
+    def recognises(self, path: Path) -> bool:
+        return olmo_core_kind(path) is not None
+
+    def check(self, path: Path) -> dict[str, Any]:
+        return {"family": self.kind, **check_olmo_core(path)}
+
+    def build(self, path: Path, dtype: str) -> Any:
+        return load_olmo_core(path, dtype)

@@ -147,6 +147,7 @@ def skip_plan(
     A scan has no spike: `step` and `window` are the scanned range's last iteration and the
     range; the restart it plans is from the latest checkpoint before the range (else from the
     iteration before it, noted), which is where the flags are proven from."""
+    from dataloaders.trainers import get_trainer
     from forensics.skip import merge_ranges, select_iterations
     from forensics.skip.plan import build_skip_plan, choose_flags
 
@@ -160,7 +161,7 @@ def skip_plan(
             f"from iteration {checkpoint}"
         )
     trainer = run.training.trainer
-    choice = choose_flags(trainer, chosen, replayer, checkpoint)
+    choice = choose_flags(get_trainer(trainer), chosen, replayer, checkpoint)
     if not choice.exact:
         notes.append(
             f"no exact {trainer} skip flag for these stretches ({choice.flags[trainer].refusal}); "

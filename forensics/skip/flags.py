@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from dataloaders.schedule import Schedule
-from dataloaders.trainers import REGISTRY, LoopStart, get_trainer, run_loop
+from dataloaders.trainers import REGISTRY, LoopStart, Trainer, get_trainer
 from forensics.errors import ForensicsError
 from forensics.skip.ranges import Range, expand, merge_ranges
 
@@ -64,35 +64,34 @@ def restart_line(flag: dict | TrainerFlag) -> str | None:
 
 
 def write_flag(
-    trainer: str, ranges: Sequence[Range], schedule: Schedule, checkpoint: int
+    loop: Trainer, ranges: Sequence[Range], schedule: Schedule, checkpoint: int
 ) -> TrainerFlag:
     """The trainer's flag for skipping `ranges` on a restart from `start`, proven by running the
     trainer's loop; a refusal (flag None) with the reason when no string is exact."""
-    loop = get_trainer(trainer)
     ranges = merge_ranges(expand(ranges))
     n = len(expand(ranges))
     values = loop.tracker_values(ranges)
     try:
         text = loop.spell(ranges, schedule, checkpoint)
         problem = loop.parser_merge(ranges, schedule, checkpoint) or verify_flag(
-            trainer, text, ranges, schedule, checkpoint
+            loop, text, ranges, schedule, checkpoint
         )
     except ForensicsError as err:
         problem = str(err)
     if problem:
         return TrainerFlag(
-            trainer, None, None, loop.semantics, loop.consequence(n), refusal=problem
+            loop.name, None, None, loop.semantics, loop.consequence(n), refusal=problem
         )
     pin = loop.pin(checkpoint)
-    return TrainerFlag(trainer, text, values, loop.semantics, loop.consequence(n), pin=pin)
+    return TrainerFlag(loop.name, text, values, loop.semantics, loop.consequence(n), pin=pin)
 
 
 def write_all(
-    chosen: str, ranges: Sequence[Range], schedule: Schedule, checkpoint: int
+    chosen: Trainer, ranges: Sequence[Range], schedule: Schedule, checkpoint: int
 ) -> dict[str, TrainerFlag]:
     """Every trainer's flag for the same ranges, the chosen trainer first."""
-    order = [chosen] + [t for t in REGISTRY if t != chosen]
-    return {t: write_flag(t, ranges, schedule, checkpoint) for t in order}
+    order = [chosen] + [t for t in REGISTRY.values() if t.name != chosen.name]
+    return {t.name: write_flag(t, ranges, schedule, checkpoint) for t in order}
 
 
 # -- proving ------------------------------------------------------------------------------------
@@ -112,11 +111,11 @@ def _intervals(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def dropped_and_trained(
-    trainer: str, text: str, start: LoopStart, until: int
+    trainer: Trainer, text: str, start: LoopStart, until: int
 ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """Run the trainer's loop on `text` from `start` until its counter reaches `until`: the
     sample intervals it drew and dropped (merged), and the batches it trained, in order."""
-    result = run_loop(trainer, start, get_trainer(trainer).parse(text), until=until)
+    result = trainer.run(start, trainer.parse(text), until=until)
     dropped = _intervals(
         [(d.first_sample, d.first_sample + d.size) for d in result.draws if not d.trained]
     )
@@ -125,7 +124,7 @@ def dropped_and_trained(
 
 
 def verify_flag(
-    trainer: str, text: str, ranges: Sequence[Range], schedule: Schedule, checkpoint: int
+    trainer: Trainer, text: str, ranges: Sequence[Range], schedule: Schedule, checkpoint: int
 ) -> str | None:
     """None when `text` makes `trainer` drop exactly the batches of `ranges` and train every
     other batch of the original run (from the restart to one past the last range) in order;
@@ -153,7 +152,7 @@ def verify_flag(
     want_dropped = _intervals([(int(first[i]), int(first[i] + size[i])) for i in sorted(skip)])
     want_trained = [(int(first[i]), int(size[i])) for i in its if i not in skip]
     # A drain does not advance Megatron-DeepSpeed's counter: give its loop room to get as far.
-    until = last + len(skip) if get_trainer(trainer).drains_uncounted else last
+    until = last + len(skip) if trainer.drains_uncounted else last
     dropped, trained = dropped_and_trained(trainer, text, start, until)
     end = int(first[last] + size[last])
     dropped = [(a, min(b, end)) for a, b in dropped if a < end]
@@ -167,13 +166,13 @@ def verify_flag(
         want = want_trained[bad] if bad < len(want_trained) else "nothing"
         ramp = bool((size[checkpoint + 1 : last + 1] != schedule.training.global_batch_size).any())
         return (
-            f"{get_trainer(trainer).flag} cannot say it exactly: its loop would train "
+            f"{trainer.flag} cannot say it exactly: its loop would train "
             f"(first sample, size) {got} where the original run trained {want}"
             + (" (inside the batch-size ramp)" if ramp else "")
         )
     if dropped != want_dropped:
         return (
-            f"{get_trainer(trainer).flag} cannot say it exactly: its loop would drop samples "
+            f"{trainer.flag} cannot say it exactly: its loop would drop samples "
             f"{_show(dropped)} instead of {_show(want_dropped)}"
         )
     return None
@@ -188,8 +187,8 @@ def _show(intervals: list[tuple[int, int]]) -> str:
 
 
 def representable(
-    trainer: str, ranges: Sequence[Range], schedule: Schedule, checkpoint: int
+    trainer: Trainer, ranges: Sequence[Range], schedule: Schedule, checkpoint: int
 ) -> list[Range]:
     """`ranges`, widened where the chosen trainer's syntax cannot keep two of them apart
     (`Trainer.widen`: only BigScience Megatron-DeepSpeed's merging parser needs it)."""
-    return get_trainer(trainer).widen(merge_ranges(expand(ranges)), schedule, checkpoint)
+    return trainer.widen(merge_ranges(expand(ranges)), schedule, checkpoint)

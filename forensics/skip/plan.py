@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dataloaders.schedule import Schedule
+from dataloaders.trainers import Trainer
 from forensics.errors import ForensicsError
 from forensics.skip.flags import TrainerFlag, representable, write_all
 from forensics.skip.ranges import Range, collateral, expand, merge_ranges, sample_ranges
@@ -155,7 +156,7 @@ def _check_types(data: dict[str, Any], where: str) -> None:
 
 
 def plan_flags(
-    trainer: str, chosen: list[int], schedule: Schedule, checkpoint: int
+    trainer: Trainer, chosen: list[int], schedule: Schedule, checkpoint: int
 ) -> tuple[list[Range], list[int], int, dict[str, TrainerFlag]]:
     """The ranges to skip on a restart from `checkpoint` and every trainer's flag for them.
 
@@ -195,10 +196,10 @@ class FlagChoice:
         return not self.ranges or self.flags[self.trainer].flag is not None
 
 
-def choose_flags(trainer: str, chosen: list[int], replayer: Any, checkpoint: int) -> FlagChoice:
+def choose_flags(trainer: Trainer, chosen: list[int], replayer: Any, checkpoint: int) -> FlagChoice:
     """plan_flags over the replayer's schedule (the one its skips and stages are counted in)."""
     ranges, composed, joined, flags = plan_flags(trainer, chosen, replayer.schedule, checkpoint)
-    return FlagChoice(trainer, ranges, composed, joined, flags)
+    return FlagChoice(trainer.name, ranges, composed, joined, flags)
 
 
 def build_skip_plan(

@@ -191,7 +191,7 @@ def config_argument(config: RunConfig) -> str | None:
 
     from forensics.skip.action import shown_path
 
-    source = getattr(config, "source", None)
+    source = config.source
     if source is None or Path(source) == (Path.cwd() / "forensics.yaml").resolve():
         return None
     return str(shown_path(Path(source)))

@@ -45,7 +45,7 @@ def plan_skip(
     """The whole skip plan. Refuses (ForensicsError) when the run's trainer has no exact flag
     for the ranges: a wrong flag would cost a restart."""
     opts, replayer = run.options, run.replayer
-    trainer = opts.trainer or run.config.training.trainer
+    trainer = get_trainer(opts.trainer or run.config.training.trainer)
     choice = choose_flags(
         trainer, chosen_iterations(run, exposure, ahead), replayer, rollback.iteration
     )
@@ -55,14 +55,14 @@ def plan_skip(
             "restart (training.applied_skips) and are skipped again"
         )
     if not choice.exact:
-        ranges, why = choice.ranges, choice.flags[trainer].refusal
+        ranges, why = choice.ranges, choice.flags[trainer.name].refusal
         raise ForensicsError(
-            f"no exact {trainer} skip flag for iterations {ranges[0][0]}-{ranges[-1][1]}: "
+            f"no exact {trainer.name} skip flag for iterations {ranges[0][0]}-{ranges[-1][1]}: "
             f"{why}. Roll back to a checkpoint where it is exact, or rerun "
             f"with --trainer {DEFAULT_TRAINER} to get the block list and remove its documents"
         )
     ahead_info = ahead_summary(ahead, opts.ahead_share)
-    tracked = get_trainer(trainer).reads_tracker and choice.flags[trainer].values
+    tracked = trainer.reads_tracker and choice.flags[trainer.name].values
     plan = build_skip_plan(
         choice,
         replayer,

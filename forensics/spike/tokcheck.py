@@ -88,7 +88,7 @@ def check_tokenizer(replayer: Any, distinct: pl.DataFrame, tokenizer_path: Any) 
         return None
     tokenizer = replayer.tokenizer()
     sequences = sampled_sequences(replayer, distinct)
-    if max((max(s) for s in sequences), default=-1) >= replayer._vocab():
+    if max((max(s) for s in sequences), default=-1) >= replayer.vocab_size():
         return None  # the decoder refuses these ids itself, with its own message
     special = special_ids(tokenizer)
     good = sum(round_trips(tokenizer, s, special) for s in sequences)

@@ -23,6 +23,7 @@ import polars as pl
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from forensics.errors import ForensicsError
 from forensics.triage.config import RunInfo, TriageConfig
+from forensics.triage.formats import get_format
 from forensics.watch.book import EventBook
 from forensics.watch.detect import WindowDetector
 from forensics.watch.follow import LogFollower, Position
@@ -183,7 +184,7 @@ class Watcher:
 
     def _make_reader(self, fmt: str, pos: dict[str, Any] | None, header: str | None) -> None:
         log = self.opts.log
-        if fmt == "tensorboard":
+        if get_format(fmt).follows_events:
             self.follower = TensorBoardFollower(log, TBPosition.from_dict(pos) if pos else None)
             self.parser = TensorBoardParser(log)
         else:

@@ -16,7 +16,8 @@ from typing import Any
 import polars as pl
 
 from forensics.errors import ForensicsError
-from forensics.triage import canonical, readers
+from forensics.triage import canonical
+from forensics.triage.formats.tensorboard_events import event_scalars, scalars_to_raw, scan_notes
 from forensics.triage.tfrecord import RecordScan, iter_records
 
 
@@ -63,11 +64,11 @@ class TensorBoardFollower:
             if size == start:
                 continue
             scan = RecordScan()
-            new = readers.event_scalars(iter_records(f, scan, start), scan)
+            new = event_scalars(iter_records(f, scan, start), scan)
             self.bytes_read += scan.end - start
             self.pos.offsets[key] = scan.end
             scan.truncated_at = None  # a record being written: read again next poll, no warning
-            self.notes.extend(readers.scan_notes(f, scan))
+            self.notes.extend(scan_notes(f, scan))
             if new:
                 batches.append([(step, (tag, value)) for step, tag, value in new])
                 self.pos.line_no += len(new)
@@ -89,7 +90,7 @@ class TensorBoardParser:
     def parse(self, points: list[tuple[int, Any]]) -> pl.DataFrame | None:
         if not points:
             return None
-        raw = readers.scalars_to_raw([(s, t, v) for s, (t, v) in points])
+        raw = scalars_to_raw([(s, t, v) for s, (t, v) in points])
         try:
             return canonical.canonical_rows(raw, "step", self.path, self.notes)
         except ForensicsError as err:

@@ -7,6 +7,8 @@ module must provide, and the pins, run as a shell runs them.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import os
 import subprocess
 from pathlib import Path
@@ -59,7 +61,7 @@ def test_every_trainer_is_listed_once_with_what_tells_it_apart() -> None:
 def test_a_written_flag_parses_back_and_its_restart_line_pins_first(name: str) -> None:
     """Every trainer, gas 4: iterations 21-22 and 40 skipped on a restart from 20."""
     schedule = Schedule(TrainingSpec(global_batch_size=8, micro_batch_size=2, train_iters=100))
-    flag = write_flag(name, [(21, 22), (40, 40)], schedule, 20)
+    flag = write_flag(get_trainer(name), [(21, 22), (40, 40)], schedule, 20)
     assert flag.refusal is None and flag.flag
     assert get_trainer(name).parse(flag.flag)  # the trainer's own parser reads it
     line = restart_line(flag)
@@ -77,7 +79,7 @@ def test_a_written_flag_parses_back_and_its_restart_line_pins_first(name: str) -
 def test_megatron_deepspeed_explains_its_micro_batch_ranges() -> None:
     """gas 4: two skipped iterations are 8 micro-batches; the range reads 21-28."""
     schedule = Schedule(TrainingSpec(global_batch_size=8, micro_batch_size=2, train_iters=100))
-    flag = write_flag(MEGATRON_DEEPSPEED, [(21, 22)], schedule, 20)
+    flag = write_flag(get_trainer(MEGATRON_DEEPSPEED), [(21, 22)], schedule, 20)
     assert flag.flag == "--skip-train-iteration-range 21-28"
     said = get_trainer(MEGATRON_DEEPSPEED).explain(flag.flag, 2)
     assert "the 2 skipped iterations are 8 micro-batches" in said
@@ -121,18 +123,67 @@ def test_megatron_deepspeed_pin_builds_a_new_load_folder_and_leaves_the_old_one(
     assert again.returncode != 0 and snapshot(load) == before
 
 
-def test_a_trainers_name_is_spelled_only_in_its_own_module() -> None:
-    """Nothing outside dataloaders/trainers/ asks which trainer it is by name: every layer looks
-    the trainer up in the registry. (`olmo-core` is also a loader family's `data.format`.)"""
+def _spelled(source: str) -> set[str]:
+    """Every string the code spells: each string constant, the pieces of f-strings, implicit
+    concatenations joined (the parser joins them), and each `|`-separated part (a hand-typed
+    `auto|megatron|...` help)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.add(node.value)
+            out.update(node.value.split("|"))
+    return out
+
+
+def _home(obj: object, *, package: bool = False) -> Path:
+    """The file that defines `obj`'s class (its folder with `package`)."""
+    path = Path(inspect.getfile(type(obj))).resolve()
+    return path.parent if package else path
+
+
+def test_the_name_check_sees_every_spelling() -> None:
+    """What the check below would catch: a plain literal, an f-string piece, a literal split in
+    two, a hand-typed help listing."""
+    assert "olmo-core" in _spelled('x = "olmo-core"')
+    assert "olmo-core" in _spelled('x = f"olmo-core"')
+    assert "olmo-core" in _spelled('x = ("olmo" "-core")')
+    assert "olmo-core" in _spelled('x = "auto|megatron|olmo-core"')
+    assert "olmo-core" not in _spelled("# olmo-core\nx = OLMO_CORE")
+
+
+def test_every_registered_name_is_spelled_only_in_its_home() -> None:
+    """Nothing asks which trainer, loader family, log format or checkpoint kind it has by
+    name: each name is spelled where its object is defined (a trainer's module, a family's
+    package and its `data:` model, a log format's module, a checkpoint reader's module) and
+    every other layer looks the object up in its registry. A name two things share
+    (`olmo-core`: a trainer, a family, a log format and a checkpoint kind) may stand in each
+    one's home."""
+    from dataloaders.families import REGISTRY as FAMILY_REGISTRY
+    from forensics.rescore.kinds import REGISTRY as CHECKPOINT_REGISTRY
+    from forensics.triage.formats import REGISTRY as FORMAT_REGISTRY
     from forensics_testing.repo_paths import REPO_ROOT
 
+    homes: dict[str, set[Path]] = {}
+    for name, trainer in REGISTRY.items():
+        homes.setdefault(name, set()).add(_home(trainer))
+    for name, family in FAMILY_REGISTRY.items():
+        discriminator = Path(inspect.getfile(family.config_model)).resolve()
+        homes.setdefault(name, set()).update({_home(family, package=True), discriminator})
+    for registry in (FORMAT_REGISTRY, CHECKPOINT_REGISTRY):
+        for name, thing in registry.items():
+            homes.setdefault(name, set()).add(_home(thing))
+    assert len(homes) >= len(REGISTRY) + len(FAMILY_REGISTRY)
+
     runtime = [*REPO_ROOT.glob("forensics/**/*.py"), *REPO_ROOT.glob("dataloaders/**/*.py")]
-    outside = [p for p in runtime if "trainers" not in p.relative_to(REPO_ROOT).parts]
-    names = [n for n in TRAINERS if n != OLMO_CORE]
-    found = [
-        f"{p.relative_to(REPO_ROOT)}: {n}"
-        for p in outside
-        for n in names
-        if f'"{n}"' in p.read_text() or f"'{n}'" in p.read_text()
-    ]
+    found, declared = [], set()
+    for path in runtime:
+        spelled = _spelled(path.read_text())
+        for name, allowed in homes.items():
+            if name not in spelled:
+                continue
+            if any(path.resolve() == h or h in path.resolve().parents for h in allowed):
+                declared.add(name)
+            else:
+                found.append(f"{path.relative_to(REPO_ROOT)}: {name!r}")
     assert not found
+    assert declared == set(homes)  # every name is spelled in its home (the check is looking)

@@ -22,6 +22,7 @@ import yaml
 from dataloaders.megatron.indexed import IndexedDatasetWriter
 from dataloaders.run_config import load_config
 from dataloaders.schedule import Schedule
+from dataloaders.trainers import get_trainer
 from forensics.replay import open_replayer
 from forensics.skip import json_fingerprint
 from forensics.skip.plan import SkipPlan, plan_flags
@@ -106,7 +107,9 @@ def write_skip(config: Path, out: Path, blocked: dict[str, list[int]]) -> Path:
     run = load_config(config)
     replayer = open_replayer(run)
     schedule = Schedule(run.training, [s.start_iteration for s in run.data.data_stages])
-    ranges, composed, _, flags = plan_flags(run.training.trainer, [], schedule, ROLLBACK)
+    ranges, composed, _, flags = plan_flags(
+        get_trainer(run.training.trainer), [], schedule, ROLLBACK
+    )
     plan = SkipPlan(
         step=STEP,
         window=[STEP - 10, STEP],

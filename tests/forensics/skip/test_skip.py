@@ -30,6 +30,7 @@ from dataloaders.trainers import (
     MEGATRON_LM_PRE_017,
     OLMO_CORE,
     TRAINERS,
+    get_trainer,
     parse_skip_flag,
     run_loop,
 )
@@ -67,14 +68,16 @@ def _batches(schedule: Schedule, its: list[int]) -> list[tuple[int, int]]:
 
 def test_megatron_lm_current_and_pre_017_differ_by_one() -> None:
     sched = _schedule(gbs=8, iters=200)
-    now = write_flag(MEGATRON_LM, [(101, 103)], sched, 100)
-    old = write_flag(MEGATRON_LM_PRE_017, [(101, 103)], sched, 100)
+    now = write_flag(get_trainer(MEGATRON_LM), [(101, 103)], sched, 100)
+    old = write_flag(get_trainer(MEGATRON_LM_PRE_017), [(101, 103)], sched, 100)
     # training.py:4648 `(iteration + 1) in args.iterations_to_skip`: value k drops logged k.
     assert now.flag == "--iterations-to-skip 101 102 103"
     # before PR #3957 `iteration in args.iterations_to_skip`: value k drops logged k + 1.
     assert old.flag == "--iterations-to-skip 100 101 102"
     # The old string on a current Megatron-LM: one clean batch early, the last culprit trained.
-    dropped, trained = dropped_and_trained(MEGATRON_LM, old.flag, sched.loop_start(90), 110)
+    dropped, trained = dropped_and_trained(
+        get_trainer(MEGATRON_LM), old.flag, sched.loop_start(90), 110
+    )
     assert dropped == [(99 * 8, 102 * 8)] and (102 * 8, 8) in trained
 
 
@@ -85,12 +88,15 @@ def test_bigscience_drains_micro_batches_worked_example() -> None:
     # 10; batch 13 is trained as logged 11, ... batch 20 as 18; to skip 21-22 the range starts
     # at counter 18 + 1 = 19 and drains 8: 19-26.
     sched = _schedule(gbs=16, mbs=2, dp=2, iters=100)
-    flag = write_flag(MEGATRON_DEEPSPEED, [(11, 12), (21, 22)], sched, 10)
+    flag = write_flag(get_trainer(MEGATRON_DEEPSPEED), [(11, 12), (21, 22)], sched, 10)
     assert flag.flag == "--skip-train-iteration-range 11-18 19-26"
     # A range in whole iterations (not micro-batches) drains only 2 / 4 of the first range's
     # samples and leaves the run off the batch boundaries.
     dropped, trained = dropped_and_trained(
-        MEGATRON_DEEPSPEED, "--skip-train-iteration-range 11-12", sched.loop_start(10), 20
+        get_trainer(MEGATRON_DEEPSPEED),
+        "--skip-train-iteration-range 11-12",
+        sched.loop_start(10),
+        20,
     )
     assert dropped == [(160, 168)] and trained[0] == (168, 16)
 
@@ -106,7 +112,10 @@ def test_bigscience_parser_merges_overlaps_and_drops_ranges_behind_the_restart()
     # training.py:884-888: a range ending before the loaded iteration is dropped at start; 12-13
     # fires once the counter is 11 (iteration + 1 = 12) and drains 13 - 11 = 2 micro-batches.
     dropped, _ = dropped_and_trained(
-        MEGATRON_DEEPSPEED, "--skip-train-iteration-range 3-4 12-13", sched.loop_start(10), 20
+        get_trainer(MEGATRON_DEEPSPEED),
+        "--skip-train-iteration-range 3-4 12-13",
+        sched.loop_start(10),
+        20,
     )
     assert dropped == [(44, 52)]
 
@@ -114,19 +123,24 @@ def test_bigscience_parser_merges_overlaps_and_drops_ranges_behind_the_restart()
 def test_bigscience_ranges_too_close_are_refused_or_widened() -> None:
     sched = _schedule(gbs=16, mbs=2, dp=2, iters=100)  # gas 4
     # 11-12 is written 11-18; 15 would start at counter 12 + 1 = 13 <= 18: the parser merges.
-    refused = write_flag(MEGATRON_DEEPSPEED, [(11, 12), (15, 15)], sched, 10)
+    refused = write_flag(get_trainer(MEGATRON_DEEPSPEED), [(11, 12), (15, 15)], sched, 10)
     assert (
         refused.flag is None
         and "would merge the ranges for iterations 11-12 and 15-15" in refused.refusal
     )
     # When it is the run's trainer, the gap is skipped too (the cost shows in the collateral).
-    assert representable(MEGATRON_DEEPSPEED, [(11, 12), (15, 15)], sched, 10) == [(11, 15)]
-    assert representable(MEGATRON_LM, [(11, 12), (15, 15)], sched, 10) == [(11, 12), (15, 15)]
+    assert representable(get_trainer(MEGATRON_DEEPSPEED), [(11, 12), (15, 15)], sched, 10) == [
+        (11, 15)
+    ]
+    assert representable(get_trainer(MEGATRON_LM), [(11, 12), (15, 15)], sched, 10) == [
+        (11, 12),
+        (15, 15),
+    ]
 
 
 def test_argonne_pairs_and_olmo_core_stop_exclusive() -> None:
     sched = _schedule(gbs=16, mbs=2, dp=2, iters=100)
-    flags = write_all(MEGATRON_LM, [(11, 12), (15, 15)], sched, 10)
+    flags = write_all(get_trainer(MEGATRON_LM), [(11, 12), (15, 15)], sched, 10)
     # training.py:1295: `i <= (iteration + 1) <= j` for pairs (i, j): inclusive, 1-indexed.
     assert flags[MEGATRON_DEEPSPEED_ARGONNE].flag == "--train-range-to-skip 11 12 15 15"
     # trainer.py:1489: `start <= global_step < stop` after `global_step += 1`.
@@ -145,14 +159,18 @@ def test_ramp_refusals_name_the_ramp() -> None:
     sched = _schedule(gbs=16, mbs=2, dp=2, train_samples=2000, rampup_batch_size=(4, 4, 256))
     assert sched.batch_size[1] == 4 and sched.batch_size[60] == 16
     # Megatron-LM draws the same ramp batch it would have trained: exact.
-    assert write_flag(MEGATRON_LM, [(5, 6)], sched, 2).flag == "--iterations-to-skip 5 6"
+    assert (
+        write_flag(get_trainer(MEGATRON_LM), [(5, 6)], sched, 2).flag == "--iterations-to-skip 5 6"
+    )
     # DeepSpeed's counters lag after a drain, so the batches after it are sized differently.
-    ds = write_flag(MEGATRON_DEEPSPEED, [(5, 6)], sched, 2)
+    ds = write_flag(get_trainer(MEGATRON_DEEPSPEED), [(5, 6)], sched, 2)
     assert ds.flag is None and "ramp" in ds.refusal
     # argonne drains the static gradient-accumulation steps (4 micro-batches), not the ramp's.
-    assert write_flag(MEGATRON_DEEPSPEED_ARGONNE, [(5, 6)], sched, 2).flag is None
+    assert write_flag(get_trainer(MEGATRON_DEEPSPEED_ARGONNE), [(5, 6)], sched, 2).flag is None
     # Past the ramp, all are exact again.
-    assert all(f.flag for f in write_all(MEGATRON_LM, [(120, 121)], sched, 110).values())
+    assert all(
+        f.flag for f in write_all(get_trainer(MEGATRON_LM), [(120, 121)], sched, 110).values()
+    )
 
 
 # -- randomised: every written string drops exactly the intended batches -----------------------
@@ -183,8 +201,8 @@ def test_written_flags_drop_exactly_the_intended_batches(seed: int) -> None:
         density = rng.random() * 0.3
         its = [i for i in range(checkpoint + 1, checkpoint + 100) if rng.random() < density]
         trainer = rng.choice(TRAINERS)
-        ranges = representable(trainer, merge_ranges(its), sched, checkpoint)
-        flags = write_all(trainer, ranges, sched, checkpoint)
+        ranges = representable(get_trainer(trainer), merge_ranges(its), sched, checkpoint)
+        flags = write_all(get_trainer(trainer), ranges, sched, checkpoint)
         skip = set(expand(ranges))
         last = max(skip, default=checkpoint) + 1
         want_trained = _batches(
@@ -249,7 +267,7 @@ def test_applied_megatron_lm_skips_keep_numbers_and_mark_rows() -> None:
     # A new rollback before them composes them in: the restart must skip them again.
     from forensics.skip.plan import plan_flags
 
-    ranges, composed, _, flags = plan_flags(MEGATRON_LM, [50], sched, 30)
+    ranges, composed, _, flags = plan_flags(get_trainer(MEGATRON_LM), [50], sched, 30)
     assert composed == [45, 46] and ranges == [(45, 46), (50, 50)]
     assert flags[MEGATRON_LM].flag == "--iterations-to-skip 45 46 50"
 
@@ -278,13 +296,13 @@ def test_applied_bigscience_skips_shift_the_data() -> None:
     # Its checkpoints count consumed samples without the drain: a rollback to 20 would resume
     # 32 samples early, so no flag is exact there.
     assert int(sched.consumed[20]) == 20 * 16
-    refused = write_flag(MEGATRON_LM, [(30, 30)], sched, 20)
+    refused = write_flag(get_trainer(MEGATRON_LM), [(30, 30)], sched, 20)
     assert refused.flag is None and "drain" in refused.refusal
 
 
 def test_unknown_trainer_is_a_one_line_error() -> None:
     with pytest.raises(ForensicsError, match="unknown trainer 'megatron'"):
-        write_flag("megatron", [(5, 5)], _schedule(), 1)
+        write_flag(get_trainer("megatron"), [(5, 5)], _schedule(), 1)
     with pytest.raises(ValueError, match="unknown trainer"):
         TrainingSpec(global_batch_size=8, train_iters=10, trainer="nemo")
 

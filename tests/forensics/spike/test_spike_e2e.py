@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from dataloaders.trainers import get_trainer
 from forensics.errors import ForensicsError
 from forensics.skip import expand
 from forensics.skip.flags import verify_flag
@@ -141,7 +142,10 @@ def test_flag_strings_drop_exactly_the_skipped_batches(run: dict) -> None:
         if flag["flag"] is None:  # only where that trainer's syntax cannot say it, with why
             assert name == "megatron-deepspeed" and "would merge the ranges" in flag["refusal"]
             continue
-        assert verify_flag(name, flag["flag"], skip["iterations"], schedule, checkpoint) is None
+        assert (
+            verify_flag(get_trainer(name), flag["flag"], skip["iterations"], schedule, checkpoint)
+            is None
+        )
     assert skip["flags"]["megatron-lm"]["flag"].split()[1:] == [str(i) for i in sorted(want)]
     gbs = SPEC.global_batch_size  # constant batch: iteration i is samples [(i-1)B, iB)
     samples = {s for lo, hi in skip["samples"] for s in range(lo, hi)}
@@ -180,7 +184,9 @@ def _flags_only_files_parse_back(out: Path, skip: dict, schedule, checkpoint: in
             words = words[len(pin) :]
         else:  # a pin that is not a flag stays out of the file (the report says it beside)
             assert flag["pin"] not in text and str(checkpoint) in flag["pin"], name
-        got = verify_flag(name, " ".join(words), skip["iterations"], schedule, checkpoint)
+        got = verify_flag(
+            get_trainer(name), " ".join(words), skip["iterations"], schedule, checkpoint
+        )
         assert got is None, (name, got)
 
 

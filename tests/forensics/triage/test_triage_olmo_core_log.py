@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from forensics.errors import ForensicsError
-from forensics.triage.olmo_core_log import number, skipped_steps
+from forensics.triage.formats.olmo_core import number, skipped_steps
 from forensics.triage.readers import detect_format, read_log_with_warnings
 from forensics.watch.parse import ChunkParser, detect_line_format
 

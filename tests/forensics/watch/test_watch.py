@@ -24,7 +24,7 @@ import pytest
 import forensics_testing.watch_trainer as watch_trainer
 from forensics.triage.analyze import triage
 from forensics.triage.config import TriageConfig
-from forensics.triage.readers import megatron_raw
+from forensics.triage.formats.megatron import megatron_raw
 from forensics.watch.loop import Watcher, WatchOptions
 from forensics_testing.repo_paths import REPO_ROOT
 from forensics_testing.watch_trainer import RECOVERY_WINDOW, scenario

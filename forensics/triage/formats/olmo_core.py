@@ -1,5 +1,5 @@
-"""OLMo-core's console log: one record per logged step, a progress marker then one indented
-`name=value` line per metric.
+"""OLMo-core's console log (`--format olmo-core`): one record per logged step, a progress
+marker then one indented `name=value` line per metric.
 
 The format, from ai2-olmo-core 3.0.0 (allenai/OLMo-core fa6c5014c9 has the same lines):
 - olmo_core/train/callbacks/console_logger.py `log_metrics`: the record is
@@ -22,9 +22,16 @@ trainer.py `_log_metrics` runs again once the checkpointer's post_step has saved
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
+from typing import ClassVar
 
 import polars as pl
+
+from forensics.errors import ForensicsError
+from forensics.triage.formats.base import Head, LineState, LogFormat
+from forensics.triage.formats.text import line_frame, numbered_lines
 
 # `[step=310/450,epoch=1,eta=...]` (the marker may follow the logging prefix).
 MARKER_RE = r"\[step=(\d+)/[^,\]]*,epoch=\d+"
@@ -33,6 +40,48 @@ SKIP_RE = re.compile(r"Skipping training on step ([\d,]+) intentionally")
 # setup_logging's record prefix for the library's own loggers (asctime, host:rank, name:line, level)
 _PREFIX_RE = r"(?m)^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d{3}\t[^\t]*\tolmo_core[\w.]*:\d+\t[A-Z]+\t"
 _SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+
+_MARKER = re.compile(MARKER_RE)
+
+
+class OlmoCoreLog(LogFormat):
+    """OLMo-core's console log: a `[step=N/M,epoch=E]` marker, then `    name=value` metric
+    lines."""
+
+    name: ClassVar[str] = "olmo-core"
+    grows = True
+
+    def recognises(self, head: Head) -> bool:
+        if looks_like_olmo_core(head.text):
+            return True
+        if is_olmo_core_log(head.text):
+            raise ForensicsError(
+                f"{head.path}: an OLMo-core log without a '[step=N/M,epoch=E]' metrics record yet"
+            )
+        return False
+
+    def read(self, path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
+        raw = olmo_core_raw(numbered_lines(path))
+        if raw is None:
+            raise ForensicsError(f"{path}: no OLMo-core '[step=N/M,epoch=E]' records with metrics")
+        return raw, "line"
+
+    def parse_lines(self, lines: list[tuple[int, str]], state: LineState) -> pl.DataFrame | None:
+        """Records span lines (a marker, then its metrics), and a checkpoint step logs two
+        records: the newest step's records wait in `state.header` until another step's marker
+        arrives."""
+        held = [tuple(x) for x in json.loads(state.header)] if state.header else []
+        lines = [*held, *lines]
+        markers = [(i, m.group(1)) for i, (_, t) in enumerate(lines) if (m := _MARKER.search(t))]
+        cut = len(lines)
+        for i, step in reversed(markers):
+            if step != markers[-1][1]:
+                break
+            cut = i
+        state.header = json.dumps(lines[cut:]) if cut < len(lines) else None
+        if cut == 0:
+            return None
+        return olmo_core_raw(line_frame(lines[:cut]))
 
 
 def looks_like_olmo_core(head: str) -> bool:
