@@ -224,3 +224,35 @@ def _replay(
         }
     )
     return table.with_row_index("sample_index").with_columns(pl.col("sample_index").cast(pl.Int64))
+
+
+def split_burst(run: GeneratedRun, parts: int) -> tuple[GeneratedRun, list[str]]:
+    """The dirty batch's documents dealt round-robin over `parts` new datasets (each its own
+    source, crawl batch and file), in the window and in the baseline alike: one burst that no
+    single source value holds, the way a burst of one kind of text falls into several embedding
+    clusters by topic. Returns the run and the new crawl batch names. The replay table is not
+    relabelled (tests of the cluster table read the window and the baseline only)."""
+    if run.dirty_batch is None:
+        raise ValueError("split_burst: the run has no dirty batch")
+    dirty = pl.col("crawl_batch") == run.dirty_batch
+    part = (pl.col("_i") % parts).cast(pl.Utf8)
+    names = {
+        "dataset": "burst_" + part,
+        "source": "burst_" + part + "/burst",
+        "crawl_batch": "burst-" + part,
+        "file": "burst_" + part + "/burst.jsonl",
+    }
+
+    def deal(table: pl.DataFrame) -> pl.DataFrame:
+        return (
+            table.with_row_index("_i")
+            .with_columns(
+                *[pl.when(dirty).then(v).otherwise(pl.col(k)).alias(k) for k, v in names.items()]
+            )
+            .drop("_i")
+        )
+
+    split = GeneratedRun(
+        deal(run.window), deal(run.baseline), run.replay, run.dirty_batch, run.clean_batches
+    )
+    return split, [f"burst-{k}" for k in range(parts)]

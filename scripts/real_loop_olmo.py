@@ -15,10 +15,9 @@ model's view from the trainer's own checkpoint), and a restart from the rollback
    console log to OUT/<run>/train.log, checkpoints every --save-interval steps. `forensics watch`
    follows the burst run's log while it trains.
 3. `forensics triage` on the log, `forensics spike --config` (the run config read from the save
-   folder, plus the byte tokenizer) `--checkpoint <save>/step<R>` `--skip-ahead` at triage's
-   peak: the spike analysis and the model's view. When no cluster is dirty by the data, the
-   cluster the model choked on most among those new or over-represented in the window is blamed
-   with `--culprit` (what an engineer reading the report does next); the summary says which.
+   folder, plus the byte tokenizer) `--checkpoint <save>/step<R>` `--skip-ahead` at the end of
+   triage's spike: the data side names the culprit, the model's view (the checkpoint before
+   the burst) says whether it choked on it. No cluster is chosen by hand.
 4. The restart: a new save folder, `--trainer.load_path=<save>/step<rollback>` and the words of
    restart-olmo-core.flags, as overrides of the training script. Its log's "Skipping training on
    step N intentionally..." lines must be exactly the skip plan's steps.
@@ -47,6 +46,10 @@ OLMO_PY = ROOT / ".venv-olmo" / "bin" / "python"
 TRAIN = ROOT / "scripts" / "olmo_loop_train.py"
 EOS, PAD = 256, 257
 MIN_REPEATS = 32
+# what the summary keeps of each blamed cluster (report.json's names)
+CULPRIT_KEYS = ("id", "docs", "baseline_docs", "new_in_window", "flagged_rate",
+                "rest_flagged_rate", "baseline_flagged_rate", "data_verdict", "verdict",
+                "loss_z", "top_reasons")  # fmt: skip
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
@@ -127,7 +130,15 @@ def write_data(out: Path, a: argparse.Namespace) -> dict[str, Any]:
             burst[i * a.seq - 1] = control[i * a.seq - 1] = EOS
     burst.tofile(out / "data" / "burst" / "part-0.npy")
     control.tofile(clean)
-    return {"instances": len(train) // a.seq, "burst_instances": len(slots), "plan": plan}
+    # each burst instance is one document: its number in the file is the EOS count before it
+    ends = np.flatnonzero(burst == EOS)
+    doc_ids = sorted(int(np.searchsorted(ends, i * a.seq)) for i in slots)
+    return {
+        "instances": len(train) // a.seq,
+        "burst_instances": len(slots),
+        "burst_doc_ids": doc_ids,
+        "plan": plan,
+    }
 
 
 def spec_for(out: Path, a: argparse.Namespace, run: str, data: Path, **extra: Any) -> Path:
@@ -258,9 +269,8 @@ def _spikes(events: Any) -> list[dict[str, Any]]:
 def analyse(out: Path, save: Path, onset: int, event: dict[str, Any]) -> dict[str, Any]:
     """`forensics spike` at the end of triage's spike, its window back to the newest checkpoint
     before the spike (the model's view is read from that checkpoint), the densest iterations
-    ahead added to the skip. The run config is read from the save folder. When no cluster is
-    dirty by the data, the engineer's next step: blame the cluster the model choked on most
-    among those new or over-represented in the window (`--culprit`)."""
+    ahead added to the skip. The run config is read from the save folder. The culprit is the
+    spike analysis's own: a run where it names none stops here."""
     import yaml
 
     from dataloaders.olmo_core.saved_config import run_config_from_save_folder
@@ -280,26 +290,10 @@ def analyse(out: Path, save: Path, onset: int, event: dict[str, Any]) -> dict[st
     start = time.perf_counter()
     forensics(*cmd)
     skip = json.loads((spike_dir / "skip.json").read_text())
-    blamed_by = "the spike analysis's verdict"
     if not skip.get("culprit_clusters"):
-        pick = model_pick(json.loads((spike_dir / "report.json").read_text()))
-        if pick is None:
-            sys.exit(f"no culprit and no cluster the model choked on: see {spike_dir}")
-        forensics(*cmd, "--culprit", pick)
-        skip = json.loads((spike_dir / "skip.json").read_text())
-        blamed_by = f"--culprit {pick}: the model's choice (no cluster dirty by the data)"
+        sys.exit(f"the spike analysis named no culprit: see {spike_dir / 'report.md'}")
     wall = time.perf_counter() - start
-    return {"skip": skip, "checkpoint": before, "blamed_by": blamed_by, "wall_s": wall}
-
-
-def model_pick(report: dict[str, Any]) -> str | None:
-    """The cluster new or over-represented in the window with the highest model loss z (>3)."""
-    found = [
-        c
-        for c in report["clusters"]
-        if (c.get("new_in_window") or c.get("over_represented")) and (c.get("loss_z") or 0) > 3
-    ]
-    return max(found, key=lambda c: c["loss_z"])["id"] if found else None
+    return {"skip": skip, "checkpoint": before, "wall_s": wall}
 
 
 def restart(out: Path, a: argparse.Namespace, burst_save: Path, skip: dict[str, Any]) -> float:
@@ -392,18 +386,21 @@ def summarise(
     planned = sorted(expand(skip["iterations"]))
     report = json.loads((a.out / "spike" / "report.json").read_text())
     culprits = skip.get("culprit_clusters") or []
-    loss_z = [c.get("loss_z") for c in report["clusters"] if c["id"] in culprits]
+    blamed = [c for c in report["clusters"] if c["id"] in culprits]
+    loss_z = [c.get("loss_z") for c in blamed]
     burst_curve = curve(a.out / "burst" / "train.log")
     pre = pre_level(burst_curve, a)
     summary = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
         "instances": data["instances"],
         "burst_instances": data["burst_instances"],
+        "burst_doc_ids": data["burst_doc_ids"],
         "watch_spikes": [e for e in watch_events(watch_dir) if "spike" in str(e.get("kind"))],
         "triage_spike": event,
         "blamed": {k: skip.get(k) for k in ("documents", "culprit_clusters", "rollback")},
+        "culprits": [{k: c.get(k) for k in CULPRIT_KEYS} for c in blamed],
         "rescore_checkpoint": found["checkpoint"],
-        "blamed_by": found["blamed_by"],
+        "spike_command": skip.get("provenance", {}).get("command"),
         "culprit_loss_z": max((z for z in loss_z if z is not None), default=None),
         "model_agreement": (report.get("model") or {}).get("agreement"),
         "planned_skip": planned,

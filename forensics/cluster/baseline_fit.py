@@ -101,18 +101,22 @@ def fitted_verdicts(
         P_MAX,
         assign_verdicts,
         baseline_rule,
-        dirty_rule,
+        window_dirty_rule,
     )
 
     if clusters.height:
         clusters = clusters.join(window_presence(clusters, window_docs, replay, window), on="id")
         clusters = clusters.join(expected_shares(clusters, blend), on="id")
-    # Stand-in evidence for dirty groups only: a clean group is never made a suspect by it.
+    # Stand-in evidence for dirty groups only: a clean group is never made a suspect by it. The
+    # dirt that stands in is the window's own (dirtier than the rest of the window): a baseline
+    # that cannot judge shares cannot give the background rate either, and a group dirtier than
+    # the baseline may be all of the window's data (a run's only dataset), not a part of it.
     evidence, represented = None, None
     if fit.too_small:  # nothing to compare with: the dirt decides (nesting names the group)
-        evidence = dirty_rule()
+        evidence = window_dirty_rule()
     elif fit.switch_between:
-        evidence = dirty_rule() & (pl.col("new_in_window") | (pl.col("density") >= BURST_FACTOR))
+        burst = pl.col("new_in_window") | (pl.col("density") >= BURST_FACTOR)
+        evidence = window_dirty_rule() & burst
     if evidence is not None and blend is not None:
         over_blend = (pl.col("blend_ratio") >= MIN_ENRICHMENT) & (pl.col("blend_p_value") < P_MAX)
         represented = (

@@ -290,6 +290,7 @@ def _weighted_statistics(
         n_window=n_w,
         n_baseline=n_b,
         n_flagged_window=int(window["_flag"].sum()),
+        n_flagged_baseline=int(baseline["_flag"].sum()),
         enrichment_raw_p=stratified_share_p(share_w, var_w, share_b, var_b, n_w, n_b),
     )
     # Shares and rates from the weighted estimates (unbiased), not from the rounded counts.

@@ -50,6 +50,8 @@ CLUSTER_COLUMNS: tuple[str, ...] = (
     "spam_rate",
     "rest_flagged_rate",
     "flag_p_value",
+    "baseline_flagged_rate",
+    "baseline_flag_p_value",
     "suspicion",
     "top_reasons",
     "aliases",
@@ -262,6 +264,7 @@ def cluster_sources(
         n_window=window.height,
         n_baseline=baseline.height,
         n_flagged_window=int(window["_flag"].sum()),
+        n_flagged_baseline=int(baseline["_flag"].sum()),
     )
     out = groups.with_columns(
         pl.Series("id", [f"s{i}" for i in range(groups.height)]),
@@ -356,6 +359,8 @@ def empty_clusters() -> pl.DataFrame:
             "spam_rate": pl.Float64,
             "rest_flagged_rate": pl.Float64,
             "flag_p_value": pl.Float64,
+            "baseline_flagged_rate": pl.Float64,
+            "baseline_flag_p_value": pl.Float64,
             "suspicion": pl.Float64,
             "top_reasons": pl.List(pl.Utf8),
             "aliases": pl.List(pl.Utf8),

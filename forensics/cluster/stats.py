@@ -2,8 +2,13 @@
 
 Why one function for both kinds: a crawl batch and an embedding cluster answer the same two
 questions (is it over-represented in the window compared with the baseline? are its documents
-flagged far more often than the rest of the window?), and the verdict rule must read the same
+flagged far more often than the data around them?), and the verdict rule must read the same
 numbers for both, or the ranking across kinds means nothing.
+
+"The data around them" has two estimates, and each is tested: the rest of the window (the same
+iterations, so the same blend) and the baseline (the data before the spike). The verdict rule
+reads the first, and the second where the rest of the window is itself dirty (a burst filling
+most of the window: the rest of a burst group is the burst's other groups).
 
 Shares are over *documents*: one row per distinct document consumed in the window (or the
 baseline), however many samples touched it. A document repeated in many samples is one unit of
@@ -86,6 +91,24 @@ def flagged_p(flagged: np.ndarray, docs: np.ndarray, n_window: int, n_flagged_wi
     return hypergeom.sf(f - 1, n_window, n_flagged_window, d)
 
 
+def baseline_flagged_p(
+    flagged: np.ndarray, docs: np.ndarray, n_baseline: int, n_flagged_baseline: int
+) -> np.ndarray:
+    """One-sided exact (Fisher) test that a group's documents are flagged more often than the
+    baseline's documents.
+
+    The 2x2 table per group is [[flagged, docs - flagged], [fb, n_baseline - fb]] with fb =
+    `n_flagged_baseline`; with its margins fixed the group's flagged count is a hypergeometric
+    draw of `docs` from the pooled docs + n_baseline documents, of which flagged + fb are
+    flagged. p = P(X >= flagged), scipy.stats.fisher_exact(alternative="greater") vectorised.
+    """
+    from scipy.stats import hypergeom
+
+    f = np.asarray(flagged, dtype=np.int64)
+    d = np.asarray(docs, dtype=np.int64)
+    return hypergeom.sf(f - 1, d + n_baseline, f + n_flagged_baseline, d)
+
+
 def group_statistics(
     docs: np.ndarray,
     flagged: np.ndarray,
@@ -96,6 +119,7 @@ def group_statistics(
     n_baseline: int,
     n_flagged_window: int,
     enrichment_raw_p: np.ndarray | None = None,
+    n_flagged_baseline: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Shares, enrichment, corrected p-values, flagged rates and suspicion for every group.
 
@@ -109,6 +133,10 @@ def group_statistics(
     is new in the window (c = 0); `new_in_window` says so explicitly. `enrichment_raw_p`
     replaces the exact test's uncorrected p-values (embedding clusters, whose counts are
     estimates from a sample, pass a design-based test); the Holm correction still applies.
+
+    `n_flagged_baseline`: the baseline's flagged documents. Each group's flagged count is then
+    also tested against the baseline's rate (`baseline_flag_p_value`, Holm-corrected over the
+    groups like `flag_p_value`); without it that test is not made (p = 1, rate NaN).
     """
     a = np.asarray(docs, dtype=np.float64)
     c = np.asarray(baseline_docs, dtype=np.float64)
@@ -133,6 +161,13 @@ def group_statistics(
     raw = enrichment_p(a, c, nw, nb) if enrichment_raw_p is None else enrichment_raw_p
     p_value = np.maximum(holm(raw), P_FLOOR)
     flag_p_value = np.maximum(holm(flagged_p(f, a, nw, n_flagged_window)), P_FLOOR)
+    if n_flagged_baseline is None:
+        baseline_rate = np.full(a.shape, np.nan)
+        baseline_flag_p = np.ones(a.shape)
+    else:
+        baseline_rate = np.full(a.shape, min(1.0, n_flagged_baseline / nb))
+        raw_b = baseline_flagged_p(f, a, int(n_baseline), int(n_flagged_baseline))
+        baseline_flag_p = np.maximum(holm(raw_b), P_FLOOR)
 
     shrunk = (f + SHRINK_DOCS * rest_rate) / (a + SHRINK_DOCS)
     excess = np.maximum(0.0, shrunk - rest_rate)
@@ -151,6 +186,8 @@ def group_statistics(
         "spam_rate": spam_rate,
         "rest_flagged_rate": rest_rate,
         "flag_p_value": flag_p_value,
+        "baseline_flagged_rate": baseline_rate,
+        "baseline_flag_p_value": baseline_flag_p,
         "suspicion": suspicion,
         "new_in_window": new_in_window,
     }

@@ -2,10 +2,21 @@
 
 The rule needs both halves of the story before it blames a cluster: the cluster must be
 over-represented in the window compared with the baseline (that is what changed before the
-spike) and its documents must be flagged far more often than the rest of the window (that is
-what could hurt the model). One half alone makes a suspect. A cluster that only looks dirty
-because it overlaps a higher-ranked culprit (the culprit crawl batch's domains, the dataset that
-contains it) is a suspect "explained by" that culprit, so the report names one culprit, not five.
+spike) and its documents must be flagged far more often than the data around them (that is
+what could hurt the model). One half alone makes a suspect.
+
+"The data around them" is the rest of the window: the same iterations, the same blend. It
+stops being a background when it is itself dirty: when a burst fills most of the window, the
+rest of each burst group is the burst's other groups (one burst falls into several embedding
+clusters by topic), and no group is 5x dirtier than that. So a group the rest of the window
+cannot show dirty however strong its evidence (5x the rest's flagged rate is above its own) is
+compared with the baseline instead: the rate the data had before the spike. A group as common
+before the spike as in it is not over-represented, so this never makes it a culprit; a group
+that is the whole window has no rest and is never dirty.
+
+A cluster that only looks dirty because it overlaps a higher-ranked culprit (the culprit crawl
+batch's domains, the dataset that contains it) is a suspect "explained by" that culprit, so the
+report names one culprit, not five.
 
 Thresholds are calibrated on generated windows with the scorer's ~1% false-positive rate: a
 clean window yields no culprit (tests/forensics/cluster/).
@@ -29,7 +40,9 @@ RULE = (
     f"over-represented = Holm-corrected exact-test p < {P_MAX:g} and enrichment >= "
     f"{MIN_ENRICHMENT:g} (a group new in the window qualifies when significant); dirty = flagged "
     f"rate >= max({FLAG_FLOOR:g}, {FLAG_RATIO:g} x the rest of the window's rate) and the "
-    f"Holm-corrected exact test of its flagged count p < {P_MAX:g}. culprit = over-represented "
+    f"Holm-corrected exact test of its flagged count p < {P_MAX:g}; where {FLAG_RATIO:g} x the "
+    "rest of the window's rate is above the group's own (a burst filling the window), the same "
+    "against the baseline's flagged rate, by its own exact test. culprit = over-represented "
     "and dirty; suspect = exactly one of the two, or a culprit whose dirty documents are mostly "
     "inside a higher-ranked culprit (explained by it); clean otherwise. Flagged = garbage or spam "
     "score >= 0.5. Shares are over distinct documents."
@@ -46,9 +59,52 @@ def baseline_rule() -> pl.Expr:
     return (pl.col("p_value") < P_MAX) & (pl.col("enrichment") >= MIN_ENRICHMENT)
 
 
-def dirty_rule() -> pl.Expr:
+def window_dirty_rule() -> pl.Expr:
+    """Flagged far more often than the rest of the window."""
     floor = pl.max_horizontal(pl.lit(FLAG_FLOOR), FLAG_RATIO * pl.col("rest_flagged_rate"))
     return (pl.col("flagged_rate") >= floor) & (pl.col("flag_p_value") < P_MAX)
+
+
+def baseline_dirty_rule() -> pl.Expr:
+    """Out of the window test's reach (5x the rest's rate is above the group's) and flagged far
+    more often than the baseline; false where the baseline was not tested."""
+    reach = FLAG_RATIO * pl.col("rest_flagged_rate") > pl.col("flagged_rate")
+    floor = pl.max_horizontal(pl.lit(FLAG_FLOOR), FLAG_RATIO * pl.col("baseline_flagged_rate"))
+    held = reach & (pl.col("flagged_rate") >= floor) & (pl.col("baseline_flag_p_value") < P_MAX)
+    return held.fill_null(False)
+
+
+def dirty_rule() -> pl.Expr:
+    """Dirty against the rest of the window, or against the baseline where the rest of the
+    window is too dirty to tell (module docstring)."""
+    return window_dirty_rule() | baseline_dirty_rule()
+
+
+def dirty_against(row: dict) -> str | None:
+    """Which background a group is dirty against, as the report words it: "the rest of the
+    window", "the baseline" (dirty_rule's two halves), or None when it is not dirty."""
+    rate = row.get("flagged_rate") or 0.0
+    rest = row.get("rest_flagged_rate") or 0.0
+    if rate >= max(FLAG_FLOOR, FLAG_RATIO * rest) and (row.get("flag_p_value") or 1.0) < P_MAX:
+        return "the rest of the window"
+    base = row.get("baseline_flagged_rate")
+    if base is None or base != base or FLAG_RATIO * rest <= rate:  # NaN: not tested
+        return None
+    held = rate >= max(FLAG_FLOOR, FLAG_RATIO * base)
+    return "the baseline" if held and (row.get("baseline_flag_p_value") or 1.0) < P_MAX else None
+
+
+def background_rate(row: dict) -> float:
+    """The flagged rate a group is compared with: the baseline's when only that test makes it
+    dirty, else the rest of the window's."""
+    if dirty_against(row) == "the baseline":
+        return float(row["baseline_flagged_rate"])
+    return float(row.get("rest_flagged_rate") or 0.0)
+
+
+def dirty_floor(row: dict) -> float:
+    """The flagged rate a group's documents must reach to be dirty against its background."""
+    return max(FLAG_FLOOR, FLAG_RATIO * background_rate(row))
 
 
 def assign_verdicts(
@@ -102,9 +158,7 @@ def assign_verdicts(
     flagged_sets = [set(m or []) for m in flagged["flagged_members"].to_list()]
     members = flagged["members"].to_list()
     member_sets = [set(m or []) for m in members]
-    floors = [
-        max(FLAG_FLOOR, FLAG_RATIO * (r or 0.0)) for r in flagged["rest_flagged_rate"].to_list()
-    ]
+    floors = [dirty_floor(row) for row in flagged.iter_rows(named=True)]
     explained = _nest_source_culprits(verdicts, ids, kinds, flagged_sets, member_sets, floors)
     culprit_rows = [
         (ids[j], set(members[j] or []))

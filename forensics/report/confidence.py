@@ -2,7 +2,8 @@
 
 An engineer deciding between a rebuild and a restart wants to know how much rests on the blame:
 - data side: how unusual the culprit is in the window (over-representation, or newness at a
-  mixture switch) and how dirty (its flagged rate against the rest of the window's);
+  mixture switch) and how dirty (its flagged rate against the rest of the window's, or against
+  the baseline's when only that test makes it dirty: cluster/verdict.py);
 - model side: what the checkpoint's losses said about it, when a checkpoint was rescored;
 - the loss: how much of the window's loss excess the culprit's per-iteration share explains.
 
@@ -26,7 +27,9 @@ NOISE_SIGMAS = 3.0  # loss within this many robust sigmas of the clean level is 
 
 def data_grade(top: dict[str, Any]) -> str:
     """strong / moderate / weak, from the culprit's two halves of the evidence."""
-    rest = max(float(top.get("rest_flagged_rate") or 0.0), 1e-3)
+    from forensics.cluster.verdict import background_rate
+
+    rest = max(background_rate(top), 1e-3)
     dirt = float(top.get("flagged_rate") or 0.0) / rest
     unusual = float(top.get("p_value") or 1.0) < STRONG_P or bool(top.get("new_in_window"))
     if unusual and dirt >= STRONG_RATIO and float(top.get("flagged_rate") or 0) >= 0.5:
@@ -114,11 +117,16 @@ def confidence_lines(report: Any) -> list[tuple[str, str]]:
     top = report.culprit
     if top is None:
         return []
+    from forensics.cluster.verdict import background_rate, dirty_against
+
     grade = data_grade(top)
-    how = "new at a mixture switch" if top.get("new_in_window") else "over-represented"
+    how = "over-represented"
+    if top.get("new_in_window"):
+        how = "new at a mixture switch" if report.switch_before_spike else "new in the window"
+    where = "the baseline" if dirty_against(top) == "the baseline" else "the rest of the window"
     data = (
         f"data: {grade} ({how}, {100 * float(top.get('flagged_rate') or 0):.0f}% flagged against "
-        f"{100 * float(top.get('rest_flagged_rate') or 0):.1f}% in the rest of the window)"
+        f"{100 * background_rate(top):.1f}% in {where})"
     )
     loss = loss_text(report.loss_fit)
     return [("HOW SURE", data), ("", model_side(report, top)), ("", loss)]

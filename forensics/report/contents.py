@@ -80,6 +80,12 @@ class SpikeReport:
         """The data stages' first iterations, when the pipeline said (the incident)."""
         return list(self.incident.stage_starts) if self.incident is not None else []
 
+    @property
+    def switch_before_spike(self) -> bool:
+        """A data stage starts after the baseline and by the window's end: a group new in the
+        window may have come with the new blend."""
+        return any(self.baseline[1] < s <= self.window[1] for s in self.stage_starts)
+
 
 def cluster_name(row: dict[str, Any]) -> str:
     """ "crawl_batch=crawl-2026-10-17" for a source cluster, "embedding e3" for an embedding one."""

@@ -10,11 +10,12 @@ notes (the pipeline's remarks: stage crossings, how the baseline was chosen, ...
 rules (verdict rule, suspicion formula), embedding_sample, skip, culprit_share (per iteration),
 and clusters sorted by suspicion, each with id, kind, facet, key, docs, baseline_docs,
 window_share, baseline_share, enrichment, p_value, new_in_window, flagged_rate, garbage_rate,
-spam_rate, rest_flagged_rate, flag_p_value, suspicion, verdict, label, explained_by, top_reasons,
-the window presence (density, iterations_with, peak_share, peak_iteration, sample_share) and
-the blend's expectation (expected_share, blend_ratio, blend_p_value, blend_stages; null where
-unknown), aliases, dominant_sources (embedding), embedded (embedding), examples [doc_id,
-dataset, excerpt, reasons, scores]. Member lists are internal and left out.
+spam_rate, rest_flagged_rate, flag_p_value, baseline_flagged_rate, baseline_flag_p_value,
+suspicion, verdict, label, explained_by, top_reasons, the window presence (density,
+iterations_with, peak_share, peak_iteration, sample_share) and the blend's expectation
+(expected_share, blend_ratio, blend_p_value, blend_stages; null where unknown), aliases,
+dominant_sources (embedding), embedded (embedding), examples [doc_id, dataset, excerpt,
+reasons, scores]. Member lists are internal and left out.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics.cluster.verdict import dirty_against
 from forensics.report.checkpoint_view import model_summary
 from forensics.report.confidence import confidence_lines, no_culprit_lines
 from forensics.report.contents import (
@@ -48,7 +49,8 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     lines = []
     name = "this cluster" if top["kind"] == "embedding" else f"this {top['facet']}"
     if top["new_in_window"]:
-        seam = "new in the window (absent from the baseline): a mixture switch"
+        seam = "new in the window (absent from the baseline)"
+        seam += ": a mixture switch" if report.switch_before_spike else ""
         if report.culprit_first_iteration is not None:
             seam += f"; its first document appears at iteration {report.culprit_first_iteration}"
         lines.append(seam)
@@ -62,8 +64,11 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     flagged = (
         f"{pct(top['flagged_rate'])} of its documents are flagged: garbage "
         f"{pct(top['garbage_rate'])}, spam {pct(top['spam_rate'])} (rest of the window: "
-        f"{pct(top['rest_flagged_rate'])})"
+        f"{pct(top['rest_flagged_rate'])}"
     )
+    if dirty_against(top) == "the baseline":  # the burst fills the window's rest too
+        flagged += f"; baseline: {pct(top['baseline_flagged_rate'])}"
+    flagged += ")"
     lines.append(flagged)
     if top.get("top_reasons"):
         lines.append("top reasons: " + "; ".join(top["top_reasons"]))

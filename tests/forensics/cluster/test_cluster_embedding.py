@@ -8,6 +8,7 @@ import pytest
 
 from forensics.cluster import assign_verdicts, cluster_embeddings, describe_sample, headline_culprit
 from forensics.cluster.embedding import split_cap, stratified_sample
+from forensics.cluster.verdict import window_dirty_rule
 from forensics.errors import ForensicsError
 from forensics_testing.windows import generate_run
 
@@ -118,6 +119,45 @@ def test_spam_spread_over_all_sources_is_an_embedding_culprit_not_a_source_one(t
     )
     assert rerun.texts == 0
     assert again.sort("id")["docs"].to_list() == clusters.sort("id")["docs"].to_list()
+
+
+def test_a_burst_that_fills_the_window_is_an_embedding_culprit():
+    """85% of the window is a burst of repeated n-grams, which k-means splits into several
+    clusters: each one's rest of the window is mostly the burst's other clusters, so the
+    baseline (the data before it) is the background that names it."""
+    run = generate_run(1500, 1500, dirty_share=0.0, seed=13)
+    rng = np.random.default_rng(1)
+    is_burst = rng.random(run.window.height) < 0.85
+    texts = [
+        (f"buy {'buy ' * 40}" if i % 2 else f"cafe {'caf ' * 40}") if b else t
+        for i, (t, b) in enumerate(zip(run.window["text"], is_burst, strict=True))
+    ]
+    burst = pl.Series(is_burst)
+    window = run.window.with_columns(
+        pl.Series("text", texts),
+        pl.when(burst).then(0.95).otherwise(pl.col("garbage_score")).alias("garbage_score"),
+        pl.when(burst)
+        .then(pl.lit("repeated n-gram"))
+        .otherwise(pl.col("garbage_reason"))
+        .alias("garbage_reason"),
+    )
+    clusters, _ = cluster_embeddings(
+        window, run.baseline, cap=1200, embedder=KeywordEmbedder(), progress=False
+    )
+    ranked = assign_verdicts(clusters)
+    member_burst = [
+        bool(is_burst[list(m)].all()) if len(m) else False for m in ranked["members"].to_list()
+    ]
+    ranked = ranked.with_columns(pl.Series("all_burst", member_burst))
+    held = ranked.filter(pl.col("all_burst"))
+    assert held.height >= 2 and held["window_share"].sum() > 0.75
+    assert not held.select(window_dirty_rule())[:, 0].any()  # the window alone cannot tell
+    top = headline_culprit(ranked)
+    assert top is not None and top["kind"] == "embedding" and top["id"] in held["id"].to_list()
+    culprits = ranked.filter(pl.col("verdict") == "culprit")
+    assert culprits["all_burst"].all() and culprits["window_share"].sum() > 0.75
+    clean = ranked.filter(~pl.col("all_burst"))
+    assert clean.height and "culprit" not in set(clean["verdict"]) and not clean["dirty"].any()
 
 
 def test_clean_window_has_no_embedding_culprit():

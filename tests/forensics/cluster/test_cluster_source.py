@@ -8,9 +8,10 @@ import pytest
 from scipy.stats import fisher_exact
 
 from forensics.cluster import assign_verdicts, cluster_sources, culprit_docs, headline_culprit
-from forensics.cluster.stats import enrichment_p, holm
+from forensics.cluster.stats import baseline_flagged_p, enrichment_p, holm
+from forensics.cluster.verdict import window_dirty_rule
 from forensics.errors import ForensicsError
-from forensics_testing.windows import generate_run
+from forensics_testing.windows import generate_run, split_burst
 
 
 def ranked_sources(run) -> pl.DataFrame:
@@ -81,6 +82,44 @@ def test_clean_window_has_no_culprit(seed, fp_rate):
     assert headline_culprit(ranked) is None
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_burst_that_fills_the_window_is_named_against_the_baseline(seed):
+    """85% of the window is one burst, dealt over 4 new datasets: the rest of each burst group is
+    the other three, so no group is dirtier than the rest of the window; against the baseline
+    (the data before, ~1% flagged) every burst group is, and the burst is named."""
+    run, parts = split_burst(generate_run(1500, 1500, dirty_share=0.85, dirty_flag_rate=0.9,
+                                          seed=seed), 4)  # fmt: skip
+    ranked = ranked_sources(run)
+    burst = ranked.filter(pl.col("key").is_in(parts))
+    assert burst.height == 4 and burst["window_share"].sum() > 0.8
+    assert not burst.select(window_dirty_rule())[:, 0].any()  # the window alone cannot tell
+    assert burst["dirty"].all() and set(burst["verdict"]) == {"culprit"}
+    top = headline_culprit(ranked)
+    assert top is not None and top["kind"] == "source"
+    # every culprit is burst: its members are dirty-batch documents, and they hold the burst
+    is_burst = run.window["crawl_batch"].is_in(parts).to_numpy()
+    blamed = culprit_docs(ranked, run.window)
+    rows = run.window.with_row_index("r").join(blamed, on=["dataset", "doc_id"])["r"].to_numpy()
+    assert is_burst[rows].all() and rows.size == is_burst.sum()
+    # the clean batches, as common in the baseline as in the window, stay clean
+    clean = ranked.filter(pl.col("key").is_in(run.clean_batches))
+    assert clean.height == len(run.clean_batches) and set(clean["verdict"]) == {"clean"}
+    assert not clean["dirty"].any()
+    assert (top["baseline_flagged_rate"] < 0.05) and top["baseline_flag_p_value"] < 1e-3
+
+
+def test_a_burst_as_common_in_the_baseline_is_not_blamed():
+    """The same 85% dirty share before the spike as in it: the baseline is as dirty as the
+    window: nothing changed, so no culprit, and the burst groups are dirty against neither."""
+    run, parts = split_burst(generate_run(1500, 1500, dirty_share=0.85, dirty_flag_rate=0.9,
+                                          dirty_in_baseline_share=0.85, seed=7), 4)  # fmt: skip
+    ranked = ranked_sources(run)
+    assert headline_culprit(ranked) is None
+    burst = ranked.filter(pl.col("key").is_in(parts))
+    assert burst.height == 4 and burst["baseline_docs"].min() > 0
+    assert burst["baseline_flagged_rate"].min() > 0.5 and not burst["dirty"].any()
+
+
 def test_shares_counts_and_rates_match_a_direct_count():
     run = generate_run(1500, 1000, dirty_share=0.1, seed=5)
     clusters = cluster_sources(run.window, run.baseline, facets=["crawl_batch"])
@@ -113,6 +152,18 @@ def test_exact_test_matches_scipy_fisher_and_holm_is_monotone():
     adj = holm(raw)
     np.testing.assert_allclose(adj, [0.03, 0.06, 0.06, 0.02])
     assert np.all(adj >= raw)
+
+
+def test_baseline_flag_test_matches_scipy_fisher():
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        docs = int(rng.integers(1, 200))
+        flagged = int(rng.integers(0, docs + 1))
+        nb = int(rng.integers(1, 500))
+        fb = int(rng.integers(0, nb + 1))
+        ours = baseline_flagged_p(np.array([flagged]), np.array([docs]), nb, fb)[0]
+        table = [[flagged, docs - flagged], [fb, nb - fb]]
+        assert ours == pytest.approx(fisher_exact(table, alternative="greater")[1], rel=1e-9)
 
 
 def test_culprit_docs_lists_the_culprit_batch_documents():
