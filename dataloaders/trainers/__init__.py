@@ -34,6 +34,9 @@ MEGATRON_LM_PRE_017 = MegatronLMPre017.name
 MEGATRON_DEEPSPEED = MegatronDeepSpeed.name
 MEGATRON_DEEPSPEED_ARGONNE = MegatronDeepSpeedArgonne.name
 OLMO_CORE = OLMoCore.name
+# The log and checkpoint formats the trainers write, for the readers named after them.
+MEGATRON_OUTPUT = MegatronLM.output_format
+OLMO_CORE_OUTPUT = OLMoCore.output_format
 
 
 def unknown_trainer(name: str) -> str:
@@ -80,6 +83,8 @@ __all__ = [
     "MEGATRON_LM",
     "MEGATRON_LM_PRE_017",
     "OLMO_CORE",
+    "OLMO_CORE_OUTPUT",
+    "MEGATRON_OUTPUT",
     "REGISTRY",
     "TRAINERS",
     "Draw",

@@ -101,6 +101,9 @@ class Trainer(ABC):
     flag: ClassVar[str]  # the flag as it is spelled on the trainer's command line
     semantics: ClassVar[str]  # one sentence: what a value of the flag means to the loop
     reads_tracker: ClassVar[bool] = False  # also takes the values from a tracker file
+    # The name of the console log and checkpoint format the trainer writes (forensics reads
+    # them by this name: `triage --format`, the `--checkpoint` kinds); forks share it.
+    output_format: ClassVar[str]
     # A skip drains batches without advancing the iteration counter (the loop must be given
     # room to reach the same iteration, and the drain is attributed to no logged iteration).
     drains_uncounted: ClassVar[bool] = False

@@ -31,12 +31,14 @@ from collections.abc import Sequence
 
 from dataloaders.errors import ForensicsError
 from dataloaders.trainers.base import Batches, Draw, LoopEnd, LoopStart, Range, Trainer, flag_values
+from dataloaders.trainers.megatron_lm import MegatronLM
 
 
 class MegatronDeepSpeed(Trainer):
     """BigScience Megatron-DeepSpeed: ranges of micro-batches, drained without counting."""
 
     name = "megatron-deepspeed"
+    output_format = MegatronLM.output_format  # a fork: the same log and checkpoints
     label = "(BigScience)"
     flag = "--skip-train-iteration-range"
     semantics = (

@@ -27,12 +27,14 @@ from dataloaders.trainers.base import (
     flag_values,
     nonneg_int,
 )
+from dataloaders.trainers.megatron_lm import MegatronLM
 
 
 class MegatronDeepSpeedArgonne(Trainer):
     """argonne-lcf Megatron-DeepSpeed: inclusive pairs of whole steps, counters advance."""
 
     name = "megatron-deepspeed-argonne"
+    output_format = MegatronLM.output_format  # a fork: the same log and checkpoints
     flag = "--train-range-to-skip"
     semantics = (
         "argonne-lcf Megatron-DeepSpeed: pairs a b, iterations a..b "

@@ -39,6 +39,7 @@ class MegatronLM(Trainer):
         "args.iterations_to_skip`): value k skips the batch logged as iteration k"
     )
     reads_tracker = True
+    output_format = "megatron"
     offset = 0  # logged iteration - value
 
     def parse(self, text: str) -> list[int]:

@@ -25,6 +25,7 @@ class OLMoCore(Trainer):
     """OLMo-core: StepSkipRange(start, stop) through the experiment script's override."""
 
     name = "olmo-core"
+    output_format = name
     flag = "--trainer.steps_to_skip="
     semantics = (
         "OLMo-core TrainerConfig.steps_to_skip: StepSkipRange(start, stop), steps "

@@ -33,6 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dataloaders.trainers import MEGATRON_OUTPUT
 from forensics.errors import ForensicsError
 from forensics.rescore.gpt import GPTSpec
 from forensics.rescore.reader import CheckpointReader
@@ -388,7 +389,7 @@ class MegatronCheckpoint(CheckpointReader):
     """One Megatron iteration directory, legacy or torch_dist, at any tensor/pipeline
     parallelism; a checkpoint root is recognised, and refused with the iteration to pass."""
 
-    kind: ClassVar[str] = "megatron"
+    kind: ClassVar[str] = MEGATRON_OUTPUT  # the trainer's own name for what it writes
 
     def recognises(self, path: Path) -> bool:
         return megatron_kind(path) is not None

@@ -31,6 +31,7 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dataloaders.trainers import OLMO_CORE_OUTPUT
 from forensics.errors import ForensicsError
 from forensics.rescore.reader import CheckpointReader
 
@@ -222,7 +223,7 @@ class OlmoCoreCheckpoint(CheckpointReader):
     """An OLMo-core `stepN/` directory (or its `model_and_optim/`), mapped onto transformers'
     Olmo2ForCausalLM."""
 
-    kind: ClassVar[str] = "olmo-core"
+    kind: ClassVar[str] = OLMO_CORE_OUTPUT  # the trainer's own name for what it writes
 
     def recognises(self, path: Path) -> bool:
         return olmo_core_kind(path) is not None

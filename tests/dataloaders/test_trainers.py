@@ -166,6 +166,8 @@ def test_every_registered_name_is_spelled_only_in_its_home() -> None:
     homes: dict[str, set[Path]] = {}
     for name, trainer in REGISTRY.items():
         homes.setdefault(name, set()).add(_home(trainer))
+        # the trainer names the log and checkpoint format it writes; their readers borrow it
+        homes.setdefault(trainer.output_format, set()).add(_home(trainer))
     for name, family in FAMILY_REGISTRY.items():
         discriminator = Path(inspect.getfile(family.config_model)).resolve()
         homes.setdefault(name, set()).update({_home(family, package=True), discriminator})
@@ -187,3 +189,13 @@ def test_every_registered_name_is_spelled_only_in_its_home() -> None:
                 found.append(f"{path.relative_to(REPO_ROOT)}: {name!r}")
     assert not found
     assert declared == set(homes)  # every name is spelled in its home (the check is looking)
+    # A family's name outside its own package: its `data:` model and at most one other home (a
+    # trainer or a log format of the same name), never the readers that borrow it.
+    for name, family in FAMILY_REGISTRY.items():
+        package = _home(family, package=True)
+        outside = {
+            path.relative_to(REPO_ROOT)
+            for path in runtime
+            if package not in path.resolve().parents and name in _spelled(path.read_text())
+        }
+        assert len(outside) <= 2, (name, sorted(map(str, outside)))

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import polars as pl
 
+from dataloaders.trainers import MEGATRON_OUTPUT
 from forensics.errors import ForensicsError
 from forensics.triage.formats.base import Head, LineState, LogFormat
 from forensics.triage.formats.text import line_frame, numbered_lines
@@ -25,7 +26,7 @@ VALID_RE = r"validation loss at iteration\s+(\d+)"
 class MegatronLog(LogFormat):
     """The training loop's stdout of Megatron-LM and Megatron-DeepSpeed."""
 
-    name: ClassVar[str] = "megatron"
+    name: ClassVar[str] = MEGATRON_OUTPUT  # the trainer's own name for what it writes
     grows = True
 
     def recognises(self, head: Head) -> bool:

@@ -29,6 +29,7 @@ from typing import ClassVar
 
 import polars as pl
 
+from dataloaders.trainers import OLMO_CORE_OUTPUT
 from forensics.errors import ForensicsError
 from forensics.triage.formats.base import Head, LineState, LogFormat
 from forensics.triage.formats.text import line_frame, numbered_lines
@@ -48,7 +49,7 @@ class OlmoCoreLog(LogFormat):
     """OLMo-core's console log: a `[step=N/M,epoch=E]` marker, then `    name=value` metric
     lines."""
 
-    name: ClassVar[str] = "olmo-core"
+    name: ClassVar[str] = OLMO_CORE_OUTPUT  # the trainer's own name for what it writes
     grows = True
 
     def recognises(self, head: Head) -> bool:
