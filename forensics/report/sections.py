@@ -10,6 +10,7 @@ the clustering or the skip plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from forensics.report.contents import SpikeReport, cluster_name, cluster_rows
@@ -144,9 +145,12 @@ def _rules(report: SpikeReport) -> list[tuple[str, str]]:
     return rules
 
 
-def report_sections(report: SpikeReport, plots: list[str] | None = None) -> list[Section]:
+def report_sections(
+    report: SpikeReport, plots: list[str] | None = None, cache: Path | None = None
+) -> list[Section]:
     """Every section of the report, in order, with its content computed. `plots`: the names of
-    the plots drawn (forensics.report.plots.render_plots), in order."""
+    the plots drawn (forensics.report.plots.render_plots), in order. `cache`: where the
+    drill-down keeps what it marked in each document (drilldown.cached_spans)."""
     rows = cluster_rows(report)
     note = (report.embedding_note or {}).get("text", "")
     table = ClusterTable(rows, cluster_counts(report.clusters), report.clusters.height - len(rows),
@@ -158,7 +162,7 @@ def report_sections(report: SpikeReport, plots: list[str] | None = None) -> list
         PLOTS: [(name, PLOT_TITLES.get(name, name)) for name in plots or []],
         CLUSTERS: table,
         EXAMPLES: _examples(report),
-        DOCUMENTS: drill_groups(report),
+        DOCUMENTS: drill_groups(report, cache),
         MODEL: report.model,
         SKIP: _skip(report.skip),
         RULES: _rules(report),
