@@ -236,10 +236,14 @@ def documents_html(groups: list[DrillGroup], cache: Path | None = None) -> str:
         return ""
     if cache is None:
         return drilldown_html(groups)
-    from forensics.pipeline import cache_key, cached_bytes, content_digest, module_version
+    import hashlib
+
+    from forensics.pipeline import cache_key, cached_bytes, module_version
     from forensics.pipeline.cache import keep_latest
 
-    key = cache_key(groups=content_digest(groups), code=module_version("forensics.report"))
+    # the groups' repr: every field, floats exact (content_digest walks 0.1M span tuples)
+    shown = hashlib.sha256(repr(groups).encode()).hexdigest()
+    key = cache_key(groups=shown, code=module_version("forensics.report"))
     data = cached_bytes(cache / f"drill-{key}.html", lambda: drilldown_html(groups).encode())
     keep_latest(cache, "drill-*.html", KEPT_DRILL_PAGES)
     return data.decode() if data is not None else drilldown_html(groups)

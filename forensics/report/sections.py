@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from forensics.report.contents import SpikeReport, cluster_name, cluster_rows
 from forensics.report.drilldown import drill_groups
 from forensics.report.first_screen import FirstScreen, first_screen
@@ -105,7 +107,10 @@ def _examples(report: SpikeReport) -> list[ExampleGroup]:
     """Examples per culprit or suspect cluster, in the examples table's order."""
     if report.examples is None or report.examples.height == 0:
         return []
-    info = {r["id"]: r for r in report.clusters.iter_rows(named=True)}
+    shown = report.examples["cluster"].unique().to_list()  # rows of thousands: only these
+    info = {
+        r["id"]: r for r in report.clusters.filter(pl.col("id").is_in(shown)).iter_rows(named=True)
+    }
     out = []
     for (cluster,), group in report.examples.group_by("cluster", maintain_order=True):
         row = info.get(cluster)
