@@ -113,20 +113,22 @@ def documents_for_report(
 ) -> tuple[pl.DataFrame, Path]:
     """The drill-down's table, every window document (documents.parquet; see
     forensics.report.documents), each marked with the culprit it is blamed with; and the
-    stage cache's file that holds it (the window's documents and rows are named by the run
-    key, the verdicts by the ranked clusters, the blame by --culprit)."""
+    stage cache's file that holds it, keyed by what it is built from: the window's documents
+    and rows (the run key), the ranked clusters and the blamed documents (so --culprit naming
+    the clusters the verdicts blame reads the same file back)."""
+    from forensics.cluster.verdict import culprit_docs
     from forensics.pipeline import cache_key, cached_table, content_digest, module_version
     from forensics.pipeline.cache import keep_latest
 
     only = list(run.options.culprits) if run.options.culprits else None
-    key = cache_key(run=run.key, ranked=content_digest(clusters.ranked), culprits=only,
+    blamed = culprit_docs(clusters.ranked, window_docs, only=only)
+    key = cache_key(run=run.key, ranked=content_digest(clusters.ranked),
+                    blamed=content_digest(blamed),
                     code=[module_version("forensics"), module_version("dataloaders")])  # fmt: skip
 
     def compute() -> pl.DataFrame:
-        from forensics.cluster.verdict import culprit_docs
         from forensics.report.documents import documents_table
 
-        blamed = culprit_docs(clusters.ranked, window_docs, only=only)
         window_rows = replay.filter(pl.col("side") == "window")
         return documents_table(window_docs, clusters.ranked, window_rows, blamed)
 

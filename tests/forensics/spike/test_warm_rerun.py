@@ -9,6 +9,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from forensics.spike import SpikeOptions, run_spike
@@ -63,9 +64,8 @@ def test_warm_reruns_write_what_cold_runs_write(small: Path, tmp_path: Path) -> 
         result = run_spike(small, out, replace(opts, force=True))
         expensive = ("replay", "decode", "score", "sides", "distinct", "cluster", "documents")
         hits = {s: result.cached.get(s) for s in expensive}
-        # --culprit blames other documents: documents.parquet is rebuilt, the rest read back
-        assert all(hits[s] for s in expensive if s != "documents"), (name, hits)
-        assert hits["documents"] is (name != "culprit"), (name, hits)
+        # --culprit naming the culprit the verdicts blame: the same documents, read back too
+        assert all(hits.values()), (name, hits)
         assert "embed" not in result.timings, name  # no k-means, no PCA, no embedder
         warm[name] = outputs(out)
     for name, opts in reruns.items():
@@ -75,3 +75,22 @@ def test_warm_reruns_write_what_cold_runs_write(small: Path, tmp_path: Path) -> 
         assert not differ, (name, differ)
     # the threshold's rerun recomputed what depends on it: another skip plan than the first's
     assert warm["threshold"]["skip.json"] != warm["same"]["skip.json"]
+
+
+def test_a_culprit_the_verdicts_do_not_blame_rebuilds_the_documents(
+    small: Path, tmp_path: Path
+) -> None:
+    """--culprit naming a clean cluster: other documents are blamed, so documents.parquet is
+    built again (and is what a cold run with that --culprit writes); the clusters are read."""
+    out = tmp_path / "spike"
+    base = SpikeOptions(step=SMALL.spike_iteration, window=WINDOW, embed_cap=EMBED_CAP,
+                        progress=False)  # fmt: skip
+    first = run_spike(small, out, base)
+    clean = first.report.clusters.filter(pl.col("verdict") == "clean")["id"][0]
+    pick = replace(base, culprits=(str(clean),), force=True)
+    again = run_spike(small, out, pick)
+    assert again.cached["cluster"] and again.cached["documents"] is False, again.cached
+    blamed = pl.read_parquet(out / "documents.parquet")["culprit"].drop_nulls().unique()
+    assert blamed.to_list() == [clean]
+    warm = outputs(out)
+    assert warm == cold(small, out, pick)
