@@ -15,6 +15,7 @@ The JSON is written last and read first: a key whose JSON exists has both tables
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from forensics.pipeline import StageClock, cache_key, module_version
 
 CODE = ("forensics", "dataloaders")  # the packages whose source the stage's output depends on
+KEPT_KEYS = 4  # cluster outputs kept (embedding options or code versions a user goes between)
 
 
 def clusters_key(run_key: str, options: Any) -> str:
@@ -63,6 +65,21 @@ def read_clusters(cache: Path, key: str) -> tuple[pl.DataFrame, pl.DataFrame | N
     return ranked, assign, meta
 
 
+def drop_stale(cache: Path, key: str, keep: int = KEPT_KEYS) -> None:
+    """Delete the files of all but the `keep` most recently used keys (`key`, just read or
+    written, is marked used): each code version or embedding option leaves a key behind."""
+    try:
+        os.utime(cache / f"clusters-{key}.json")
+        metas = sorted(cache.glob("clusters-*.json"), key=lambda p: p.stat().st_mtime_ns)
+    except OSError:
+        return
+    for meta in metas[:-keep]:
+        stale = meta.name[len("clusters-") : -len(".json")]
+        for name in (f"clusters-{stale}.json", f"clusters-{stale}.parquet",
+                     f"assign-{stale}.parquet"):  # fmt: skip
+            (cache / name).unlink(missing_ok=True)
+
+
 def write_clusters(
     cache: Path, key: str, ranked: pl.DataFrame, assign: pl.DataFrame | None, meta: dict
 ) -> None:
@@ -90,10 +107,12 @@ def cached_clusters(
         ranked, assign, meta = found
         notes.extend(meta["notes"])
         hits["cluster"] = True
+        drop_stale(cache, key)
         return ranked, assign, meta["embedding_note"]
     before = len(notes)
     ranked, assign, note = compute()
     meta = {"embedding_note": note, "notes": notes[before:]}
     write_clusters(cache, key, ranked, assign, meta)
     hits["cluster"] = False
+    drop_stale(cache, key)
     return ranked, assign, note

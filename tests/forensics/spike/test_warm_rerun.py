@@ -94,3 +94,23 @@ def test_a_culprit_the_verdicts_do_not_blame_rebuilds_the_documents(
     assert blamed.to_list() == [clean]
     warm = outputs(out)
     assert warm == cold(small, out, pick)
+
+
+def test_old_cluster_keys_are_dropped(tmp_path: Path) -> None:
+    """Each code version or embedding option leaves a key: the KEPT_KEYS latest stay, with all
+    three of their files; the key just used stays whatever its age."""
+    from forensics.spike.cluster_cache import KEPT_KEYS, drop_stale
+
+    keys = [f"k{i}" for i in range(KEPT_KEYS + 2)]
+    for age, key in enumerate(keys):  # k0 the newest
+        for name in (f"clusters-{key}.json", f"clusters-{key}.parquet", f"assign-{key}.parquet"):
+            (tmp_path / name).write_text("x")
+            os.utime(tmp_path / name, (1e9 - age, 1e9 - age))
+    drop_stale(tmp_path, keys[-1])  # the oldest, used now
+    left = sorted(p.name for p in tmp_path.iterdir())
+    kept = {keys[-1], *keys[: KEPT_KEYS - 1]}
+    assert left == sorted(
+        f"{kind}-{k}.{ext}"
+        for k in kept
+        for kind, ext in (("clusters", "json"), ("clusters", "parquet"), ("assign", "parquet"))
+    )
