@@ -157,7 +157,11 @@ class PeakMemory:
             except OSError:
                 continue
             hwm = next((int(x.split()[1]) for x in status.splitlines() if x.startswith("VmHWM")), 0)
-            self.peaks[pid] = (max(hwm, self.peaks.get(pid, (0, ""))[0]), cmd[:200])
+            # An exiting process reads an empty cmdline: keep the last name it ran under (the
+            # pool's workers all exit together at the end of the stage, and were lost as
+            # unnamed; a child just forked reads its parent's name until it execs).
+            seen, named = self.peaks.get(pid, (0, ""))
+            self.peaks[pid] = (max(hwm, seen), cmd[:200] or named)
 
     def summary(self) -> dict[str, float]:
         """GiB: the driver, the largest worker, and all workers together (peaks added: an
@@ -182,30 +186,41 @@ def is_worker(cmd: str) -> bool:
     return cmd.startswith("ray::") or "default_worker.py" in cmd or "multiprocessing.spawn" in cmd
 
 
-def timed(config: Path, out: Path, opts: SpikeOptions) -> tuple[object, float]:
-    t0 = time.perf_counter()
+def timed(config: Path, out: Path, opts: SpikeOptions) -> tuple[object, float, float]:
+    """The run's result, wall seconds, and CPU seconds (this process's threads and the child
+    processes that exited meanwhile: less sensitive than wall time to a loaded machine)."""
+    import resource
+
+    def cpu() -> float:
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + kids.ru_utime + kids.ru_stime
+
+    t0, c0 = time.perf_counter(), cpu()
     result = run_spike(config, out, opts)
-    return result, time.perf_counter() - t0
+    return result, time.perf_counter() - t0, cpu() - c0
 
 
-def print_stages(runs: list[tuple[str, object, float]]) -> None:
-    """One column per run: each stage's seconds, and whether a rerun read it from the cache."""
-    head = "".join(f" {name:>14}" for name, _, _ in runs)
+def print_stages(runs: list[tuple[str, object, float, float]]) -> None:
+    """One column per run: each stage's seconds, and whether a rerun read it from the cache;
+    the total wall and CPU seconds."""
+    head = "".join(f" {name:>14}" for name, *_ in runs)
     print(f"{'stage':<10}{head}")
-    for stage in runs[0][1].timings:
+    stages = list(dict.fromkeys(s for _, result, *_ in runs for s in result.timings))
+    for stage in stages:
         cells = []
-        for _, result, _ in runs:
+        for _, result, *_ in runs:
             hit = result.cached.get(stage, result.cached.get(f"{stage}-scope"))
             mark = "" if hit is None or result is runs[0][1] else (" c" if hit else " -")
             cells.append(f" {result.timings.get(stage, 0.0):12.1f}{mark:2}")
         print(f"{stage:<10}{''.join(cells)}")
-    print(f"{'total':<10}{''.join(f' {total:12.1f}  ' for _, _, total in runs)}")
+    print(f"{'total':<10}{''.join(f' {total:12.1f}  ' for _, _, total, _ in runs)}")
+    print(f"{'CPU s':<10}{''.join(f' {cpu:12.1f}  ' for *_, cpu in runs)}")
     print("(c: read from the stage cache; -: computed)")
 
 
 def warm_reruns(
     config: Path, out: Path, opts: SpikeOptions, cold
-) -> list[tuple[str, object, float]]:
+) -> list[tuple[str, object, float, float]]:
     """The reruns a user makes after reading the report: the same command, another threshold,
     and --culprit naming the cluster the cold run blamed."""
     runs = [("warm same", *timed(config, out, replace(opts, force=True)))]
@@ -236,8 +251,8 @@ def main() -> None:
     config = run / "forensics.yaml"
     load_before = os.getloadavg()[0]
     with PeakMemory() as memory:
-        cold, cold_total = timed(config, out, opts)
-    runs = [("cold", cold, cold_total)]
+        cold, cold_total, cold_cpu = timed(config, out, opts)
+    runs = [("cold", cold, cold_total, cold_cpu)]
     if args.shape == "bench":
         runs += warm_reruns(config, out, opts, cold)
     samples = args.window * spec.global_batch_size
@@ -261,7 +276,9 @@ def main() -> None:
     report_goals(args, cold, runs)
 
 
-def report_goals(args: argparse.Namespace, cold, runs: list[tuple[str, object, float]]) -> None:
+def report_goals(
+    args: argparse.Namespace, cold, runs: list[tuple[str, object, float, float]]
+) -> None:
     top = cold.report.culprit
     skip = cold.skip
     print(
@@ -274,7 +291,7 @@ def report_goals(args: argparse.Namespace, cold, runs: list[tuple[str, object, f
     if args.shape != "bench":
         return
     embed = cold.timings.get("embed", 0.0)
-    slowest = max((total for name, _, total in runs[1:]), default=0.0)
+    slowest = max((total for _, _, total, _ in runs[1:]), default=0.0)
     print(
         f"goals (2 cores): cold run under 120 s: {'met' if runs[0][2] < 120 else 'NOT met'}; "
         f"embed stage under 20 s: {'met' if embed < 20 else 'NOT met'}; every warm rerun "

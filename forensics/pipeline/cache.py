@@ -88,11 +88,11 @@ def _feed(digest: Any, value: Any) -> None:
 
 
 def _frame_bytes(frame: pl.DataFrame) -> bytes:
-    """The rows' hashes (polars' row hash, fixed seeds: stable within a polars version, which
-    module_version's callers key anyway), or the Arrow IPC bytes where a column type has no
-    row hash."""
+    """The rows' hashes (polars' row hash, a fixed seed: stable within a polars version, which
+    the callers key too; blind to how the columns are laid out in memory, chunks, slices and
+    what lies under a null), or the Arrow IPC bytes where a column type has no row hash."""
     try:
-        return frame.hash_rows(seed=0, seed_1=1, seed_2=2, seed_3=3).to_numpy().tobytes()
+        return frame.hash_rows(seed=0).to_numpy().tobytes()
     except Exception:  # noqa: BLE001 - any type polars cannot hash is serialised instead
         buffer = io.BytesIO()
         frame.write_ipc(buffer, compression="uncompressed")
@@ -132,12 +132,32 @@ def keep_latest(folder: Path, pattern: str, keep: int) -> None:
 
 def module_version(package: str) -> str:
     """A hash of a package's source files: cached scores are redone when the scorer changes,
-    a benchmark run is rebuilt when its builder changes."""
+    a benchmark run is rebuilt when its builder changes. Kept per process while no file's
+    size or mtime changes (one stat per file instead of reading them all)."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return "0"
+    paths = sorted(
+        Path(folder, name)
+        for root in spec.submodule_search_locations
+        for folder, _, names in os.walk(root)
+        for name in names
+        if name.endswith(".py")
+    )
+    stats = tuple((str(p), *_size_mtime(p)) for p in paths)
+    known = _VERSIONS.get(package)
+    if known is not None and known[0] == stats:
+        return known[1]
     digest = hashlib.sha256()
-    for root in spec.submodule_search_locations:
-        for path in sorted(Path(root).rglob("*.py")):
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:8]
+    for path in paths:
+        digest.update(path.read_bytes())
+    _VERSIONS[package] = (stats, digest.hexdigest()[:8])
+    return _VERSIONS[package][1]
+
+
+def _size_mtime(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+_VERSIONS: dict[str, tuple[tuple, str]] = {}  # package -> (its files' stats, module_version)

@@ -54,11 +54,11 @@ def write_report(
                 raise ForensicsError(f"{out / name}: already exists; pass --force to overwrite it")
     plots = render_plots(report, cache)
     plot_files = {name: PLOT_FILE.format(name=name) for name in plots}
-    sections = report_sections(report, list(plots))
+    sections = report_sections(report, list(plots), cache)
     texts = {
-        "report.json": render_json(report, sections),
+        "report.json": render_json(report, sections, cache),
         "report.md": render_markdown(report, sections, plot_files),
-        "report.html": render_html(report, sections, plots),
+        "report.html": render_html(report, sections, plots, cache),
     }
     written: dict[str, Path] = {}
     for name, png in plots.items():
@@ -68,10 +68,21 @@ def write_report(
     for name, text in texts.items():
         written[name] = write_text_atomic(out / name, text, overwrite=overwrite)
     if report.documents is not None:  # the drill-down's data, every window document
-        from dataloaders.atomic import write_parquet_atomic
-        from forensics.report.documents import DOCUMENTS_FILE
-
-        written[DOCUMENTS_FILE] = write_parquet_atomic(
-            report.documents, out / DOCUMENTS_FILE, overwrite=overwrite
-        )
+        written["documents"] = write_documents(report, out, overwrite)
     return sections
+
+
+def write_documents(report: SpikeReport, out: Path, overwrite: bool) -> Path:
+    """documents.parquet: a copy of the stage cache's file when the pipeline kept one (the
+    same bytes on every run that reads it), else written from the frame."""
+    from dataloaders.atomic import atomic_path, write_parquet_atomic
+    from forensics.report.documents import DOCUMENTS_FILE
+
+    target = out / DOCUMENTS_FILE
+    if report.documents_file is None:
+        return write_parquet_atomic(report.documents, target, overwrite=overwrite)
+    import shutil
+
+    with atomic_path(target, overwrite=overwrite) as tmp:
+        shutil.copyfile(report.documents_file, tmp)
+    return target

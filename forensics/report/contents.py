@@ -11,6 +11,7 @@ medium.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -58,6 +59,9 @@ class SpikeReport:
     # every window document with its scores, clusters, iterations (report.documents); the
     # drill-down's source and documents.parquet, None when the pipeline did not build it
     documents: pl.DataFrame | None = None
+    # the file documents.parquet is copied from, when the pipeline keeps `documents` in its
+    # stage cache (None: written from the frame)
+    documents_file: Path | None = None
     # who wrote it: run name, tool version, timestamp, command line (forensics.provenance)
     provenance: dict[str, Any] | None = None
     # the incident timeline's marks besides the loss (triage's alarms, stage switches,

@@ -14,10 +14,12 @@ on the raw text (control characters neutralised first), and every piece goes thr
 from __future__ import annotations
 
 import html
+import json
 import re
 import shlex
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -32,6 +34,7 @@ FACETS = ("source", "url", "crawl_batch", "domain")  # the manifest's, shown whe
 TEMPLATE_SHINGLE = 4  # words per shingle a template span is made of
 TEMPLATE_SHARE = 0.5  # a shingle in at least this share of a cluster's documents is template
 TEMPLATE_MIN_DOCS = 3
+KEPT_SPANS = 400  # cached groups of marked spans (cached_spans): 20 groups of 20 runs
 CSS = """
 details.drill{border:1px solid #ddd;margin:8px 0;padding:4px 8px}
 details.drill>summary{cursor:pointer;font-weight:bold}
@@ -166,14 +169,39 @@ def tokens_command(
     return shlex.join([*parts, "--text"]) + f"  # {dataset} doc {doc_id}: token_start, token_end"
 
 
-def _doc(
-    row: dict[str, Any], template: list[tuple[int, int]], config: str | None, tokens: bool
-) -> DrillDoc:
+def document_spans(texts: list[str]) -> list[list[Span]]:
+    """Per text, its marked spans, sorted: the corrupted ones ("bad"), and the template ones
+    its cluster shares ("tpl") where no corrupted span overlaps them."""
+    out = []
+    for text, template in zip(texts, template_spans(texts), strict=True):
+        spans: list[Span] = [(a, b, "bad") for a, b in marked_spans(text)]
+        bad = [(a, b) for a, b, _ in spans]
+        spans += [(a, b, "tpl") for a, b in template if not any(a < y and x < b for x, y in bad)]
+        spans.sort()
+        out.append(spans)
+    return out
+
+
+def cached_spans(texts: list[str], cache: Path | None, code: str = "") -> list[list[Span]]:
+    """document_spans, kept in `cache` by the texts and `code` (the version of the code that
+    marks them): the shingles of every shown document are most of the drill-down's cost."""
+    if cache is None:
+        return document_spans(texts)
+    from forensics.pipeline import cache_key, cached_bytes, content_digest
+    from forensics.pipeline.cache import keep_latest
+
+    key = cache_key(texts=content_digest(texts), code=code)
+
+    def compute() -> bytes:
+        return json.dumps(document_spans(texts)).encode()
+
+    data = cached_bytes(cache / f"drill-{key}.json", compute)
+    keep_latest(cache, "drill-*.json", KEPT_SPANS)
+    return [[(int(a), int(b), str(k)) for a, b, k in doc] for doc in json.loads(data or b"[]")]
+
+
+def _doc(row: dict[str, Any], spans: list[Span], config: str | None, tokens: bool) -> DrillDoc:
     text = row.get("text") or ""
-    spans: list[Span] = [(a, b, "bad") for a, b in marked_spans(text)]
-    bad = [(a, b) for a, b, _ in spans]
-    spans += [(a, b, "tpl") for a, b in template if not any(a < y and x < b for x, y in bad)]
-    spans.sort()
     its = [int(i) for i in row.get("iterations") or []]
     facets = {k: str(row[k]) for k in FACETS if row.get(k) not in (None, "")}
     return DrillDoc(
@@ -220,21 +248,25 @@ def group_label(row: dict[str, Any]) -> str:
     return f"{label} inside {row['explained_by']}" if row.get("explained_by") else label
 
 
-def drill_groups(report: Any) -> list[DrillGroup]:
-    """The drill-down's content, computed: one group per chosen cluster."""
+def drill_groups(report: Any, cache: Path | None = None) -> list[DrillGroup]:
+    """The drill-down's content, computed: one group per chosen cluster. `cache`: a folder
+    where each group's marked spans are kept (cached_spans)."""
     from forensics.report.contents import cluster_name
 
     docs = report.documents
     chosen = chosen_clusters(report)
     if docs is None or chosen.height == 0:
         return []
+    from forensics.pipeline import module_version
+
     config = report.run_config
+    code = module_version("forensics") if cache is not None else ""
     out = []
     for i, row in enumerate(chosen.iter_rows(named=True)):
         mine = docs.filter(pl.col("clusters").list.contains(row["id"]))
         mine = mine.sort(["flagged", "doc_id"], descending=[True, False])
         rows = list(mine.head(DOCS_PER_CLUSTER).iter_rows(named=True))
-        template = template_spans([r.get("text") or "" for r in rows])
+        spans = cached_spans([r.get("text") or "" for r in rows], cache, code)
         out.append(
             DrillGroup(
                 id=str(row["id"]),
@@ -244,7 +276,7 @@ def drill_groups(report: Any) -> list[DrillGroup]:
                 total=mine.height,
                 docs=[
                     _doc(r, t, config, report.token_export)
-                    for r, t in zip(rows, template, strict=True)
+                    for r, t in zip(rows, spans, strict=True)
                 ],  # fmt: skip
                 opened=i == 0 and row["verdict"] == "culprit",
             )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from forensics.report.checkpoint_view import html_section
@@ -60,6 +61,7 @@ img{max-width:100%;border:1px solid #eee;margin:6px 0}
 .muted{color:#666;font-size:12px}
 ul.notes{font-size:13px;color:#444;margin:6px 0 0;padding-left:20px}
 """
+KEPT_DRILL_PAGES = 8  # drill-down HTML kept (documents_html): one per blame and code
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 
@@ -227,23 +229,41 @@ def skip_html(s: SkipSection) -> str:
     return "".join(parts)
 
 
-def documents_html(groups: list[DrillGroup]) -> str:
-    return drilldown_html(groups) if groups else ""
+def documents_html(groups: list[DrillGroup], cache: Path | None = None) -> str:
+    """The drill-down's HTML; `cache`: a folder where it is kept by the groups it shows (every
+    shown document escaped and marked whole: most of the page's cost)."""
+    if not groups:
+        return ""
+    if cache is None:
+        return drilldown_html(groups)
+    import hashlib
+
+    from forensics.pipeline import cache_key, cached_bytes, module_version
+    from forensics.pipeline.cache import keep_latest
+
+    # the groups' repr: every field, floats exact (content_digest walks 0.1M span tuples)
+    shown = hashlib.sha256(repr(groups).encode()).hexdigest()
+    key = cache_key(groups=shown, code=module_version("forensics.report"))
+    data = cached_bytes(cache / f"drill-{key}.html", lambda: drilldown_html(groups).encode())
+    keep_latest(cache, "drill-*.html", KEPT_DRILL_PAGES)
+    return data.decode() if data is not None else drilldown_html(groups)
 
 
 def rules_html(rules: list[tuple[str, str]]) -> str:
     return "".join(f"<p><b>{_e(name)}.</b> {html_safe(text, 2000)}</p>" for name, text in rules)
 
 
-def render_html(report: Any, sections: list[Section], plots: dict[str, bytes]) -> str:
-    """The whole report.html, plots inlined as data: URIs."""
+def render_html(
+    report: Any, sections: list[Section], plots: dict[str, bytes], cache: Path | None = None
+) -> str:
+    """The whole report.html, plots inlined as data: URIs. `cache`: see documents_html."""
     layout: dict[str, Callable[[Any], str]] = {
         "first_screen": lambda screen: first_screen_html(screen, report.culprit is not None),
         "notes": notes_html,
         "plots": lambda names: plots_html(names, plots),
         "clusters": clusters_html,
         "examples": examples_html,
-        "documents": documents_html,
+        "documents": lambda groups: documents_html(groups, cache),
         "model": html_section,
         "skip": lambda s: skip_html(s) if s is not None else "",
         "rules": rules_html,

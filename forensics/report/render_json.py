@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -33,6 +34,7 @@ from forensics.report.sections import Section
 from forensics.report.summary import cluster_counts
 
 INTERNAL_COLUMNS = ("members", "flagged_members")
+KEPT_CLUSTER_TEXTS = 4  # encoded cluster lists kept (_clusters_text): a few MB each
 
 
 def _clean(value: Any) -> Any:
@@ -75,8 +77,9 @@ def _first_screen(screen: FirstScreen) -> dict[str, Any]:
     }
 
 
-def report_dict(report: Any, sections: list[Section]) -> dict[str, Any]:
-    """The report as plain JSON-able data: the header, then each section's keys in order."""
+def report_dict(report: Any, sections: list[Section], clusters: bool = True) -> dict[str, Any]:
+    """The report as plain JSON-able data: the header, then each section's keys in order, and
+    the clusters last (`clusters=False`: without them)."""
     top = report.culprit
     share = None
     if report.culprit_share is not None:
@@ -105,18 +108,40 @@ def report_dict(report: Any, sections: list[Section]) -> dict[str, Any]:
     }
     for s in sections:
         out |= layout[s.key](s.data)
-    out |= {
-        "embedding_sample": report.embedding_note,
-        "culprit_share": share,
-        "clusters": _clusters(report),
-    }
+    out |= {"embedding_sample": report.embedding_note, "culprit_share": share}
+    if clusters:
+        out["clusters"] = _clusters(report)
     return _clean(out)
 
 
-def render_json(report: Any, sections: list[Section]) -> str:
-    return (
-        json.dumps(report_dict(report, sections), indent=2, ensure_ascii=False, default=str) + "\n"
-    )
+def _dumps(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def render_json(report: Any, sections: list[Section], cache: Path | None = None) -> str:
+    """report.json's text. The clusters (thousands of source facets: most of the file) are
+    encoded on their own and spliced in as the last key, the same text one encoding gives;
+    `cache`: a folder where that part is kept by the clusters and examples it encodes."""
+    head = _dumps(report_dict(report, sections, clusters=False))
+    return head[: -len("\n}")] + ",\n" + _clusters_text(report, cache) + "\n}\n"
+
+
+def _clusters_text(report: Any, cache: Path | None) -> str:
+    """`  "clusters": [...]` as it reads one level down in report.json."""
+
+    def encode() -> bytes:
+        return _dumps({"clusters": _clean(_clusters(report))})[2:-2].encode()
+
+    if cache is None:
+        return encode().decode()
+    from forensics.pipeline import cache_key, cached_bytes, content_digest, module_version
+    from forensics.pipeline.cache import keep_latest
+
+    inputs = content_digest(report.clusters, report.examples)
+    key = cache_key(inputs=inputs, code=module_version("forensics.report"))
+    data = cached_bytes(cache / f"clusters-{key}.json", encode)
+    keep_latest(cache, "clusters-*.json", KEPT_CLUSTER_TEXTS)
+    return (data or encode()).decode()
 
 
 def clusters_from_json(data: dict[str, Any]) -> pl.DataFrame:

@@ -10,7 +10,10 @@ the clustering or the skip plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from forensics.report.contents import SpikeReport, cluster_name, cluster_rows
 from forensics.report.drilldown import drill_groups
@@ -104,7 +107,10 @@ def _examples(report: SpikeReport) -> list[ExampleGroup]:
     """Examples per culprit or suspect cluster, in the examples table's order."""
     if report.examples is None or report.examples.height == 0:
         return []
-    info = {r["id"]: r for r in report.clusters.iter_rows(named=True)}
+    shown = report.examples["cluster"].unique().to_list()  # rows of thousands: only these
+    info = {
+        r["id"]: r for r in report.clusters.filter(pl.col("id").is_in(shown)).iter_rows(named=True)
+    }
     out = []
     for (cluster,), group in report.examples.group_by("cluster", maintain_order=True):
         row = info.get(cluster)
@@ -144,9 +150,12 @@ def _rules(report: SpikeReport) -> list[tuple[str, str]]:
     return rules
 
 
-def report_sections(report: SpikeReport, plots: list[str] | None = None) -> list[Section]:
+def report_sections(
+    report: SpikeReport, plots: list[str] | None = None, cache: Path | None = None
+) -> list[Section]:
     """Every section of the report, in order, with its content computed. `plots`: the names of
-    the plots drawn (forensics.report.plots.render_plots), in order."""
+    the plots drawn (forensics.report.plots.render_plots), in order. `cache`: where the
+    drill-down keeps what it marked in each document (drilldown.cached_spans)."""
     rows = cluster_rows(report)
     note = (report.embedding_note or {}).get("text", "")
     table = ClusterTable(rows, cluster_counts(report.clusters), report.clusters.height - len(rows),
@@ -158,7 +167,7 @@ def report_sections(report: SpikeReport, plots: list[str] | None = None) -> list
         PLOTS: [(name, PLOT_TITLES.get(name, name)) for name in plots or []],
         CLUSTERS: table,
         EXAMPLES: _examples(report),
-        DOCUMENTS: drill_groups(report),
+        DOCUMENTS: drill_groups(report, cache),
         MODEL: report.model,
         SKIP: _skip(report.skip),
         RULES: _rules(report),

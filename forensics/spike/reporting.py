@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -13,6 +14,8 @@ from forensics.skip.plan import SkipPlan
 from forensics.spike.outdir import publish_outputs
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import Clusters
+
+KEPT_DOCUMENT_TABLES = 3  # documents.parquet of the latest blames (--culprit back and forth)
 
 if TYPE_CHECKING:
     from forensics.report.incident import Incident
@@ -107,16 +110,33 @@ def incident_for_report(
 
 def documents_for_report(
     run: SpikeRun, clusters: Clusters, window_docs: pl.DataFrame, replay: pl.DataFrame
-) -> pl.DataFrame:
+) -> tuple[pl.DataFrame, Path]:
     """The drill-down's table, every window document (documents.parquet; see
-    forensics.report.documents), each marked with the culprit it is blamed with."""
+    forensics.report.documents), each marked with the culprit it is blamed with; and the
+    stage cache's file that holds it, keyed by what it is built from: the window's documents
+    and rows (the run key), the ranked clusters and the blamed documents (so --culprit naming
+    the clusters the verdicts blame reads the same file back)."""
     from forensics.cluster.verdict import culprit_docs
-    from forensics.report.documents import documents_table
+    from forensics.pipeline import cache_key, cached_table, content_digest, module_version
+    from forensics.pipeline.cache import keep_latest
 
     only = list(run.options.culprits) if run.options.culprits else None
     blamed = culprit_docs(clusters.ranked, window_docs, only=only)
-    window_rows = replay.filter(pl.col("side") == "window")
-    return documents_table(window_docs, clusters.ranked, window_rows, blamed)
+    key = cache_key(run=run.key, ranked=content_digest(clusters.ranked),
+                    blamed=content_digest(blamed),
+                    code=[module_version("forensics"), module_version("dataloaders")])  # fmt: skip
+
+    def compute() -> pl.DataFrame:
+        from forensics.report.documents import documents_table
+
+        window_rows = replay.filter(pl.col("side") == "window")
+        return documents_table(window_docs, clusters.ranked, window_rows, blamed)
+
+    path = run.cache / f"documents-{key}.parquet"
+    table = cached_table(path, compute, run.hits, "documents")
+    path.touch()  # recently used: kept by keep_latest
+    keep_latest(run.cache, "documents-*.parquet", KEPT_DOCUMENT_TABLES)
+    return table, path
 
 
 def report_stage(
@@ -159,7 +179,9 @@ def report_stage(
             notes=run.notes,
             model=clusters.model_view,
         )
-        report.documents = documents_for_report(run, clusters, window_docs, replay)
+        report.documents, report.documents_file = documents_for_report(
+            run, clusters, window_docs, replay
+        )
         report.provenance = skip.provenance or None
         blocked = sum(len(v) for v in skip.documents.values())
         report.incident = incident_for_report(run, events, exposure, ahead, blocked)

@@ -31,7 +31,7 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
     with open_run(config, out, options) as run:
         replay = replay_stage(run)
         scored = document_stages(run, replay)
-        window_docs, baseline_docs = split_sides(replay, scored)
+        window_docs, baseline_docs = split_sides(run, replay, scored)
         clusters = cluster_stage(run, window_docs, baseline_docs, replay)
         clusters = model_stage(run, replay, clusters, window_docs)
         blame = blame_stage(run, clusters.ranked, window_docs)

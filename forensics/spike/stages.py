@@ -2,18 +2,26 @@
 
     stage      in                      out                                  cache file
     replay     the run                 replay table (+ side)                replay-<key>.parquet
+                                       each side's documents, once          sides-<key>.parquet,
+                                                                            distinct-<key>.parquet
     decode     replay                  documents (text, facets)             docs-<key>.parquet
     score      documents               + garbage/spam scores and reasons    scores-<key>-<v>.parquet
     repeats    token ids               + repeated n-grams (garbage rule)    ngrams-<key>-<v>.parquet
-    cluster    window, baseline docs   ranked clusters with verdicts        embeddings/ (per text)
+    cluster,   window, baseline docs   ranked clusters with verdicts,       clusters-<c>.parquet,
+    embed, fit                         embedding assignments, notes         assign-<c>.parquet,
+                                                                            clusters-<c>.json,
+                                                                            embeddings/ (per text)
     model      replay, clusters        clusters with the model's evidence   rescore-<k>.npz
 
 The key (SpikeRun.key) hashes the config, the data fingerprint, the window and the baseline;
-<v> is a hash of the scorer's source, so a changed scorer rescores.
+<v> is a hash of the scorer's source, so a changed scorer rescores; <c> adds the code's version
+and the embedding options (forensics.spike.cluster_cache). A rerun with the scores cached does
+not read the decoded documents: the scored table holds the text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +55,7 @@ def replay_stage(run: SpikeRun) -> pl.DataFrame:
 def decode_stage(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     """Each distinct document of the replay decoded once, whole (scoring reads the whole
     document, not the segment a sample held)."""
-    distinct = replay.select("dataset", "doc_id").unique().sort("dataset", "doc_id")
+    distinct = distinct_documents(run, replay)
     with run.clock.stage("decode", f"{distinct.height:,} distinct documents"):
         return cached_table(
             run.cache / f"docs-{run.key}.parquet",
@@ -57,17 +65,30 @@ def decode_stage(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
         )
 
 
-def score_stage(run: SpikeRun, docs: pl.DataFrame) -> pl.DataFrame:
-    """Garbage and spam scores with their reasons, once per document."""
+def score_stage(run: SpikeRun, docs: Callable[[], pl.DataFrame]) -> pl.DataFrame:
+    """Garbage and spam scores with their reasons, once per document. `docs` gives the decoded
+    documents; it is not called when the scores are cached (the scored table holds the text:
+    a rerun reads one table, not two, and the decode stage counts as read from the cache)."""
     from forensics.score import score_table
 
     cache, key = run.cache, run.key
-    with run.clock.stage("score", f"{docs.height:,} documents"):
-        score_file = cache / f"scores-{key}-{module_version('forensics.score')}.parquet"
+    score_file = cache / f"scores-{key}-{module_version('forensics.score')}.parquet"
+    decoded = None if score_file.is_file() else docs()  # decoded outside the score clock
+    if decoded is None:
+        with run.clock.stage("decode", "not needed: the scored documents hold the text"):
+            run.hits.setdefault("decode", True)
+    what = "read from the stage cache" if decoded is None else f"{decoded.height:,} documents"
+    with run.clock.stage("score", what):
         scored = cached_table(
             score_file,
-            # Rule keys too: the cluster tables group reasons by them.
-            lambda: score_table(docs, "text", progress=run.options.progress, keys=True),
+            # Rule keys too: the cluster tables group reasons by them. (`docs()` again: a
+            # damaged cache file is rescored.)
+            lambda: score_table(
+                docs() if decoded is None else decoded,
+                "text",
+                progress=run.options.progress,
+                keys=True,
+            ),  # fmt: skip
             run.hits,
             "score",
         )
@@ -85,10 +106,10 @@ def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     from forensics.spike.tokcheck import check_tokenizer
 
     opts = run.options
-    distinct = replay.select("dataset", "doc_id").unique().sort("dataset", "doc_id")
+    distinct = distinct_documents(run, replay)
     check_tokenizer(run.replayer, distinct, run.config.tokenizer)
     if (opts.engine == "local" and opts.workers == 1) or distinct.height == 0:
-        scored = score_stage(run, decode_stage(run, replay))
+        scored = score_stage(run, lambda: decode_stage(run, replay))
     else:
         scored = parts_stage(run, distinct)
     return repeats_stage(run, distinct, scored)
@@ -122,10 +143,35 @@ def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
     return scored
 
 
-def split_sides(replay: pl.DataFrame, scored: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def drawn_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
+    """side, dataset, doc_id: each document each side drew, once, sorted (sides-<key>.parquet:
+    a warm rerun reads these 0.2M rows instead of finding them among the replay's millions)."""
+    columns = ("side", "dataset", "doc_id")
+    return cached_table(
+        run.cache / f"sides-{run.key}.parquet",
+        lambda: replay.select(columns).unique().sort(columns),
+        run.hits,
+        "sides",
+    )
+
+
+def distinct_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
+    """dataset, doc_id: each document the window or the baseline drew, once, sorted."""
+    return cached_table(
+        run.cache / f"distinct-{run.key}.parquet",
+        lambda: drawn_documents(run, replay).select("dataset", "doc_id").unique()
+        .sort("dataset", "doc_id"),
+        run.hits,
+        "distinct",
+    )  # fmt: skip
+
+
+def split_sides(
+    run: SpikeRun, replay: pl.DataFrame, scored: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The scored documents the window drew, and those the baseline drew (a document drawn by
     both is in both)."""
-    sides = replay.select("side", "dataset", "doc_id").unique()
+    sides = drawn_documents(run, replay)
 
     def side(name: str) -> pl.DataFrame:
         drawn = sides.filter(pl.col("side") == name).drop("side")
@@ -153,12 +199,34 @@ def cluster_stage(
 ) -> Clusters:
     """Groups of window documents (by source facet, and by embedding k-means) compared with the
     baseline, ranked, with a verdict each that fits the baseline at hand (`replay`, the window's
-    rows, gives each group's density over the window: forensics.cluster.baseline_fit)."""
-    from forensics.cluster import (
-        cluster_embeddings,
-        cluster_sources,
-        describe_sample,
+    rows, gives each group's density over the window: forensics.cluster.baseline_fit). Kept
+    by its inputs (forensics.spike.cluster_cache): a rerun with cheap options reads it back."""
+    from forensics.spike.cluster_cache import cached_clusters, clusters_key
+
+    def compute() -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
+        return compute_clusters(run, window_docs, baseline_docs, replay)
+
+    key = clusters_key(run.key, run.options)
+    ranked, assignments, note = cached_clusters(
+        run.cache, key, run.notes, run.hits, run.clock, compute
     )
+    opts = run.options
+    if opts.culprits:
+        unknown = sorted(set(opts.culprits) - set(ranked["id"].to_list()))
+        if unknown:
+            raise ForensicsError(f"--culprit {', '.join(unknown)}: no such cluster in this window")
+    return Clusters(ranked, assignments, note)
+
+
+def compute_clusters(
+    run: SpikeRun,
+    window_docs: pl.DataFrame,
+    baseline_docs: pl.DataFrame,
+    replay: pl.DataFrame | None,
+) -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
+    """The source-facet and embedding clusters, fitted to the baseline: (ranked, assignments,
+    the embedding sample's note)."""
+    from forensics.cluster import cluster_embeddings, cluster_sources, describe_sample
     from forensics.cluster.embedding import default_cap
 
     opts = run.options
@@ -179,13 +247,10 @@ def cluster_stage(
             )
             note = describe_sample(assignments, cap)
         parts.append(embedded)
-    ranked = fit_stage(run, pl.concat(parts, how="diagonal_relaxed"), window_docs,
-                       baseline_docs, replay)  # fmt: skip
-    if opts.culprits:
-        unknown = sorted(set(opts.culprits) - set(ranked["id"].to_list()))
-        if unknown:
-            raise ForensicsError(f"--culprit {', '.join(unknown)}: no such cluster in this window")
-    return Clusters(ranked, assignments, note)
+    with run.clock.stage("fit", "verdicts against the baseline", spinner=True):
+        ranked = fit_stage(run, pl.concat(parts, how="diagonal_relaxed"), window_docs,
+                           baseline_docs, replay)  # fmt: skip
+    return ranked, assignments, note
 
 
 def fit_stage(
