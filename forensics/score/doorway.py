@@ -29,8 +29,14 @@ import polars as pl
 
 from forensics.score.tokens import STOPWORDS
 
-# Sentences: runs ending at . ! ? or a line break.
-SENTENCE = r"[^.!?\n]+"
+# Sentences: runs ending at a line break, or at . ! ? followed by white space (or the end). A
+# period inside a token is not a sentence end: reference sentences carry versions ("2.2.8"),
+# file names ("polls.tar.gz"), dotted paths ("django.db.models") and addresses, and cutting them
+# there turns one sentence into several short pieces without the keyword.
+SENTENCE = r"(?:[^.!?\n]|[.!?]+[^.!?\s])+"
+# The same ends, with the blank lines after them (one end per break), counted by
+# `spam._doorway`'s cheap pre-check.
+SENTENCE_END = r"(?:[.!?]+(?:\s|$)|\n)\s*"
 MIN_SENTENCE_WORDS = 5
 MIN_SENTENCES = 8
 MIN_KEYWORD_SHARE = 0.02

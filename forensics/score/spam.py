@@ -18,7 +18,12 @@ import polars as pl
 from forensics.safe_text import excerpt
 from forensics.score.code import SYMBOLS, code_likeness, code_line_exprs, prose_likeness
 from forensics.score.doc_counts import doc_bounds, ngram_stats, top_keyword
-from forensics.score.doorway import MIN_KEYWORD_SHARE, MIN_SENTENCES, DoorwayFrames
+from forensics.score.doorway import (
+    MIN_KEYWORD_SHARE,
+    MIN_SENTENCES,
+    SENTENCE_END,
+    DoorwayFrames,
+)
 from forensics.score.licence import is_licence
 from forensics.score.notation import (
     NOTATION_SHARE,
@@ -341,7 +346,7 @@ def _doorway(
     # A page can only have its keyword in 80% of its sentences if the keyword occurs at least
     # half as often as there are sentence breaks (titles and short lines included): one cheap
     # native count drops most pages before the per-sentence work.
-    breaks = texts.gather(cand).str.count_matches(r"[.!?\n]+").fill_null(0).to_numpy()
+    breaks = texts.gather(cand).str.count_matches(SENTENCE_END).fill_null(0).to_numpy()
     cand = cand[kw_count[cand] >= 0.5 * breaks]
     if len(cand) == 0:
         return np.zeros(tok.n_docs)
