@@ -36,6 +36,9 @@ _CLAUSE = re.compile(r"[^,.;:!?\n|，。；：！？、]+")
 _WORD = re.compile(r"\w+")
 # Share of the keyword's occurrences that must touch notation for the page to be reference text.
 NOTATION_SHARE = 0.5
+# A whitespace-delimited chunk of notation: markup (backticks, roles, links, brackets), a path or
+# URL, or words joined by "." or ":" (``django.views.generic.edit``, ``1.2:``, ``os.path``).
+NOTATION_CHUNK = r"\S*(?:[`~<>\[\]{}=/\\|]|\w[.:]\w)\S*"
 
 
 def _occurrences(text: str, kw: str) -> list[re.Match[str]]:

@@ -26,13 +26,14 @@ from forensics.score.doorway import (
 )
 from forensics.score.licence import is_licence
 from forensics.score.notation import (
+    NOTATION_CHUNK,
     NOTATION_SHARE,
     has_cjk,
     notation_share,
     spaced_density,
     spaced_phrase_share,
 )
-from forensics.score.tokens import WORD, Tokens
+from forensics.score.tokens import WORD, Tokens, tokenize
 from forensics.score.utf8_scan import visible_and_ascii_class
 
 # Documents with fewer words are scored with proportionally damped per-document signals:
@@ -451,6 +452,31 @@ def _rule_matrix(values: dict[str, np.ndarray], n_words: np.ndarray) -> np.ndarr
     return matrix
 
 
+def _remeasure_prose(matrix: np.ndarray, values: dict[str, np.ndarray], texts: pl.Series) -> None:
+    """Score again, in place, the repetition family of the pages it flags, with their n-gram
+    statistics measured on their prose: the text without its notation (`NOTATION_CHUNK`).
+
+    Why: a reference page's qualified names, roles and links repeat their package path by
+    construction (``:attr:`~django.views.generic.edit.FormMixin.initial` `` on every line of an
+    attribute list), which reads to the n-gram rules as a phrase repeated a hundred times. A
+    farm repeats its sentences as words. Line and paragraph duplication stay as measured; the
+    repeated n-grams and the damping for short pages use the prose's words.
+    """
+    names = [r.name for r in RULES]
+    family = [names.index(n) for group in REPETITION_SOURCES for n in group]
+    rows = np.flatnonzero(matrix[:, family].max(axis=1) >= 0.5)
+    if len(rows) == 0:
+        return
+    prose = texts.gather(rows).str.replace_all(NOTATION_CHUNK, " ")
+    words = _word_stats(tokenize(prose), prose)
+    sub = {k: v[rows] for k, v in values.items()}
+    weight = prose_likeness(sub["code_likeness"])
+    for name in ("top_2gram", "top_3gram", "top_4gram", "dup_6gram"):
+        sub[name] = words[name] * weight
+    again = _rule_matrix(sub, words["n_words"])
+    matrix[np.ix_(rows, family)] = np.minimum(matrix[np.ix_(rows, family)], again[:, family])
+
+
 def _waive_for_licences(matrix: np.ndarray, texts: pl.Series) -> None:
     """Zero, in place, the `LICENCE_WAIVED` rules of the flagged pages that are licence or
     copyright notices (checked only on flagged pages: the regexes then cost nothing)."""
@@ -504,6 +530,7 @@ def spam_signals(
     line_table = lines() if lines is not None else _line_stats(texts)
     values = _rule_values(words, kw_share, doorway, line_table)
     matrix = _rule_matrix(values, words["n_words"])
+    _remeasure_prose(matrix, values, texts)
     _waive_for_licences(matrix, texts)
     _waive_for_notation(matrix, texts, tok, words, keywords)
     best = matrix.argmax(axis=1)
