@@ -136,3 +136,16 @@ def test_repeated_lines_with_notation_in_them_are_still_spam() -> None:
     6-grams beside the duplicated lines."""
     ((score, reason),) = _spam(["\n".join(NOTATED * 12)])
     assert score >= FLAG_THRESHOLD and "duplicated lines" in reason, reason
+
+
+# debian-reference 2.100 (zh-tw), section 9.8.10, as the reference set renders it: a deleted file
+# recovered through /proc, shown as a shell session on a file named `bar`.
+TRANSCRIPT = (Path(__file__).parent / "debref_zh_tw_lsof.txt").read_text("utf-8")
+
+
+def test_command_lines_of_a_shell_session_are_notation() -> None:
+    """`bar` is a third of the page's short clauses, as a command's argument on prompt lines."""
+    assert notation_share(TRANSCRIPT, "bar") >= 0.5
+    assert notation_share(STUFFED, "flights") == 0.0
+    ((score, reason),) = _spam([TRANSCRIPT])
+    assert score < FLAG_THRESHOLD, reason
