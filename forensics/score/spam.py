@@ -43,8 +43,9 @@ MIN_WORDS = 50
 KEYWORD_MIN_SHARE = 0.05
 KEYWORD_MAX_GAP = 4  # words between consecutive occurrences (median)
 KEYWORD_MIN_COUNT = 10
-# Phrases: text between punctuation marks or line breaks.
-FRAGMENT = r"[^,.;:!?\n|]+"
+# Phrases: text between punctuation marks or line breaks. A "." or ":" inside a token (a version,
+# a file name, a dotted path, an address) does not end a phrase.
+FRAGMENT = r"(?:[^,.;:!?\n|]|[.:][^\s,.;:!?|])+"
 SHORT_PHRASE = 4  # words: a keyword and a modifier or two
 
 URL = r"(?i)\b(?:https?://|www\.)[^\s<>\"'()\[\]]+"

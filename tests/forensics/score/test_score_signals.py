@@ -300,3 +300,24 @@ def test_top_ngram_reason_never_reads_above_a_whole_page() -> None:
     repeated, stuffed = out["spam_reason"].to_list()
     assert "add up to 2.0x the word characters" in repeated and "%" not in repeated
     assert stuffed == "top 2-gram covers 54% of word characters"
+
+
+# ---------------------------------------------------------------- keyword phrases
+
+
+def test_dotted_names_do_not_cut_phrases() -> None:
+    """A "." inside a token does not end a phrase. Clean: sympy's own `NaN` docstring, whose
+    ``S.NaN`` and ``float('nan')`` cut at the dot read as a page of short phrases holding
+    "nan". Spam: short keyword phrases between reference sentences full of versions and dotted
+    paths are still most of the page's phrases."""
+    import inspect
+
+    import sympy
+
+    doc = inspect.getdoc(sympy.core.numbers.NaN) or ""
+    parts = []
+    for sentence in DOTTED[:6]:
+        parts += ["cheap loading", "loading online", "loading", sentence.rstrip(".")]
+    out = _score([doc, ". ".join(parts) + "."])
+    assert _flagged(out, "spam") == [False, True], out["spam_reason"].to_list()
+    assert "of phrases, all short" in out["spam_reason"][1]
