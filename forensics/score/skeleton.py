@@ -52,14 +52,13 @@ MIN_VARIATION = 0.1
 # Pages whose raw words are this similar are copies (mirrors, a counter or date changed), which
 # is a deduplication matter; a template's slots change a larger share of its words.
 MAX_RAW_JACCARD = 0.8
-# A template fills slots in one whole page, so the pages of a farm agree on most of their skeleton
-# (median linked pair 0.8-1.0). Pages that share only a block (the footer of one package's man
-# pages, a translation team's header) and differ in their bodies are each linked at about
-# MIN_JACCARD (median 0.50-0.55): a cluster whose median link is below this is shared boilerplate.
-# Judged on the links between long pages only: on a short page one lowercase slot ("plumber",
-# "roofer") breaks 3 of its 8-30 shingles, so one template's short pages link at 0.5-0.7; their
-# bar is the cluster size (SHORT_MIN_CLUSTER).
-MIN_TEMPLATE_JACCARD = 0.65
+# The slots of a template change its pages' words throughout, so across a farm's links the
+# skeletons agree clearly more than the words do (median of skeleton minus raw-word Jaccard
+# 0.3-0.6 on the evaluation sets' farms and the demo's spun farm). Pages that share a block of one
+# text (one package's man-page footer, a translation team's header) and differ in their bodies
+# agree in skeleton barely more than in words (median 0.10-0.16, each link just past
+# MIN_VARIATION): a cluster whose median link varies less than this is shared boilerplate.
+MIN_TEMPLATE_VARIATION = 0.2
 MIN_CLUSTER = 10  # distinct documents sharing one skeleton before it is called a template
 FULL_CLUSTER = 50  # cluster size at which the score saturates
 _EMPTY = np.iinfo(np.uint64).max
@@ -207,12 +206,14 @@ def cluster_signatures(sigs: Signatures, text_hash: np.ndarray) -> SkeletonClust
         # skeleton: not a template.
         raw_sim = _jaccard(sigs.raw[docs], pairs[:, 0], pairs[:, 1])
         keep = (sim - raw_sim >= MIN_VARIATION) & (raw_sim <= MAX_RAW_JACCARD)
-        pairs, sim = pairs[keep], sim[keep]
+        pairs, variation = pairs[keep], (sim - raw_sim)[keep]
+    else:
+        variation = sim
     graph = coo_matrix(
         (np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(docs), len(docs))
     )
     _, labels = connected_components(graph, directed=False)
-    labels = _drop_shared_blocks(labels, pairs, sim, ~sigs.short[docs])
+    labels = _drop_shared_blocks(labels, pairs, variation)
     # Cluster size counts distinct texts: exact copies are one document for this purpose.
     sizes = (
         pl.DataFrame({"label": labels, "t": text_hash[docs]})
@@ -227,20 +228,17 @@ def cluster_signatures(sigs: Signatures, text_hash: np.ndarray) -> SkeletonClust
     return SkeletonClusters(cluster, size, sigs.short)
 
 
-def _drop_shared_blocks(
-    labels: np.ndarray, pairs: np.ndarray, sim: np.ndarray, long: np.ndarray
-) -> np.ndarray:
-    """`labels` with -1 for the pages of every component whose verified links between long
-    pages (`long`: bool per page) have a median skeleton Jaccard under MIN_TEMPLATE_JACCARD (see
-    there): linked by a shared block, not filled from one template."""
-    both = long[pairs[:, 0]] & long[pairs[:, 1]] if len(pairs) else np.zeros(0, dtype=bool)
-    if not both.any():
+def _drop_shared_blocks(labels: np.ndarray, pairs: np.ndarray, variation: np.ndarray) -> np.ndarray:
+    """`labels` with -1 for the pages of every component whose verified links have a median
+    `variation` (skeleton minus raw-word Jaccard) under MIN_TEMPLATE_VARIATION (see there):
+    linked by a shared block, not filled from one template."""
+    if len(pairs) == 0:
         return labels
-    links = pl.DataFrame({"label": labels[pairs[both, 0]], "sim": sim[both]})
+    links = pl.DataFrame({"label": labels[pairs[:, 0]], "variation": variation})
     weak = (
         links.group_by("label")
-        .agg(pl.col("sim").median())
-        .filter(pl.col("sim") < MIN_TEMPLATE_JACCARD)["label"]
+        .agg(pl.col("variation").median())
+        .filter(pl.col("variation") < MIN_TEMPLATE_VARIATION)["label"]
         .to_numpy()
     )
     if len(weak) == 0:

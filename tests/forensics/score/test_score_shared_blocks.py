@@ -6,8 +6,10 @@ Clean side: `coreutils_fi_pages.json`, eleven coreutils man pages of Debian's `m
 held-out evaluation set renders them. Their bodies are a few lines each and differ; the footer
 (`--help`/`--version`, reporting bugs, copyright, see also, translators) is the same text with
 the command and people's names changed, so every pair's skeletons meet at about half their
-shingles and the eleven form one connected cluster. Spam side: long slot-filled pages that fill
-the whole of one skeleton.
+shingles and the eleven form one connected cluster. Spam side: slot-filled pages that fill the
+whole of one skeleton, and the demo's spun farm (`forensics_testing.demo.dirty.spam_page`:
+spun phrasing and filler sentences, so its pages link at a skeleton Jaccard of about 0.58, no
+higher than the man pages' links).
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ def _farm() -> list[str]:
     ]
 
 
+def _spun_farm() -> list[str]:
+    from forensics_testing.demo.dirty import spam_page
+
+    rnd = random.Random(3)
+    return [spam_page(rnd) for _ in range(30)]
+
+
 def test_man_pages_sharing_a_footer_are_not_a_template(monkeypatch) -> None:
     texts = pl.Series(PAGES)
     sigs = Signatures.of(tokenize(texts))
@@ -57,8 +66,11 @@ def test_man_pages_sharing_a_footer_are_not_a_template(monkeypatch) -> None:
     # ...and are no template after it.
     clusters = cluster_signatures(sigs, texts.hash().to_numpy())
     assert clusters.size.max() == 0, clusters.size
-    out = score_table(pl.DataFrame({"text": PAGES + _farm()}))
-    n = len(PAGES)
-    assert (out["spam_score"][:n] < FLAG_THRESHOLD).all(), out["spam_reason"][:n].to_list()
-    assert (out["spam_score"][n:] >= FLAG_THRESHOLD).all()
-    assert all("skeleton shared with" in r for r in out["spam_reason"][n:])
+    farm, spun = _farm(), _spun_farm()
+    out = score_table(pl.DataFrame({"text": PAGES + farm + spun}))
+    flagged = (out["spam_score"] >= FLAG_THRESHOLD).to_list()
+    n, m = len(PAGES), len(PAGES) + len(farm)
+    assert not any(flagged[:n]), out["spam_reason"][:n].to_list()
+    assert all(flagged[n:m]) and all("skeleton shared with" in r for r in out["spam_reason"][n:m])
+    # One spun page of the thirty links to none of the others (as before the median-link check).
+    assert sum(flagged[m:]) >= len(spun) - 1, out["spam_score"][m:].to_list()
