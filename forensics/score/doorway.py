@@ -58,13 +58,14 @@ def _keyword_hits(keywords: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
         .select("row", "kw", s=pl.col("text").str.to_lowercase().str.extract_all(SENTENCE))
         .explode("s")
         .with_row_index("sid")
-        .with_columns(w=pl.col("s").str.extract_all(r"\w+"))
-        .filter(pl.col("w").list.len() >= MIN_SENTENCE_WORDS)
+        .filter(pl.col("s").str.count_matches(r"\w+") >= MIN_SENTENCE_WORDS)
     )
     same_before = pl.col("sid").shift(1) == pl.col("sid")
     same_after = pl.col("sid").shift(-1) == pl.col("sid")
     hits = (
-        sent.select("row", "sid", "kw", "w")
+        # Only the sentences that hold the keyword's letters are split into words.
+        sent.filter(pl.col("s").str.contains(pl.col("kw"), literal=True))
+        .select("row", "sid", "kw", w=pl.col("s").str.extract_all(r"\w+"))
         .explode("w")
         .with_columns(
             pos=pl.int_range(pl.len()).over("sid"),
