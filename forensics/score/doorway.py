@@ -29,8 +29,14 @@ import polars as pl
 
 from forensics.score.tokens import STOPWORDS
 
-# Sentences: runs ending at . ! ? or a line break.
-SENTENCE = r"[^.!?\n]+"
+# Sentences: runs ending at a line break, or at . ! ? followed by white space (or the end). A
+# period inside a token is not a sentence end: reference sentences carry versions ("2.2.8"),
+# file names ("polls.tar.gz"), dotted paths ("django.db.models") and addresses, and cutting them
+# there turns one sentence into several short pieces without the keyword.
+SENTENCE = r"(?:[^.!?\n]|[.!?]+[^.!?\s])+"
+# The same ends, with the blank lines after them (one end per break), counted by
+# `spam._doorway`'s cheap pre-check.
+SENTENCE_END = r"(?:[.!?]+(?:\s|$)|\n)\s*"
 MIN_SENTENCE_WORDS = 5
 MIN_SENTENCES = 8
 MIN_KEYWORD_SHARE = 0.02
@@ -52,13 +58,14 @@ def _keyword_hits(keywords: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
         .select("row", "kw", s=pl.col("text").str.to_lowercase().str.extract_all(SENTENCE))
         .explode("s")
         .with_row_index("sid")
-        .with_columns(w=pl.col("s").str.extract_all(r"\w+"))
-        .filter(pl.col("w").list.len() >= MIN_SENTENCE_WORDS)
+        .filter(pl.col("s").str.count_matches(r"\w+") >= MIN_SENTENCE_WORDS)
     )
     same_before = pl.col("sid").shift(1) == pl.col("sid")
     same_after = pl.col("sid").shift(-1) == pl.col("sid")
     hits = (
-        sent.select("row", "sid", "kw", "w")
+        # Only the sentences that hold the keyword's letters are split into words.
+        sent.filter(pl.col("s").str.contains(pl.col("kw"), literal=True))
+        .select("row", "sid", "kw", w=pl.col("s").str.extract_all(r"\w+"))
         .explode("w")
         .with_columns(
             pos=pl.int_range(pl.len()).over("sid"),

@@ -6,9 +6,10 @@ of clean reference text repeat a word as often, and differ from a stuffed page i
 
 - notation: a function reference repeats its type names in signatures (``lower(text) -> text``,
   ``double precision``), a settings reference its role (``:setting:`DEBUG```), a manual its
-  command inside paths and compounds (``/var/lib``, ``apt-get``, ``ssh-keygen``). The word
-  touches markup or code punctuation. A stuffed page repeats a commercial phrase as plain words
-  ("cheap flights, flights online, best cheap flights");
+  command inside paths and compounds (``/var/lib``, ``apt-get``, ``ssh-keygen``) and on the
+  command lines it shows (``$ git config --global user.name``). The word touches markup or
+  code punctuation, or stands on a line opened by a shell prompt. A stuffed page repeats a
+  commercial phrase as plain words ("cheap flights, flights online, best cheap flights");
 - scripts written without spaces: in a Chinese or Japanese page, a run of Han or kana is one
   `\\w+` token however long it is, so a Latin command name (`apt`, `git`, `ssh`) looks like 14% of
   the "words" and every clause looks short. Counted the way such text is read (about two
@@ -34,8 +35,14 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-
 _CJK_WORD_CHARS = 2  # characters per word in Chinese and Japanese text, roughly
 _CLAUSE = re.compile(r"[^,.;:!?\n|，。；：！？、]+")
 _WORD = re.compile(r"\w+")
+# A shell prompt opening a line ("$ git config --global ...", "# apt install ..."): the words on
+# that line are a command and its arguments, which a manual repeats as often as it runs them.
+_PROMPT = re.compile(r"[ \t]*[$#%] ")
 # Share of the keyword's occurrences that must touch notation for the page to be reference text.
 NOTATION_SHARE = 0.5
+# A whitespace-delimited chunk of notation: markup (backticks, roles, links, brackets), a path or
+# URL, or words joined by "." or ":" (``django.views.generic.edit``, ``1.2:``, ``os.path``).
+NOTATION_CHUNK = r"\S*(?:[`~<>\[\]{}=/\\|]|\w[.:]\w)\S*"
 
 
 def _occurrences(text: str, kw: str) -> list[re.Match[str]]:
@@ -50,8 +57,16 @@ def _nearest(text: str, i: int, step: int) -> str:
     return text[i] if 0 <= i < len(text) else "\n"
 
 
+def _on_command_line(text: str, a: int) -> bool:
+    """Whether position `a` is on a shell command line: one that opens with a prompt."""
+    start = text.rfind("\n", 0, a) + 1
+    return _PROMPT.match(text, start) is not None
+
+
 def _in_notation(text: str, a: int, b: int) -> bool:
     if _nearest(text, a - 1, -1) in _MARKUP or _nearest(text, b, 1) in _MARKUP:
+        return True
+    if _on_command_line(text, a):
         return True
     after = text[b] if b < len(text) else " "
     if after in _JOINERS and b + 1 < len(text) and not text[b + 1].isspace():

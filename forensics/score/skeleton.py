@@ -52,6 +52,13 @@ MIN_VARIATION = 0.1
 # Pages whose raw words are this similar are copies (mirrors, a counter or date changed), which
 # is a deduplication matter; a template's slots change a larger share of its words.
 MAX_RAW_JACCARD = 0.8
+# The slots of a template change its pages' words throughout, so across a farm's links the
+# skeletons agree clearly more than the words do (median of skeleton minus raw-word Jaccard
+# 0.3-0.6 on the evaluation sets' farms and the demo's spun farm). Pages that share a block of one
+# text (one package's man-page footer, a translation team's header) and differ in their bodies
+# agree in skeleton barely more than in words (median 0.10-0.16, each link just past
+# MIN_VARIATION): a cluster whose median link varies less than this is shared boilerplate.
+MIN_TEMPLATE_VARIATION = 0.2
 MIN_CLUSTER = 10  # distinct documents sharing one skeleton before it is called a template
 FULL_CLUSTER = 50  # cluster size at which the score saturates
 _EMPTY = np.iinfo(np.uint64).max
@@ -198,22 +205,45 @@ def cluster_signatures(sigs: Signatures, text_hash: np.ndarray) -> SkeletonClust
         # and differ at all. Copies of one licence or README share raw text as much as
         # skeleton: not a template.
         raw_sim = _jaccard(sigs.raw[docs], pairs[:, 0], pairs[:, 1])
-        pairs = pairs[(sim - raw_sim >= MIN_VARIATION) & (raw_sim <= MAX_RAW_JACCARD)]
+        keep = (sim - raw_sim >= MIN_VARIATION) & (raw_sim <= MAX_RAW_JACCARD)
+        pairs, variation = pairs[keep], (sim - raw_sim)[keep]
+    else:
+        variation = sim
     graph = coo_matrix(
         (np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(docs), len(docs))
     )
     _, labels = connected_components(graph, directed=False)
+    labels = _drop_shared_blocks(labels, pairs, variation)
     # Cluster size counts distinct texts: exact copies are one document for this purpose.
     sizes = (
         pl.DataFrame({"label": labels, "t": text_hash[docs]})
         .group_by("label")
         .agg(distinct=pl.col("t").n_unique())
     )
-    distinct = np.zeros(labels.max() + 1, dtype=np.int64)
+    distinct = np.zeros(labels.max() + 2, dtype=np.int64)
     distinct[sizes["label"].to_numpy()] = sizes["distinct"].to_numpy()
+    distinct[-1] = 0  # label -1: a page of a shared-block cluster, in no template
     cluster[docs] = labels
     size[docs] = distinct[labels]
     return SkeletonClusters(cluster, size, sigs.short)
+
+
+def _drop_shared_blocks(labels: np.ndarray, pairs: np.ndarray, variation: np.ndarray) -> np.ndarray:
+    """`labels` with -1 for the pages of every component whose verified links have a median
+    `variation` (skeleton minus raw-word Jaccard) under MIN_TEMPLATE_VARIATION (see there):
+    linked by a shared block, not filled from one template."""
+    if len(pairs) == 0:
+        return labels
+    links = pl.DataFrame({"label": labels[pairs[:, 0]], "variation": variation})
+    weak = (
+        links.group_by("label")
+        .agg(pl.col("variation").median())
+        .filter(pl.col("variation") < MIN_TEMPLATE_VARIATION)["label"]
+        .to_numpy()
+    )
+    if len(weak) == 0:
+        return labels
+    return np.where(np.isin(labels, weak), -1, labels)
 
 
 def skeleton_scores(clusters: SkeletonClusters) -> tuple[np.ndarray, list[str]]:

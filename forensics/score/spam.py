@@ -18,16 +18,22 @@ import polars as pl
 from forensics.safe_text import excerpt
 from forensics.score.code import SYMBOLS, code_likeness, code_line_exprs, prose_likeness
 from forensics.score.doc_counts import doc_bounds, ngram_stats, top_keyword
-from forensics.score.doorway import MIN_KEYWORD_SHARE, MIN_SENTENCES, DoorwayFrames
+from forensics.score.doorway import (
+    MIN_KEYWORD_SHARE,
+    MIN_SENTENCES,
+    SENTENCE_END,
+    DoorwayFrames,
+)
 from forensics.score.licence import is_licence
 from forensics.score.notation import (
+    NOTATION_CHUNK,
     NOTATION_SHARE,
     has_cjk,
     notation_share,
     spaced_density,
     spaced_phrase_share,
 )
-from forensics.score.tokens import WORD, Tokens
+from forensics.score.tokens import WORD, Tokens, tokenize
 from forensics.score.utf8_scan import visible_and_ascii_class
 
 # Documents with fewer words are scored with proportionally damped per-document signals:
@@ -37,8 +43,9 @@ MIN_WORDS = 50
 KEYWORD_MIN_SHARE = 0.05
 KEYWORD_MAX_GAP = 4  # words between consecutive occurrences (median)
 KEYWORD_MIN_COUNT = 10
-# Phrases: text between punctuation marks or line breaks.
-FRAGMENT = r"[^,.;:!?\n|]+"
+# Phrases: text between punctuation marks or line breaks. A "." or ":" inside a token (a version,
+# a file name, a dotted path, an address) does not end a phrase.
+FRAGMENT = r"(?:[^,.;:!?\n|]|[.:][^\s,.;:!?|])+"
 SHORT_PHRASE = 4  # words: a keyword and a modifier or two
 
 URL = r"(?i)\b(?:https?://|www\.)[^\s<>\"'()\[\]]+"
@@ -341,7 +348,7 @@ def _doorway(
     # A page can only have its keyword in 80% of its sentences if the keyword occurs at least
     # half as often as there are sentence breaks (titles and short lines included): one cheap
     # native count drops most pages before the per-sentence work.
-    breaks = texts.gather(cand).str.count_matches(r"[.!?\n]+").fill_null(0).to_numpy()
+    breaks = texts.gather(cand).str.count_matches(SENTENCE_END).fill_null(0).to_numpy()
     cand = cand[kw_count[cand] >= 0.5 * breaks]
     if len(cand) == 0:
         return np.zeros(tok.n_docs)
@@ -446,6 +453,31 @@ def _rule_matrix(values: dict[str, np.ndarray], n_words: np.ndarray) -> np.ndarr
     return matrix
 
 
+def _remeasure_prose(matrix: np.ndarray, values: dict[str, np.ndarray], texts: pl.Series) -> None:
+    """Score again, in place, the repetition family of the pages it flags, with their n-gram
+    statistics measured on their prose: the text without its notation (`NOTATION_CHUNK`).
+
+    Why: a reference page's qualified names, roles and links repeat their package path by
+    construction (``:attr:`~django.views.generic.edit.FormMixin.initial` `` on every line of an
+    attribute list), which reads to the n-gram rules as a phrase repeated a hundred times. A
+    farm repeats its sentences as words. Line and paragraph duplication stay as measured; the
+    repeated n-grams and the damping for short pages use the prose's words.
+    """
+    names = [r.name for r in RULES]
+    family = [names.index(n) for group in REPETITION_SOURCES for n in group]
+    rows = np.flatnonzero(matrix[:, family].max(axis=1) >= 0.5)
+    if len(rows) == 0:
+        return
+    prose = texts.gather(rows).str.replace_all(NOTATION_CHUNK, " ")
+    words = _word_stats(tokenize(prose), prose)
+    sub = {k: v[rows] for k, v in values.items()}
+    weight = prose_likeness(sub["code_likeness"])
+    for name in ("top_2gram", "top_3gram", "top_4gram", "dup_6gram"):
+        sub[name] = words[name] * weight
+    again = _rule_matrix(sub, words["n_words"])
+    matrix[np.ix_(rows, family)] = np.minimum(matrix[np.ix_(rows, family)], again[:, family])
+
+
 def _waive_for_licences(matrix: np.ndarray, texts: pl.Series) -> None:
     """Zero, in place, the `LICENCE_WAIVED` rules of the flagged pages that are licence or
     copyright notices (checked only on flagged pages: the regexes then cost nothing)."""
@@ -499,6 +531,7 @@ def spam_signals(
     line_table = lines() if lines is not None else _line_stats(texts)
     values = _rule_values(words, kw_share, doorway, line_table)
     matrix = _rule_matrix(values, words["n_words"])
+    _remeasure_prose(matrix, values, texts)
     _waive_for_licences(matrix, texts)
     _waive_for_notation(matrix, texts, tok, words, keywords)
     best = matrix.argmax(axis=1)

@@ -6,11 +6,12 @@ still is, in English and inside Chinese text."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import polars as pl
 
 from forensics.score import FLAG_THRESHOLD, score_table
-from forensics.score.notation import notation_share, spaced_density
+from forensics.score.notation import NOTATION_CHUNK, notation_share, spaced_density
 
 FUNCTIONS = [
     ("lower", "converts the string to all lower case"),
@@ -110,3 +111,41 @@ def test_stuffed_pages_are_still_spam() -> None:
     for score, reason in _spam([STUFFED, STUFFED_IN_CHINESE]):
         assert score >= FLAG_THRESHOLD, reason
         assert reason
+
+
+# Django 5.1.4's docs/ref/class-based-views/flattened-index.txt, its `CreateView` section (BSD
+# licence, Django Software Foundation): every attribute is a role around a qualified name, so
+# "django views generic" is the page's most repeated 3-gram.
+CREATEVIEW = (Path(__file__).parent / "django_createview.txt").read_text("utf-8")
+NOTATED = [
+    "Call django.db.models.Model.save() after changing the fields of the instance.",
+    "See :setting:`MEDIA_ROOT` and https://docs.example.com/ref/models.html for details.",
+    "Buy the best running shoes at shoes.example.com today and save on every order.",
+]
+
+
+def test_qualified_names_in_an_attribute_list_are_not_repetition() -> None:
+    """The n-gram rules read the page without its notation: its prose repeats nothing."""
+    ((score, reason),) = _spam([CREATEVIEW])
+    assert score < FLAG_THRESHOLD, reason
+    assert len(re.findall(NOTATION_CHUNK, CREATEVIEW)) >= 25
+
+
+def test_repeated_lines_with_notation_in_them_are_still_spam() -> None:
+    """A page that repeats its lines repeats their words too: its prose still has repeated
+    6-grams beside the duplicated lines."""
+    ((score, reason),) = _spam(["\n".join(NOTATED * 12)])
+    assert score >= FLAG_THRESHOLD and "duplicated lines" in reason, reason
+
+
+# debian-reference 2.100 (zh-tw), section 9.8.10, as the reference set renders it: a deleted file
+# recovered through /proc, shown as a shell session on a file named `bar`.
+TRANSCRIPT = (Path(__file__).parent / "debref_zh_tw_lsof.txt").read_text("utf-8")
+
+
+def test_command_lines_of_a_shell_session_are_notation() -> None:
+    """`bar` is a third of the page's short clauses, as a command's argument on prompt lines."""
+    assert notation_share(TRANSCRIPT, "bar") >= 0.5
+    assert notation_share(STUFFED, "flights") == 0.0
+    ((score, reason),) = _spam([TRANSCRIPT])
+    assert score < FLAG_THRESHOLD, reason

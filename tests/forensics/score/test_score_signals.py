@@ -192,6 +192,39 @@ def test_doorway_page_is_flagged() -> None:
     assert "doorway page" in out["spam_reason"][0]
 
 
+# Sentences of reference text: versions, file names, dotted paths and addresses put periods
+# inside sentences.
+DOTTED = [
+    "Django 2.2 supports Python 3.5, 3.6, 3.7 and 3.8 (as of 2.2.8) on every platform.",
+    "This lets you refer to the file polls_20101022.tar.gz from your templates as well.",
+    "The syntax is similar in IPv6, such as 2001:db8:13bb:2::/64 for the whole subnet.",
+    "Call django.db.models.Model.save() after changing the fields of the instance.",
+    "The newer gnupg (>1.2.1-2) package can handle these corrupted subkeys correctly.",
+    "The zone for 192.168.0.0/16 is named 168.192.in-addr.arpa, with the parts reversed.",
+    "Run apt-get dist-upgrade at last, once /etc/apt/sources.list names the new release.",
+    "Passing 0 into the memcache backend no longer uses the default timeout of 300 s.",
+    "In Django 1.5 and earlier the fetched rows were converted in chunks of 100 rows.",
+    "Use killall(1) or pkill(1) to do the same by the process name and other attributes.",
+]
+
+
+def test_doorway_page_of_reference_sentences_is_flagged() -> None:
+    """A period inside a version, a file name or a dotted path does not end a sentence: the
+    doorway page built from reference sentences has its phrase in every one of them."""
+    rnd = random.Random(4)
+    body = []
+    for s in DOTTED:
+        words = s.split()
+        words.insert(rnd.randrange(1, len(words)), "led lights")
+        body.append(" ".join(words))
+    page = "Led Lights - Official Site\n\n" + "\n".join(body)
+    frame = pl.DataFrame({"row": [0], "text": [page], "kw": ["led"]})
+    values = DoorwayFrames().values(frame).row(0, named=True)
+    assert values["sentences"] == len(DOTTED) and values["coverage"] == 1.0, values
+    out = _score([page])
+    assert _flagged(out, "spam") == [True] and "doorway page" in out["spam_reason"][0], out
+
+
 def test_reference_tables_with_a_recurring_word_are_not_doorways() -> None:
     out = _score([FUNCTION_TABLE, SYMBOL_LIST, ENGLISH * 2])
     reasons = out["spam_reason"].to_list()
@@ -267,3 +300,24 @@ def test_top_ngram_reason_never_reads_above_a_whole_page() -> None:
     repeated, stuffed = out["spam_reason"].to_list()
     assert "add up to 2.0x the word characters" in repeated and "%" not in repeated
     assert stuffed == "top 2-gram covers 54% of word characters"
+
+
+# ---------------------------------------------------------------- keyword phrases
+
+
+def test_dotted_names_do_not_cut_phrases() -> None:
+    """A "." inside a token does not end a phrase. Clean: sympy's own `NaN` docstring, whose
+    ``S.NaN`` and ``float('nan')`` cut at the dot read as a page of short phrases holding
+    "nan". Spam: short keyword phrases between reference sentences full of versions and dotted
+    paths are still most of the page's phrases."""
+    import inspect
+
+    import sympy
+
+    doc = inspect.getdoc(sympy.core.numbers.NaN) or ""
+    parts = []
+    for sentence in DOTTED[:6]:
+        parts += ["cheap loading", "loading online", "loading", sentence.rstrip(".")]
+    out = _score([doc, ". ".join(parts) + "."])
+    assert _flagged(out, "spam") == [False, True], out["spam_reason"].to_list()
+    assert "of phrases, all short" in out["spam_reason"][1]
