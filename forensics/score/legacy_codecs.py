@@ -94,6 +94,32 @@ def _encode(segment: str, codec: str) -> tuple[bytes, int]:
         return raw, replaced - segment.count("?") - segment.count("\ufffd")
 
 
+# A block that gives back most but not all of its high bytes (below FULL_SHARE) is either
+# mojibake with some bytes lost or genuine CJK recovering by chance; what it gives back tells them
+# apart. Chance lands a Han character's two GBK / Big5 / EUC-KR bytes anywhere in the two-byte
+# UTF-8 range U+0080-U+07FF, most of which no running text is written in (fractions, spacing
+# accents, Hebrew points, the Cyrillic Supplement, Syriac, Thaana): 用户家目录 gives back `ûĿ¼`,
+# 预设值 `Ԥֵװ`, 網路裝置支援 `·֧Ԯ`. Mojibake gives back the text it was (accented Latin, Greek,
+# Cyrillic, CJK). More than MAX_IMPLAUSIBLE of the recovered non-ASCII characters outside the
+# alphabets below rejects the block.
+FULL_SHARE = 0.9
+MAX_IMPLAUSIBLE = 0.25
+_TEXT_2BYTE = (
+    "\u00a0-\u00a3\u00a5\u00a7\u00a9-\u00ab\u00ad\u00ae\u00b0-\u00b3\u00b5\u00b7\u00ba\u00bb"
+    "\u00bf-\u0137\u0139-\u013e\u0141-\u0148\u014a-\u017e"  # Latin-1 and Extended-A letters
+    "\u01a0\u01a1\u01af\u01b0"  # Vietnamese horned o and u
+    "\u0386-\u03ce\u0400-\u045f\u0490-\u04ff\u0531-\u0587\u05d0-\u05ea"  # Greek..Hebrew
+    "\u060c-\u06d5\u06f0-\u06f9"  # Arabic and Persian letters, marks and digits
+)
+_IMPLAUSIBLE = re.compile(f"[^\x00-\x7f{_TEXT_2BYTE}\u0800-\U0010ffff]")
+
+
+def _plausible(decoded: str, non_ascii: int) -> bool:
+    """Whether at most MAX_IMPLAUSIBLE of the `non_ascii` recovered characters of `decoded` lie
+    outside the alphabets text is written in (see `_TEXT_2BYTE`)."""
+    return len(_IMPLAUSIBLE.findall(decoded)) <= MAX_IMPLAUSIBLE * non_ascii
+
+
 def _one_script(decoded: str) -> bool:
     """Recovered text should be one writing system (plus punctuation), as real text is.
 
@@ -183,11 +209,13 @@ def legacy_evidence(text: str) -> LegacyEvidence:
             high += UNENCODABLE_BYTES * missing
             candidate += high
             recovered += valid
+            non_ascii = len(kept) - len(kept.encode("ascii", errors="ignore"))
             if (
                 valid >= SEGMENT_MIN_BYTES
                 and valid >= SEGMENT_SHARE * high
-                and len(kept) - len(kept.encode("ascii", errors="ignore")) >= SEGMENT_MIN_CHARS
+                and non_ascii >= SEGMENT_MIN_CHARS
                 and _one_script(kept)
+                and (valid >= FULL_SHARE * high or _plausible(kept, non_ascii))
             ):
                 n_bad += 1
                 bad_chars += len(seg)
