@@ -33,9 +33,9 @@ from forensics.score.legacy_codecs import (
     SEGMENT_MIN_CHARS,
     SEGMENT_SHARE,
     LegacyEvidence,
-    legacy_evidence,
+    legacy_evidence_all,
 )
-from forensics.score.locate import legacy_runs
+from forensics.score.locate import legacy_runs_all
 from forensics.score.mixed_script import MixedScriptWords
 from forensics.score.utf8_scan import (
     HAS_CONTROL,
@@ -253,36 +253,43 @@ def _signal_columns(c: dict[str, np.ndarray]) -> tuple[dict, dict]:
 def _legacy_column(texts: pl.Series, c: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
     """Rule `legacy`: whole blocks of UTF-8 read as GBK / Shift-JIS / Big5 / EUC-KR.
 
-    Python (`legacy_evidence`), only for documents with at least two East Asian characters.
-    Returns (score per document, {row: (evidence, fraction of text)} for flagged rows).
+    Only for documents with at least two East Asian characters, all re-encoded together
+    (`legacy_evidence_all`, `legacy_runs_all`). Returns (score per document,
+    {row: (evidence, fraction of text)} for flagged rows).
     """
     score = np.zeros(len(texts))
     info: dict[int, tuple] = {}
     candidates = np.flatnonzero(c["east_asian_n"] >= 2)
     candidate_texts = texts.gather(candidates).to_list() if len(candidates) else []
-    for i, text in zip(candidates, candidate_texts, strict=True):
-        ev = legacy_evidence(text)
+    evidence = legacy_evidence_all(candidate_texts)
+    # A few damaged sentences among clean blocks: pages where no block is mostly mojibake.
+    partly = [k for k, ev in enumerate(evidence) if ev.recovered_bytes and not ev.segments]
+    runs = legacy_runs_all(
+        [candidate_texts[k] for k in partly], [(evidence[k].codec,) for k in partly]
+    )
+    sentences = dict(zip(partly, runs, strict=True))
+    for k, (i, ev) in enumerate(zip(candidates, evidence, strict=True)):
         if ev.recovered_bytes == 0:
             continue
-        frac = ev.segment_chars / max(int(c["n_chars"][i]), 1)
+        n_chars = max(int(c["n_chars"][i]), 1)
         if ev.segments:
+            frac = ev.segment_chars / n_chars
             score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
             info[int(i)] = (ev, frac)
-        elif (runs := _legacy_sentences(text, ev.codec)) is not None:
-            frac = runs.segment_chars / max(int(c["n_chars"][i]), 1)
+        elif (found := _legacy_sentences(candidate_texts[k], *sentences[k])) is not None:
+            frac = found.segment_chars / n_chars
             score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
-            info[int(i)] = (runs, frac)
+            info[int(i)] = (found, frac)
         else:
             share = ev.recovered_bytes / max(ev.candidate_bytes, 1)
             score[i] = 0.45 * min(1.0, share / SEGMENT_SHARE)
     return score, info
 
 
-def _legacy_sentences(text: str, codec: str) -> LegacyEvidence | None:
+def _legacy_sentences(text: str, codec: str, runs: list[tuple[int, int]]) -> LegacyEvidence | None:
     """A few damaged sentences among clean blocks: no block is mostly mojibake, but runs that
     re-encode in full with `codec` (the one that recovered most bytes over the blocks;
     `locate.legacy_runs`) hold at least SEGMENT_MIN_CHARS characters."""
-    codec, runs = legacy_runs(text, codecs=(codec,))
     chars = sum(b - a for a, b in runs)
     if not codec or chars < SEGMENT_MIN_CHARS:
         return None
