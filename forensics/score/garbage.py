@@ -139,34 +139,39 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
         .join(counted, on="doc", how="left")
         .with_columns(pl.col(c).fill_null(0) for c in names)
     )
+    return _corrupted_chars(frame, whole)
+
+
+def _corrupted_chars(frame: pl.DataFrame, whole: pl.DataFrame) -> pl.DataFrame:
+    """`whole` with `<sig>_chars`: the characters of the document's 512-character chunks in
+    which the signal reaches its chunk floor. Only documents with evidence are cut into chunks,
+    and each signal counts only the chunks of documents where it matched at all (no pattern
+    anchors or looks around, so a chunk matches only where the whole document does)."""
     evidence = pl.any_horizontal([pl.col(f"{s.name}_n") > 0 for s in SIGNALS])
-    suspects = whole.filter(evidence)["doc"]
-    chars_cols = [f"{s.name}_chars" for s in SIGNALS]
-    if len(suspects):
-        chunks = (
-            frame.lazy()
-            .filter(pl.col("doc").is_in(suspects.implode()))
-            .select(
-                "doc", pl.col("text").str.extract_all(rf"(?s).{{1,{CHUNK_CHARS}}}").alias("chunk")
-            )
-            .explode("chunk")
-            .with_columns(
-                pl.col("chunk").str.len_chars().fill_null(0).alias("len"),
-                *[
-                    pl.col("chunk").str.count_matches(s.pattern).fill_null(0).alias(s.name)
-                    for s in SIGNALS
-                ],
-            )
+    suspects = whole.filter(evidence).select("doc", *[f"{s.name}_n" for s in SIGNALS])
+    if suspects.height == 0:
+        whole = whole.with_columns(pl.lit(0).alias(f"{s.name}_chars") for s in SIGNALS)
+        return whole.sort("doc").with_columns(pl.exclude("doc").fill_null(0).cast(pl.Int64))
+    chunks = (
+        frame.join(suspects, on="doc")
+        .select(
+            "doc",
+            *[f"{s.name}_n" for s in SIGNALS],
+            pl.col("text").str.extract_all(rf"(?s).{{1,{CHUNK_CHARS}}}").alias("chunk"),
+        )
+        .explode("chunk")
+        .with_columns(pl.col("chunk").str.len_chars().fill_null(0).alias("len"))
+    )
+    for s in SIGNALS:
+        found = (
+            chunks.lazy()
+            .filter(pl.col(f"{s.name}_n") > 0)
+            .select("doc", "len", pl.col("chunk").str.count_matches(s.pattern).alias("m"))
             .group_by("doc")
-            .agg(
-                pl.col("len").filter(pl.col(s.name) >= s.chunk_floor).sum().alias(f"{s.name}_chars")
-                for s in SIGNALS
-            )
+            .agg(pl.col("len").filter(pl.col("m") >= s.chunk_floor).sum().alias(f"{s.name}_chars"))
             .collect()
         )
-        whole = whole.join(chunks, on="doc", how="left")
-    else:
-        whole = whole.with_columns(pl.lit(0).alias(c) for c in chars_cols)
+        whole = whole.join(found, on="doc", how="left")
     return whole.sort("doc").with_columns(pl.exclude("doc").fill_null(0).cast(pl.Int64))
 
 
