@@ -174,10 +174,13 @@ def _example_runs(segment: str, codec: str) -> tuple[int, tuple[str, str] | None
     return n, example
 
 
-def _codec_blocks(segments: list[str], owner: np.ndarray, n_docs: int, codec: str) -> dict:
+def _codec_blocks(
+    segments: list[str], sizes: np.ndarray, owner: np.ndarray, n_docs: int, codec: str
+) -> dict:
     """Re-encode the blocks of many pages with `codec` (`reencode`: one encode, one compiled
     pass) and sum, per page (`owner[j]`: the page of block j), what `legacy_evidence` compares
-    across codecs: `recovered` and `candidate` high bytes, and the mojibake blocks (`n_bad`,
+    across codecs (`sizes`: per block, its characters and its U+FFFD; 2-D): `recovered` and
+    `candidate` high bytes, and the mojibake blocks (`n_bad`,
     `bad_chars`, `bad_bytes`, `first_bad`: the first one's index, -1 when none). Python
     decodes only the blocks whose byte counts already pass, to ask what they give back.
 
@@ -186,7 +189,8 @@ def _codec_blocks(segments: list[str], owner: np.ndarray, n_docs: int, codec: st
     stand for the whole block (a Chinese list item `•   用户主目录` recovered 6 of its 10 GBK
     bytes by chance, `ûĿ¼`, just at the block threshold, with the bullet left out)."""
     r = reencode(segments, codec)
-    missing = r.dropped - np.array([seg.count("\ufffd") for seg in segments], dtype=np.int64)
+    lengths, fffd = sizes
+    missing = r.dropped - fffd
     high = r.high + UNENCODABLE_BYTES * missing
     has = r.high > 0
     passing = has & (r.valid >= SEGMENT_MIN_BYTES) & (r.valid >= SEGMENT_SHARE * high)
@@ -195,7 +199,6 @@ def _codec_blocks(segments: list[str], owner: np.ndarray, n_docs: int, codec: st
         kept = r.kept(j)
         plausible = r.valid[j] >= FULL_SHARE * high[j] or _plausible(kept, int(r.chars[j]))
         bad[j] = _one_script(kept) and plausible
-    lengths = np.array([len(seg) for seg in segments], dtype=np.int64)
     first_bad = np.full(n_docs, -1, dtype=np.int64)
     hit = np.flatnonzero(bad)[::-1]  # the first block of each page written last
     first_bad[owner[hit]] = hit
@@ -223,7 +226,9 @@ def legacy_evidence_all(texts: list[str]) -> list[LegacyEvidence]:
     per_doc = [[seg for seg in _segments(t) if _EAST_ASIAN.search(seg)] for t in texts]
     segments = [seg for segs in per_doc for seg in segs]
     owner = np.repeat(np.arange(len(texts)), [len(segs) for segs in per_doc])
-    by_codec = {c: _codec_blocks(segments, owner, len(texts), c) for c in CODECS}
+    sizes = np.array([[len(seg), seg.count("\ufffd")] for seg in segments], np.int64).T
+    sizes = sizes.reshape(2, len(segments))
+    by_codec = {c: _codec_blocks(segments, sizes, owner, len(texts), c) for c in CODECS}
     out = []
     for i, segs in enumerate(per_doc):
         best, best_seg = _NONE, -1

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import polars as pl
 
 from forensics.score.legacy_codecs import _EAST_ASIAN, _RUN, CODECS, _one_script
 from forensics.score.reencode import reencode
@@ -59,6 +60,10 @@ def legacy_runs(
     return legacy_runs_all([text], [codecs], long_share)[0]
 
 
+# `_RUN` holding an `_EAST_ASIAN` character, as one Rust regex (leftmost-first: the whole run).
+_EA_RUN_RS = f"{_RUN.pattern[:-1]}*{_EAST_ASIAN.pattern}{_RUN.pattern[:-1]}*"
+
+
 def _hits(runs: list[str], lengths: np.ndarray, codec: str, long_share: float) -> np.ndarray:
     """Per run: the codec encodes all of it, and all its high bytes (a long run `long_share`
     of them, at least MIN_RECOVERED) give back UTF-8 of one writing system."""
@@ -75,12 +80,11 @@ def legacy_runs_all(
 ) -> list[tuple[str, list[tuple[int, int]]]]:
     """`legacy_runs` of every text with its own codecs: the runs of all texts re-encoded
     together, one encode per codec (`reencode`)."""
-    found = [
-        [m for m in _RUN.finditer(t) if _EAST_ASIAN.search(m.group(0))] if _EAST_ASIAN.search(t)
-        else [] for t in texts
-    ]  # fmt: skip
-    bounds = np.cumsum([0] + [len(f) for f in found])
-    runs = [m.group(0) for f in found for m in f]
+    # The runs holding an East Asian character, cut out natively (one list per text): Python
+    # sees the run strings, and finds positions only on the few texts that keep some.
+    found = pl.Series(texts, dtype=pl.Utf8).str.extract_all(_EA_RUN_RS).to_list()
+    bounds = np.cumsum([0] + [len(f or ()) for f in found])
+    runs = [r for f in found for r in f or ()]
     lengths = np.array([len(r) for r in runs], dtype=np.int64)
     hits: dict[str, np.ndarray] = {}
     for codec in CODECS:
@@ -93,7 +97,7 @@ def legacy_runs_all(
     out = []
     for i, cs in enumerate(codecs):
         a, b = int(bounds[i]), int(bounds[i + 1])
-        best_codec, best, best_chars = "", [], 0
+        best_codec, best, best_chars = "", np.zeros(0, np.int64), 0
         for codec in cs if b > a else ():
             hit = hits[codec][a:b]
             mostly = hit.sum() >= MOSTLY * (b - a)
@@ -101,8 +105,12 @@ def legacy_runs_all(
             chars = int(lengths[a:b][keep].sum())
             if chars > best_chars:
                 best_codec, best_chars = codec, chars
-                best = [(found[i][k].start(), found[i][k].end()) for k in keep]
-        out.append((best_codec, best))
+                best = keep
+        spans = []
+        if len(best):
+            runs_i = [m.span() for m in _RUN.finditer(texts[i]) if _EAST_ASIAN.search(m.group(0))]
+            spans = [runs_i[k] for k in best]
+        out.append((best_codec, spans))
     return out
 
 

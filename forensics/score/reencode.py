@@ -125,7 +125,8 @@ class Reencoded:
     dropped: np.ndarray
 
     def kept(self, j: int) -> str:
-        """Piece j's bytes decoded as UTF-8 with the invalid ones dropped (and U+FFFD too)."""
+        """Piece j's bytes decoded as UTF-8 with the invalid ones dropped (and U+FFFD too);
+        its NUL and `?` characters read as spaces (`reencode`)."""
         piece = self.raw[int(self.start[j]) : int(self.end[j])]
         return piece.decode("utf-8", errors="replace").replace("\ufffd", "")
 
@@ -133,21 +134,23 @@ class Reencoded:
 def reencode(pieces: list[str], codec: str) -> Reencoded:
     """Count, per piece, what its bytes in `codec` give back as UTF-8 (see the module doc).
 
-    The pieces are joined by NUL; a NUL inside a piece is read as a space (any ASCII byte ends
-    a UTF-8 sequence alike, and only high bytes are counted)."""
+    The pieces are joined by NUL, and a NUL or `?` inside a piece is read as a space: any
+    ASCII byte ends a UTF-8 sequence alike and only high bytes are counted, so the counts do
+    not change, and `?` is then free to mark the characters the codec cannot encode."""
     if not pieces:
         return Reencoded(b"", *(np.zeros(0, np.int64) for _ in range(6)))
     joined = "\x00".join(pieces)
     if joined.count("\x00") != len(pieces) - 1:
         joined = "\x00".join(p.replace("\x00", " ") for p in pieces)
+    if "?" in joined:
+        joined = joined.replace("?", " ")
     raw = joined.encode(codec, errors="replace")
-    if raw.count(b"?") == joined.count("?"):
-        dropped = np.zeros(len(pieces), np.int64)
+    if b"?" in raw:
+        # No multi-byte character of these codecs holds the byte 0x3F: every `?` is a
+        # character the codec could not encode. Dropped, as errors="ignore" drops them.
+        dropped = _byte_per_piece(np.frombuffer(raw, np.uint8), 0, 0x3F)
+        raw = raw.replace(b"?", b"")
     else:
-        # A character the codec cannot encode became `?` (no multi-byte character of these
-        # codecs holds the byte 0x3F): the `?` bytes beyond the text's own count the dropped.
-        marks = _byte_per_piece(np.frombuffer(raw, np.uint8), 0, 0x3F)
-        dropped = marks - np.array([p.count("?") for p in pieces], dtype=np.int64)
-        raw = joined.encode(codec, errors="ignore")
+        dropped = np.zeros(len(pieces), np.int64)
     high, valid, chars, start, end = _piece_counts(np.frombuffer(raw, np.uint8), 0)
     return Reencoded(raw, high, valid, chars, start, end, dropped)
