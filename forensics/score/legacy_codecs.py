@@ -200,8 +200,9 @@ def _codec_blocks(
         plausible = r.valid[j] >= FULL_SHARE * high[j] or _plausible(kept, int(r.chars[j]))
         bad[j] = _one_script(kept) and plausible
     first_bad = np.full(n_docs, -1, dtype=np.int64)
-    hit = np.flatnonzero(bad)[::-1]  # the first block of each page written last
-    first_bad[owner[hit]] = hit
+    hit = np.flatnonzero(bad)  # ascending, and `owner` never decreases: a page's first comes first
+    pages, first = np.unique(owner[hit], return_index=True)
+    first_bad[pages] = hit[first]
     return {
         "recovered": np.bincount(owner, np.where(has, r.valid, 0), n_docs).astype(np.int64),
         "candidate": np.bincount(owner, np.where(has, high, 0), n_docs).astype(np.int64),
