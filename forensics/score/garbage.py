@@ -87,26 +87,38 @@ _GATES = {
     "c0": HAS_CONTROL, "ctrl_in_word": HAS_CONTROL, "c1": HAS_CONTROL,
     "nul": HAS_CONTROL, "utf16": HAS_CONTROL,
     "utf8_as_cp1252": HAS_LATIN1_LEAD, "cp1252_in_word": HAS_LATIN1_LEAD,
-    "fffd": HAS_FFFD, "east_asian": HAS_EAST_ASIAN, "mixed_candidates": HAS_EAST_ASIAN,
+    "fffd": HAS_FFFD, "two_east_asian": HAS_EAST_ASIAN, "mixed_candidates": HAS_EAST_ASIAN,
 }  # fmt: skip
 _AUX = {
     "nul": P.NUL,
     "utf16": P.UTF16_INTERLEAVED,
-    "east_asian": P.EAST_ASIAN_RS,
+    "two_east_asian": f"(?s){P.EAST_ASIAN_RS}.*?{P.EAST_ASIAN_RS}",
     "mixed_candidates": MixedScriptWords.pattern,
 }
+# Auxiliary patterns read only as "is there a match": counted 1 or 0 (the search stops at the
+# first match instead of counting every Han character of a Chinese page).
+_PRESENCE = ("two_east_asian", "mixed_candidates")
 
 
 def _gated_counts(frame: pl.DataFrame, groups: np.ndarray) -> pl.DataFrame:
-    """`doc` and every pattern's match count (`<name>_n`), each pattern run only on the rows
-    whose `utf8_scan.char_groups` bits say it can match (`_GATES`); the others count 0."""
+    """`doc` and every pattern's match count (`<name>_n`; 1 or 0 for `_PRESENCE`), each
+    pattern run only on the rows whose `utf8_scan.char_groups` bits say it can match
+    (`_GATES`); the others count 0."""
     patterns = {s.name: s.pattern for s in SIGNALS} | _AUX
     out = frame.select("doc")
     for bit in sorted(set(_GATES.get(k, 0) for k in patterns)):
         names = [k for k in patterns if _GATES.get(k, 0) == bit]
         rows = frame.filter(pl.Series((groups & bit) != 0 if bit else np.ones(len(groups), bool)))
         counts = rows.select(
-            "doc", *[pl.col("text").str.count_matches(patterns[k]).alias(f"{k}_n") for k in names]
+            "doc",
+            *[
+                (
+                    pl.col("text").str.contains(patterns[k]).cast(pl.UInt32)
+                    if k in _PRESENCE
+                    else pl.col("text").str.count_matches(patterns[k])
+                ).alias(f"{k}_n")
+                for k in names
+            ],
         )
         out = out.join(counts, on="doc", how="left")
     return out.with_columns(pl.exclude("doc").fill_null(0))
@@ -116,7 +128,9 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
     """Per document (row order kept): n_chars, and per signal the total and corrupted characters.
 
     Columns: `n_chars`; `<sig>_n` (matches in the document); `<sig>_chars` (characters in chunks
-    at or above the chunk floor); `nul_n`, `utf16_n`, `east_asian_n`.
+    at or above the chunk floor); `nul_n`, `utf16_n`; `two_east_asian_n` and
+    `mixed_candidates_n` (1 when the page holds two East Asian characters, or a Latin letter
+    glued to one; else 0).
     Whole documents are counted first; only those with some evidence (a few percent of a real
     crawl) are cut into chunks to locate it.
     """
@@ -264,7 +278,7 @@ def _legacy_column(texts: pl.Series, c: dict[str, np.ndarray]) -> tuple[np.ndarr
     """
     score = np.zeros(len(texts))
     info: dict[int, tuple] = {}
-    candidates = np.flatnonzero(c["east_asian_n"] >= 2)
+    candidates = np.flatnonzero(c["two_east_asian_n"] > 0)
     candidate_texts = texts.gather(candidates).to_list() if len(candidates) else []
     evidence = legacy_evidence_all(candidate_texts)
     # A few damaged sentences among clean blocks: pages where no block is mostly mojibake.
