@@ -57,7 +57,9 @@ def english_docs(limit: int = 1500) -> list[str]:
     docs: list[str] = []
     seen: set[str] = set()
     for meta in sorted(_site().glob("*.dist-info/METADATA")):
-        msg = email.message_from_bytes(meta.read_bytes())
+        # Core metadata is UTF-8. `email.message_from_bytes` reads bytes as ASCII and its
+        # payload turns every non-ASCII byte into U+FFFD: a lossy decode, i.e. corrupted text.
+        msg = email.message_from_string(meta.read_text(encoding="utf-8"))
         body = str(msg.get_payload() or msg.get("Description") or "")
         if _prose(body) and body not in seen:
             seen.add(body)

@@ -10,7 +10,8 @@ Public API (used by `forensics score` and by `forensics spike`):
 Row order is preserved. Signals live in one module per family: `garbage` (+ `legacy_codecs`,
 `patterns`), `spam` (per document), `skeleton` (across the documents of the table); the
 compiled (numba) loops they share are `utf8_scan` (characters and words, over the UTF-8 bytes)
-and `doc_counts` (per-document counts over the word hashes).
+and `doc_counts` (per-document counts over the word hashes); `reencode` holds the legacy-codec
+rules' own (what text re-encoded with GBK, Big5, Shift-JIS or EUC-KR gives back as UTF-8).
 """
 
 from __future__ import annotations

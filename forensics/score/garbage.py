@@ -33,9 +33,9 @@ from forensics.score.legacy_codecs import (
     SEGMENT_MIN_CHARS,
     SEGMENT_SHARE,
     LegacyEvidence,
-    legacy_evidence,
+    legacy_evidence_all,
 )
-from forensics.score.locate import legacy_runs
+from forensics.score.locate import legacy_runs_all
 from forensics.score.mixed_script import MixedScriptWords
 from forensics.score.utf8_scan import (
     HAS_CONTROL,
@@ -87,26 +87,38 @@ _GATES = {
     "c0": HAS_CONTROL, "ctrl_in_word": HAS_CONTROL, "c1": HAS_CONTROL,
     "nul": HAS_CONTROL, "utf16": HAS_CONTROL,
     "utf8_as_cp1252": HAS_LATIN1_LEAD, "cp1252_in_word": HAS_LATIN1_LEAD,
-    "fffd": HAS_FFFD, "east_asian": HAS_EAST_ASIAN, "mixed_candidates": HAS_EAST_ASIAN,
+    "fffd": HAS_FFFD, "two_east_asian": HAS_EAST_ASIAN, "mixed_candidates": HAS_EAST_ASIAN,
 }  # fmt: skip
 _AUX = {
     "nul": P.NUL,
     "utf16": P.UTF16_INTERLEAVED,
-    "east_asian": P.EAST_ASIAN_RS,
+    "two_east_asian": f"(?s){P.EAST_ASIAN_RS}.*?{P.EAST_ASIAN_RS}",
     "mixed_candidates": MixedScriptWords.pattern,
 }
+# Auxiliary patterns read only as "is there a match": counted 1 or 0 (the search stops at the
+# first match instead of counting every Han character of a Chinese page).
+_PRESENCE = ("two_east_asian", "mixed_candidates")
 
 
 def _gated_counts(frame: pl.DataFrame, groups: np.ndarray) -> pl.DataFrame:
-    """`doc` and every pattern's match count (`<name>_n`), each pattern run only on the rows
-    whose `utf8_scan.char_groups` bits say it can match (`_GATES`); the others count 0."""
+    """`doc` and every pattern's match count (`<name>_n`; 1 or 0 for `_PRESENCE`), each
+    pattern run only on the rows whose `utf8_scan.char_groups` bits say it can match
+    (`_GATES`); the others count 0."""
     patterns = {s.name: s.pattern for s in SIGNALS} | _AUX
     out = frame.select("doc")
     for bit in sorted(set(_GATES.get(k, 0) for k in patterns)):
         names = [k for k in patterns if _GATES.get(k, 0) == bit]
         rows = frame.filter(pl.Series((groups & bit) != 0 if bit else np.ones(len(groups), bool)))
         counts = rows.select(
-            "doc", *[pl.col("text").str.count_matches(patterns[k]).alias(f"{k}_n") for k in names]
+            "doc",
+            *[
+                (
+                    pl.col("text").str.contains(patterns[k]).cast(pl.UInt32)
+                    if k in _PRESENCE
+                    else pl.col("text").str.count_matches(patterns[k])
+                ).alias(f"{k}_n")
+                for k in names
+            ],
         )
         out = out.join(counts, on="doc", how="left")
     return out.with_columns(pl.exclude("doc").fill_null(0))
@@ -116,7 +128,9 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
     """Per document (row order kept): n_chars, and per signal the total and corrupted characters.
 
     Columns: `n_chars`; `<sig>_n` (matches in the document); `<sig>_chars` (characters in chunks
-    at or above the chunk floor); `nul_n`, `utf16_n`, `east_asian_n`.
+    at or above the chunk floor); `nul_n`, `utf16_n`; `two_east_asian_n` and
+    `mixed_candidates_n` (1 when the page holds two East Asian characters, or a Latin letter
+    glued to one; else 0).
     Whole documents are counted first; only those with some evidence (a few percent of a real
     crawl) are cut into chunks to locate it.
     """
@@ -139,34 +153,39 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
         .join(counted, on="doc", how="left")
         .with_columns(pl.col(c).fill_null(0) for c in names)
     )
+    return _corrupted_chars(frame, whole)
+
+
+def _corrupted_chars(frame: pl.DataFrame, whole: pl.DataFrame) -> pl.DataFrame:
+    """`whole` with `<sig>_chars`: the characters of the document's 512-character chunks in
+    which the signal reaches its chunk floor. Only documents with evidence are cut into chunks,
+    and each signal counts only the chunks of documents where it matched at all (no pattern
+    anchors or looks around, so a chunk matches only where the whole document does)."""
     evidence = pl.any_horizontal([pl.col(f"{s.name}_n") > 0 for s in SIGNALS])
-    suspects = whole.filter(evidence)["doc"]
-    chars_cols = [f"{s.name}_chars" for s in SIGNALS]
-    if len(suspects):
-        chunks = (
-            frame.lazy()
-            .filter(pl.col("doc").is_in(suspects.implode()))
-            .select(
-                "doc", pl.col("text").str.extract_all(rf"(?s).{{1,{CHUNK_CHARS}}}").alias("chunk")
-            )
-            .explode("chunk")
-            .with_columns(
-                pl.col("chunk").str.len_chars().fill_null(0).alias("len"),
-                *[
-                    pl.col("chunk").str.count_matches(s.pattern).fill_null(0).alias(s.name)
-                    for s in SIGNALS
-                ],
-            )
+    suspects = whole.filter(evidence).select("doc", *[f"{s.name}_n" for s in SIGNALS])
+    if suspects.height == 0:
+        whole = whole.with_columns(pl.lit(0).alias(f"{s.name}_chars") for s in SIGNALS)
+        return whole.sort("doc").with_columns(pl.exclude("doc").fill_null(0).cast(pl.Int64))
+    chunks = (
+        frame.join(suspects, on="doc")
+        .select(
+            "doc",
+            *[f"{s.name}_n" for s in SIGNALS],
+            pl.col("text").str.extract_all(rf"(?s).{{1,{CHUNK_CHARS}}}").alias("chunk"),
+        )
+        .explode("chunk")
+        .with_columns(pl.col("chunk").str.len_chars().fill_null(0).alias("len"))
+    )
+    for s in SIGNALS:
+        found = (
+            chunks.lazy()
+            .filter(pl.col(f"{s.name}_n") > 0)
+            .select("doc", "len", pl.col("chunk").str.count_matches(s.pattern).alias("m"))
             .group_by("doc")
-            .agg(
-                pl.col("len").filter(pl.col(s.name) >= s.chunk_floor).sum().alias(f"{s.name}_chars")
-                for s in SIGNALS
-            )
+            .agg(pl.col("len").filter(pl.col("m") >= s.chunk_floor).sum().alias(f"{s.name}_chars"))
             .collect()
         )
-        whole = whole.join(chunks, on="doc", how="left")
-    else:
-        whole = whole.with_columns(pl.lit(0).alias(c) for c in chars_cols)
+        whole = whole.join(found, on="doc", how="left")
     return whole.sort("doc").with_columns(pl.exclude("doc").fill_null(0).cast(pl.Int64))
 
 
@@ -253,36 +272,43 @@ def _signal_columns(c: dict[str, np.ndarray]) -> tuple[dict, dict]:
 def _legacy_column(texts: pl.Series, c: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
     """Rule `legacy`: whole blocks of UTF-8 read as GBK / Shift-JIS / Big5 / EUC-KR.
 
-    Python (`legacy_evidence`), only for documents with at least two East Asian characters.
-    Returns (score per document, {row: (evidence, fraction of text)} for flagged rows).
+    Only for documents with at least two East Asian characters, all re-encoded together
+    (`legacy_evidence_all`, `legacy_runs_all`). Returns (score per document,
+    {row: (evidence, fraction of text)} for flagged rows).
     """
     score = np.zeros(len(texts))
     info: dict[int, tuple] = {}
-    candidates = np.flatnonzero(c["east_asian_n"] >= 2)
+    candidates = np.flatnonzero(c["two_east_asian_n"] > 0)
     candidate_texts = texts.gather(candidates).to_list() if len(candidates) else []
-    for i, text in zip(candidates, candidate_texts, strict=True):
-        ev = legacy_evidence(text)
+    evidence = legacy_evidence_all(candidate_texts)
+    # A few damaged sentences among clean blocks: pages where no block is mostly mojibake.
+    partly = [k for k, ev in enumerate(evidence) if ev.recovered_bytes and not ev.segments]
+    runs = legacy_runs_all(
+        [candidate_texts[k] for k in partly], [(evidence[k].codec,) for k in partly]
+    )
+    sentences = dict(zip(partly, runs, strict=True))
+    for k, (i, ev) in enumerate(zip(candidates, evidence, strict=True)):
         if ev.recovered_bytes == 0:
             continue
-        frac = ev.segment_chars / max(int(c["n_chars"][i]), 1)
+        n_chars = max(int(c["n_chars"][i]), 1)
         if ev.segments:
+            frac = ev.segment_chars / n_chars
             score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
             info[int(i)] = (ev, frac)
-        elif (runs := _legacy_sentences(text, ev.codec)) is not None:
-            frac = runs.segment_chars / max(int(c["n_chars"][i]), 1)
+        elif (found := _legacy_sentences(candidate_texts[k], *sentences[k])) is not None:
+            frac = found.segment_chars / n_chars
             score[i] = 0.5 + 0.5 * min(1.0, frac / FULL_FRACTION)
-            info[int(i)] = (runs, frac)
+            info[int(i)] = (found, frac)
         else:
             share = ev.recovered_bytes / max(ev.candidate_bytes, 1)
             score[i] = 0.45 * min(1.0, share / SEGMENT_SHARE)
     return score, info
 
 
-def _legacy_sentences(text: str, codec: str) -> LegacyEvidence | None:
+def _legacy_sentences(text: str, codec: str, runs: list[tuple[int, int]]) -> LegacyEvidence | None:
     """A few damaged sentences among clean blocks: no block is mostly mojibake, but runs that
     re-encode in full with `codec` (the one that recovered most bytes over the blocks;
     `locate.legacy_runs`) hold at least SEGMENT_MIN_CHARS characters."""
-    codec, runs = legacy_runs(text, codecs=(codec,))
     chars = sum(b - a for a, b in runs)
     if not codec or chars < SEGMENT_MIN_CHARS:
         return None

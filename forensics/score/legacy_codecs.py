@@ -17,6 +17,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
+from forensics.score.reencode import reencode
+
 CODECS: tuple[str, ...] = ("gbk", "shift_jis", "big5", "euc_kr")
 CODEC_NAMES = {"gbk": "GBK", "shift_jis": "Shift-JIS", "big5": "Big5", "euc_kr": "EUC-KR"}
 
@@ -79,19 +83,30 @@ def _recovery(raw: bytes) -> tuple[int, int, str]:
     return high, valid_high, kept
 
 
-def _encode(segment: str, codec: str) -> tuple[bytes, int]:
-    """The block's bytes in `codec` (unencodable characters dropped) and how many were dropped.
+# A block that gives back most but not all of its high bytes (below FULL_SHARE) is either
+# mojibake with some bytes lost or genuine CJK recovering by chance; what it gives back tells them
+# apart. Chance lands a Han character's two GBK / Big5 / EUC-KR bytes anywhere in the two-byte
+# UTF-8 range U+0080-U+07FF, most of which no running text is written in (fractions, spacing
+# accents, Hebrew points, the Cyrillic Supplement, Syriac, Thaana): 用户家目录 gives back `ûĿ¼`,
+# 预设值 `Ԥֵװ`, 網路裝置支援 `·֧Ԯ`. Mojibake gives back the text it was (accented Latin, Greek,
+# Cyrillic, CJK). More than MAX_IMPLAUSIBLE of the recovered non-ASCII characters outside the
+# alphabets below rejects the block.
+FULL_SHARE = 0.9
+MAX_IMPLAUSIBLE = 0.25
+_TEXT_2BYTE = (
+    "\u00a0-\u00a3\u00a5\u00a7\u00a9-\u00ab\u00ad\u00ae\u00b0-\u00b3\u00b5\u00b7\u00ba\u00bb"
+    "\u00bf-\u0137\u0139-\u013e\u0141-\u0148\u014a-\u017e"  # Latin-1 and Extended-A letters
+    "\u01a0\u01a1\u01af\u01b0"  # Vietnamese horned o and u
+    "\u0386-\u03ce\u0400-\u045f\u0490-\u04ff\u0531-\u0587\u05d0-\u05ea"  # Greek..Hebrew
+    "\u060c-\u06d5\u06f0-\u06f9"  # Arabic and Persian letters, marks and digits
+)
+_IMPLAUSIBLE = re.compile(f"[^\x00-\x7f{_TEXT_2BYTE}\u0800-\U0010ffff]")
 
-    Dropping them silently would let the bytes around a bullet or an emoji stand for the whole
-    block: a Chinese list item `•   用户主目录` recovered 6 of its 10 GBK bytes by chance (`ûĿ¼`),
-    just at the block threshold, with the bullet, which no GBK decoder can produce, left out.
-    """
-    try:
-        return segment.encode(codec), 0
-    except UnicodeEncodeError:
-        raw = segment.encode(codec, errors="ignore")
-        replaced = segment.encode(codec, errors="replace").count(b"?")
-        return raw, replaced - segment.count("?") - segment.count("\ufffd")
+
+def _plausible(decoded: str, non_ascii: int) -> bool:
+    """Whether at most MAX_IMPLAUSIBLE of the `non_ascii` recovered characters of `decoded` lie
+    outside the alphabets text is written in (see `_TEXT_2BYTE`)."""
+    return len(_IMPLAUSIBLE.findall(decoded)) <= MAX_IMPLAUSIBLE * non_ascii
 
 
 def _one_script(decoded: str) -> bool:
@@ -159,49 +174,82 @@ def _example_runs(segment: str, codec: str) -> tuple[int, tuple[str, str] | None
     return n, example
 
 
-def legacy_evidence(text: str) -> LegacyEvidence:
-    """Re-encode `text` block by block with each legacy codec; keep the best explanation.
+def _codec_blocks(
+    segments: list[str], sizes: np.ndarray, owner: np.ndarray, n_docs: int, codec: str
+) -> dict:
+    """Re-encode the blocks of many pages with `codec` (`reencode`: one encode, one compiled
+    pass) and sum, per page (`owner[j]`: the page of block j), what `legacy_evidence` compares
+    across codecs (`sizes`: per block, its characters and its U+FFFD; 2-D): `recovered` and
+    `candidate` high bytes, and the mojibake blocks (`n_bad`,
+    `bad_chars`, `bad_bytes`, `first_bad`: the first one's index, -1 when none). Python
+    decodes only the blocks whose byte counts already pass, to ask what they give back.
 
-    One encode and one decode per block and codec (C speed); Python looks at single runs only
-    inside a block that is already flagged, to write the reason.
-    """
+    A character the codec cannot encode is dropped from the bytes but counted against its block
+    (UNENCODABLE_BYTES): dropping it silently would let the bytes around a bullet or an emoji
+    stand for the whole block (a Chinese list item `•   用户主目录` recovered 6 of its 10 GBK
+    bytes by chance, `ûĿ¼`, just at the block threshold, with the bullet left out)."""
+    r = reencode(segments, codec)
+    lengths, fffd = sizes
+    missing = r.dropped - fffd
+    high = r.high + UNENCODABLE_BYTES * missing
+    has = r.high > 0
+    passing = has & (r.valid >= SEGMENT_MIN_BYTES) & (r.valid >= SEGMENT_SHARE * high)
+    bad = np.zeros(len(segments), dtype=bool)
+    for j in np.flatnonzero(passing & (r.chars >= SEGMENT_MIN_CHARS)):
+        kept = r.kept(j)
+        plausible = r.valid[j] >= FULL_SHARE * high[j] or _plausible(kept, int(r.chars[j]))
+        bad[j] = _one_script(kept) and plausible
+    first_bad = np.full(n_docs, -1, dtype=np.int64)
+    hit = np.flatnonzero(bad)  # ascending, and `owner` never decreases: a page's first comes first
+    pages, first = np.unique(owner[hit], return_index=True)
+    first_bad[pages] = hit[first]
+    return {
+        "recovered": np.bincount(owner, np.where(has, r.valid, 0), n_docs).astype(np.int64),
+        "candidate": np.bincount(owner, np.where(has, high, 0), n_docs).astype(np.int64),
+        "n_bad": np.bincount(owner[bad], minlength=n_docs),
+        "bad_chars": np.bincount(owner, np.where(bad, lengths, 0), n_docs).astype(np.int64),
+        "bad_bytes": np.bincount(owner, np.where(bad, r.valid, 0), n_docs).astype(np.int64),
+        "first_bad": first_bad,
+    }
+
+
+def legacy_evidence(text: str) -> LegacyEvidence:
+    """Re-encode `text` block by block with each legacy codec; keep the best explanation."""
+    return legacy_evidence_all([text])[0]
+
+
+def legacy_evidence_all(texts: list[str]) -> list[LegacyEvidence]:
+    """`legacy_evidence` of every text: the blocks of all of them re-encoded together, one
+    encode and one compiled pass per codec (`_codec_blocks`); Python looks at single runs only
+    inside a block that is already flagged, to write the reason."""
     # A legacy East Asian decoder turns UTF-8 into Han, Hangul or kana: blocks without any
     # cannot be its output (this skips Cyrillic, Greek, Arabic and accented Latin text).
-    segments = [seg for seg in _segments(text) if _EAST_ASIAN.search(seg)]
-    if not segments:
-        return _NONE
-    best = _NONE
-    best_seg = ""
-    for codec in CODECS:
-        recovered = candidate = n_bad = bad_chars = bad_bytes = 0
-        first_bad = ""
-        for seg in segments:
-            raw, missing = _encode(seg, codec)
-            high, valid, kept = _recovery(raw)
-            if high == 0:
-                continue
-            high += UNENCODABLE_BYTES * missing
-            candidate += high
-            recovered += valid
-            if (
-                valid >= SEGMENT_MIN_BYTES
-                and valid >= SEGMENT_SHARE * high
-                and len(kept) - len(kept.encode("ascii", errors="ignore")) >= SEGMENT_MIN_CHARS
-                and _one_script(kept)
-            ):
-                n_bad += 1
-                bad_chars += len(seg)
-                bad_bytes += valid
-                first_bad = first_bad or seg
-        if n_bad < 2 and bad_bytes < DOC_MIN_BYTES:
-            n_bad = bad_chars = 0  # one short line recovering by chance is not evidence
-        if (bad_chars, recovered) > (best.segment_chars, best.recovered_bytes):
-            best = LegacyEvidence(codec, recovered, candidate, n_bad, bad_chars, 0, None)
-            best_seg = first_bad
-    if best.segments:
-        runs, example = _example_runs(best_seg, best.codec)
-        best = LegacyEvidence(
-            best.codec, best.recovered_bytes, best.candidate_bytes, best.segments,
-            best.segment_chars, runs, example,
-        )  # fmt: skip
-    return best
+    per_doc = [[seg for seg in _segments(t) if _EAST_ASIAN.search(seg)] for t in texts]
+    segments = [seg for segs in per_doc for seg in segs]
+    owner = np.repeat(np.arange(len(texts)), [len(segs) for segs in per_doc])
+    sizes = np.array([[len(seg), seg.count("\ufffd")] for seg in segments], np.int64).T
+    sizes = sizes.reshape(2, len(segments))
+    by_codec = {c: _codec_blocks(segments, sizes, owner, len(texts), c) for c in CODECS}
+    out = []
+    for i, segs in enumerate(per_doc):
+        best, best_seg = _NONE, -1
+        if not segs:
+            out.append(best)
+            continue
+        for codec, v in by_codec.items():
+            n_bad, bad_chars = int(v["n_bad"][i]), int(v["bad_chars"][i])
+            if n_bad < 2 and v["bad_bytes"][i] < DOC_MIN_BYTES:
+                n_bad = bad_chars = 0  # one short line recovering by chance is not evidence
+            recovered = int(v["recovered"][i])
+            if (bad_chars, recovered) > (best.segment_chars, best.recovered_bytes):
+                candidate = int(v["candidate"][i])
+                best = LegacyEvidence(codec, recovered, candidate, n_bad, bad_chars, 0, None)
+                best_seg = int(v["first_bad"][i])
+        if best.segments:
+            runs, example = _example_runs(segments[best_seg], best.codec)
+            best = LegacyEvidence(
+                best.codec, best.recovered_bytes, best.candidate_bytes, best.segments,
+                best.segment_chars, runs, example,
+            )  # fmt: skip
+        out.append(best)
+    return out

@@ -21,7 +21,11 @@ from __future__ import annotations
 
 import re
 
-from forensics.score.legacy_codecs import _EAST_ASIAN, _RUN, CODECS, _one_script, _recovery
+import numpy as np
+import polars as pl
+
+from forensics.score.legacy_codecs import _EAST_ASIAN, _RUN, CODECS, _one_script
+from forensics.score.reencode import reencode
 
 CONTROL_RUN = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f\x80-\x9f]+")
 # Marked runs closer than this (ASCII between them: spaces, words, punctuation) join into one.
@@ -34,16 +38,6 @@ MIN_RECOVERED = 2
 def control_spans(text: str) -> list[tuple[int, int]]:
     """Runs of control characters (form feed, tab and line ends excepted)."""
     return [(m.start(), m.end()) for m in CONTROL_RUN.finditer(text)]
-
-
-def _recovers(run: str, codec: str, long_share: float) -> bool:
-    """All its high bytes give back UTF-8; a long run `long_share` of them."""
-    try:
-        high, valid, kept = _recovery(run.encode(codec))
-    except UnicodeEncodeError:
-        return False
-    share = long_share if len(run) >= LONG_RUN else 1.0
-    return valid >= MIN_RECOVERED and valid >= share * high and _one_script(kept)
 
 
 # A run this long recovering in full is mojibake whatever the page holds; a shorter one (a
@@ -63,17 +57,61 @@ def legacy_runs(
 ) -> tuple[str, list[tuple[int, int]]]:
     """(codec, runs) of UTF-8 read as a legacy East Asian codec: of `codecs`, the one whose
     kept runs cover the most characters, and those runs (not joined)."""
-    if not _EAST_ASIAN.search(text):
-        return "", []
-    runs = [m for m in _RUN.finditer(text) if _EAST_ASIAN.search(m.group(0))]
-    best_codec, best = "", []
-    for codec in codecs:
-        hits = [m for m in runs if _recovers(m.group(0), codec, long_share)]
-        mostly = len(hits) >= MOSTLY * len(runs)
-        kept = [(m.start(), m.end()) for m in hits if mostly or m.end() - m.start() >= LONG_RUN]
-        if sum(b - a for a, b in kept) > sum(b - a for a, b in best):
-            best_codec, best = codec, kept
-    return best_codec, best
+    return legacy_runs_all([text], [codecs], long_share)[0]
+
+
+# `_RUN` holding an `_EAST_ASIAN` character, as one Rust regex (leftmost-first: the whole run).
+_EA_RUN_RS = f"{_RUN.pattern[:-1]}*{_EAST_ASIAN.pattern}{_RUN.pattern[:-1]}*"
+
+
+def _hits(runs: list[str], lengths: np.ndarray, codec: str, long_share: float) -> np.ndarray:
+    """Per run: the codec encodes all of it, and all its high bytes (a long run `long_share`
+    of them, at least MIN_RECOVERED) give back UTF-8 of one writing system."""
+    r = reencode(runs, codec)
+    share = np.where(lengths >= LONG_RUN, long_share, 1.0)
+    ok = (r.dropped == 0) & (r.valid >= MIN_RECOVERED) & (r.valid >= share * r.high)
+    for j in np.flatnonzero(ok):
+        ok[j] = _one_script(r.kept(j))
+    return ok
+
+
+def legacy_runs_all(
+    texts: list[str], codecs: list[tuple[str, ...]], long_share: float = 1.0
+) -> list[tuple[str, list[tuple[int, int]]]]:
+    """`legacy_runs` of every text with its own codecs: the runs of all texts re-encoded
+    together, one encode per codec (`reencode`)."""
+    # The runs holding an East Asian character, cut out natively (one list per text): Python
+    # sees the run strings, and finds positions only on the few texts that keep some.
+    found = pl.Series(texts, dtype=pl.Utf8).str.extract_all(_EA_RUN_RS).to_list()
+    bounds = np.cumsum([0] + [len(f or ()) for f in found])
+    runs = [r for f in found for r in f or ()]
+    lengths = np.array([len(r) for r in runs], dtype=np.int64)
+    hits: dict[str, np.ndarray] = {}
+    for codec in CODECS:
+        docs = [i for i, cs in enumerate(codecs) if codec in cs and found[i]]
+        if not docs:
+            continue
+        idx = np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in docs])
+        hits[codec] = np.zeros(len(runs), dtype=bool)
+        hits[codec][idx] = _hits([runs[j] for j in idx], lengths[idx], codec, long_share)
+    out = []
+    for i, cs in enumerate(codecs):
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        best_codec, best, best_chars = "", np.zeros(0, np.int64), 0
+        for codec in cs if b > a else ():
+            hit = hits[codec][a:b]
+            mostly = hit.sum() >= MOSTLY * (b - a)
+            keep = np.flatnonzero(hit & (mostly | (lengths[a:b] >= LONG_RUN)))
+            chars = int(lengths[a:b][keep].sum())
+            if chars > best_chars:
+                best_codec, best_chars = codec, chars
+                best = keep
+        spans = []
+        if len(best):
+            runs_i = [m.span() for m in _RUN.finditer(texts[i]) if _EAST_ASIAN.search(m.group(0))]
+            spans = [runs_i[k] for k in best]
+        out.append((best_codec, spans))
+    return out
 
 
 def legacy_spans(text: str) -> list[tuple[int, int]]:

@@ -38,9 +38,16 @@ _HAS_CJK = re.compile(f"[{_CJK_PY}]")
 _HAS_LATIN = re.compile(f"[{_LATIN}]")
 # What accented Latin text decodes to: letters with diacritics and the punctuation that
 # word processors insert (curly quotes, dashes, ellipsis, no-break space, euro, trade mark).
-# Every non-ASCII character of the re-encoded word must be one of these, and one must be there.
+# Every non-ASCII character of the re-encoded word must be one of these, and one that sits
+# beside letters in text must be there: a letter with a diacritic, a quote, a dash, ©, ®, °, ™.
+# Currency signs, fractions, ordinals and spacing accents sit beside digits or nowhere, so a
+# word giving back only those is Han glued to Latin by chance (`楼E` in GBK is `¥E`).
 _RECOVERED_CHARS = "\u00a0-\u017f\u2010-\u2027\u20ac\u2122"
-_RECOVERED_OK = re.compile(f"[{_RECOVERED_CHARS}]")
+_BESIDE_LETTERS = (
+    "\u00a1\u00a9\u00ab\u00ae\u00b0\u00b7\u00bb\u00bf-\u00d6\u00d8-\u00f6\u00f8-\u017f"
+    "\u2010-\u2027\u20ac\u2122"
+)
+_RECOVERED_OK = re.compile(f"[{_BESIDE_LETTERS}]")
 _RECOVERED_ONLY = re.compile(f"[\x00-\x7f{_RECOVERED_CHARS}]+")
 CODECS = ("gbk", "big5", "shift_jis", "euc_kr")
 CODEC_NAMES = {"gbk": "GBK", "big5": "Big5", "shift_jis": "Shift-JIS", "euc_kr": "EUC-KR"}

@@ -2,7 +2,9 @@
 
 - mixed-script words (one name read as GBK / Shift-JIS / EUC-KR inside Latin text) vs a
   Japanese word in an English sentence, Chinese text with commands glued to Han, Japanese with
-  Latin glued to kana;
+  Latin glued to kana, a Han character glued to a capital that gives back a yen sign;
+- UTF-8 read as GBK in blocks vs Chinese headings that give back 60% of their bytes by chance
+  (what comes back is not text), and mojibake that gives back only part of its bytes;
 - controls inside words vs a format's own controls (Info index markers, form-feed lines);
 - cp1252 mojibake glued to a word vs uppercase Portuguese;
 - doorway pages (a keyword forced into varied sentence frames) vs a function reference table
@@ -106,6 +108,41 @@ def test_a_bullet_the_codec_cannot_encode_counts_against_the_block() -> None:
     # The same block read as GBK for real, bullet included, is still found.
     broken = ("       •   " + _name_as("gbk", "Ação e informação: não")) * 3
     assert _flagged(_score([ENGLISH + "\n\n" + broken + "\n\n" + ENGLISH]), "garbage") == [True]
+
+
+def test_chinese_headings_recovering_by_chance_are_not_gbk_blocks() -> None:
+    """Short Chinese headings whose GBK bytes give back 60% of their high bytes as UTF-8 by
+    chance: what comes back is not text (用户家目录 -> `ûĿ¼`, 预设值 -> `Ԥֵװ`, 網路裝置支援 ->
+    `·֧Ԯ`: a fraction, Hebrew points, the Cyrillic Supplement)."""
+    from forensics.score.legacy_codecs import legacy_evidence
+
+    prose = "本章介绍系统的安装与配置，并说明每个步骤需要注意的问题。" * 4
+    for heading in ("用户家目录", "12.3.2. 预设值 Debian 安装", "5.1.4. 網路裝置支援"):
+        page = f"{prose}\n\n{heading}\n\n{prose}\n"
+        assert legacy_evidence(page).segments == 0, heading
+        assert not any(_flagged(_score([page]), "garbage")), heading
+
+
+def test_partly_recovered_mojibake_giving_back_text_is_still_a_gbk_block() -> None:
+    """Vietnamese read as GBK loses some bytes to U+FFFD (17 of 21 come back) but what comes
+    back is Vietnamese: the block stays mojibake."""
+    from forensics.score.legacy_codecs import legacy_evidence
+
+    broken = _name_as("gbk", "Mười hai giờ, người Việt ở đâu? Chúng tôi đến trường.")
+    ev = legacy_evidence(f"{ENGLISH}\n{broken}\n\n{broken}\n\n{ENGLISH}")
+    assert ev.codec == "gbk" and ev.segments == 2
+    assert ev.recovered_bytes < 0.9 * ev.candidate_bytes
+    assert _flagged(_score([f"{ENGLISH}\n{broken}\n\n{broken}\n\n{ENGLISH}"]), "garbage") == [True]
+
+
+def test_han_glued_to_a_capital_giving_back_a_currency_sign_is_not_mojibake() -> None:
+    """楼E (a floor and wing, `3楼E座`) re-encodes in GBK to `¥E`: a yen sign does not sit
+    inside a word. A degree sign read as GBK (`25掳C`) does, and is still undone."""
+    rule = MixedScriptWords()
+    assert rule.undo("楼E") is None
+    assert rule.undo("25掳C").fixed == "25°C"
+    page = "办公室位于科技园3楼E座，联系人请在工作日拨打电话预约参观时间。" * 5
+    assert not any(_flagged(_score([page]), "garbage"))
 
 
 # ---------------------------------------------------------------- controls by position
