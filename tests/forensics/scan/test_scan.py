@@ -261,9 +261,8 @@ def test_local_worker_dying_is_retried(local_result, run_dir, tmp_path, monkeypa
 def test_instance_flags_agree_with_olmo_core_on_the_replayed_samples(local_result, run_dir) -> None:
     """Every sample of the n-gram stretch, rebuilt from the replay and checked by OLMo-core's own
     `find_periodic_sequences` as its `_validate_instance` does (numpy_dataset.py:353-363)."""
-    from test_scan_repeats import load_olmo
-
     from forensics.replay import open_replayer
+    from forensics_testing.olmo_repeats_oracle import load_olmo
 
     olmo = load_olmo()
     rep = open_replayer(load_config(run_dir / "forensics.yaml"))

@@ -10,42 +10,16 @@ The flag threshold (32) and periods (1-13) are `InstanceFilterConfig`'s defaults
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-from pathlib import Path
-from typing import NamedTuple
-
 import numpy as np
 import pytest
 
 from forensics.score.repeats import MAX_COUNT, find_repeats
-
-ORACLE_NAMES = {
-    "find_end_first_consecutive_true",
-    "find_start_last_consecutive_true",
-    "group_consecutive_values",
-    "RepetitionTuple",
-    "find_periodic_sequences",
-}
+from forensics_testing.olmo_repeats_oracle import load_olmo
 
 
 @pytest.fixture(scope="module")
 def olmo():
     return load_olmo()
-
-
-def load_olmo():
-    """OLMo-core's find_periodic_sequences, run from the installed wheel's utils.py."""
-    spec = importlib.util.find_spec("olmo_core")
-    assert spec is not None, "ai2-olmo-core is not installed (scripts/bootstrap.sh installs it)"
-    path = Path(spec.submodule_search_locations[0]) / "data" / "utils.py"
-    source = path.read_text()
-    tree = ast.parse(source)
-    body = [n for n in tree.body if getattr(n, "name", None) in ORACLE_NAMES]
-    assert {n.name for n in body} == ORACLE_NAMES, f"{path}: the oracle functions moved"
-    namespace = {"np": np, "NamedTuple": NamedTuple, "List": list, "Generator": object}
-    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)
-    return namespace["find_periodic_sequences"]
 
 
 def oracle_best(fn, row: np.ndarray) -> tuple[int, int, int, int]:
