@@ -109,6 +109,18 @@ def baseline_flagged_p(
     return hypergeom.sf(f - 1, d + n_baseline, f + n_flagged_baseline, d)
 
 
+def _against_baseline(
+    f: np.ndarray, a: np.ndarray, n_baseline: int, n_flagged_baseline: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The baseline's flagged rate and each group's Holm-corrected p-value against it (NaN and 1
+    where the baseline's flagged count is not known)."""
+    if n_flagged_baseline is None:
+        return np.full(a.shape, np.nan), np.ones(a.shape)
+    rate = np.full(a.shape, min(1.0, n_flagged_baseline / max(n_baseline, 1)))
+    raw = baseline_flagged_p(f, a, n_baseline, int(n_flagged_baseline))
+    return rate, np.maximum(holm(raw), P_FLOOR)
+
+
 def group_statistics(
     docs: np.ndarray,
     flagged: np.ndarray,
@@ -161,13 +173,7 @@ def group_statistics(
     raw = enrichment_p(a, c, nw, nb) if enrichment_raw_p is None else enrichment_raw_p
     p_value = np.maximum(holm(raw), P_FLOOR)
     flag_p_value = np.maximum(holm(flagged_p(f, a, nw, n_flagged_window)), P_FLOOR)
-    if n_flagged_baseline is None:
-        baseline_rate = np.full(a.shape, np.nan)
-        baseline_flag_p = np.ones(a.shape)
-    else:
-        baseline_rate = np.full(a.shape, min(1.0, n_flagged_baseline / nb))
-        raw_b = baseline_flagged_p(f, a, int(n_baseline), int(n_flagged_baseline))
-        baseline_flag_p = np.maximum(holm(raw_b), P_FLOOR)
+    baseline_rate, baseline_flag_p = _against_baseline(f, a, int(n_baseline), n_flagged_baseline)
 
     shrunk = (f + SHRINK_DOCS * rest_rate) / (a + SHRINK_DOCS)
     excess = np.maximum(0.0, shrunk - rest_rate)

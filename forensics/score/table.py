@@ -119,7 +119,8 @@ def _score_batch(
     """
     from forensics.score.garbage import score_garbage
     from forensics.score.skeleton import Signatures, find_clusters
-    from forensics.score.spam import line_stats, spam_signals
+    from forensics.score.spam import spam_signals
+    from forensics.score.spam_lines import line_stats
     from forensics.score.tokens import tokenize
 
     if pool is None:

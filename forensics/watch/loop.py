@@ -492,10 +492,7 @@ class Watcher:
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
     def close(self) -> None:
-        if self.webhook is not None:
-            self.webhook.close()
-        if self.terminal is not None:
-            self.terminal.close()
-        if self.follower is not None:
-            self.follower.close()
+        for part in (self.webhook, self.terminal, self.follower):
+            if part is not None:
+                part.close()
         self._lock.close()
