@@ -80,31 +80,51 @@ def dirty_rule() -> pl.Expr:
     return window_dirty_rule() | baseline_dirty_rule()
 
 
+WINDOW_BACKGROUND = "the rest of the window"
+BASELINE_BACKGROUND = "the baseline"
+# The columns the dirty rule reads (what a report row must hold for `dirty_against`).
+_RULE_COLUMNS = (
+    "flagged_rate", "rest_flagged_rate", "flag_p_value", "baseline_flagged_rate",
+    "baseline_flag_p_value",
+)  # fmt: skip
+
+
+def dirty_against_expr() -> pl.Expr:
+    """Which background a group is dirty against: `WINDOW_BACKGROUND`, `BASELINE_BACKGROUND`
+    (dirty_rule's two halves, the window's first), or null when it is not dirty."""
+    return (
+        pl.when(window_dirty_rule())
+        .then(pl.lit(WINDOW_BACKGROUND))
+        .when(baseline_dirty_rule())
+        .then(pl.lit(BASELINE_BACKGROUND))
+        .otherwise(pl.lit(None, dtype=pl.Utf8))
+    )
+
+
+def dirty_floor_expr() -> pl.Expr:
+    """The flagged rate a group's documents must reach to be dirty against its background (the
+    baseline's rate when only that test makes it dirty, else the rest of the window's)."""
+    background = (
+        pl.when(dirty_against_expr() == BASELINE_BACKGROUND)
+        .then(pl.col("baseline_flagged_rate"))
+        .otherwise(pl.col("rest_flagged_rate").fill_null(0.0))
+    )
+    return pl.max_horizontal(pl.lit(FLAG_FLOOR), FLAG_RATIO * background)
+
+
 def dirty_against(row: dict) -> str | None:
-    """Which background a group is dirty against, as the report words it: "the rest of the
-    window", "the baseline" (dirty_rule's two halves), or None when it is not dirty."""
-    rate = row.get("flagged_rate") or 0.0
-    rest = row.get("rest_flagged_rate") or 0.0
-    if rate >= max(FLAG_FLOOR, FLAG_RATIO * rest) and (row.get("flag_p_value") or 1.0) < P_MAX:
-        return "the rest of the window"
-    base = row.get("baseline_flagged_rate")
-    if base is None or base != base or FLAG_RATIO * rest <= rate:  # NaN: not tested
-        return None
-    held = rate >= max(FLAG_FLOOR, FLAG_RATIO * base)
-    return "the baseline" if held and (row.get("baseline_flag_p_value") or 1.0) < P_MAX else None
+    """`dirty_against_expr` for one row of a cluster table (a report's top cluster)."""
+    values = {c: [row.get(c)] for c in _RULE_COLUMNS}
+    frame = pl.DataFrame(values, schema={c: pl.Float64 for c in _RULE_COLUMNS})
+    return frame.select(dirty_against_expr()).item()
 
 
 def background_rate(row: dict) -> float:
     """The flagged rate a group is compared with: the baseline's when only that test makes it
     dirty, else the rest of the window's."""
-    if dirty_against(row) == "the baseline":
+    if dirty_against(row) == BASELINE_BACKGROUND:
         return float(row["baseline_flagged_rate"])
     return float(row.get("rest_flagged_rate") or 0.0)
-
-
-def dirty_floor(row: dict) -> float:
-    """The flagged rate a group's documents must reach to be dirty against its background."""
-    return max(FLAG_FLOOR, FLAG_RATIO * background_rate(row))
 
 
 def assign_verdicts(
@@ -158,7 +178,7 @@ def assign_verdicts(
     flagged_sets = [set(m or []) for m in flagged["flagged_members"].to_list()]
     members = flagged["members"].to_list()
     member_sets = [set(m or []) for m in members]
-    floors = [dirty_floor(row) for row in flagged.iter_rows(named=True)]
+    floors = flagged.select(dirty_floor_expr()).to_series().to_list()
     explained = _nest_source_culprits(verdicts, ids, kinds, flagged_sets, member_sets, floors)
     culprit_rows = [
         (ids[j], set(members[j] or []))
