@@ -346,11 +346,24 @@ def _waive_for_licences(matrix: np.ndarray, texts: pl.Series) -> None:
 
 
 def _waive_for_notation(
-    matrix: np.ndarray, texts: pl.Series, tok: Tokens, words: dict, keywords: dict[int, str]
+    matrix: np.ndarray,
+    values: dict[str, np.ndarray],
+    texts: pl.Series,
+    tok: Tokens,
+    words: dict,
+    keywords: dict[int, str],
 ) -> None:
-    """Zero, in place, the keyword rules of the flagged pages whose keyword is part of their
-    notation (signatures, roles, paths: `notation.py`), and re-measure them, with words counted
-    by characters, on Chinese and Japanese pages (checked only on pages a keyword rule flags)."""
+    """Score again, in place, the keyword rules of the pages they flag, counting the keyword
+    only where it is prose (checked only on those pages).
+
+    Why: a manual repeats its command inside the notation it shows (signatures, roles, paths,
+    the command lines opened by a prompt: `notation.py`) as often as it runs it; a stuffed page
+    repeats its phrase as plain words. A page whose keyword is mostly notation has both rules
+    waived; otherwise each rule's value is scaled by the share of the keyword's occurrences
+    outside notation, as the n-gram rules are measured on the text without its notation. On
+    Chinese and Japanese pages the values are first measured again with words counted by
+    characters.
+    """
     names = [r.name for r in RULES]
     cols = [names.index("keyword"), names.index("keyword_density")]
     rows = np.flatnonzero(matrix[:, cols].max(axis=1) >= 0.5)
@@ -365,13 +378,20 @@ def _waive_for_notation(
         kw, text = keywords.get(int(i)), texts[int(i)]
         if not kw or text is None:
             continue
-        if notation_share(text, kw) >= NOTATION_SHARE:
+        share = notation_share(text, kw)
+        if share >= NOTATION_SHARE:
             matrix[i, cols] = 0.0
-        elif has_cjk(text):
-            if spaced_phrase_share(text, kw, SHORT_PHRASE) < by_name["keyword"].threshold:
-                matrix[i, cols[0]] = 0.0
-            if spaced_density(text, kw) < by_name["keyword_density"].threshold:
-                matrix[i, cols[1]] = 0.0
+            continue
+        if has_cjk(text):
+            measured = {
+                "keyword": spaced_phrase_share(text, kw, SHORT_PHRASE),
+                "keyword_density": spaced_density(text, kw),
+            }
+        else:
+            measured = {name: float(values[name][i]) for name in ("keyword", "keyword_density")}
+        for col, (name, value) in zip(cols, measured.items(), strict=True):
+            if value * (1.0 - share) < by_name[name].threshold:
+                matrix[i, col] = 0.0
 
 
 def spam_signals(
@@ -390,7 +410,7 @@ def spam_signals(
     matrix = _rule_matrix(values, words["n_words"])
     _remeasure_prose(matrix, values, texts)
     _waive_for_licences(matrix, texts)
-    _waive_for_notation(matrix, texts, tok, words, keywords)
+    _waive_for_notation(matrix, values, texts, tok, words, keywords)
     best = matrix.argmax(axis=1)
     score = matrix.max(axis=1)
     reasons = [""] * len(score)

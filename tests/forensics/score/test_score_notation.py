@@ -149,3 +149,30 @@ def test_command_lines_of_a_shell_session_are_notation() -> None:
     assert notation_share(STUFFED, "flights") == 0.0
     ((score, reason),) = _spam([TRANSCRIPT])
     assert score < FLAG_THRESHOLD, reason
+
+
+# debian-reference 2.100 (zh-tw), sections 10.5.1-10.5.2 (configuring Git, the basic Git
+# commands), as the reference set renders it: "git" is 9% of the words counted as Chinese is
+# read, a fifth of them on prompt lines (`$ git config --global ...`).
+GIT = (Path(__file__).parent / "debref_zh_tw_git.txt").read_text("utf-8")
+
+
+def test_a_keyword_counts_where_it_is_prose() -> None:
+    """The keyword rules count the command where the page's prose names it, not on the command
+    lines it shows: 9% of the words with them, under 8% without."""
+    share = notation_share(GIT, "git")
+    assert 0.1 < share < 0.5  # some notation, not mostly: the all-notation waiver does not apply
+    assert spaced_density(GIT, "git") >= 0.08  # what the density rule measured on the whole page
+    assert spaced_density(GIT, "git") * (1 - share) < 0.08
+    ((score, reason),) = _spam([GIT])
+    assert score < FLAG_THRESHOLD, reason
+
+
+def test_a_stuffed_page_with_some_notation_is_still_spam() -> None:
+    """Stuffed phrases beside a few notated occurrences (a link and a role per ten phrases)."""
+    notated = ["`flights`", "https://example.com/flights"]
+    words = "cheap best last minute discount direct budget return family weekend student".split()
+    page = ", ".join([f"{w} flights" for w in words] + notated + [f"flights {w}" for w in words])
+    assert 0 < notation_share(page, "flights") < 0.5
+    ((score, reason),) = _spam([page])
+    assert score >= FLAG_THRESHOLD and "keyword stuffing" in reason, reason
