@@ -58,7 +58,8 @@ MIN_PHRASE_SHARE = 0.75
 # below, a hook above, a circumflex or breve with a tone mark). Not ă or đ: Romanian and
 # Croatian write them. Measured on the reference set's clean pages: Vietnamese pages have
 # 7.5-61% of their words with one, every other language 0%.
-VIETNAMESE_WORD = r"\w*[ơưƠƯ\x{1EA0}-\x{1EF9}]\w*"
+VIETNAMESE_LETTER = r"[ơưƠƯ\x{1EA0}-\x{1EF9}]"
+VIETNAMESE_WORD = rf"\w*{VIETNAMESE_LETTER}\w*"
 MIN_VIETNAMESE_WORDS = 0.05
 ASCII_WORD = r"^[\x00-\x7f]*$"
 
@@ -67,13 +68,23 @@ def _keyword_hits(keywords: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """(sentences, hits): `row`, `sid` of every sentence of >= MIN_SENTENCE_WORDS words, and
     every occurrence of the keyword in them: `row`, `sid`, `pos` (word index), `left`, `right`,
     `across` (its company, `_company`; null at the sentence's edges)."""
+    # Words are counted only on the pages that hold a Vietnamese letter at all (a cheap scan).
+    vietnamese = (
+        keywords.lazy()
+        .filter(pl.col("text").str.contains(VIETNAMESE_LETTER))
+        .select(
+            "row",
+            vi=pl.col("text").str.count_matches(VIETNAMESE_WORD)
+            >= MIN_VIETNAMESE_WORDS * pl.col("text").str.count_matches(r"\w+"),
+        )
+    )
     sent = (
         keywords.lazy()
+        .join(vietnamese, on="row", how="left")
         .select(
             "row",
             "kw",
-            vi=pl.col("text").str.count_matches(VIETNAMESE_WORD)
-            >= MIN_VIETNAMESE_WORDS * pl.col("text").str.count_matches(r"\w+"),
+            vi=pl.col("vi").fill_null(False),
             s=pl.col("text").str.to_lowercase().str.extract_all(SENTENCE),
         )
         .explode("s")
@@ -97,21 +108,25 @@ def _keyword_hits(keywords: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
             right2=pl.when(two_after).then(pl.col("w").shift(-2)),
         )
         .filter(pl.col("w") == pl.col("kw"))
-        .select("row", "sid", "pos", **_company())
+        .collect()
     )
-    return sent.select("row", "sid"), hits
+    # Other pages' company is one word a side; only Vietnamese pages' hits pay for more.
+    plain = hits.filter(~pl.col("vi")).select(
+        "row", "sid", "pos", "left", "right", across=pl.lit(None, pl.String)
+    )
+    vietnamese = hits.filter(pl.col("vi")).select("row", "sid", "pos", **_company())
+    return sent.select("row", "sid"), pl.concat([plain, vietnamese]).lazy()
 
 
 def _company() -> dict[str, pl.Expr]:
-    """`left`, `right` and `across`: the keyword's company on each side and on both, as the
-    rule compares it. One word on a side; on a Vietnamese page two (the neighbour may be the
-    other syllable of the keyword's own word), unless keyword and neighbour are plain ASCII;
-    `across` (the words on both sides) only there, for a keyword inside a three-syllable
-    phrase."""
+    """`left`, `right` and `across`: the keyword's company on a Vietnamese page, as the rule
+    compares it. Two words on a side (the neighbour may be the other syllable of the keyword's
+    own word), unless keyword and neighbour are plain ASCII (then one, as on other pages), and
+    the words on both sides (`across`), for a keyword inside a three-syllable phrase."""
     kw_ascii = pl.col("w").str.contains(ASCII_WORD)
 
     def side(near: str, far: str, outward_first: bool) -> tuple[pl.Expr, pl.Expr]:
-        syllable = pl.col("vi") & ~(kw_ascii & pl.col(near).str.contains(ASCII_WORD))
+        syllable = ~(kw_ascii & pl.col(near).str.contains(ASCII_WORD)).fill_null(False)
         pair = [far, near] if outward_first else [near, far]
         two = pl.concat_str([pl.col(c) for c in pair], separator=" ")
         return pl.when(syllable).then(two).otherwise(pl.col(near)), syllable
