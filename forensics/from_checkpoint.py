@@ -181,6 +181,23 @@ def is_olmo_core_save_folder(folder: Path) -> bool:
     )
 
 
+def holds_checkpoint(folder: Path) -> bool:
+    """Whether the trainer has saved, under `folder`, what a run's description is read from
+    (an OLMo-core step folder with its config, or a Megatron checkpoint directory). A watcher
+    started beside a fresh run asks this when a spike is raised: before the first save there
+    is neither a description nor a checkpoint to roll back to."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return False
+    if is_olmo_core_save_folder(folder):
+        return True
+    try:
+        pick_checkpoint(folder, None)
+    except ForensicsError:
+        return False
+    return True
+
+
 def config_from_checkpoint(
     folder: Path, step: int | None, say: Callable[[str], None] = print
 ) -> RunConfig:

@@ -37,12 +37,21 @@ WatchConfigOption = Annotated[
     str | None,
     typer.Option("--config", help="Run config: enables `forensics spike` on a malignant spike."),
 ]
+WatchFromCheckpointOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from-checkpoint",
+        help="Instead of --config: the trainer's save folder (Megatron-LM --save, OLMo-core "
+        "save_folder), read by `forensics spike` when a spike is raised; it may be empty "
+        "when the watcher starts.",
+    ),
+]
 OnMalignantOption = Annotated[
     str | None,
     typer.Option(
         "--on-malignant",
         help="spike: run forensics spike as soon as a spike is raised, before its verdict "
-        "(default with --config) | none.",
+        "(default with --config or --from-checkpoint) | none.",
     ),
 ]
 SpikeArgsOption = Annotated[
@@ -62,6 +71,7 @@ def watch_command(
     log: LogArgument,
     out: OutOption = None,
     config: WatchConfigOption = None,
+    from_checkpoint: WatchFromCheckpointOption = None,
     webhook: Annotated[
         str | None, typer.Option("--webhook", help="POST every message as JSON to this URL.")
     ] = None,
@@ -97,7 +107,7 @@ def watch_command(
     from forensics.watch.loop import LOCK_FILE, Watcher, WatchOptions
     from forensics.watch.terminal import Terminal
 
-    on_malignant = _on_malignant(on_malignant, config)
+    on_malignant = _on_malignant(on_malignant, config, from_checkpoint)
     if interval <= 0 or stall_after <= 0:
         raise ForensicsError("--interval and --stall-after must be positive numbers of seconds")
     check_steps(
@@ -125,6 +135,9 @@ def watch_command(
         webhook_format=webhook_format,
         prometheus=prometheus,
         config=str(Path(config).resolve()) if config else None,
+        from_checkpoint=str(Path(from_checkpoint).expanduser().resolve())
+        if from_checkpoint
+        else None,
         on_malignant=on_malignant,
         stall_after=stall_after,
         cfg=cfg,
@@ -149,16 +162,28 @@ def _check_webhook(webhook: str | None, webhook_format: str) -> None:
         )
 
 
-def _on_malignant(on_malignant: str | None, config: str | None) -> str:
-    """--on-malignant checked against --config (default: spike with a config, else none)."""
+def _on_malignant(on_malignant: str | None, config: str | None, saved: str | None) -> str:
+    """--on-malignant checked against --config / --from-checkpoint (default: spike with either,
+    else none). The save folder need not hold a checkpoint yet (the trainer writes it), but
+    its parent must exist: a mistyped path is refused now, not at the spike."""
+    if config and saved:
+        raise ForensicsError("give --config or --from-checkpoint, not both")
     if on_malignant is None:
-        on_malignant = "spike" if config else "none"
+        on_malignant = "spike" if config or saved else "none"
     if on_malignant not in ("spike", "none"):
         raise ForensicsError(f"--on-malignant {on_malignant}: choose spike or none")
-    if on_malignant == "spike" and not config:
-        raise ForensicsError("--on-malignant spike needs --config (the run to replay)")
+    if on_malignant == "spike" and not (config or saved):
+        raise ForensicsError(
+            "--on-malignant spike needs --config or --from-checkpoint (the run to replay)"
+        )
     if config and not Path(config).is_file():
         raise ForensicsError(f"--config {config}: no such file")
+    if saved:
+        folder = Path(saved).expanduser()
+        if folder.exists() and not folder.is_dir():
+            raise ForensicsError(f"--from-checkpoint {saved}: not a directory")
+        if not folder.exists() and not folder.absolute().parent.is_dir():
+            raise ForensicsError(f"--from-checkpoint {saved}: neither it nor its parent exists")
     return on_malignant
 
 

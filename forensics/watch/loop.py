@@ -61,6 +61,7 @@ class WatchOptions:
     webhook: str | None = None
     prometheus: Path | None = None
     config: str | None = None
+    from_checkpoint: str | None = None  # the trainer's save folder, read when a spike is raised
     on_malignant: str = "spike"
     stall_after: float = 600.0
     cfg: TriageConfig = field(default_factory=TriageConfig)
@@ -372,19 +373,32 @@ class Watcher:
         when = {"at_step": self.detector.last_step, "poll": self.polls}
         return [self._emit(plan_message(key, state, status) | when)]
 
+    def _run_args(self) -> tuple[str, ...] | None:
+        """Where the spike run reads the run's description: the config, or the trainer's saved
+        checkpoints (None: no analysis to run)."""
+        if self.opts.config:
+            return ("--config", self.opts.config)
+        if self.opts.from_checkpoint:
+            return ("--from-checkpoint", self.opts.from_checkpoint)
+        return None
+
     def _maybe_start_spike(self, ev: dict[str, Any], key: int) -> list[dict[str, Any]]:
-        if self.opts.on_malignant != "spike" or not self.opts.config:
+        run_args = self._run_args()
+        if self.opts.on_malignant != "spike" or run_args is None:
             return []
         if key in self.jobs or self.book.has("forensics_started", step=key):
             return []
         if len(self.jobs) >= MAX_ANALYSES:  # a burst of spikes: their plans are triage's own
             return []
+        if self.opts.from_checkpoint and not self.opts.config:
+            from forensics.from_checkpoint import holds_checkpoint
+
+            if not holds_checkpoint(Path(self.opts.from_checkpoint)):
+                return self._not_started(key)
         from forensics.rollback import FAR, spike_window
 
         window, _why = spike_window(key, int(ev.get("rollback_iteration", key - FAR)))
-        self.jobs[key] = start_spike(
-            self.opts.config, key, window, self.out, extra=self.opts.spike_args
-        )
+        self.jobs[key] = start_spike(run_args, key, window, self.out, extra=self.opts.spike_args)
         self.plans.setdefault(key, PlanState()).started = True
         return [
             self._emit(
@@ -402,6 +416,19 @@ class Watcher:
                 }
             )
         ]
+
+    def _not_started(self, key: int) -> list[dict[str, Any]]:
+        """Said once per spike: the save folder holds no checkpoint yet (asked again when the
+        spike is judged)."""
+        if self.book.has("forensics_not_started", step=key):
+            return []
+        folder = shlex.quote(str(self.opts.from_checkpoint))
+        summary = (
+            f"forensics spike not started for step {key}: no checkpoint under {folder} yet "
+            "(nothing to read the run from or roll back to); the plan is triage's"
+        )
+        msg = {"message": "forensics_not_started", "kind": "spike_forensics", "step": key}
+        return [self._emit(msg | {"summary": summary})]
 
     def _report_job(self, step: int, body: dict[str, Any]) -> list[dict[str, Any]]:
         """The finished analysis's message, then the plan it completes."""
@@ -423,9 +450,9 @@ class Watcher:
                 self._report_job(step, spike_result(step, out, log, 0))
             elif msg.get("pid") and pid_runs_spike(int(msg["pid"])):
                 self.jobs[step] = SpikeJob(step, out, log, None, int(msg["pid"]))  # still running
-            elif self.opts.config:
+            elif (run_args := self._run_args()) is not None:
                 self.jobs[step] = start_spike(
-                    self.opts.config,
+                    run_args,
                     step,
                     int(msg.get("window", 100)),
                     self.out,

@@ -54,7 +54,7 @@ def pid_runs_spike(pid: int) -> bool:
 
 
 def start_spike(
-    config: str,
+    run_args: tuple[str, ...],
     step: int,
     window: int,
     watch_dir: Path,
@@ -62,7 +62,8 @@ def start_spike(
     extra: tuple[str, ...] = (),
     force: bool = False,
 ) -> SpikeJob:
-    """Start `forensics spike` for `step` into watch_dir/spike-<step>/ (returns at once)."""
+    """Start `forensics spike` for `step` into watch_dir/spike-<step>/ (returns at once).
+    `run_args`: where the run is described (`--config FILE` or `--from-checkpoint DIR`)."""
     out = watch_dir / f"spike-{step}"
     log = watch_dir / f"spike-{step}.log"
     cmd = [
@@ -70,8 +71,7 @@ def start_spike(
         "-m",
         "forensics.cli",
         "spike",
-        "--config",
-        config,
+        *run_args,
         "--step",
         str(step),
         "--window",

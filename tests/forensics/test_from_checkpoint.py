@@ -205,3 +205,77 @@ def test_triage_suggests_the_save_directory() -> None:
     assert why is None or "replace" not in why
     cmd, _why = next_command(3000, 2940, RunInfo(config_path="a.yaml", from_checkpoint="/c"))
     assert cmd.startswith("forensics spike --config a.yaml ")
+
+
+def _watch(run: Path, saved: Path, out: Path, whole_log: bool) -> tuple[list[dict], list]:
+    """Feed the run's log to a watcher reading the run from `saved`, 20 lines a poll, until it
+    starts the spike analysis (or to the end of the log): its messages and the command lines
+    of the spike runs it started (stopped at once: what they find is
+    test_spike_from_checkpoint's)."""
+    from forensics.triage.config import TriageConfig
+    from forensics.watch.loop import Watcher, WatchOptions
+
+    lines = (run / "logs" / "train.log").read_text().splitlines()
+    log = out.parent / "live.log"
+    log.write_text("")
+    w = Watcher(
+        WatchOptions(
+            log=log,
+            out=out,
+            interval=0.01,
+            cfg=TriageConfig(recovery_window=20),
+            from_checkpoint=str(saved),
+            spike_args=("--embed-cap", "0"),
+        )
+    )
+    msgs: list[dict] = []
+    for at in range(0, len(lines), 20):
+        with open(log, "a") as fh:
+            fh.write("\n".join(lines[at : at + 20]) + "\n")
+        msgs += w.poll()
+        if w.jobs and not whole_log:
+            break
+    commands = []
+    for job in w.jobs.values():
+        assert job.proc is not None
+        commands.append(list(job.proc.args))
+        job.proc.kill()
+        job.proc.wait()
+    w.close()
+    return msgs, commands
+
+
+def test_watch_starts_the_spike_from_the_trainers_checkpoints(run: Path, tmp_path: Path) -> None:
+    """`watch --from-checkpoint SAVE`: no config; the spike run reads the save folder."""
+    saved = run.parent / "legacy"
+    msgs, commands = _watch(run, saved, tmp_path / "w", whole_log=False)
+    started = [m for m in msgs if m["message"] == "forensics_started"]
+    assert len(started) == 1 and len(commands) == 1, [m.get("summary") for m in msgs]
+    (command,) = commands
+    at = command.index("--from-checkpoint")
+    assert command[at + 1] == str(saved) and "--config" not in command, command
+    assert command[command.index("--step") + 1] == str(started[0]["step"])
+
+
+def test_watch_before_the_first_save_says_so(run: Path, tmp_path: Path) -> None:
+    """A save folder the trainer has not written to yet: the analysis is not started, and the
+    watcher says so once for the spike (raised, then judged)."""
+    empty = tmp_path / "save"
+    empty.mkdir()
+    msgs, commands = _watch(run, empty, tmp_path / "w", whole_log=True)
+    said = [m for m in msgs if m["message"] == "forensics_not_started"]
+    assert len(said) == 1 and not commands, [m.get("summary") for m in msgs]
+    assert not any(m["message"] == "forensics_started" for m in msgs)
+    assert f"no checkpoint under {empty} yet" in said[0]["summary"], said
+
+
+def test_watch_refuses_a_mistyped_save_folder(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("")
+    proc = cli("watch", str(log), "--from-checkpoint", str(tmp_path / "no" / "such"),
+               "--max-polls", "1")  # fmt: skip
+    assert proc.returncode != 0
+    assert "neither it nor its parent exists" in proc.stderr, proc.stderr
+    both = cli("watch", str(log), "--from-checkpoint", str(tmp_path), "--config", str(log),
+               "--max-polls", "1")  # fmt: skip
+    assert both.returncode != 0 and "not both" in both.stderr, both.stderr
