@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import shlex
 import signal
 import time
 from dataclasses import dataclass, field
@@ -42,7 +41,16 @@ from forensics.watch.sinks import (
     watch_metrics,
     write_prometheus,
 )
-from forensics.watch.spikejob import SpikeJob, pid_runs_spike, spike_result, start_spike
+from forensics.watch.spikejob import (
+    SpikeJob,
+    not_started_message,
+    pid_runs_spike,
+    run_source,
+    source_saved,
+    spike_result,
+    start_spike,
+    started_message,
+)
 from forensics.watch.tbfollow import TBPosition, TensorBoardFollower, TensorBoardParser
 
 STATE_FILE = "state.json"
@@ -373,62 +381,24 @@ class Watcher:
         when = {"at_step": self.detector.last_step, "poll": self.polls}
         return [self._emit(plan_message(key, state, status) | when)]
 
-    def _run_args(self) -> tuple[str, ...] | None:
-        """Where the spike run reads the run's description: the config, or the trainer's saved
-        checkpoints (None: no analysis to run)."""
-        if self.opts.config:
-            return ("--config", self.opts.config)
-        if self.opts.from_checkpoint:
-            return ("--from-checkpoint", self.opts.from_checkpoint)
-        return None
-
     def _maybe_start_spike(self, ev: dict[str, Any], key: int) -> list[dict[str, Any]]:
-        run_args = self._run_args()
-        if self.opts.on_malignant != "spike" or run_args is None:
+        source = run_source(self.opts.config, self.opts.from_checkpoint)
+        if self.opts.on_malignant != "spike" or source is None:
             return []
         if key in self.jobs or self.book.has("forensics_started", step=key):
             return []
         if len(self.jobs) >= MAX_ANALYSES:  # a burst of spikes: their plans are triage's own
             return []
-        if self.opts.from_checkpoint and not self.opts.config:
-            from forensics.from_checkpoint import holds_checkpoint
-
-            if not holds_checkpoint(Path(self.opts.from_checkpoint)):
-                return self._not_started(key)
+        if not source_saved(source):  # asked again when the spike is judged; said once
+            if self.book.has("forensics_not_started", step=key):
+                return []
+            return [self._emit(not_started_message(key, source))]
         from forensics.rollback import FAR, spike_window
 
         window, _why = spike_window(key, int(ev.get("rollback_iteration", key - FAR)))
-        self.jobs[key] = start_spike(run_args, key, window, self.out, extra=self.opts.spike_args)
+        self.jobs[key] = start_spike(source, key, window, self.out, extra=self.opts.spike_args)
         self.plans.setdefault(key, PlanState()).started = True
-        return [
-            self._emit(
-                {
-                    "message": "forensics_started",
-                    "kind": "spike_forensics",
-                    "step": key,
-                    "window": window,
-                    "pid": self.jobs[key].pid,
-                    "summary": (
-                        f"forensics spike --step {key} --window {window} started in the "
-                        f"background into {shlex.quote(str(self.jobs[key].out))} (before the "
-                        "verdict: the plan is ready when the verdict comes)"
-                    ),
-                }
-            )
-        ]
-
-    def _not_started(self, key: int) -> list[dict[str, Any]]:
-        """Said once per spike: the save folder holds no checkpoint yet (asked again when the
-        spike is judged)."""
-        if self.book.has("forensics_not_started", step=key):
-            return []
-        folder = shlex.quote(str(self.opts.from_checkpoint))
-        summary = (
-            f"forensics spike not started for step {key}: no checkpoint under {folder} yet "
-            "(nothing to read the run from or roll back to); the plan is triage's"
-        )
-        msg = {"message": "forensics_not_started", "kind": "spike_forensics", "step": key}
-        return [self._emit(msg | {"summary": summary})]
+        return [self._emit(started_message(self.jobs[key], window))]
 
     def _report_job(self, step: int, body: dict[str, Any]) -> list[dict[str, Any]]:
         """The finished analysis's message, then the plan it completes."""
@@ -450,9 +420,9 @@ class Watcher:
                 self._report_job(step, spike_result(step, out, log, 0))
             elif msg.get("pid") and pid_runs_spike(int(msg["pid"])):
                 self.jobs[step] = SpikeJob(step, out, log, None, int(msg["pid"]))  # still running
-            elif (run_args := self._run_args()) is not None:
+            elif (source := run_source(self.opts.config, self.opts.from_checkpoint)) is not None:
                 self.jobs[step] = start_spike(
-                    run_args,
+                    source,
                     step,
                     int(msg.get("window", 100)),
                     self.out,

@@ -53,6 +53,53 @@ def pid_runs_spike(pid: int) -> bool:
     return b"forensics.cli" in cmdline and b"spike" in cmdline
 
 
+def run_source(config: str | None, from_checkpoint: str | None) -> tuple[str, ...] | None:
+    """Where the spike run reads the run's description: `--config FILE`, or the trainer's save
+    folder (`--from-checkpoint DIR`); None: no analysis to run."""
+    if config:
+        return ("--config", config)
+    if from_checkpoint:
+        return ("--from-checkpoint", from_checkpoint)
+    return None
+
+
+def source_saved(source: tuple[str, ...]) -> bool:
+    """False while a save folder holds no checkpoint yet (the trainer has not saved)."""
+    if source[0] != "--from-checkpoint":
+        return True
+    from forensics.from_checkpoint import holds_checkpoint
+
+    return holds_checkpoint(Path(source[1]))
+
+
+def not_started_message(step: int, source: tuple[str, ...]) -> dict[str, Any]:
+    folder = shlex.quote(source[1])
+    return {
+        "message": "forensics_not_started",
+        "kind": "spike_forensics",
+        "step": step,
+        "summary": (
+            f"forensics spike not started for step {step}: no checkpoint under {folder} yet "
+            "(nothing to read the run from or roll back to); the plan is triage's"
+        ),
+    }
+
+
+def started_message(job: SpikeJob, window: int) -> dict[str, Any]:
+    return {
+        "message": "forensics_started",
+        "kind": "spike_forensics",
+        "step": job.step,
+        "window": window,
+        "pid": job.pid,
+        "summary": (
+            f"forensics spike --step {job.step} --window {window} started in the background "
+            f"into {shlex.quote(str(job.out))} (before the verdict: the plan is ready when the "
+            "verdict comes)"
+        ),
+    }
+
+
 def start_spike(
     run_args: tuple[str, ...],
     step: int,
