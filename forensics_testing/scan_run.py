@@ -3,9 +3,10 @@
 What is real: the clean text (harvested from the installed packages, demo.texts; the pages the
 scorers flag left out, `_passed`), the dirty pages (demo.dirty: mojibake, template spam; plus
 pages carrying a repeated token n-gram in OLMo 2's `g4ODg4OD` style), a byte-level BPE trained
-here, the `.bin/.idx` files (the shared writer), manifests and the run config. How the stretches are planted: the run's
-blend has data stages; a dirty dataset joins the blend at a stage start and leaves at the next,
-so every dirty document lands in exactly the iterations of its stretch, and no other.
+here, the `.bin/.idx` files (the shared writer), manifests and the run config. How the
+stretches are planted: the run's blend has data stages; a dirty dataset joins the blend at a
+stage start and leaves at the next, so every dirty document lands in exactly the iterations of
+its stretch, and no other.
 
 `tokens_target` grows the clean dataset by recombining token arrays of the pool (no encoding per
 document), so a benchmark run of a billion tokens is a few array writes, not hours of BPE.
