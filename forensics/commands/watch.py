@@ -134,10 +134,8 @@ def watch_command(
         webhook=webhook,
         webhook_format=webhook_format,
         prometheus=prometheus,
-        config=str(Path(config).resolve()) if config else None,
-        from_checkpoint=str(Path(from_checkpoint).expanduser().resolve())
-        if from_checkpoint
-        else None,
+        config=_absolute(config),
+        from_checkpoint=_absolute(from_checkpoint),
         on_malignant=on_malignant,
         stall_after=stall_after,
         cfg=cfg,
@@ -148,6 +146,11 @@ def watch_command(
     with fresh_output(out, out / LOCK_FILE):  # a refused first start leaves no directory
         watcher = Watcher(opts, Terminal(console, str(log), live))
         watcher.run(max_polls=max_polls)
+
+
+def _absolute(path: str | None) -> str | None:
+    """The path as the spike run started from another directory reads it."""
+    return str(Path(path).expanduser().resolve()) if path else None
 
 
 def _check_webhook(webhook: str | None, webhook_format: str) -> None:
