@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,16 +85,46 @@ def _passed(texts: list[str]) -> list[str]:
 
 def build_scan_run(out: Path, spec: ScanRunSpec | None = None) -> dict[str, Any]:
     """Write the run under `out` (forensics.yaml, tokenizer.json, data/); returns the truth."""
-    import polars as pl
     import yaml
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    from dataloaders.megatron.indexed import optimal_dtype, write_indexed_dataset
-    from forensics_testing.demo.texts import harvest
 
     spec = spec or ScanRunSpec()
     out = Path(out)
     (out / "data").mkdir(parents=True, exist_ok=True)
+    clean, dirty = _texts(spec)
+    encode = _train_tokenizer(clean, spec, out / "tokenizer.json")
+    n_clean = _write_clean(encode(clean), spec, out / "data")
+    dirty_ids = _write_dirty(dirty, encode, out / "data")
+    config = {
+        "name": "scan-synthetic",
+        "data": {
+            "format": "megatron",
+            "seed": spec.seed,
+            "seq_length": spec.seq_length,
+            "split": "100,0,0",
+            "stages": _stages(spec),
+        },
+        "training": {
+            "global_batch_size": spec.global_batch_size,
+            "train_iters": spec.train_iters,
+        },
+        "tokenizer": "tokenizer.json",
+    }
+    (out / "forensics.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    truth = {
+        "spec": asdict(spec),
+        "stretches": [list(s) for s in spec.stretches],
+        "dirty_documents": dirty_ids,
+        "clean_documents": n_clean,
+        "config": str(out / "forensics.yaml"),
+    }
+    (out / "truth.json").write_text(json.dumps(truth, indent=2))
+    return truth
+
+
+def _texts(spec: ScanRunSpec) -> tuple[list[str], dict[str, list[str]]]:
+    """(clean documents, dirty documents by kind), from the harvest."""
+    from forensics_testing.demo.texts import harvest
+
     found = harvest(spec.clean_docs + spec.dirty_docs, 0, seed=spec.seed)["prose"]
     clean = _passed([t.text for t in found[: spec.clean_docs]])
     # Dirty pages wrap texts the clean dataset does not hold: a near-copy of a clean document
@@ -105,6 +136,17 @@ def build_scan_run(out: Path, spec: ScanRunSpec | None = None) -> dict[str, Any]
     dirty = {
         k: _dirty_pages(k, spec.dirty_docs, bodies, spec.seed + i) for i, k in enumerate(kinds)
     }
+    return clean, dirty
+
+
+def _train_tokenizer(
+    clean: list[str], spec: ScanRunSpec, path: Path
+) -> Callable[[list[str]], list[np.ndarray]]:
+    """A byte-level BPE trained on the clean text, saved to `path`; returns the encoder (token
+    arrays with EOD appended, in the smallest dtype the vocabulary fits)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from dataloaders.megatron.indexed import optimal_dtype
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -116,14 +158,23 @@ def build_scan_run(out: Path, spec: ScanRunSpec | None = None) -> dict[str, Any]
         show_progress=False,
     )
     tok.train_from_iterator(clean[:2000], trainer=trainer)
-    tok.save(str(out / "tokenizer.json"))
+    tok.save(str(path))
     eod = tok.token_to_id(EOD)
     dtype = optimal_dtype(tok.get_vocab_size())
 
     def encode(texts: list[str]) -> list[np.ndarray]:
         return [np.asarray(e.ids + [eod], dtype=dtype) for e in tok.encode_batch(texts)]
 
-    clean_tokens = encode(clean)
+    return encode
+
+
+def _write_clean(clean_tokens: list[np.ndarray], spec: ScanRunSpec, data: Path) -> int:
+    """The clean dataset and its manifest, grown to `spec.tokens_target`; returns its size."""
+    import polars as pl
+
+    from dataloaders.megatron.indexed import write_indexed_dataset
+
+    dtype = clean_tokens[0].dtype
     rng = np.random.default_rng(spec.seed)
     n_clean = len(clean_tokens)
     total = sum(len(t) for t in clean_tokens)
@@ -139,14 +190,32 @@ def build_scan_run(out: Path, spec: ScanRunSpec | None = None) -> dict[str, Any]
                 ta, tb = clean_tokens[a], clean_tokens[b]
                 yield np.concatenate([ta[: len(ta) // 2], tb[len(tb) // 2 :]])
 
-    write_indexed_dataset(out / "data" / "clean_text_document", clean_stream(), dtype)
-    _manifest(out / "data" / "clean.manifest.parquet", n_clean, "clean", pl)
+    write_indexed_dataset(data / "clean_text_document", clean_stream(), dtype)
+    _manifest(data / "clean.manifest.parquet", n_clean, "clean", pl)
+    return n_clean
+
+
+def _write_dirty(
+    dirty: dict[str, list[str]], encode: Callable[[list[str]], list[np.ndarray]], data: Path
+) -> dict[str, int]:
+    """One dataset and manifest per dirty kind; returns each one's number of documents."""
+    import polars as pl
+
+    from dataloaders.megatron.indexed import write_indexed_dataset
+
     dirty_ids: dict[str, int] = {}
-    for kind in kinds:
-        tokens = encode(dirty[kind])
-        write_indexed_dataset(out / "data" / f"{kind}_text_document", iter(tokens), dtype)
-        _manifest(out / "data" / f"{kind}.manifest.parquet", len(tokens), f"dirty-{kind}", pl)
+    for kind, texts in dirty.items():
+        tokens = encode(texts)
+        dtype = tokens[0].dtype
+        write_indexed_dataset(data / f"{kind}_text_document", iter(tokens), dtype)
+        _manifest(data / f"{kind}.manifest.parquet", len(tokens), f"dirty-{kind}", pl)
         dirty_ids[kind] = len(tokens)
+    return dirty_ids
+
+
+def _stages(spec: ScanRunSpec) -> list[dict[str, Any]]:
+    """The data stages: clean alone, each dirty dataset joining at its stretch's first
+    iteration and leaving after its last."""
 
     def blend(names: list[str]) -> list[dict[str, Any]]:
         w = {n: (spec.dirty_weight if n != "clean" else 1.0 - spec.dirty_weight) for n in names}
@@ -167,31 +236,7 @@ def build_scan_run(out: Path, spec: ScanRunSpec | None = None) -> dict[str, Any]
         stages.append({"start_iteration": first, "blend": blend(["clean", kind])})
         if last < spec.train_iters:
             stages.append({"start_iteration": last + 1, "blend": blend(["clean"])})
-    config = {
-        "name": "scan-synthetic",
-        "data": {
-            "format": "megatron",
-            "seed": spec.seed,
-            "seq_length": spec.seq_length,
-            "split": "100,0,0",
-            "stages": stages,
-        },
-        "training": {
-            "global_batch_size": spec.global_batch_size,
-            "train_iters": spec.train_iters,
-        },
-        "tokenizer": "tokenizer.json",
-    }
-    (out / "forensics.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    truth = {
-        "spec": asdict(spec),
-        "stretches": [list(s) for s in spec.stretches],
-        "dirty_documents": dirty_ids,
-        "clean_documents": n_clean,
-        "config": str(out / "forensics.yaml"),
-    }
-    (out / "truth.json").write_text(json.dumps(truth, indent=2))
-    return truth
+    return stages
 
 
 def _manifest(path: Path, n: int, source: str, pl: Any) -> None:
