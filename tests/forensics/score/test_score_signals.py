@@ -190,10 +190,11 @@ def test_one_cp1252_word_is_flagged_uppercase_portuguese_is_not() -> None:
 # ---------------------------------------------------------------- doorway pages
 
 
-def _doorway(keyword: str, seed: int) -> str:
+def doorway_page(keyword: str, seed: int, frames: list[str] = PROSE) -> str:
+    """`keyword` spliced into each frame at a random word position, under a title."""
     rnd = random.Random(seed)
     body = []
-    for s in PROSE:
+    for s in frames:
         words = s.split()
         words.insert(rnd.randrange(1, len(words)), keyword)
         body.append(" ".join(words))
@@ -224,7 +225,7 @@ SYMBOL_LIST = "\n\n".join(
 
 
 def test_doorway_page_is_flagged() -> None:
-    out = _score([_doorway("running shoes", 1), _doorway("payday loans", 2)])
+    out = _score([doorway_page("running shoes", 1), doorway_page("payday loans", 2)])
     assert all(_flagged(out, "spam")), out
     assert "doorway page" in out["spam_reason"][0]
 
@@ -274,7 +275,7 @@ def test_reference_tables_with_a_recurring_word_are_not_doorways() -> None:
     assert (values["doorway"] == 0).all(), values
 
 
-def test_reference_page_naming_its_subject_everywhere_is_not_a_doorway() -> None:
+def test_reference_page_naming_its_subject_everywhere_is_not_adoorway_page() -> None:
     """polars' own reference page for `selectors.signed_integer` says "columns" in every
     sentence at varied positions (the coverage and spread of a doorway page), but in changing
     company ("integer columns", "all columns", "columns except"), not as one pasted phrase."""
@@ -283,7 +284,7 @@ def test_reference_page_naming_its_subject_everywhere_is_not_a_doorway() -> None
     import polars.selectors as cs
 
     page = inspect.getdoc(cs.signed_integer) or ""
-    frame = pl.DataFrame({"row": [0, 1], "text": [page, _doorway("running shoes", 1)]})
+    frame = pl.DataFrame({"row": [0, 1], "text": [page, doorway_page("running shoes", 1)]})
     values = DoorwayFrames().values(frame.with_columns(kw=pl.Series(["columns", "running"])))
     ref, spam = values.sort("row").rows(named=True)
     # Coverage and spread alone make it a doorway page.
@@ -301,7 +302,7 @@ def test_machine_readable_rule_keys_beside_the_reasons() -> None:
             f"{ENGLISH}Presented by {_name_as('gbk')}.\n{ENGLISH}",
             _insert_in_words(long, "\x01\x1b\x7f", 1),
             f"{ENGLISH}Presented by {_name_as('cp1252')}.\n{ENGLISH}",
-            _doorway("running shoes", 1),
+            doorway_page("running shoes", 1),
             ENGLISH,
         ]
     )

@@ -10,10 +10,10 @@ a doorway page of Vietnamese frames with a product phrase spliced in, in Vietnam
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import polars as pl
+from test_score_signals import doorway_page
 
 from forensics.score import FLAG_THRESHOLD, score_table
 from forensics.score.doorway import DoorwayFrames
@@ -36,16 +36,6 @@ FRAMES = [
 ]
 
 
-def _doorway(phrase: str, seed: int) -> str:
-    rnd = random.Random(seed)
-    body = []
-    for s in FRAMES:
-        words = s.split()
-        words.insert(rnd.randrange(1, len(words)), phrase)
-        body.append(" ".join(words))
-    return phrase.capitalize() + "\n\n" + " ".join(body)
-
-
 def _values(text: str, kw: str) -> dict:
     frame = pl.DataFrame({"row": [0], "text": [text], "kw": [kw]})
     return DoorwayFrames().values(frame).row(0, named=True)
@@ -65,7 +55,7 @@ def test_a_two_syllable_word_is_not_a_pasted_phrase() -> None:
 def test_vietnamese_doorway_pages_are_still_found() -> None:
     """A Vietnamese product phrase ("giày chạy bộ", running shoes: three syllables) and an
     English one ("running shoes") spliced into Vietnamese frames."""
-    pages = [_doorway("giày chạy bộ", 1), _doorway("running shoes", 2)]
+    pages = [doorway_page("giày chạy bộ", 1, FRAMES), doorway_page("running shoes", 2, FRAMES)]
     for page, kw in zip(pages, ["chạy", "running"], strict=True):
         values = _values(page, kw)
         assert values["phrase"] == 1.0 and values["doorway"] >= 0.8, values
