@@ -67,13 +67,25 @@ def test_unsupported_settings_are_refused(tmp_path: Path):
     assert "py1b was removed" in _error(_run(tmp_path, shuffle_algo="py1b"))
     assert "batching_method 'stratified'" in _error(_run(tmp_path, batching_method="stratified"))
     assert "global_batch_size 5 !=" in _error(_run(tmp_path, ranks_per_node=2))
-    assert (
-        "num_canonical_nodes 3 and num_nodes 2"
-        in _error(_run(tmp_path, num_canonical_nodes=3, num_nodes=2, batch_size=5))
-        or True
-    )  # gbs check fires first when the world changes the batch
     assert "no column 'lang'" in _error(_run(tmp_path, provenance_fields=["lang"]))
     assert "streaming_version 0.9.1" in _error(_run(tmp_path, streaming_version="0.9.1"))
+
+
+@pytest.mark.parametrize("partition_algo", ["orig", "relaxed"])
+def test_canonical_nodes_that_do_not_divide_the_nodes_are_refused(tmp_path: Path, partition_algo):
+    """3 canonical nodes on 2 nodes (2 x 1 rank x batch 5 = the global batch of 10, so the batch
+    check passes and this refusal is the one that fires). streaming 0.13.0 refuses it on the
+    first epoch under either algorithm: batching/random.py:57-60 calls get_partitions with
+    initial_physical_nodes None on a first run, partition/relaxed.py:52-62 then hands over to
+    get_partitions_orig, which raises at partition/orig.py:49-58 (the library's own refusal of
+    these counts is compared in test_mosaic_order.py). 4 canonical nodes on the same 2 nodes run."""
+    refused = _run(
+        tmp_path, gbs=10, num_canonical_nodes=3, num_nodes=2, partition_algo=partition_algo
+    )
+    message = _error(refused)
+    assert message.startswith(f"{refused}: num_canonical_nodes 3 and num_nodes 2: one must divide")
+    fine = _run(tmp_path, gbs=10, num_canonical_nodes=4, num_nodes=2, partition_algo=partition_algo)
+    assert open_replayer(load_config(fine)).plan.num_canonical_nodes == 4
 
 
 def test_checkpoint_state_must_match_the_config(tmp_path: Path):
