@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_watch import _follow
 
 from forensics.watch.plans import PlanState, next_status, plan_message
@@ -77,31 +78,59 @@ def test_plan_statuses_move_forward_only() -> None:
     )
 
 
-def test_wait_ends_when_an_analysis_finishes(tmp_path: Path) -> None:
+def test_wait_ends_when_an_analysis_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Between polls the watcher waits the interval, but not past the end of a background
-    analysis: the plan is posted one poll after the spike plus the analysis, no later."""
-    import time
-
+    analysis: the plan is posted one poll after the spike plus the analysis, no later. The
+    watcher's clock is a fake one that only its own sleeps advance, so the sleeps and polls are
+    counted, not timed."""
+    from forensics.watch import loop
     from forensics.watch.loop import Watcher, WatchOptions
+
+    class Clock:
+        """time as loop.py uses it: sleep() moves monotonic() and time() on, and is recorded."""
+
+        def __init__(self) -> None:
+            self.now = 1000.0
+            self.sleeps: list[float] = []
+
+        def monotonic(self) -> float:
+            return self.now
+
+        def time(self) -> float:
+            return self.now
+
+        def sleep(self, seconds: float) -> None:
+            self.sleeps.append(seconds)
+            self.now += seconds
 
     class Job:
         def __init__(self, done_at: float) -> None:
             self.done_at = done_at
+            self.polls = 0
 
         def returncode(self) -> tuple[bool, int | None]:
-            return time.monotonic() >= self.done_at, 0
+            self.polls += 1
+            return clock.now >= self.done_at, 0
 
     log = tmp_path / "train.log"
     log.touch()
     w = Watcher(WatchOptions(log=log, out=tmp_path / "w", interval=5.0))
+    clock = Clock()
+    monkeypatch.setattr(loop, "time", clock)
     try:
-        t = time.monotonic()
-        w.wait(0.3)
-        assert time.monotonic() - t >= 0.3  # nothing running: the whole interval
-        w.jobs[100] = Job(time.monotonic() + 0.4)  # type: ignore[assignment]
-        t = time.monotonic()
-        w.wait(5.0)
-        assert 0.4 <= time.monotonic() - t < 2.0
+        w.wait(0.3)  # nothing running: the whole interval, in steps of at most 0.2 s
+        assert sum(clock.sleeps) == pytest.approx(0.3) and max(clock.sleeps) <= 0.2
+        clock.sleeps.clear()
+        job = Job(clock.now + 0.4)
+        w.jobs[100] = job  # type: ignore[assignment]
+        w.wait(5.0)  # the job ends 0.4 s in: the wait ends at the first poll after that
+        assert job.done_at <= clock.now < job.done_at + 0.2
+        assert job.polls == len(clock.sleeps) + 1 and max(clock.sleeps) <= 0.2
+        clock.sleeps.clear()
+        w.wait(5.0)  # already finished: no sleep at all
+        assert clock.sleeps == []
     finally:
         w.jobs.clear()
         w.close()
