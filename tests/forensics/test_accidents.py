@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -73,15 +72,48 @@ def test_check_skip_refuses_a_changed_blend_without_a_bare_hash(run: Path) -> No
     ],
 )
 def test_absurd_sizes_are_refused_before_allocation(
-    run: Path, key: str, value: int, needle: str
+    run: Path, key: str, value: int, needle: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """One line from the CLI, nothing written; and, replayed in this process with Megatron's
+    index builders spied on, the refusal comes before the first index is built (10,000,000-token
+    samples would need billions of epochs of document index), where the run as written builds
+    them."""
+    from dataloaders.megatron import sources
+    from dataloaders.run_config import load_config
+    from forensics.errors import ForensicsError
+    from forensics.replay import open_replayer
+
+    built: list[str] = []
+    refusing = False
+
+    def spy(name: str) -> None:
+        real = getattr(sources, name)
+
+        def build(*args, **kwargs):
+            built.append(name)
+            if refusing:  # fail here, before a regression allocates the absurd index
+                raise AssertionError(f"{name} ran before the refusal")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(sources, name, build)
+
+    spy("build_document_index")
+    spy("build_shuffle_index")
+    monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))  # no index from a cache
+    open_replayer(load_config(run / "forensics.yaml")).replay(170, 170, text=False, progress=False)
+    assert "build_document_index" in built  # the spies are on the path a replay takes
+    built.clear()
+    refusing = True
     _edit_config(run, lambda c: c["data"].__setitem__(key, value))
     before = snapshot(run)
-    start = time.monotonic()
     proc = cli("replay", "--config", "forensics.yaml", "--step", "170", "--out", "w.parquet",
                cwd=run)  # fmt: skip
     one_line_error(proc, needle)
-    assert time.monotonic() - start < 30 and snapshot(run) == before
+    assert snapshot(run) == before
+    with pytest.raises(ForensicsError, match=needle):
+        replayer = open_replayer(load_config(run / "forensics.yaml"))
+        replayer.replay(170, 170, text=False, progress=False)
+    assert built == []
 
 
 @pytest.mark.parametrize(("key", "value"), [("train_iters", 10**15), ("global_batch_size", 10**12)])
