@@ -1,12 +1,12 @@
 """A generated Megatron run with dirty stretches planted ahead at known iterations (tests, bench).
 
-What is real: the clean text (harvested from the installed packages, demo.texts; the pages the
-scorers flag left out, `_passed`), the dirty pages (demo.dirty: mojibake, template spam; plus
-pages carrying a repeated token n-gram in OLMo 2's `g4ODg4OD` style), a byte-level BPE trained
-here, the `.bin/.idx` files (the shared writer), manifests and the run config. How the
-stretches are planted: the run's blend has data stages; a dirty dataset joins the blend at a
-stage start and leaves at the next, so every dirty document lands in exactly the iterations of
-its stretch, and no other.
+What is real: the clean text (harvested from the installed packages, demo.texts; every page,
+those the scorers flag too, so a test sees the scorers' false positives), the dirty pages
+(demo.dirty: mojibake, template spam; plus pages carrying a repeated token n-gram in OLMo 2's
+`g4ODg4OD` style), a byte-level BPE trained here, the `.bin/.idx` files (the shared writer),
+manifests and the run config. How the stretches are planted: the run's blend has data stages; a
+dirty dataset joins the blend at a stage start and leaves at the next, so every dirty document
+lands in exactly the iterations of its stretch, and no other.
 
 `tokens_target` grows the clean dataset by recombining token arrays of the pool (no encoding per
 document), so a benchmark run of a billion tokens is a few array writes, not hours of BPE.
@@ -68,21 +68,6 @@ def _dirty_pages(kind: str, n: int, clean: list[str], seed: int) -> list[str]:
     return out
 
 
-def _passed(texts: list[str]) -> list[str]:
-    """The texts the document scorers do not flag. Package READMEs hold a few pages the scorers
-    call spam (badge blocks as link farms, a README naming its package in every sentence); where
-    they fall in the run depends on the harvest, and three in one iteration read as a stretch
-    nobody planted. This run tests that the scan finds the planted stretches; the scorers'
-    precision on real text is measured on labelled sets (scripts/bench_score.py)."""
-    import polars as pl
-
-    from forensics.score import FLAG_THRESHOLD, score_table
-
-    scored = score_table(pl.DataFrame({"text": texts}), "text")
-    ok = (scored["spam_score"] < FLAG_THRESHOLD) & (scored["garbage_score"] < FLAG_THRESHOLD)
-    return [t for t, keep in zip(texts, ok.to_list(), strict=True) if keep]
-
-
 def build_scan_run(out: Path, spec: ScanRunSpec | None = None) -> dict[str, Any]:
     """Write the run under `out` (forensics.yaml, tokenizer.json, data/); returns the truth."""
     import yaml
@@ -126,7 +111,7 @@ def _texts(spec: ScanRunSpec) -> tuple[list[str], dict[str, list[str]]]:
     from forensics_testing.demo.texts import harvest
 
     found = harvest(spec.clean_docs + spec.dirty_docs, 0, seed=spec.seed)["prose"]
-    clean = _passed([t.text for t in found[: spec.clean_docs]])
+    clean = [t.text for t in found[: spec.clean_docs]]
     # Dirty pages wrap texts the clean dataset does not hold: a near-copy of a clean document
     # would make that clean document look like template spam next to it.
     bodies = [t.text for t in found[spec.clean_docs : spec.clean_docs + spec.dirty_docs]]

@@ -2,7 +2,9 @@
 
 The run (forensics_testing/scan_run.py) has real text, a real BPE and real .bin/.idx files; three
 dirty datasets (mojibake, template spam, repeated n-grams) enter the blend at data stage starts
-and leave at the next, so the planted stretches are known exactly: 21-30, 51-60, 91-98.
+and leave at the next, so the planted stretches are known exactly: 21-30, 51-60, 91-98. The
+clean dataset holds every harvested page, those the scorers flag too, so the scan's false
+positives are in the run and measured here.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ PLANTED = {(a, b): kind for kind, a, b in SPEC.stretches}
 KIND_FLAG = {"mojibake": "garbage", "spam": "spam", "ngram": "ngram"}
 SHARD = 10
 ROOT = REPO_ROOT
+# The scorers' false positives on the clean pages, at most: docs/scoring.md measures a clean
+# FPR of 0.00-0.30% on its four labelled sets (scripts/bench_score.py); this harvest also holds
+# README badge blocks (link farms to the spam rules), pydantic's changelog (a doorway page) and
+# ftfy's docs quoting mojibake, which the sets do not: 6 of its 600 pages flagged, 1.0%
+# (2026-12-07). One more flagged clean page fails the test.
+CLEAN_PAGES_FLAGGED = 0.01
+# Samples of the clean iterations that hold a flagged clean page: 38 of 1,472 measured (2.6%),
+# the most in one iteration 3 of 16, under the 0.2 threshold, so no stretch nobody planted.
+CLEAN_SAMPLES_FLAGGED = 0.03
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +96,7 @@ def test_finds_every_planted_stretch_and_no_clean_one(local_result, run_dir) -> 
     planted = pl.any_horizontal(pl.col("iteration").is_between(a, b) for a, b in PLANTED)
     clean = scan.filter(~planted)
     assert clean["flagged_share"].max() <= ScanOptions(1, 1).threshold
+    assert clean["flagged_samples"].sum() <= CLEAN_SAMPLES_FLAGGED * clean["samples"].sum()
     # the instance rule fires only where repeated n-grams were planted
     assert scan.filter(~planted)["instance_ngram_samples"].sum() == 0
     assert scan.filter(pl.col("iteration").is_between(91, 98))["instance_ngram_samples"].sum() > 0
@@ -95,10 +107,13 @@ def test_finds_every_planted_stretch_and_no_clean_one(local_result, run_dir) -> 
     assert (
         instances["ngram_end"] - instances["ngram_start"] >= 32 * instances["ngram_period"]
     ).all()
-    # the block list: the dirty datasets' documents, hardly any clean ones
+    # the block list: the dirty datasets' documents, and the scorers' false positives among the
+    # clean pages, measured against the stated bound
+    truth = json.loads((run_dir / "truth.json").read_text())
+    assert truth["clean_documents"] == SPEC.clean_docs  # every harvested page is in the run
     block = json.loads((local_result.out / "blocklist.json").read_text())
     assert set(block["documents"]) >= {"mojibake", "spam", "ngram"}
-    assert len(block["documents"].get("clean", [])) <= 0.05 * SPEC.clean_docs
+    assert len(block["documents"].get("clean", [])) <= CLEAN_PAGES_FLAGGED * SPEC.clean_docs
     # spike's skip format: check-skip accepts it for this run and no other
     check_skip(local_result.out / "skip.json", run_dir / "forensics.yaml")
     report = (local_result.out / "report.html").read_text()
