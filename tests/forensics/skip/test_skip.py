@@ -12,6 +12,8 @@ fa6c5014c9 trainer.py:1477-1498, common.py:275-283). Three kinds of check here:
   not from the writer) and trains every other batch in order;
 - Megatron-LM's tracker file parsed by megatron-core's own
   RerunStateMachine.get_skipped_iterations_from_tracker_file.
+The same flags run through the trainers' own source, vendored verbatim and exec'd:
+test_skip_upstream.py.
 """
 
 from __future__ import annotations
