@@ -213,17 +213,31 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # -- markers (registered in pyproject.toml) -------------------------------------------------
 
-ORACLE_FIXTURES = {"megatron", "megatron_build"}  # megatron-core itself
-ORACLE_RUNNERS = {"run_oracle", "oracle_python", "run_library_functions"}  # the oracle venvs
+
+def oracle_reason(item: pytest.Item, use=None) -> str | None:
+    """Why a test needs a real library beside the tool, or None: forensics_testing/oracle_use.py
+    reads the test, its fixtures and the helpers they reach (megatron-core through the `megatron`
+    fixtures, the oracle venvs' runners, tests/oracles/, a torch model trained for the test,
+    Chromium)."""
+    from forensics_testing.oracle_use import OracleUse
+
+    use = use or _ORACLE_USE.setdefault("use", OracleUse())
+    functions = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in getattr(info, "name2fixturedefs", {}).values():
+        functions += [d.func for d in defs]
+    return next((r for f in functions if f is not None and (r := use.of_function(f))), None)
+
+
+_ORACLE_USE: dict = {}
 
 
 def _marks_for(item: pytest.Item) -> list[str]:
     """The markers a test earns from what it uses: a fixture, a parameter, a skip condition,
-    or a module that runs an oracle library in its own venv."""
+    or code (its own, its fixtures', the helpers they call) that runs a real library."""
     marks = []
     fixtures = set(getattr(item, "fixturenames", ()))
-    module = getattr(item, "module", None)
-    if fixtures & ORACLE_FIXTURES or any(hasattr(module, n) for n in ORACLE_RUNNERS):
+    if oracle_reason(item):
         marks.append("oracle")
     params = getattr(getattr(item, "callspec", None), "params", {})
     if "ray_head" in fixtures or params.get("engine") == "ray":
