@@ -394,14 +394,21 @@ def _argonne(flag: str, run: Run) -> Outcome:
 
 def run_trainer(trainer: str, flag: str, run: Run) -> Outcome:
     """Trainer `trainer`'s own skip code, given `flag` as it is pasted, from `run`'s checkpoint
-    until its counter reaches `run.train_iters`."""
-    if trainer in ("megatron-lm", "megatron-lm-pre-0.17"):
-        return _megatron_lm(trainer, flag, run)
-    if trainer == "megatron-deepspeed":
-        return _bigscience(flag, run)
-    if trainer == "megatron-deepspeed-argonne":
-        return _argonne(flag, run)
-    raise KeyError(trainer)
+    until its counter reaches `run.train_iters`. megatron-core's globals (the micro-batch
+    calculator, the rerun state machine) are cleared afterwards, as a later test expects."""
+    loops = {
+        "megatron-lm": lambda: _megatron_lm("megatron-lm", flag, run),
+        "megatron-lm-pre-0.17": lambda: _megatron_lm("megatron-lm-pre-0.17", flag, run),
+        "megatron-deepspeed": lambda: _bigscience(flag, run),
+        "megatron-deepspeed-argonne": lambda: _argonne(flag, run),
+    }
+    try:
+        return loops[trainer]()
+    finally:
+        from megatron.core import num_microbatches_calculator, rerun_state_machine
+
+        num_microbatches_calculator.destroy_num_microbatches_calculator()
+        rerun_state_machine.destroy_rerun_state_machine()
 
 
 # -- refreshing the vendored text ----------------------------------------------------------------
