@@ -32,6 +32,9 @@ class Alarm:
     worst: float
     ratio: float
     detail: str
+    # grad norm: "burst" (a fast EMA over the trailing median) or "sustained" (the trailing
+    # median over the level before the rise began)
+    mode: str = "burst"
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -98,10 +101,18 @@ def loss_scale_alarms(steps: np.ndarray, scale: np.ndarray, cfg: TriageConfig) -
     collapsed = (v * cfg.loss_scale_collapse_factor <= recent_max) | (
         (v <= cfg.loss_scale_floor) & (recent_max > cfg.loss_scale_floor)
     )
-    alarms = []
+    alarms: list[Alarm] = []
     for a, b in _runs(collapsed):
-        w = a + int(np.argmin(v[a : b + 1]))
+        if alarms and s[a] <= alarms[-1].end_step:
+            continue  # still the collapse before: it had not recovered
         top = float(recent_max[a])
+        # The collapse lasts until the scale is back within the factor of where it fell from
+        # (at the floor for a whole window, the rolling max forgets the fall; we do not).
+        while b + 1 < len(v) and v[b + 1] * cfg.loss_scale_collapse_factor <= top:
+            b += 1
+        while a > 0 and v[a - 1] < top:  # dated from the first halving of the fall
+            a -= 1
+        w = a + int(np.argmin(v[a : b + 1]))
         halvings = np.log2(top / v[w]) if v[w] > 0 else float("inf")
         alarms.append(
             Alarm(

@@ -209,12 +209,17 @@ def recovery_speed(s: Spike, cfg: TriageConfig) -> tuple[str | None, str | None]
     return "moderate", "a moderate recovery"
 
 
+def _rounded(value: float | None, plus: float = 0.0) -> float | None:
+    return None if value is None else round(value + plus, 6)
+
+
 def spike_event(
     res: CurveResult, s: Spike, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig, cols: Columns
 ) -> dict[str, Any]:
     """A spike's event. One that has not come back (undecided or malignant) carries the plan at
     once: rollback point, spike command, causes ranked from the evidence; an undecided one says
     what will decide it (forensics.triage.plan)."""
+    from forensics.triage.actions import event_action
     from forensics.triage.plan import decide_rule, plan_fields
 
     speed, meaning = recovery_speed(s, cfg)
@@ -241,16 +246,27 @@ def spike_event(
             if s.recovered_fraction is None
             else round(s.recovered_fraction, 3),
             "lasting_excess": None if s.lasting_excess is None else round(s.lasting_excess, 6),
+            # Both yardsticks: the pre-spike level, and the pre-spike trend extrapolated to
+            # where the loss settled (early in a run the loss is still falling fast).
+            "excess_over_pre_level": _rounded(s.settled_level, -s.pre_level),
+            "pre_spike_trend_there": _rounded(s.trend_level),
+            "excess_over_trend": _rounded(s.trend_excess),
             "recovery_meaning": meaning,
             "preceded_by": [f"{a.kind} at step {a.step}" for a in before],
         },
     }
     if s.verdict == "benign":
-        return ev  # it came back: nothing to roll back
-    plan = plan_fields(s.onset_step, s.peak_step, alarms, run, cfg)
+        from forensics.triage.causes import numeric_cause
+
+        # It came back: nothing to roll back; the cause is named for what came back.
+        ev["likely_causes"] = [numeric_cause(before)]
+        ev["action"] = "nothing: it came back to its trajectory (numerical); keep training"
+        return ev
+    causes = spike_causes(res, s, alarms, run, cfg, cols)
+    plan = plan_fields(s.onset_step, s.peak_step, alarms, run, cfg, causes)
     ev["evidence"].update(plan.pop("_evidence"))
     ev.update(plan)
-    ev["likely_causes"] = spike_causes(res, s, alarms, run, cfg, cols)
+    ev["likely_causes"] = causes
     if s.verdict == "undecided":
         history = [
             h
@@ -258,16 +274,26 @@ def spike_event(
             if h.verdict == "benign" and not h.blip and h.peak_step < s.onset_step
         ]
         ev["decide"] = decide_rule(s, history, cfg)
+    ev["action"] = event_action(ev)
     return ev
 
 
 def spike_causes(
     res: CurveResult, s: Spike, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig, cols: Columns
 ) -> list[dict[str, object]]:
-    """The causes of a spike that has not come back, ranked from the evidence: the data first
-    when a stage switch came shortly before it, then what the log supports."""
-    from forensics.triage.plan import data_cause, rank_causes
-    from forensics.triage.regimes import divergence_causes
+    """The causes of a spike that has not come back, ranked from the evidence and the field's
+    priors (forensics.triage.causes): a lasting step is the data first; a device only on
+    device evidence; the numeric causes as the log shows them."""
+    from forensics.triage.causes import (
+        clipping_cause,
+        device_cause,
+        lasting_data_cause,
+        loss_scale_cause,
+        lr_cause,
+        rank_causes,
+        warning_chain,
+    )
+    from forensics.triage.plan import data_cause
 
     as_rise = Divergence(
         step=s.onset_step,
@@ -277,18 +303,39 @@ def spike_causes(
         to_level=s.peak_loss,
         grad_norm_before="",
     )
-    causes = divergence_causes(cols, as_rise, alarms, res.steps, res.loss, cfg)
-    return rank_causes([data_cause(s.onset_step, run), *causes])
+    data = data_cause(s.onset_step, run)
+    lasting = s.verdict == "malignant" and not s.nonfinite
+    if lasting and s.trend_excess is not None and s.trend_excess > s.tolerance:
+        data = lasting_data_cause(s.trend_excess, "the pre-spike trajectory", data)
+    elif lasting and s.lasting_excess is not None:
+        data = lasting_data_cause(s.lasting_excess, "the pre-spike level", data)
+    chain = warning_chain(alarms, s.onset_step, cfg)
+    # A precursor comes before the onset: a burst on the spike's own step is the spike.
+    surges = [a for a in chain if a.kind == "grad_norm_alarm" and a.step < s.onset_step]
+    after = s.peak_step if s.recovered_step is None else s.recovered_step
+    device = device_cause(res.steps, res.loss, s.onset_step, after, cfg)
+    numeric = [
+        lr_cause(cols, as_rise),
+        clipping_cause(cols, surges),
+        loss_scale_cause(cols, alarms, as_rise),
+    ]
+    # Device evidence (a noisier level) is specific: it goes before the data prior.
+    first = [device, data] if device["supported"] else [data]
+    return rank_causes(first + numeric + ([] if device["supported"] else [device]))
 
 
 def divergence_event(
     curve: str, d: Divergence, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
 ) -> dict[str, Any]:
-    """A divergence, with the plan (rollback point, spike command) and its causes ranked from
-    the evidence (the data first when a stage switch came shortly before it)."""
-    from forensics.triage.plan import data_cause, plan_fields, rank_causes
+    """A divergence: an emergency. Stop now, roll back to the last stable checkpoint before the
+    first warning, and check the supported cause (the data replay only where the data is
+    supported or nothing else is)."""
+    from forensics.triage.actions import event_action
+    from forensics.triage.causes import rank_causes
+    from forensics.triage.plan import data_cause, plan_fields
 
-    plan = plan_fields(d.step, d.step, alarms, run, cfg)
+    causes = rank_causes([data_cause(d.step, run), *d.likely_causes])
+    plan = plan_fields(d.step, d.step, alarms, run, cfg, causes, chain=True)
     evidence = {
         "summary": d.trigger,
         "from_level": round(d.from_level, 6),
@@ -296,15 +343,17 @@ def divergence_event(
         "grad_norm_before": d.grad_norm_before,
         **plan.pop("_evidence"),
     }
-    return {
+    ev = {
         "kind": "divergence",
         "curve": curve,
         "step": d.step,
         "end_step": d.end_step,
-        "likely_causes": rank_causes([data_cause(d.step, run), *d.likely_causes]),
+        "likely_causes": causes,
         **plan,
         "evidence": evidence,
     }
+    ev["action"] = event_action(ev)
+    return ev
 
 
 def plateau_event(curve: str, p: Plateau) -> dict[str, Any]:

@@ -228,27 +228,43 @@ def terminal_lines(result: TriageResult) -> list[str]:
     for e in result.events:
         if e["kind"] == "spike" and e["verdict"] == "benign":
             continue
-        summary = terminal_safe(e.get("evidence", {}).get("summary", ""), 160)
-        head = f"  {e['kind']} @ {e['step']}"
-        if e["kind"] == "spike":
-            tcolor = {"benign": "green", "malignant": "red", "undecided": "yellow"}[e["verdict"]]
-            head += f" [{tcolor}]{e['verdict']}[/]"
-        lines.append(f"{head}: {summary}")
-        if e["kind"] == "plateau":
-            lines.append(f"    -> {terminal_safe(e['conclusion'], 200)}")
-        if e["kind"] == "divergence":
-            first = next((c for c in e["likely_causes"] if c["supported"]), None)
-            if first:
-                lines.append(
-                    f"    -> check first: {terminal_safe(first['cause'], 200)} "
-                    f"({terminal_safe(first['evidence'], 300)})"
-                )
-        if e.get("next_command"):
-            command = escape(e["next_command"])
-            lines.append(f"    roll back to {e['rollback_iteration']}; next: {command}")
-        if e.get("decide"):
-            lines.append(f"    {terminal_safe(e['decide']['rule'], 300)}")
+        lines += _terminal_event(e)
     n_benign = sum(1 for e in result.events if e["kind"] == "spike" and e["verdict"] == "benign")
     if n_benign:
         lines.append(f"  {n_benign} benign spikes (see report.md)")
+    return lines
+
+
+def _terminal_event(e: dict[str, Any]) -> list[str]:
+    """One event: its kind, curve and step, its evidence; the top cause and the action."""
+    summary = terminal_safe(e.get("evidence", {}).get("summary", ""), 160)
+    curves = e.get("curves") or ([e["curve"]] if e.get("curve") else [])
+    named = terminal_safe(", ".join(curves), 80)
+    where = f" on {named}" if curves and curves != ["loss"] else ""
+    head = f"  {e['kind']}{where} @ {e['step']}"
+    if e["kind"] == "spike":
+        tcolor = {"benign": "green", "malignant": "red", "undecided": "yellow"}[e["verdict"]]
+        head += f" [{tcolor}]{e['verdict']}[/]"
+    lines = [f"{head}: {summary}"]
+    if e["kind"] == "plateau":
+        lines.append(f"    -> {terminal_safe(e['conclusion'], 200)}")
+    if e.get("finding"):
+        lines.append(f"    -> {terminal_safe(e['finding'], 300)}")
+    causes = e.get("likely_causes") or []
+    if causes:
+        top = causes[0]
+        mark = {True: "supported", False: "ruled out", None: "cannot tell"}[top["supported"]]
+        lines.append(
+            f"    -> {named}: top cause {terminal_safe(top['cause'], 120)} ({mark}): "
+            f"{terminal_safe(top['evidence'], 300)}"
+        )
+    if e["kind"] == "divergence":
+        lines.append(f"    [bold red]{escape(terminal_safe(e['action'], 400))}[/]")
+    elif e.get("next_command"):
+        command = escape(e["next_command"])
+        lines.append(f"    roll back to {e['rollback_iteration']}; next: {command}")
+    if e.get("decide"):
+        lines.append(f"    {terminal_safe(e['decide']['rule'], 300)}")
+    if e.get("led_loss_onset_by") is not None:
+        lines.append(f"    led the loss onset by {e['led_loss_onset_by']} steps")
     return lines

@@ -333,7 +333,12 @@ class Watcher:
         head = f"{kind}{where} at step {ev['step']}"
         if verdict:
             head += f": {verdict}"
-        if ev.get("next_command"):
+        causes = ev.get("likely_causes") or []
+        if causes and ev.get("verdict") != "benign":
+            summary += f"; top cause: {causes[0]['cause']}"
+        if kind == "divergence":
+            summary += f"; {ev['action']}"
+        elif ev.get("next_command"):
             summary += f"; roll back to {ev['rollback_iteration']}; next: {ev['next_command']}"
         return {
             "message": message,
@@ -384,6 +389,8 @@ class Watcher:
     def _maybe_start_spike(self, ev: dict[str, Any], key: int) -> list[dict[str, Any]]:
         source = run_source(self.opts.config, self.opts.from_checkpoint)
         if self.opts.on_malignant != "spike" or source is None:
+            return []
+        if ev.get("replay_suggested") is False:  # another cause is supported: check it first
             return []
         if key in self.jobs or self.book.has("forensics_started", step=key):
             return []

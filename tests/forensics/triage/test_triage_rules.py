@@ -1,0 +1,109 @@
+"""The field guide's rules, shape -> cause -> action (../shared/notes/field-guide.md), each on a
+generated log whose answer a senior engineer reads at a glance (forensics_testing.loss_curves
+.rule_case): triage's verdict, top cause and action."""
+
+from __future__ import annotations
+
+import pytest
+
+from forensics.triage.analyze import triage
+from forensics.triage.causes import CLIP, DATA, DEVICE, LOSS_SCALE, LR
+from forensics_testing import loss_curves
+
+
+def _events(name: str, kind: str) -> list[dict]:
+    return [e for e in triage(loss_curves.rule_case(name)).events if e["kind"] == kind]
+
+
+def _top(ev: dict) -> dict:
+    return ev["likely_causes"][0]
+
+
+def _consistent(ev: dict) -> None:
+    """Every cause carries its evidence, and the ranking never contradicts its flags:
+    supported, then cannot tell, then ruled out."""
+    ranks = [{True: 0, None: 1, False: 2}[c["supported"]] for c in ev["likely_causes"]]
+    assert ranks == sorted(ranks)
+    assert all(c["evidence"] for c in ev["likely_causes"])
+
+
+# ------------------------------------------------------------------- 1. against the trajectory
+
+
+def test_back_to_its_level_but_not_its_trajectory_is_malignant() -> None:
+    (spike,) = _events("off_trajectory", "spike")
+    ev = spike["evidence"]
+    assert spike["verdict"] == "malignant" and "not to its trajectory" in ev["summary"]
+    # Both numbers: back under the old level, well above the extrapolated trend.
+    assert ev["excess_over_pre_level"] < ev["tolerance"] < ev["excess_over_trend"]
+    assert 0.1 < ev["excess_over_trend"] < 0.25
+    assert _top(spike)["cause"] == DATA and "trajectory" in _top(spike)["evidence"]
+
+
+def test_benign_spike_is_back_on_its_trajectory_and_numerical() -> None:
+    (spike,) = [e for e in triage(loss_curves.make("benign_spike")).events if e["kind"] == "spike"]
+    ev = spike["evidence"]
+    assert spike["verdict"] == "benign" and abs(ev["excess_over_trend"]) < ev["tolerance"]
+    assert _top(spike)["cause"].startswith("numerical: one huge gradient")
+    assert spike["action"].startswith("nothing")
+
+
+# ------------------------------------------------------------------- 2. causes from evidence
+
+
+def test_lasting_step_is_data_first_not_a_device() -> None:
+    (spike,) = _events("lasting_step", "spike")
+    assert spike["verdict"] == "malignant"
+    _consistent(spike)
+    assert _top(spike)["cause"] == DATA and _top(spike)["supported"] is True
+    assert "a lasting step" in _top(spike)["evidence"]
+    device = next(c for c in spike["likely_causes"] if c["cause"] == DEVICE)
+    assert device["supported"] is None and "no device evidence" in device["evidence"]
+    assert spike["next_command"].startswith("forensics spike") and spike["replay_suggested"]
+    assert spike["action"].startswith("roll back to iteration 2900 and replay the window")
+
+
+def test_device_first_only_on_device_evidence() -> None:
+    (spike,) = _events("noisy_step", "spike")
+    _consistent(spike)
+    assert _top(spike)["cause"] == DEVICE and "noisier" in _top(spike)["evidence"]
+    assert spike["likely_causes"][1]["cause"] == DATA  # still supported: it did not come back
+    assert spike["next_command"].startswith("find the device") and not spike["replay_suggested"]
+
+
+# ------------------------------------------------------------------- 5. divergence: emergency
+
+
+@pytest.mark.parametrize(
+    ("name", "cause", "check"),
+    [
+        ("lr_divergence", LR, "check the lr schedule"),
+        ("clip_divergence", CLIP, "check --clip-grad"),
+        ("fp16_collapse", LOSS_SCALE, "check the fp16 loss scaler"),
+    ],
+)
+def test_divergence_stops_now_and_checks_the_supported_cause(
+    name: str, cause: str, check: str
+) -> None:
+    (div,) = _events(name, "divergence")
+    _consistent(div)
+    assert _top(div)["cause"] == cause and _top(div)["supported"] is True
+    assert div["action"].startswith("STOP NOW: stop the run and roll back")
+    # The replay only where the data is supported or nothing else is.
+    assert div["next_command"].startswith(check) and not div["replay_suggested"]
+    assert div["spike_command"].startswith("forensics spike")
+
+
+def test_divergence_rolls_back_before_the_first_warning() -> None:
+    (div,) = _events("clip_divergence", "divergence")
+    assert div["rollback_iteration"] < 2000 <= div["step"]  # the bursts began at 2000
+    assert "7 grad-norm bursts from step 2000" in _top(div)["evidence"]
+    (div,) = _events("fp16_collapse", "divergence")
+    assert div["rollback_iteration"] < 2000  # the scale began falling at 2000
+
+
+def test_divergence_with_nothing_supported_replays_the_data() -> None:
+    (div,) = _events("slow_grad_rise", "divergence")
+    assert _top(div)["supported"] is not True and div["replay_suggested"]
+    assert div["next_command"].startswith("forensics spike")
+    assert div["action"].startswith("STOP NOW")
