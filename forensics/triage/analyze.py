@@ -17,6 +17,7 @@ from forensics.errors import ForensicsError
 from forensics.triage.alarms import Alarm, grad_norm_alarms, loss_scale_alarms
 from forensics.triage.columns import loss_curves
 from forensics.triage.config import RunInfo, TriageConfig
+from forensics.triage.incidents import group_incidents
 from forensics.triage.regimes import (
     Columns,
     Divergence,
@@ -181,6 +182,7 @@ def triage(
             events.append(divergence_event(res.name, res.divergence, alarms, run, cfg))
         events += [plateau_event(res.name, p) for p in res.plateaus]
     main = curves.get("loss") or next(iter(curves.values()))
+    events = group_incidents(events, list(curves), main.steps)
     events += [alarm_event(a, main, res_div=main.divergence, cfg=cfg) for a in alarms]
     events.sort(key=lambda e: (e["step"], e["kind"]))
     return TriageResult(

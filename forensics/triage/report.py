@@ -241,6 +241,10 @@ def _terminal_event(e: dict[str, Any]) -> list[str]:
     curves = e.get("curves") or ([e["curve"]] if e.get("curve") else [])
     named = terminal_safe(", ".join(curves), 80)
     where = f" on {named}" if curves and curves != ["loss"] else ""
+    if e.get("scope") == "one domain":
+        where = f" on {terminal_safe(e['curve'], 60)} alone (the other domains held)"
+    elif e.get("scope") == "all domains":
+        where = f" on every domain at once ({named})"
     head = f"  {e['kind']}{where} @ {e['step']}"
     if e["kind"] == "spike":
         tcolor = {"benign": "green", "malignant": "red", "undecided": "yellow"}[e["verdict"]]

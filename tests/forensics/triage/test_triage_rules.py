@@ -107,3 +107,36 @@ def test_divergence_with_nothing_supported_replays_the_data() -> None:
     assert _top(div)["supported"] is not True and div["replay_suggested"]
     assert div["next_command"].startswith("forensics spike")
     assert div["action"].startswith("STOP NOW")
+
+
+# ------------------------------------------------------------------- 3. curves together
+
+
+def test_one_domain_alone_is_that_domains_data_everywhere() -> None:
+    from forensics.triage.plot import triage_figure
+    from forensics.triage.report import terminal_lines
+
+    r = triage(loss_curves.rule_case("domain_alone"))
+    (spike,) = [e for e in r.events if e["kind"] == "spike"]  # one incident, not one per curve
+    assert spike["scope"] == "one domain" and spike["domain"] == "code"
+    assert spike["curve"] == "loss:code" and spike["curves"] == ["loss", "loss:code"]
+    _consistent(spike)
+    assert _top(spike)["cause"] == DATA and "only the code curve moved" in _top(spike)["evidence"]
+    assert spike["next_command"].endswith("--out spike-3000-code/")
+    assert "code documents" in spike["evidence"]["next_command_note"]
+    lines = "\n".join(terminal_lines(r))
+    assert "spike on loss:code alone" in lines and "top cause the data" in lines
+    fig = triage_figure(r)
+    assert any("code alone" in t.get_text() for t in fig.axes[0].texts)
+
+
+def test_every_domain_at_once_is_one_incident_numerics_first() -> None:
+    r = triage(loss_curves.rule_case("domains_together"))
+    (spike,) = [e for e in r.events if e["kind"] == "spike"]
+    assert spike["scope"] == "all domains" and len(spike["curves"]) == 4
+    _consistent(spike)
+    assert _top(spike)["cause"].startswith("numerics or the optimizer")
+    data = next(c for c in spike["likely_causes"] if c["cause"] == DATA)
+    assert data["supported"] is None
+    assert spike["next_command"].startswith("check the optimizer and numerics")
+    assert not spike["replay_suggested"]
