@@ -58,7 +58,7 @@ def grad_norm_alarms(steps: np.ndarray, grad: np.ndarray, cfg: TriageConfig) -> 
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = fast / base
     ratio[~np.isfinite(ratio)] = 0.0
-    alarms = []
+    alarms: list[Alarm] = []
     for a, b in _runs(ratio > cfg.grad_factor):
         w = a + int(np.argmax(g[a : b + 1]))
         alarms.append(
@@ -74,6 +74,60 @@ def grad_norm_alarms(steps: np.ndarray, grad: np.ndarray, cfg: TriageConfig) -> 
                     f"{ratio[a : b + 1].max():.1f}x its baseline {base[a]:.4g} (alarm at "
                     f"{cfg.grad_factor:g}x) from step {int(s[a])} to {int(s[b])}; raw norm peaked "
                     f"at {g[w]:.4g} at step {int(s[w])}"
+                ),
+            )
+        )
+    return alarms
+
+
+def sustained_rise_alarms(
+    steps: np.ndarray, grad: np.ndarray, bursts: list[Alarm], cfg: TriageConfig
+) -> list[Alarm]:
+    """A slow, sustained rise: the grad norm's level (its trailing median) above `grad_factor`
+    x the level before the rise began (the lowest trailing median of the previous
+    `grad_reference_rows` norms). The burst alarm's baseline follows such a rise; this
+    reference does not, so a 10x rise over 2,000 steps alarms while the loss still looks fine.
+    A rise that starts inside a burst alarm is that burst."""
+    ok = np.isfinite(grad) & (grad > 0)
+    if ok.sum() < 2 * cfg.grad_baseline_rows // 4:
+        return []
+    s, g = steps[ok], grad[ok]
+    level = trailing_median(g, cfg.grad_baseline_rows)
+    level[: cfg.grad_baseline_rows // 4] = np.nan  # a level needs a quarter window behind it
+    ref = (
+        pl.Series(level)
+        .fill_nan(None)
+        .rolling_min(cfg.grad_reference_rows, min_samples=1)
+        .fill_null(float("nan"))
+        .to_numpy()
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = level / ref
+    ratio[~np.isfinite(ratio)] = 0.0
+    alarms: list[Alarm] = []
+    for a, b in _runs(ratio > cfg.grad_factor):
+        if any(x.step <= s[a] <= x.end_step for x in bursts + alarms):
+            continue
+        # It lasts while the level stays above the factor over the level before the rise (the
+        # rolling reference forgets that level after `grad_reference_rows`; we do not).
+        while b + 1 < len(g) and level[b + 1] > cfg.grad_factor * ref[a]:
+            b += 1
+        began = int(np.flatnonzero(level[: a + 1] <= 1.2 * ref[a])[-1]) if a else a
+        alarms.append(
+            Alarm(
+                kind="grad_norm_alarm",
+                step=int(s[a]),
+                end_step=int(s[b]),
+                baseline=float(ref[a]),
+                worst=float(np.max(g[a : b + 1])),
+                ratio=float(ratio[a : b + 1].max()),
+                mode="sustained",
+                detail=(
+                    f"sustained grad-norm rise: its level (median of the last "
+                    f"{cfg.grad_baseline_rows} norms) reached {ratio[a]:.1f}x the level before "
+                    f"the rise ({ref[a]:.4g}; alarm at {cfg.grad_factor:g}x) at step {int(s[a])},"
+                    f" rising since about step {int(s[began])}; up to "
+                    f"{ratio[a : b + 1].max():.1f}x by step {int(s[b])}"
                 ),
             )
         )

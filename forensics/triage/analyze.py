@@ -7,14 +7,20 @@ analysed on its own; alarms come from the shared grad-norm and loss-scale column
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from forensics.errors import ForensicsError
-from forensics.triage.alarms import Alarm, grad_norm_alarms, loss_scale_alarms
+from forensics.triage.alarms import (
+    Alarm,
+    grad_norm_alarms,
+    loss_scale_alarms,
+    sustained_rise_alarms,
+)
+from forensics.triage.climb import Climb, find_climbs
 from forensics.triage.columns import loss_curves
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.incidents import group_incidents
@@ -25,6 +31,7 @@ from forensics.triage.regimes import (
     find_divergence,
     find_plateaus,
 )
+from forensics.triage.runlevel import in_time, run_recurrence, seconds_per_step, time_summary
 from forensics.triage.spikes import Spike, find_spikes
 from forensics.triage.trend import PowerLawFit, ema_by_step, fit_power_law, local_stats, segments
 
@@ -44,6 +51,7 @@ class CurveResult:
     spikes: list[Spike]
     divergence: Divergence | None
     plateaus: list[Plateau]
+    climbs: list[Climb] = field(default_factory=list)
 
     @property
     def blips(self) -> list[Spike]:
@@ -143,17 +151,26 @@ def analyse_curve(
     if div is not None:
         breaks.append(div.step)
     healthy_part = steps < min(breaks) if breaks else slice(None)
+    ema = ema_by_step(steps, loss, cfg.ema_half_life)
+    climbs = find_climbs(steps, loss, ema, spikes, cfg) if div is None else []
+    plateaus = find_plateaus(steps, loss, cols, run, cfg, spikes) if div is None else []
     return CurveResult(
         name=curve,
         steps=steps,
         loss=loss,
-        ema=ema_by_step(steps, loss, cfg.ema_half_life),
+        ema=ema,
         bad_steps=bad,
         fit=fit_power_law(steps[healthy_part], loss[healthy_part], cfg.window_rows),
         spikes=spikes,
         divergence=div,
-        plateaus=find_plateaus(steps, loss, cols, run, cfg, spikes) if div is None else [],
+        plateaus=[p for p in plateaus if not any(_overlap(p, c) for c in climbs)],
+        climbs=climbs,
     )
+
+
+def _overlap(p: Plateau, c: Climb) -> bool:
+    """A climbing stretch is not a plateau: the climb is the event."""
+    return p.step < c.end_step and p.end_step > c.step
 
 
 def triage(
@@ -165,6 +182,8 @@ def triage(
     alarms: list[Alarm] = []
     if cols.grad_norm is not None:
         alarms += grad_norm_alarms(cols.step, cols.grad_norm, cfg)
+        alarms += sustained_rise_alarms(cols.step, cols.grad_norm, alarms, cfg)
+        alarms.sort(key=lambda a: a.step)
     if cols.loss_scale is not None:
         alarms += loss_scale_alarms(cols.step, cols.loss_scale, cfg)
     curves = {
@@ -176,13 +195,19 @@ def triage(
             "not a healthy run"
         )
     events: list[dict[str, Any]] = []
+    sps = seconds_per_step(table)
     for res in curves.values():
         events += [spike_event(res, s, alarms, run, cfg, cols) for s in res.spikes if not s.blip]
         if res.divergence is not None:
             events.append(divergence_event(res.name, res.divergence, alarms, run, cfg))
-        events += [plateau_event(res.name, p) for p in res.plateaus]
+        events += [plateau_event(res.name, p, sps) for p in res.plateaus]
+        events += [climb_event(res.name, c, sps) for c in res.climbs]
     main = curves.get("loss") or next(iter(curves.values()))
     events = group_incidents(events, list(curves), main.steps)
+    benign = [s.onset_step for s in main.spikes if s.verdict == "benign" and not s.blip]
+    recurring = run_recurrence(benign, main.steps, table, cfg, run)
+    if recurring is not None:
+        events.append(recurring)
     events += [alarm_event(a, main, res_div=main.divergence, cfg=cfg) for a in alarms]
     events.sort(key=lambda e: (e["step"], e["kind"]))
     return TriageResult(
@@ -358,8 +383,12 @@ def divergence_event(
     return ev
 
 
-def plateau_event(curve: str, p: Plateau) -> dict[str, Any]:
-    return {
+def plateau_event(curve: str, p: Plateau, sps: float | None = None) -> dict[str, Any]:
+    """A plateau, in steps and, where the log has a clock, in hours or days (the field guide:
+    a flat stretch over ~3 days deserves a look)."""
+    span = p.end_step - p.step
+    lasted = in_time(span, sps)
+    ev: dict[str, Any] = {
         "kind": "plateau",
         "curve": curve,
         "step": p.step,
@@ -368,11 +397,40 @@ def plateau_event(curve: str, p: Plateau) -> dict[str, Any]:
         "checks": p.checks,
         "evidence": {
             "summary": (
-                f"over steps {p.step}-{p.end_step} the loss fell {p.observed_drop:.4g}; the power "
-                f"law fitted before predicted {p.predicted_drop:.4g}"
+                f"over steps {p.step}-{p.end_step}{f' ({lasted})' if lasted else ''} the loss "
+                f"fell {p.observed_drop:.4g}; the power law fitted before predicted "
+                f"{p.predicted_drop:.4g}"
             ),
             "level": round(p.level, 6),
         },
+    }
+    if sps is not None:
+        ev["duration_hours"] = round(span * sps / 3600.0, 2)
+        ev["duration_days"] = round(span * sps / 86400.0, 3)
+    return ev
+
+
+def climb_event(curve: str, c: Climb, sps: float | None = None) -> dict[str, Any]:
+    """A slow climb: WATCH, with its slope (and its length in time where the log has a clock)."""
+    lasted = in_time(c.end_step - c.step, sps)
+    slope = f"{c.slope_per_1000:+.4g} per 1,000 steps"
+    return {
+        "kind": "slow_climb",
+        "curve": curve,
+        "step": c.step,
+        "end_step": c.end_step,
+        "slope_per_1000_steps": round(c.slope_per_1000, 6),
+        "evidence": {
+            "summary": (
+                f"the loss EMA climbed steadily from {c.from_level:.4g} to {c.to_level:.4g} over "
+                f"steps {c.step}-{c.end_step}{f' ({lasted})' if lasted else ''}: {slope}, below "
+                "the divergence threshold"
+            ),
+        },
+        "action": (
+            f"WATCH: a healthy loss only falls; at {slope} check the lr schedule and the data "
+            "mixture now, and be ready to roll back if it steepens"
+        ),
     }
 
 
@@ -385,10 +443,13 @@ def alarm_event(
         for s in main.spikes
         if not s.blip
         and s.peak_step >= a.step
-        and s.onset_step <= a.step + cfg.alarm_lookahead_steps
+        and s.onset_step <= a.end_step + cfg.alarm_lookahead_steps
     ]
+    during = None
     if res_div is not None and res_div.end_step >= a.step:
-        if res_div.step <= a.step + cfg.alarm_lookahead_steps:
+        if a.step > res_div.step:
+            during = f"fired after the divergence began at step {res_div.step}"
+        elif res_div.step <= a.end_step + cfg.alarm_lookahead_steps:
             targets.append((res_div.step, res_div.step))
     ev: dict[str, Any] = {
         "kind": a.kind,
@@ -396,6 +457,8 @@ def alarm_event(
         "end_step": a.end_step,
         "evidence": {"summary": a.detail, "baseline": a.baseline, "worst": a.worst},
     }
+    if a.kind == "grad_norm_alarm":
+        ev["mode"] = a.mode
     if targets:
         onset, peak = min(targets)
         ev["loss_onset_step"] = onset
@@ -404,7 +467,7 @@ def alarm_event(
         ev["led_loss_peak_by"] = peak - a.step
     else:
         ev["loss_onset_step"] = None
-        ev["evidence"]["loss_response"] = "no loss spike or divergence followed"
+        ev["evidence"]["loss_response"] = during or "no loss spike or divergence followed"
     return ev
 
 
@@ -451,7 +514,14 @@ def summarise(
     if "divergence" in kinds or malignant:
         status = "act"
     elif "undecided" in [e.get("verdict") for e in events] or any(
-        k in kinds for k in ("grad_norm_alarm", "loss_scale_collapse", "plateau")
+        k in kinds
+        for k in (
+            "grad_norm_alarm",
+            "loss_scale_collapse",
+            "plateau",
+            "recurring_spikes",
+            "slow_climb",
+        )
     ):
         status = "watch"
     else:
@@ -463,5 +533,6 @@ def summarise(
         "last_step": int(table["step"][-1]),
         "curves": per_curve,
         "events": {k: kinds.count(k) for k in sorted(set(kinds))},
+        "time": time_summary(seconds_per_step(table), cfg),
         "config": {k: v for k, v in cfg.__dict__.items() if k != "chinchilla"},
     }

@@ -21,6 +21,7 @@ import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from forensics.errors import ForensicsError
+from forensics.triage.analyze import TriageResult
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.formats import get_format
 from forensics.watch.book import EventBook
@@ -39,6 +40,7 @@ from forensics.watch.spikejob import SpikeJob
 from forensics.watch.tbfollow import TBPosition, TensorBoardFollower, TensorBoardParser
 
 STATE_FILE = "state.json"
+RUN_LEVEL = ("recurring_spikes",)  # findings over the whole run, not the window
 WINDOW_FILE = "window.parquet"
 LOCK_FILE = ".watch.lock"
 _UNDETECTED_LIMIT = 4 << 20  # detect_format reads this much: past it, "cannot tell" is final
@@ -100,6 +102,7 @@ class Watcher(PlanRunner):
         if state and window.exists():
             self.detector.table = pl.read_parquet(window)
             self.detector.trimmed_before = state.get("trimmed_before")
+            self.detector.first_step = state.get("first_step")
         self.fmt: str | None = state.get("format") if state else None
         self.follower: LogFollower | TensorBoardFollower | None = None
         self.parser: ChunkParser | TensorBoardParser | None = None
@@ -169,6 +172,7 @@ class Watcher(PlanRunner):
                 "header": self.parser.header if self.parser else None,
                 "position": self.follower.pos.to_dict() if self.follower else None,
                 "trimmed_before": self.detector.trimmed_before,
+                "first_step": self.detector.first_step,
                 "stalled": self.stalled,
             },
         )
@@ -266,6 +270,8 @@ class Watcher(PlanRunner):
         out: list[dict[str, Any]] = []
         for ev in result.events:
             kind, curve, step = ev["kind"], ev.get("curve"), int(ev["step"])
+            if kind in RUN_LEVEL:
+                continue  # judged on the whole run below, not on the window
             end = int(ev.get("peak_step") or ev.get("end_step") or step)
             tol = (
                 near
@@ -295,6 +301,7 @@ class Watcher(PlanRunner):
                 continue
             if kind in PLAN_KINDS:
                 out += self._advance_plan(key, ev)
+        out += self._run_level(result)
         self.view["open_spikes"] = sum(
             1 for e in result.events if e["kind"] == "spike" and e["verdict"] == "undecided"
         )
@@ -308,6 +315,31 @@ class Watcher(PlanRunner):
         if main is not None and len(main.ema):
             self.view["loss_ema"] = float(main.ema[-1])
         return out
+
+    def _run_level(self, result: TriageResult) -> list[dict[str, Any]]:
+        """Recurring benign spikes, counted over every spike this watcher judged benign (the
+        window holds only the last few): raised once, as `forensics triage` finds it."""
+        from forensics.triage.runlevel import run_recurrence
+
+        if self.book.has("raised", kind="recurring_spikes") or self.detector.table is None:
+            return []
+        benign = sorted(
+            k.step
+            for k in self.book.known
+            if k.kind == "spike" and k.curve == "loss" and "benign" in k.verdicts
+        )
+        main = result.curves.get("loss")
+        if main is None:
+            return []
+        ev = run_recurrence(
+            benign,
+            main.steps,
+            self.detector.table,
+            self.opts.cfg,
+            self.opts.run,
+            first=self.detector.first_step,
+        )
+        return [] if ev is None else [self._emit(self._event_msg("raised", ev))]
 
     def _event_msg(self, message: str, ev: dict[str, Any]) -> dict[str, Any]:
         kind = ev["kind"]

@@ -140,3 +140,82 @@ def test_every_domain_at_once_is_one_incident_numerics_first() -> None:
     assert data["supported"] is None
     assert spike["next_command"].startswith("check the optimizer and numerics")
     assert not spike["replay_suggested"]
+
+
+# ------------------------------------------------------------------- 4. recurrence
+
+
+def test_recurring_benign_spikes_are_a_run_level_finding() -> None:
+    r = triage(loss_curves.rule_case("recurring"))
+    spikes = [e for e in r.events if e["kind"] == "spike"]
+    assert len(spikes) == 8 and {e["verdict"] for e in spikes} == {"benign"}
+    (rec,) = [e for e in r.events if e["kind"] == "recurring_spikes"]
+    assert rec["count"] == 8 and rec["step"] == 1000 and rec["end_step"] == 7300
+    assert rec["per_1000_steps"] == pytest.approx(1.0, abs=0.01)
+    # 20 s per iteration: 8 in 44.4 h is 4.3 a day, far past "once or twice a month".
+    assert rec["per_day"] == pytest.approx(4.32, abs=0.01)
+    assert "if the data is clean" in rec["finding"].lower()
+    assert "lower the peak lr by a third (0.0003 -> 0.0002)" in rec["finding"]
+    assert "forensics spike --config <run-config.yaml> --step 7300" in rec["finding"]
+    assert r.summary["status"] == "watch"
+
+
+def test_one_benign_spike_is_no_finding() -> None:
+    r = triage(loss_curves.make("benign_spike"))
+    assert not [e for e in r.events if e["kind"] == "recurring_spikes"]
+
+
+# ------------------------------------------------------------------- 6. fp16 loss scale
+
+
+def test_fp16_collapse_explains_a_long_flat_stretch_and_zero_norm_is_underflow() -> None:
+    r = triage(loss_curves.rule_case("fp16_collapse"))
+    (div,) = [e for e in r.events if e["kind"] == "divergence"]
+    (collapse,) = [e for e in r.events if e["kind"] == "loss_scale_collapse"]
+    assert collapse["step"] == 2000 and div["step"] - collapse["step"] > 1500  # > the window
+    assert _top(div)["cause"] == LOSS_SCALE and "underflowed" in _top(div)["evidence"]
+    assert "exactly 0" in div["evidence"]["grad_norm_before"]
+    assert "not logged" not in div["evidence"]["grad_norm_before"]
+
+
+# ------------------------------------------------------------------- 7. grad-norm alarms
+
+
+def test_slow_tenfold_grad_norm_rise_alarms_with_its_lead() -> None:
+    r = triage(loss_curves.rule_case("slow_grad_rise"))
+    (alarm,) = [e for e in r.events if e["kind"] == "grad_norm_alarm"]
+    (div,) = [e for e in r.events if e["kind"] == "divergence"]
+    assert alarm["mode"] == "sustained" and 2800 <= alarm["step"] <= 3200
+    assert alarm["loss_onset_step"] == div["step"] and alarm["led_loss_onset_by"] > 800
+    assert div["rollback_iteration"] < alarm["step"]
+
+
+def test_fast_burst_alarm_is_kept() -> None:
+    r = triage(loss_curves.make("benign_spike"))
+    (alarm,) = [e for e in r.events if e["kind"] == "grad_norm_alarm"]
+    assert alarm["mode"] == "burst" and alarm["led_loss_peak_by"] == 3
+
+
+# ------------------------------------------------------------------- 8. slow climb
+
+
+def test_slow_climb_is_a_watch_event_with_its_slope() -> None:
+    r = triage(loss_curves.rule_case("slow_climb"))
+    (climb,) = [e for e in r.events if e["kind"] == "slow_climb"]
+    assert r.summary["status"] == "watch" and not [e for e in r.events if e["kind"] == "plateau"]
+    assert 3800 <= climb["step"] <= 4500 and climb["end_step"] == 8000
+    assert 0.02 < climb["slope_per_1000_steps"] < 0.05
+    assert climb["action"].startswith("WATCH")
+
+
+# ------------------------------------------------------------------- 9. time
+
+
+def test_plateau_and_thresholds_in_time_where_iteration_time_is_logged() -> None:
+    r = triage(loss_curves.rule_case("timed_plateau"))
+    (plateau,) = [e for e in r.events if e["kind"] == "plateau"]
+    span = plateau["end_step"] - plateau["step"]
+    assert plateau["duration_hours"] == pytest.approx(span * 90 / 3600, abs=0.01)
+    assert plateau["duration_days"] > 3 and "days)" in plateau["evidence"]["summary"]
+    assert r.summary["time"]["plateau_steps_in_time"] == "2.1 days"
+    assert triage(loss_curves.make("plateau_capacity")).summary["time"] is None
