@@ -186,6 +186,27 @@ def _first_back(after: np.ndarray, target: float) -> int | None:
     return None
 
 
+def _set_benign(spike: Spike, steps: np.ndarray, j: int) -> None:
+    """Back by row `j`, at its level and on its trajectory."""
+    spike.verdict = "benign"
+    spike.recovered_step = int(steps[j])
+    spike.recovery_steps = int(steps[j] - spike.peak_step)
+    spike.recovered_fraction = 1.0
+    spike.blip = spike.onset_idx == spike.end_idx and j == spike.peak_idx + 1
+    gap = int(steps[j] - steps[j - 1])
+    on_trend = (
+        f"; on its pre-spike trajectory ({spike.trend_excess:+.3g} from the trend extrapolated)"
+        if spike.trend_excess is not None
+        else ""
+    )
+    spike.reason = (
+        f"back within {spike.tolerance:.3g} of the pre-spike level {spike.pre_level:.4g} "
+        f"by step {spike.recovered_step}, {spike.recovery_steps} steps after the peak"
+        + (f" (first logged point after a {gap}-step gap)" if gap > 1 else "")
+        + on_trend
+    )
+
+
 def _judge(
     spike: Spike,
     steps: np.ndarray,
@@ -195,15 +216,10 @@ def _judge(
     last_step: int,
 ) -> None:
     """Set verdict, recovery and explanation of a spike from the rows after its peak."""
-    spike.verdict, spike.blip, spike.recovered_step, spike.recovery_steps = (
-        "undecided",
-        False,
-        None,
-        None,
-    )
+    spike.verdict, spike.blip, spike.nonfinite = "undecided", False, False
+    spike.recovered_step = spike.recovery_steps = None
     spike.recovered_fraction = spike.lasting_excess = None
     spike.trend_level = spike.trend_excess = spike.settled_level = None
-    spike.nonfinite = False
     horizon = spike.peak_step + 4 * cfg.recovery_window
     # ... and at least a few rows past it: a sparse log may next speak after a long gap.
     j_end = max(int(np.searchsorted(steps, horizon, side="right")), spike.peak_idx + 6)
@@ -217,17 +233,7 @@ def _judge(
         if (first_bad is None or first_bad > steps[j]) and _on_trajectory(
             spike, steps, loss, cfg, j, last_step
         ):
-            spike.verdict = "benign"
-            spike.recovered_step = int(steps[j])
-            spike.recovery_steps = int(steps[j] - spike.peak_step)
-            spike.recovered_fraction = 1.0
-            spike.blip = spike.onset_idx == spike.end_idx and j == spike.peak_idx + 1
-            gap = int(steps[j] - steps[j - 1])
-            spike.reason = (
-                f"back within {spike.tolerance:.3g} of the pre-spike level {spike.pre_level:.4g} "
-                f"by step {spike.recovered_step}, {spike.recovery_steps} steps after the peak"
-                + (f" (first logged point after a {gap}-step gap)" if gap > 1 else "")
-            )
+            _set_benign(spike, steps, j)
             return
     elapsed = last_step - spike.peak_step
     tail = _settled_level(steps, loss, spike, cfg)
