@@ -94,16 +94,20 @@ def plateau_level() -> float:
 def megatron_lines(df: pl.DataFrame, prefix: str = "[default0]:", ms: bool = True) -> list[str]:
     """Render a table as Megatron-LM `training_log` lines (the format `read_log` must parse)."""
     unit = "(ms)" if ms else "(s)"
-    t = 1234.5 if ms else 1.2345
+    scale = 1000.0 if ms else 1.0
     out = []
     total = int(df["step"].max())
+    domains = [c for c in df.columns if c.startswith("loss:")]
     for row in df.iter_rows(named=True):
+        t = (row.get("iteration_time_s") or 1.2345) * scale
         fields = [
             f"consumed samples: {int(row.get('consumed_samples') or 0):12d}",
-            f"elapsed time per iteration {unit}: {t}",
+            f"elapsed time per iteration {unit}: " + (f"{t:.1f}" if ms else f"{t:.4f}"),
             f"learning rate: {row['lr']:.3E}",
             f"global batch size: {int(row.get('global_batch_size') or 0):5d}",
             f"lm loss: {row['loss']:.6E}",
+            *(f"lm loss {c.split(':', 1)[1]}: {row[c]:.6E}" for c in domains),
+            *([f"loss scale: {row['loss_scale']:.1f}"] if "loss_scale" in row else []),
             f"grad norm: {row['grad_norm']:.3f}",
             "number of skipped iterations:   0",
             "number of nan iterations:   0",

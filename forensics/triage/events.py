@@ -223,8 +223,8 @@ def climb_event(curve: str, c: Climb, sps: float | None = None) -> dict[str, Any
             ),
         },
         "action": (
-            f"WATCH: a healthy loss only falls; at {slope} check the lr schedule and the data "
-            "mixture now, and be ready to roll back if it steepens"
+            "WATCH: a healthy loss only falls; check the lr schedule and the data mixture now, "
+            "and be ready to roll back if the climb steepens"
         ),
     }
 

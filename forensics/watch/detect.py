@@ -71,7 +71,8 @@ class WindowDetector:
 
     def context_steps(self) -> int:
         rows = max(self.cfg.grad_baseline_rows, self.cfg.window_rows)
-        return int(rows * self.interval())
+        # ... and the pre-spike trend a spike is judged against (2 x the recovery window).
+        return max(int(rows * self.interval()), 2 * self.cfg.recovery_window)
 
     def zone_start(self) -> int | None:
         """Events starting before this step are not raised from the current window."""

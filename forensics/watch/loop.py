@@ -293,6 +293,9 @@ class Watcher(PlanRunner):
                 kind == "spike"
                 and ev["verdict"] != "undecided"
                 and (ev["verdict"] not in known.verdicts)
+                # Malignant is final (its window had passed): a trimmed window that no longer
+                # holds the spike's history does not take it back.
+                and "malignant" not in known.verdicts
             ):
                 out.append(self._emit(self._event_msg("verdict", ev)))
                 key = known.step
