@@ -65,7 +65,7 @@ def recurrence_event(
     last: int,
     sps: float | None,
     cfg: TriageConfig,
-    lr_peak: float | None,
+    lr_peak: float | None,  # the lr at the latest spike
     command: str,
 ) -> dict[str, Any] | None:
     """The run-level finding when benign spikes recur past the stated rate: at least
@@ -87,9 +87,9 @@ def recurrence_event(
     if not recurring:
         return None
     lower = (
-        f"lower the peak lr by a third ({lr_peak:.3g} -> {lr_peak * 2 / 3:.3g})"
+        f"lower the lr by a third (at the latest spike {lr_peak:.3g} -> {lr_peak * 2 / 3:.3g})"
         if lr_peak
-        else "lower the peak lr by a third"
+        else "lower the lr by a third"
     )
     said = f"{count} benign spikes in {span} steps ({rate}); {limit}"
     finding = (
@@ -106,7 +106,10 @@ def recurrence_event(
         "per_1000_steps": round(per_1000, 3),
         "per_day": None if per_day is None else round(per_day, 3),
         "finding": finding,
-        "action": f"check the data, then touch the hyperparameters: {lower} or tighten the clip",
+        "action": (
+            "check the data (replay a spike's window), then, if it is clean, touch the "
+            "hyperparameters: lower the lr (e.g. by a third) or tighten the grad clip"
+        ),
         "evidence": {"summary": said, "spike_steps": [int(s) for s in benign_steps][:100]},
     }
 
@@ -125,9 +128,12 @@ def run_recurrence(
 
     if len(benign_steps) < cfg.recur_min_count or not len(steps):
         return None
-    lr = table["lr"].cast(pl.Float64).drop_nulls().drop_nans() if "lr" in table.columns else None
-    lr_peak = float(lr.max()) if lr is not None and len(lr) else None  # type: ignore[arg-type]
     last_spike = int(benign_steps[-1])
+    lr_peak = None
+    if "lr" in table.columns:
+        before = table.filter(pl.col("step") <= last_spike)["lr"].cast(pl.Float64)
+        before = before.drop_nulls().drop_nans()
+        lr_peak = float(before[-1]) if len(before) else None
     command, _ = next_command(last_spike, max(last_spike - 100, 0), run)
     start = int(steps[0]) if first is None else first
     return recurrence_event(

@@ -155,7 +155,7 @@ def test_recurring_benign_spikes_are_a_run_level_finding() -> None:
     # 20 s per iteration: 8 in 44.4 h is 4.3 a day, far past "once or twice a month".
     assert rec["per_day"] == pytest.approx(4.32, abs=0.01)
     assert "if the data is clean" in rec["finding"].lower()
-    assert "lower the peak lr by a third (0.0003 -> 0.0002)" in rec["finding"]
+    assert "lower the lr by a third (at the latest spike 0.000183 -> 0.000122)" in rec["finding"]
     assert "forensics spike --config <run-config.yaml> --step 7300" in rec["finding"]
     assert r.summary["status"] == "watch"
 
