@@ -58,9 +58,21 @@ def grad_norm_alarms(steps: np.ndarray, grad: np.ndarray, cfg: TriageConfig) -> 
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = fast / base
     ratio[~np.isfinite(ratio)] = 0.0
+    ref = _lowest_level(base, cfg.grad_reference_rows)
     alarms: list[Alarm] = []
     for a, b in _runs(ratio > cfg.grad_factor):
         w = a + int(np.argmax(g[a : b + 1]))
+        # Already 1.5x above the level before the rise for 20+ rows and 100+ steps when it
+        # fired: a slow rise seen through a lagging baseline (a sparse log), not a burst.
+        k = a
+        while k > 0 and fast[k - 1] > 1.5 * ref[a]:
+            k -= 1
+        slow = a - k >= 20 and s[a] - s[k] >= 100
+        if slow and alarms and alarms[-1].mode == "sustained" and s[k] <= alarms[-1].end_step:
+            last = alarms[-1]  # the same slow rise, crossing the factor again
+            last.end_step, last.worst = int(s[b]), max(last.worst, float(g[w]))
+            last.ratio = max(last.ratio, float(ratio[a : b + 1].max()))
+            continue
         alarms.append(
             Alarm(
                 kind="grad_norm_alarm",
@@ -69,8 +81,14 @@ def grad_norm_alarms(steps: np.ndarray, grad: np.ndarray, cfg: TriageConfig) -> 
                 baseline=float(base[a]),
                 worst=float(g[w]),
                 ratio=float(ratio[a : b + 1].max()),
+                mode="sustained" if slow else "burst",
                 detail=(
-                    f"grad-norm EMA (half-life {cfg.grad_half_life:g} steps) rose to "
+                    (
+                        f"sustained rise (above 1.5x its earlier level since step {int(s[k])}): "
+                        if slow
+                        else ""
+                    )  # fmt: skip
+                    + f"grad-norm EMA (half-life {cfg.grad_half_life:g} steps) rose to "
                     f"{ratio[a : b + 1].max():.1f}x its baseline {base[a]:.4g} (alarm at "
                     f"{cfg.grad_factor:g}x) from step {int(s[a])} to {int(s[b])}; raw norm peaked "
                     f"at {g[w]:.4g} at step {int(s[w])}"
@@ -78,6 +96,17 @@ def grad_norm_alarms(steps: np.ndarray, grad: np.ndarray, cfg: TriageConfig) -> 
             )
         )
     return alarms
+
+
+def _lowest_level(level: np.ndarray, rows: int) -> np.ndarray:
+    """The lowest `level` over the previous `rows` rows (NaN where there is none yet)."""
+    return (
+        pl.Series(level)
+        .fill_nan(None)
+        .rolling_min(rows, min_samples=1)
+        .fill_null(float("nan"))
+        .to_numpy()
+    )
 
 
 def sustained_rise_alarms(
@@ -94,13 +123,7 @@ def sustained_rise_alarms(
     s, g = steps[ok], grad[ok]
     level = trailing_median(g, cfg.grad_baseline_rows)
     level[: cfg.grad_baseline_rows // 4] = np.nan  # a level needs a quarter window behind it
-    ref = (
-        pl.Series(level)
-        .fill_nan(None)
-        .rolling_min(cfg.grad_reference_rows, min_samples=1)
-        .fill_null(float("nan"))
-        .to_numpy()
-    )
+    ref = _lowest_level(level, cfg.grad_reference_rows)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = level / ref
     ratio[~np.isfinite(ratio)] = 0.0

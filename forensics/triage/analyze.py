@@ -180,6 +180,24 @@ def _overlap(p: Plateau, c: Climb) -> bool:
     return p.step < c.end_step and p.end_step > c.step
 
 
+def part_of_divergence(res: CurveResult, cfg: TriageConfig) -> list[Spike]:
+    """Spikes that have not come back, start within `alarm_lookahead_steps` before a divergence
+    or inside it, and that the runaway climbs past (or that went non-finite): its first jumps,
+    one emergency, not separate spikes. A spike still above where the loss ended is its own."""
+    d = res.divergence
+    if d is None:
+        return []
+    start = d.step - cfg.alarm_lookahead_steps
+    return [
+        s
+        for s in res.spikes
+        if not s.blip
+        and s.verdict != "benign"
+        and s.onset_step >= start
+        and (s.nonfinite or d.to_level is None or d.to_level >= s.peak_loss)
+    ]
+
+
 def triage(
     table: pl.DataFrame, cfg: TriageConfig | None = None, run: RunInfo | None = None
 ) -> TriageResult:
@@ -204,9 +222,17 @@ def triage(
     events: list[dict[str, Any]] = []
     sps = seconds_per_step(table)
     for res in curves.values():
-        events += [spike_event(res, s, alarms, run, cfg, cols) for s in res.spikes if not s.blip]
+        within = part_of_divergence(res, cfg)
+        events += [
+            spike_event(res, s, alarms, run, cfg, cols)
+            for s in res.spikes
+            if not s.blip and s not in within
+        ]
         if res.divergence is not None:
-            events.append(divergence_event(res.name, res.divergence, alarms, run, cfg))
+            ev = divergence_event(res.name, res.divergence, alarms, run, cfg)
+            if within:
+                ev["evidence"]["spikes_within"] = [s.onset_step for s in within]
+            events.append(ev)
         events += [plateau_event(res.name, p, sps) for p in res.plateaus]
         events += [climb_event(res.name, c, sps) for c in res.climbs]
     main = curves.get("loss") or next(iter(curves.values()))

@@ -141,9 +141,11 @@ def spike_causes(
         clipping_cause(cols, surges),
         loss_scale_cause(cols, alarms, as_rise),
     ]
-    # Device evidence (a noisier level) is specific: it goes before the data prior.
-    first = [device, data] if device["supported"] else [data]
-    return rank_causes(first + numeric + ([] if device["supported"] else [device]))
+    # Device evidence (a noisier level) and an fp16 loss scale that collapsed before the onset
+    # and had not recovered are specific: they go before the data prior.
+    specific = [c for c in (device, numeric[2]) if c["supported"]]
+    rest = [c for c in (*numeric, device) if c not in specific]
+    return rank_causes([*specific, data, *rest])
 
 
 def divergence_event(
