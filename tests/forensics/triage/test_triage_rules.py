@@ -9,6 +9,7 @@ import pytest
 from forensics.triage.analyze import triage
 from forensics.triage.causes import CLIP, DATA, DEVICE, LOSS_SCALE, LR
 from forensics_testing import loss_curves
+from forensics_testing.repo_paths import SHARED
 
 
 def _events(name: str, kind: str) -> list[dict]:
@@ -219,3 +220,85 @@ def test_plateau_and_thresholds_in_time_where_iteration_time_is_logged() -> None
     assert plateau["duration_days"] > 3 and "days)" in plateau["evidence"]["summary"]
     assert r.summary["time"]["plateau_steps_in_time"] == "2.1 days"
     assert triage(loss_curves.make("plateau_capacity")).summary["time"] is None
+
+
+# ------------------------------------------------------------------- the same, logged sparsely
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "cause"),
+    [
+        ("lasting_step", "spike", DATA),
+        ("noisy_step", "spike", DEVICE),
+        ("lr_divergence", "divergence", LR),
+        ("clip_divergence", "divergence", CLIP),
+        ("fp16_collapse", "divergence", LOSS_SCALE),
+    ],
+)
+def test_rules_hold_on_a_log_written_every_10_steps(name: str, kind: str, cause: str) -> None:
+    import polars as pl
+
+    df = loss_curves.rule_case(name).filter(pl.col("step") % 10 == 0)
+    r = triage(df)
+    (ev,) = [e for e in r.events if e["kind"] in ("spike", "divergence")]
+    assert ev["kind"] == kind and _top(ev)["cause"] == cause
+    _consistent(ev)
+
+
+def test_sparse_slow_grad_rise_is_sustained_not_bursts() -> None:
+    import polars as pl
+
+    r = triage(loss_curves.rule_case("slow_grad_rise").filter(pl.col("step") % 10 == 0))
+    (alarm,) = [e for e in r.events if e["kind"] == "grad_norm_alarm"]
+    (div,) = [e for e in r.events if e["kind"] == "divergence"]
+    assert alarm["mode"] == "sustained" and alarm["led_loss_onset_by"] > 800
+    clip = next(c for c in div["likely_causes"] if c["cause"] == CLIP)
+    assert clip["supported"] is None and "not bursts" in clip["evidence"]
+
+
+# ------------------------------------------------------------------- real logs
+
+
+needs_shared = pytest.mark.skipif(
+    not (SHARED / "curves").is_dir(), reason="../shared/curves not present"
+)
+
+
+@needs_shared
+@pytest.mark.filterwarnings("ignore")
+def test_bloom176b_spike_is_numerical_and_left_alone() -> None:
+    from forensics.triage.readers import read_log
+
+    r = triage(read_log(SHARED / "curves" / "bloom176b_spike_31216_snippet.csv"))
+    (spike,) = [e for e in r.events if e["kind"] == "spike"]
+    assert spike["verdict"] == "benign" and spike["action"].startswith("nothing")
+    assert _top(spike)["cause"].startswith("numerical: one huge gradient")
+    assert "announced by the grad-norm alarm" in _top(spike)["cause"]
+
+
+@needs_shared
+@pytest.mark.filterwarnings("ignore")
+def test_bloom104b_divergence_is_an_emergency() -> None:
+    from forensics.triage.readers import read_log
+
+    log = SHARED / "curves" / "megatron_logs" / "train_tr8-104B-wide_chronicles.log"
+    r = triage(read_log(log))
+    (div,) = [e for e in r.events if e["kind"] == "divergence"]
+    assert div["action"].startswith("STOP NOW") and div["rollback_iteration"] < div["step"]
+    _consistent(div)
+    # The log starts mid-run at peak lr: the lr cannot be judged, not "supported".
+    lr = next(c for c in div["likely_causes"] if c["cause"] == LR)
+    assert lr["supported"] is None and "not in view" in lr["evidence"]
+
+
+@needs_shared
+@pytest.mark.filterwarnings("ignore")
+def test_megatron_ci_log_states_the_plateau_length_in_time() -> None:
+    from forensics.triage.readers import read_log
+
+    r = triage(read_log(SHARED / "curves" / "mlm_gpt__gpt3_15b_8t_release__dev_dgx_h100.csv"))
+    t = r.summary["time"]
+    # Megatron's `iteration-time` (seconds): ~1.46 s per step, so 2000 steps is 0.8 h.
+    assert t is not None and 1.0 < t["seconds_per_step"] < 2.0
+    assert t["plateau_steps_in_time"] == "0.8 h"
+    assert r.summary["status"] == "healthy"
