@@ -235,6 +235,9 @@ def _mark_main_curve(ax: Any, c: Any) -> None:
             hatch="//",
             label="divergence",
         )
+    for k, climb in enumerate(c.climbs):
+        ax.axvspan(climb.step, climb.end_step, color=_C["orange"], alpha=0.12,
+                   label="slow climb" if k == 0 else None)  # fmt: skip
     for k, p in enumerate(c.plateaus):
         ax.axvspan(p.step, p.end_step, color=_GREY, alpha=0.15,
                    label="plateau" if k == 0 else None)  # fmt: skip

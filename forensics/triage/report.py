@@ -97,8 +97,17 @@ def _md_event(e: dict[str, Any]) -> list[str]:
             said = c.get("evidence") or f"not checked: needs {c.get('needed')}"
             lines.append(f"- {c['check']}: {c.get('result') or 'unknown'} ({said})")
         lines.append(f"- **conclusion**: {e['conclusion']}")
+    elif kind == "recurring_spikes":
+        lines.append(f"### Recurring spikes from iteration {step}{curve}: run-level finding")
+        lines.append(f"- {e['finding']}")
+    elif kind == "slow_climb":
+        lines.append(f"### Slow climb, iterations {step}-{e['end_step']}{curve}: **watch**")
+        lines.append(f"- {ev['summary']}")
+        lines.append(f"- **action**: {e['action']}")
     else:
         title = "Grad-norm alarm" if kind == "grad_norm_alarm" else "fp16 loss-scale collapse"
+        if e.get("mode") == "sustained":
+            title = "Grad-norm alarm (sustained rise)"
         lines.append(f"### {title} at iteration {step}")
         lines.append(f"- {ev['summary']}")
         if e.get("loss_onset_step") is not None:
@@ -130,6 +139,8 @@ def _md_plan(e: dict[str, Any]) -> list[str]:
         lines.append(f"  ({ev['next_command_note']})")
     if e.get("decide"):
         lines.append(f"- {e['decide']['rule']}")
+    if e.get("action"):
+        lines.append(f"- **action**: {e['action']}")
     if e.get("likely_causes"):
         lines.append("- likely causes, ranked from the evidence:")
         for i, c in enumerate(e["likely_causes"], 1):

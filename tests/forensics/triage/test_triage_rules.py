@@ -302,3 +302,18 @@ def test_megatron_ci_log_states_the_plateau_length_in_time() -> None:
     assert t is not None and 1.0 < t["seconds_per_step"] < 2.0
     assert t["plateau_steps_in_time"] == "0.8 h"
     assert r.summary["status"] == "healthy"
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("clip_divergence", "- **action**: STOP NOW: stop the run and roll back to iteration 1999"),
+        ("recurring", "### Recurring spikes from iteration 1000: run-level finding"),
+        ("slow_climb", "### Slow climb, iterations"),
+        ("slow_grad_rise", "### Grad-norm alarm (sustained rise) at iteration"),
+    ],
+)
+def test_report_says_the_rule(name: str, says: str) -> None:
+    from forensics.triage.report import render_markdown
+
+    assert says in render_markdown(triage(loss_curves.rule_case(name)), "x.log", "megatron")
