@@ -68,3 +68,20 @@ def test_watch_agrees_with_triage_on_every_rule(name: str, tmp_path: Path) -> No
         seen = _latest(msgs, ev)
         assert seen is not None, (name, ev["kind"], ev["step"])
         assert _said(seen) == _said(ev), (name, ev["kind"], ev["step"])
+
+
+def test_watched_divergence_says_stop_now_and_checks_the_cause_not_the_data(
+    tmp_path: Path,
+) -> None:
+    """Clipping is supported: the plan says STOP NOW and the clip check; no data replay is
+    started even with a config to replay from."""
+    lines = loss_curves.megatron_lines(loss_curves.rule_case("clip_divergence"))
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    w = Watcher(WatchOptions(log=log, out=tmp_path / "w", config=str(tmp_path / "run.yaml")))
+    msgs = w.poll()
+    w.close()
+    (plan,) = [m for m in msgs if m["message"] == "plan"]
+    assert "STOP NOW" in plan["summary"] and "check --clip-grad" in plan["summary"]
+    assert plan["action"].startswith("STOP NOW") and "roll back to 1999" in plan["summary"]
+    assert not [m for m in msgs if m["message"].startswith("forensics_")]
