@@ -43,12 +43,13 @@ def cause(name: str, supported: bool | None, evidence: str) -> dict[str, object]
 
 
 def warning_chain(alarms: list[Alarm], step: int, cfg: TriageConfig) -> list[Alarm]:
-    """The alarms that led up to a loss event at `step`: the last one within
-    `alarm_lookahead_steps` of it, then each earlier one within `recovery_window` of the next
+    """The alarms that led up to a loss event at `step`: the last one within `recovery_window`
+    of it (the guide: tens to hundreds of steps before), then each earlier one within
+    `recovery_window` of the next
     (a train of grad-norm bursts, a slow rise, a loss-scale fall). The first is the first
     warning: the rollback goes before it."""
     chain: list[Alarm] = []
-    horizon = step - cfg.alarm_lookahead_steps
+    horizon = step - cfg.recovery_window
     for a in sorted((a for a in alarms if a.step <= step), key=lambda a: -a.step):
         if a.end_step >= horizon:
             chain.append(a)

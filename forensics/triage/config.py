@@ -72,7 +72,7 @@ class TriageConfig:
     # Slow climb: over `climb_steps` the loss EMA rose by over `climb_min_rel` of its level,
     # steadily (below the divergence threshold: a WATCH event, with its slope).
     climb_steps: int = 2000
-    climb_min_rel: float = 0.02
+    climb_min_rel: float = 0.01
     chinchilla: dict[str, float] = field(default_factory=lambda: dict(CHINCHILLA))
 
 
