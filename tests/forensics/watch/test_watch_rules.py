@@ -85,3 +85,17 @@ def test_watched_divergence_says_stop_now_and_checks_the_cause_not_the_data(
     assert "STOP NOW" in plan["summary"] and "check --clip-grad" in plan["summary"]
     assert plan["action"].startswith("STOP NOW") and "roll back to 1999" in plan["summary"]
     assert not [m for m in msgs if m["message"].startswith("forensics_")]
+
+
+def test_webhook_severity_of_the_new_rules() -> None:
+    from forensics.watch.sinks import json_event, severity
+
+    plan = {"message": "plan", "kind": "spike_plan", "status": "provisional"}
+    assert severity(plan) == "warning"
+    assert severity(plan | {"action": "STOP NOW: stop the run ..."}) == "critical"
+    assert severity({"message": "raised", "kind": "slow_climb"}) == "warning"
+    assert severity({"message": "raised", "kind": "recurring_spikes"}) == "warning"
+    lifted = json_event(
+        {"message": "raised", "kind": "divergence", "event": {"action": "STOP"}}, "x"
+    )
+    assert lifted["action"] == "STOP"
