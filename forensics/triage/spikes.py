@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 
 from forensics.triage.config import TriageConfig
 from forensics.triage.trend import LocalStats, warmup_end_index
@@ -304,7 +305,7 @@ def pre_spike_trend(
     if hi - lo < 20 or steps[hi - 1] - steps[lo] < cfg.recovery_window // 2:
         return None
     s, y = steps[lo:hi].astype(float), loss[lo:hi]
-    y = np.array([np.median(y[max(0, k - 4) : k + 1]) for k in range(len(y))])
+    y = pl.Series(y).rolling_median(5, min_samples=1).to_numpy()
     if (s <= 0).any() or (y <= 0).any():
         return None
     slope, intercept = np.polyfit(np.log(s), np.log(y), 1)
