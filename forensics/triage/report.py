@@ -253,7 +253,8 @@ def _terminal_event(e: dict[str, Any]) -> list[str]:
     named = terminal_safe(", ".join(curves), 80)
     where = f" on {named}" if curves and curves != ["loss"] else ""
     if e.get("scope") == "one domain":
-        where = f" on {terminal_safe(e['curve'], 60)} alone (the other domains held)"
+        named = terminal_safe(e["curve"], 60)
+        where = f" on {named} alone (the other domains held)"
     elif e.get("scope") == "all domains":
         where = f" on every domain at once ({named})"
     head = f"  {e['kind']}{where} @ {e['step']}"
