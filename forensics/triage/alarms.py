@@ -32,6 +32,9 @@ class Alarm:
     worst: float
     ratio: float
     detail: str
+    # grad norm: "burst" (a fast EMA over the trailing median) or "sustained" (the trailing
+    # median over the level before the rise began)
+    mode: str = "burst"
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -55,9 +58,21 @@ def grad_norm_alarms(steps: np.ndarray, grad: np.ndarray, cfg: TriageConfig) -> 
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = fast / base
     ratio[~np.isfinite(ratio)] = 0.0
-    alarms = []
+    ref = _lowest_level(base, cfg.grad_reference_rows)
+    alarms: list[Alarm] = []
     for a, b in _runs(ratio > cfg.grad_factor):
         w = a + int(np.argmax(g[a : b + 1]))
+        # Already 1.5x above the level before the rise for 20+ rows and 100+ steps when it
+        # fired: a slow rise seen through a lagging baseline (a sparse log), not a burst.
+        k = a
+        while k > 0 and fast[k - 1] > 1.5 * ref[a]:
+            k -= 1
+        slow = a - k >= 20 and s[a] - s[k] >= 100
+        if slow and alarms and alarms[-1].mode == "sustained" and s[k] <= alarms[-1].end_step:
+            last = alarms[-1]  # the same slow rise, crossing the factor again
+            last.end_step, last.worst = int(s[b]), max(last.worst, float(g[w]))
+            last.ratio = max(last.ratio, float(ratio[a : b + 1].max()))
+            continue
         alarms.append(
             Alarm(
                 kind="grad_norm_alarm",
@@ -66,11 +81,76 @@ def grad_norm_alarms(steps: np.ndarray, grad: np.ndarray, cfg: TriageConfig) -> 
                 baseline=float(base[a]),
                 worst=float(g[w]),
                 ratio=float(ratio[a : b + 1].max()),
+                mode="sustained" if slow else "burst",
                 detail=(
-                    f"grad-norm EMA (half-life {cfg.grad_half_life:g} steps) rose to "
+                    (
+                        f"sustained rise (above 1.5x its earlier level since step {int(s[k])}): "
+                        if slow
+                        else ""
+                    )  # fmt: skip
+                    + f"grad-norm EMA (half-life {cfg.grad_half_life:g} steps) rose to "
                     f"{ratio[a : b + 1].max():.1f}x its baseline {base[a]:.4g} (alarm at "
                     f"{cfg.grad_factor:g}x) from step {int(s[a])} to {int(s[b])}; raw norm peaked "
                     f"at {g[w]:.4g} at step {int(s[w])}"
+                ),
+            )
+        )
+    return alarms
+
+
+def _lowest_level(level: np.ndarray, rows: int) -> np.ndarray:
+    """The lowest `level` over the previous `rows` rows (NaN where there is none yet)."""
+    return (
+        pl.Series(level)
+        .fill_nan(None)
+        .rolling_min(rows, min_samples=1)
+        .fill_null(float("nan"))
+        .to_numpy()
+    )
+
+
+def sustained_rise_alarms(
+    steps: np.ndarray, grad: np.ndarray, bursts: list[Alarm], cfg: TriageConfig
+) -> list[Alarm]:
+    """A slow, sustained rise: the grad norm's level (its trailing median) above `grad_factor`
+    x the level before the rise began (the lowest trailing median of the previous
+    `grad_reference_rows` norms). The burst alarm's baseline follows such a rise; this
+    reference does not, so a 10x rise over 2,000 steps alarms while the loss still looks fine.
+    A rise that starts inside a burst alarm is that burst."""
+    ok = np.isfinite(grad) & (grad > 0)
+    if ok.sum() < 2 * cfg.grad_baseline_rows // 4:
+        return []
+    s, g = steps[ok], grad[ok]
+    level = trailing_median(g, cfg.grad_baseline_rows)
+    level[: cfg.grad_baseline_rows // 4] = np.nan  # a level needs a quarter window behind it
+    ref = _lowest_level(level, cfg.grad_reference_rows)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = level / ref
+    ratio[~np.isfinite(ratio)] = 0.0
+    alarms: list[Alarm] = []
+    for a, b in _runs(ratio > cfg.grad_factor):
+        if any(x.step <= s[a] <= x.end_step for x in bursts + alarms):
+            continue
+        # It lasts while the level stays above the factor over the level before the rise (the
+        # rolling reference forgets that level after `grad_reference_rows`; we do not).
+        while b + 1 < len(g) and level[b + 1] > cfg.grad_factor * ref[a]:
+            b += 1
+        began = int(np.flatnonzero(level[: a + 1] <= 1.2 * ref[a])[-1]) if a else a
+        alarms.append(
+            Alarm(
+                kind="grad_norm_alarm",
+                step=int(s[a]),
+                end_step=int(s[b]),
+                baseline=float(ref[a]),
+                worst=float(np.max(g[a : b + 1])),
+                ratio=float(ratio[a : b + 1].max()),
+                mode="sustained",
+                detail=(
+                    f"sustained grad-norm rise: its level (median of the last "
+                    f"{cfg.grad_baseline_rows} norms) reached {ratio[a]:.1f}x the level before "
+                    f"the rise ({ref[a]:.4g}; alarm at {cfg.grad_factor:g}x) at step {int(s[a])},"
+                    f" rising since about step {int(s[began])}; up to "
+                    f"{ratio[a : b + 1].max():.1f}x by step {int(s[b])}"
                 ),
             )
         )
@@ -98,10 +178,18 @@ def loss_scale_alarms(steps: np.ndarray, scale: np.ndarray, cfg: TriageConfig) -
     collapsed = (v * cfg.loss_scale_collapse_factor <= recent_max) | (
         (v <= cfg.loss_scale_floor) & (recent_max > cfg.loss_scale_floor)
     )
-    alarms = []
+    alarms: list[Alarm] = []
     for a, b in _runs(collapsed):
-        w = a + int(np.argmin(v[a : b + 1]))
+        if alarms and s[a] <= alarms[-1].end_step:
+            continue  # still the collapse before: it had not recovered
         top = float(recent_max[a])
+        # The collapse lasts until the scale is back within the factor of where it fell from
+        # (at the floor for a whole window, the rolling max forgets the fall; we do not).
+        while b + 1 < len(v) and v[b + 1] * cfg.loss_scale_collapse_factor <= top:
+            b += 1
+        while a > 0 and v[a - 1] < top:  # dated from the first halving of the fall
+            a -= 1
+        w = a + int(np.argmin(v[a : b + 1]))
         halvings = np.log2(top / v[w]) if v[w] > 0 else float("inf")
         alarms.append(
             Alarm(

@@ -7,16 +7,30 @@ analysed on its own; alarms come from the shared grad-norm and loss-scale column
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from forensics.errors import ForensicsError
-from forensics.triage.alarms import Alarm, grad_norm_alarms, loss_scale_alarms
+from forensics.triage.alarms import (
+    Alarm,
+    grad_norm_alarms,
+    loss_scale_alarms,
+    sustained_rise_alarms,
+)
+from forensics.triage.climb import Climb, find_climbs
 from forensics.triage.columns import loss_curves
 from forensics.triage.config import RunInfo, TriageConfig
+from forensics.triage.events import (
+    alarm_event,
+    climb_event,
+    divergence_event,
+    plateau_event,
+    spike_event,
+)
+from forensics.triage.incidents import group_incidents
 from forensics.triage.regimes import (
     Columns,
     Divergence,
@@ -24,6 +38,7 @@ from forensics.triage.regimes import (
     find_divergence,
     find_plateaus,
 )
+from forensics.triage.runlevel import run_recurrence, seconds_per_step, time_summary
 from forensics.triage.spikes import Spike, find_spikes
 from forensics.triage.trend import PowerLawFit, ema_by_step, fit_power_law, local_stats, segments
 
@@ -43,6 +58,7 @@ class CurveResult:
     spikes: list[Spike]
     divergence: Divergence | None
     plateaus: list[Plateau]
+    climbs: list[Climb] = field(default_factory=list)
 
     @property
     def blips(self) -> list[Spike]:
@@ -142,17 +158,44 @@ def analyse_curve(
     if div is not None:
         breaks.append(div.step)
     healthy_part = steps < min(breaks) if breaks else slice(None)
+    ema = ema_by_step(steps, loss, cfg.ema_half_life)
+    climbs = find_climbs(steps, loss, ema, spikes, cfg) if div is None else []
+    plateaus = find_plateaus(steps, loss, cols, run, cfg, spikes) if div is None else []
     return CurveResult(
         name=curve,
         steps=steps,
         loss=loss,
-        ema=ema_by_step(steps, loss, cfg.ema_half_life),
+        ema=ema,
         bad_steps=bad,
         fit=fit_power_law(steps[healthy_part], loss[healthy_part], cfg.window_rows),
         spikes=spikes,
         divergence=div,
-        plateaus=find_plateaus(steps, loss, cols, run, cfg, spikes) if div is None else [],
+        plateaus=[p for p in plateaus if not any(_overlap(p, c) for c in climbs)],
+        climbs=climbs,
     )
+
+
+def _overlap(p: Plateau, c: Climb) -> bool:
+    """A climbing stretch is not a plateau: the climb is the event."""
+    return p.step < c.end_step and p.end_step > c.step
+
+
+def part_of_divergence(res: CurveResult, cfg: TriageConfig) -> list[Spike]:
+    """Spikes that have not come back, start within `alarm_lookahead_steps` before a divergence
+    or inside it, and that the runaway climbs past (or that went non-finite): its first jumps,
+    one emergency, not separate spikes. A spike still above where the loss ended is its own."""
+    d = res.divergence
+    if d is None:
+        return []
+    start = d.step - cfg.alarm_lookahead_steps
+    return [
+        s
+        for s in res.spikes
+        if not s.blip
+        and s.verdict != "benign"
+        and s.onset_step >= start
+        and (s.nonfinite or d.to_level is None or d.to_level >= s.peak_loss)
+    ]
 
 
 def triage(
@@ -164,6 +207,8 @@ def triage(
     alarms: list[Alarm] = []
     if cols.grad_norm is not None:
         alarms += grad_norm_alarms(cols.step, cols.grad_norm, cfg)
+        alarms += sustained_rise_alarms(cols.step, cols.grad_norm, alarms, cfg)
+        alarms.sort(key=lambda a: a.step)
     if cols.loss_scale is not None:
         alarms += loss_scale_alarms(cols.step, cols.loss_scale, cfg)
     curves = {
@@ -175,12 +220,27 @@ def triage(
             "not a healthy run"
         )
     events: list[dict[str, Any]] = []
+    sps = seconds_per_step(table)
     for res in curves.values():
-        events += [spike_event(res, s, alarms, run, cfg, cols) for s in res.spikes if not s.blip]
+        within = part_of_divergence(res, cfg)
+        events += [
+            spike_event(res, s, alarms, run, cfg, cols)
+            for s in res.spikes
+            if not s.blip and s not in within
+        ]
         if res.divergence is not None:
-            events.append(divergence_event(res.name, res.divergence, alarms, run, cfg))
-        events += [plateau_event(res.name, p) for p in res.plateaus]
+            ev = divergence_event(res.name, res.divergence, alarms, run, cfg)
+            if within:
+                ev["evidence"]["spikes_within"] = [s.onset_step for s in within]
+            events.append(ev)
+        events += [plateau_event(res.name, p, sps) for p in res.plateaus]
+        events += [climb_event(res.name, c, sps) for c in res.climbs]
     main = curves.get("loss") or next(iter(curves.values()))
+    events = group_incidents(events, list(curves), main.steps)
+    benign = [s.onset_step for s in main.spikes if s.verdict == "benign" and not s.blip]
+    recurring = run_recurrence(benign, main.steps, table, cfg, run)
+    if recurring is not None:
+        events.append(recurring)
     events += [alarm_event(a, main, res_div=main.divergence, cfg=cfg) for a in alarms]
     events.sort(key=lambda e: (e["step"], e["kind"]))
     return TriageResult(
@@ -190,171 +250,6 @@ def triage(
 
 # --------------------------------------------------------------------------- rollback
 # The rule itself is forensics/rollback.py's, shared with `forensics spike`.
-
-
-# --------------------------------------------------------------------------- events
-
-
-def recovery_speed(s: Spike, cfg: TriageConfig) -> tuple[str | None, str | None]:
-    """Fast: momentum survived; slow (hundreds of steps): Adam's second moment was polluted."""
-    if s.recovery_steps is None:
-        return None, None
-    if s.recovery_steps <= cfg.fast_recovery_steps:
-        return "fast", "a fast recovery: the optimizer's momentum survived the bad batch"
-    if s.recovery_steps >= cfg.slow_recovery_steps:
-        return "slow", (
-            "a slow climb back over hundreds of steps: the bad batch polluted Adam's second-moment "
-            "estimate, which takes ~1/(1-beta2) steps to wash out"
-        )
-    return "moderate", "a moderate recovery"
-
-
-def spike_event(
-    res: CurveResult, s: Spike, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig, cols: Columns
-) -> dict[str, Any]:
-    """A spike's event. One that has not come back (undecided or malignant) carries the plan at
-    once: rollback point, spike command, causes ranked from the evidence; an undecided one says
-    what will decide it (forensics.triage.plan)."""
-    from forensics.triage.plan import decide_rule, plan_fields
-
-    speed, meaning = recovery_speed(s, cfg)
-    lookback = s.onset_step - cfg.alarm_lookahead_steps
-    before = [a for a in alarms if a.step <= s.peak_step and a.end_step >= lookback]
-    ev: dict[str, Any] = {
-        "kind": "spike",
-        "curve": res.name,
-        "step": s.onset_step,
-        "peak_step": s.peak_step,
-        "verdict": s.verdict,
-        "recovery_steps": s.recovery_steps,
-        "recovery_speed": speed,
-        "evidence": {
-            "summary": s.reason,
-            "pre_spike_level": round(s.pre_level, 6),
-            "peak_loss": round(s.peak_loss, 6),
-            "height": round(s.height, 6),
-            "robust_z": round(s.z, 2),
-            "noise_sigma": round(s.sigma, 6),
-            "tolerance": round(s.tolerance, 6),
-            "recovered_step": s.recovered_step,
-            "recovered_fraction": None
-            if s.recovered_fraction is None
-            else round(s.recovered_fraction, 3),
-            "lasting_excess": None if s.lasting_excess is None else round(s.lasting_excess, 6),
-            "recovery_meaning": meaning,
-            "preceded_by": [f"{a.kind} at step {a.step}" for a in before],
-        },
-    }
-    if s.verdict == "benign":
-        return ev  # it came back: nothing to roll back
-    plan = plan_fields(s.onset_step, s.peak_step, alarms, run, cfg)
-    ev["evidence"].update(plan.pop("_evidence"))
-    ev.update(plan)
-    ev["likely_causes"] = spike_causes(res, s, alarms, run, cfg, cols)
-    if s.verdict == "undecided":
-        history = [
-            h
-            for h in res.spikes
-            if h.verdict == "benign" and not h.blip and h.peak_step < s.onset_step
-        ]
-        ev["decide"] = decide_rule(s, history, cfg)
-    return ev
-
-
-def spike_causes(
-    res: CurveResult, s: Spike, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig, cols: Columns
-) -> list[dict[str, object]]:
-    """The causes of a spike that has not come back, ranked from the evidence: the data first
-    when a stage switch came shortly before it, then what the log supports."""
-    from forensics.triage.plan import data_cause, rank_causes
-    from forensics.triage.regimes import divergence_causes
-
-    as_rise = Divergence(
-        step=s.onset_step,
-        end_step=s.peak_step,
-        trigger="",
-        from_level=s.pre_level,
-        to_level=s.peak_loss,
-        grad_norm_before="",
-    )
-    causes = divergence_causes(cols, as_rise, alarms, res.steps, res.loss, cfg)
-    return rank_causes([data_cause(s.onset_step, run), *causes])
-
-
-def divergence_event(
-    curve: str, d: Divergence, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
-) -> dict[str, Any]:
-    """A divergence, with the plan (rollback point, spike command) and its causes ranked from
-    the evidence (the data first when a stage switch came shortly before it)."""
-    from forensics.triage.plan import data_cause, plan_fields, rank_causes
-
-    plan = plan_fields(d.step, d.step, alarms, run, cfg)
-    evidence = {
-        "summary": d.trigger,
-        "from_level": round(d.from_level, 6),
-        "to_level": None if d.to_level is None else round(d.to_level, 6),
-        "grad_norm_before": d.grad_norm_before,
-        **plan.pop("_evidence"),
-    }
-    return {
-        "kind": "divergence",
-        "curve": curve,
-        "step": d.step,
-        "end_step": d.end_step,
-        "likely_causes": rank_causes([data_cause(d.step, run), *d.likely_causes]),
-        **plan,
-        "evidence": evidence,
-    }
-
-
-def plateau_event(curve: str, p: Plateau) -> dict[str, Any]:
-    return {
-        "kind": "plateau",
-        "curve": curve,
-        "step": p.step,
-        "end_step": p.end_step,
-        "conclusion": p.conclusion,
-        "checks": p.checks,
-        "evidence": {
-            "summary": (
-                f"over steps {p.step}-{p.end_step} the loss fell {p.observed_drop:.4g}; the power "
-                f"law fitted before predicted {p.predicted_drop:.4g}"
-            ),
-            "level": round(p.level, 6),
-        },
-    }
-
-
-def alarm_event(
-    a: Alarm, main: CurveResult, res_div: Divergence | None, cfg: TriageConfig
-) -> dict[str, Any]:
-    """An alarm, and how many steps it led the loss event it announced (if any followed)."""
-    targets = [
-        (s.onset_step, s.peak_step)
-        for s in main.spikes
-        if not s.blip
-        and s.peak_step >= a.step
-        and s.onset_step <= a.step + cfg.alarm_lookahead_steps
-    ]
-    if res_div is not None and res_div.end_step >= a.step:
-        if res_div.step <= a.step + cfg.alarm_lookahead_steps:
-            targets.append((res_div.step, res_div.step))
-    ev: dict[str, Any] = {
-        "kind": a.kind,
-        "step": a.step,
-        "end_step": a.end_step,
-        "evidence": {"summary": a.detail, "baseline": a.baseline, "worst": a.worst},
-    }
-    if targets:
-        onset, peak = min(targets)
-        ev["loss_onset_step"] = onset
-        ev["loss_peak_step"] = peak
-        ev["led_loss_onset_by"] = onset - a.step
-        ev["led_loss_peak_by"] = peak - a.step
-    else:
-        ev["loss_onset_step"] = None
-        ev["evidence"]["loss_response"] = "no loss spike or divergence followed"
-    return ev
 
 
 # --------------------------------------------------------------------------- summary
@@ -400,7 +295,14 @@ def summarise(
     if "divergence" in kinds or malignant:
         status = "act"
     elif "undecided" in [e.get("verdict") for e in events] or any(
-        k in kinds for k in ("grad_norm_alarm", "loss_scale_collapse", "plateau")
+        k in kinds
+        for k in (
+            "grad_norm_alarm",
+            "loss_scale_collapse",
+            "plateau",
+            "recurring_spikes",
+            "slow_climb",
+        )
     ):
         status = "watch"
     else:
@@ -412,5 +314,6 @@ def summarise(
         "last_step": int(table["step"][-1]),
         "curves": per_curve,
         "events": {k: kinds.count(k) for k in sorted(set(kinds))},
+        "time": time_summary(seconds_per_step(table), cfg),
         "config": {k: v for k, v in cfg.__dict__.items() if k != "chinchilla"},
     }

@@ -55,7 +55,14 @@ for _canon, _names in {
         "eval/loss",
         "lm loss value",
     ],
-    "iteration_time_s": ["elapsed time per iteration (s)", "iteration time (s)"],
+    # `iteration-time` is Megatron's TensorBoard/W&B scalar (and its CI golden values'
+    # `iteration_time`): elapsed_time_per_iteration in seconds (NVIDIA/Megatron-LM d98e8a6,
+    # megatron/training/training.py, training_log; stdout prints it x 1000 as "(ms)").
+    "iteration_time_s": [
+        "elapsed time per iteration (s)",
+        "iteration time (s)",
+        "iteration time",
+    ],
 }.items():
     for _n in _names:
         _ALIASES[_n] = _canon

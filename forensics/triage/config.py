@@ -58,6 +58,21 @@ class TriageConfig:
     # late in a healthy run it expects less than 1% per plateau length, and missing that is noise.
     plateau_min_drop_rel: float = 0.01
     lr_floor_frac: float = 0.1
+    # Recurrence: benign spikes are a run-level finding from `recur_min_count` on, past
+    # `recur_per_month` a month where the log has a clock (the field guide: "once or twice a
+    # month"), else past `recur_per_1000_steps` (at 10 s per iteration, 0.5 per 1,000 steps is
+    # ~4 a day: far past twice a month, so the step rule only errs towards silence).
+    recur_min_count: int = 3
+    recur_per_month: float = 2.0
+    recur_per_1000_steps: float = 0.5
+    # Sustained grad-norm rise: the trailing median over the lowest trailing median of the
+    # previous `grad_reference_rows` rows (the level before the rise began: it does not follow
+    # a slow rise the way the trailing median does).
+    grad_reference_rows: int = 2000
+    # Slow climb: over `climb_steps` the loss EMA rose by over `climb_min_rel` of its level,
+    # steadily (below the divergence threshold: a WATCH event, with its slope).
+    climb_steps: int = 2000
+    climb_min_rel: float = 0.01
     chinchilla: dict[str, float] = field(default_factory=lambda: dict(CHINCHILLA))
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from forensics.rollback import SPIKE_WINDOW, Mark, Rollback, recommend_rollback
 from forensics.triage.alarms import Alarm
+from forensics.triage.causes import DATA, warning_chain
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.spikes import Spike
 
@@ -42,15 +43,23 @@ def warnings_before(onset: int, peak: int, alarms: list[Alarm], cfg: TriageConfi
 
 
 def event_rollback(
-    onset: int, peak: int, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
+    onset: int, peak: int, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig, *, chain: bool
 ) -> Rollback:
     """forensics.rollback's rule for a loss event: new data (a stage switch shortly before the
-    onset, from --config) is the evidence to go before; alarms the event followed are warnings."""
+    onset, from --config) is the evidence to go before; alarms the event followed are warnings.
+    With `chain` (a divergence) the warnings reach back to the first of the train of alarms
+    that led up to it (forensics.triage.causes.warning_chain): the last stable checkpoint is
+    before the first burst, the start of a slow rise, the first loss-scale fall."""
     stage = new_data_stage(onset, run)
     mark = None if stage is None else Mark(stage, "the data stage that brought new data")
-    return recommend_rollback(
-        onset, run.checkpoints, onset=mark, warnings=warnings_before(onset, peak, alarms, cfg)
-    )
+    warnings = warnings_before(onset, peak, alarms, cfg)
+    if chain:
+        names = {"grad_norm_alarm": "the first grad-norm alarm", "loss_scale_collapse": (
+            "the first loss-scale collapse")}  # fmt: skip
+        warnings += [
+            Mark(a.step, names.get(a.kind, a.kind)) for a in warning_chain(alarms, onset, cfg)
+        ]
+    return recommend_rollback(onset, run.checkpoints, onset=mark, warnings=warnings)
 
 
 def data_cause(onset: int, run: RunInfo) -> dict[str, object]:
@@ -85,13 +94,6 @@ def data_cause(onset: int, run: RunInfo) -> dict[str, object]:
     }
 
 
-def rank_causes(causes: list[dict[str, object]]) -> list[dict[str, object]]:
-    """Supported causes first, then those the log cannot tell, then those it rules out; the
-    order within each is the order to check them (a stable sort)."""
-    rank = {True: 0, None: 1, False: 2}
-    return sorted(causes, key=lambda c: rank[c["supported"]])  # type: ignore[index]
-
-
 def decide_rule(spike: Spike, history: list[Spike], cfg: TriageConfig) -> dict[str, Any]:
     """What will decide an undecided spike: the level the loss must be back to, by which step.
 
@@ -122,15 +124,30 @@ def decide_rule(spike: Spike, history: list[Spike], cfg: TriageConfig) -> dict[s
 
 
 def plan_fields(
-    onset: int, peak: int, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
+    onset: int,
+    peak: int,
+    alarms: list[Alarm],
+    run: RunInfo,
+    cfg: TriageConfig,
+    causes: list[dict[str, object]],
+    *,
+    chain: bool = False,
 ) -> dict[str, Any]:
-    """The rollback point and the spike command, for an event's JSON."""
-    rollback = event_rollback(onset, peak, alarms, run, cfg)
+    """The rollback point and the next command for an event's JSON: the data replay (`forensics
+    spike`) where the data is supported or nothing else is, else the concrete check of the
+    supported cause (forensics.triage.actions)."""
+    from forensics.triage.actions import cause_check
+
+    rollback = event_rollback(onset, peak, alarms, run, cfg, chain=chain)
     cmd, note = next_command(onset, rollback.iteration, run)
+    top = causes[0] if causes else None
+    replay = top is None or top["supported"] is not True or top["cause"] == DATA
     fields: dict[str, Any] = {
         "rollback_iteration": rollback.iteration,
         "rollback_rule": rollback.rule,
-        "next_command": cmd,
+        "next_command": cmd if replay else cause_check(top, onset, rollback.iteration, run),
+        "spike_command": cmd,
+        "replay_suggested": replay,
     }
     evidence: dict[str, Any] = {"rollback": rollback.note}
     if note:

@@ -145,10 +145,35 @@ def _plot_loss(ax: Any, result: TriageResult) -> None:
         )
         if main:
             _mark_main_curve(ax, c)
+        else:
+            _mark_other_curve(ax, c, _OTHER_CURVES[(k - 1) % len(_OTHER_CURVES)])
+    _mark_incidents(ax, result)
     _set_loss_ylim(ax, result)
     ax.set_ylabel("loss")
     ax.legend(fontsize=8, framealpha=0.9, **_OUTSIDE)
     ax.set_title("loss by iteration: its EMA, power-law fit and events", fontsize=10)
+
+
+def _mark_other_curve(ax: Any, c: Any, color: str) -> None:
+    """A per-domain curve's spikes (peaks, in the curve's colour, the verdict's marker) and its
+    divergence onset: every curve's events are on the plot."""
+    for s in c.spikes:
+        if not s.blip:
+            ax.scatter([s.peak_step], [s.peak_loss], marker=_VERDICT_MARKER[s.verdict], s=40,
+                       color=color, zorder=5, edgecolors=_C["black"], linewidths=0.4)  # fmt: skip
+    if c.divergence is not None:
+        ax.axvline(c.divergence.step, color=color, lw=0.8, ls=":")
+
+
+def _mark_incidents(ax: Any, result: TriageResult) -> None:
+    """Name each per-domain incident at its onset: one domain alone, or every domain at once."""
+    for e in result.events:
+        scope = e.get("scope")
+        if scope in ("one domain", "all domains"):
+            text = f"{e['domain']} alone: its data" if scope == "one domain" else "all domains"
+            ax.annotate(plot_label(text), (e["step"], 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(3, -12), textcoords="offset points", fontsize=8,
+                        color=_C["vermillion"])  # fmt: skip
 
 
 def _mark_main_curve(ax: Any, c: Any) -> None:
@@ -210,6 +235,9 @@ def _mark_main_curve(ax: Any, c: Any) -> None:
             hatch="//",
             label="divergence",
         )
+    for k, climb in enumerate(c.climbs):
+        ax.axvspan(climb.step, climb.end_step, color=_C["orange"], alpha=0.12,
+                   label="slow climb" if k == 0 else None)  # fmt: skip
     for k, p in enumerate(c.plateaus):
         ax.axvspan(p.step, p.end_step, color=_GREY, alpha=0.15,
                    label="plateau" if k == 0 else None)  # fmt: skip

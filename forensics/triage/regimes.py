@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from forensics.triage.alarms import Alarm
+from forensics.triage.causes import divergence_causes, grad_norm_story
 from forensics.triage.config import CHINCHILLA_EPOCH, RunInfo, TriageConfig
 from forensics.triage.spikes import Spike
 from forensics.triage.trend import ema_by_step, warmup_end_index, window_power_law
@@ -184,137 +185,6 @@ def nonfinite_divergence(
         to_level=float(smooth[-1]),
         grad_norm_before="",
     )
-
-
-def grad_norm_story(cols: Columns, step: int, alarms: list[Alarm], cfg: TriageConfig) -> str:
-    """What the grad norm did in the `recovery_window` steps before `step`, in one sentence."""
-    if cols.grad_norm is None:
-        return "the log has no grad norm"
-    lo = step - cfg.recovery_window
-    m = (cols.step >= lo) & (cols.step <= step) & np.isfinite(cols.grad_norm) & (cols.grad_norm > 0)
-    if not m.any():
-        return f"no grad norm logged in the {cfg.recovery_window} steps before step {step}"
-    g, s = cols.grad_norm[m], cols.step[m]
-    k = int(np.argmax(g))
-    led = [a for a in alarms if a.kind == "grad_norm_alarm" and lo <= a.step <= step + 1]
-    lead = (
-        f"; the grad-norm alarm fired at step {led[0].step}, {step - led[0].step} steps before"
-        if led
-        else "; no grad-norm alarm before it"
-    )
-    return (
-        f"over steps {int(s[0])}-{int(s[-1])} the grad norm went from {g[0]:.4g} to {g[-1]:.4g} "
-        f"(median {np.median(g):.4g}, max {g[k]:.4g} at step {int(s[k])}){lead}"
-    )
-
-
-def divergence_causes(
-    cols: Columns,
-    div: Divergence,
-    alarms: list[Alarm],
-    steps: np.ndarray,
-    loss: np.ndarray,
-    cfg: TriageConfig,
-) -> list[dict[str, object]]:
-    """The usual causes, in the order to check them, each with the evidence the log holds."""
-
-    def near(kind: str) -> list[Alarm]:
-        """Alarms of `kind` from a recovery window before the onset to the end."""
-        lo = div.step - cfg.recovery_window
-        return [a for a in alarms if a.kind == kind and lo <= a.step <= div.end_step]
-
-    surges, collapses = near("grad_norm_alarm"), near("loss_scale_collapse")
-    return [
-        _lr_cause(cols, div),
-        _clipping_cause(cols, surges),
-        _loss_scale_cause(cols, collapses),
-        _device_cause(div, steps, loss, quiet=not surges and not collapses),
-    ]
-
-
-def _lr_cause(cols: Columns, div: Divergence) -> dict[str, object]:
-    """1. Learning rate too high, or no warmup."""
-    name = "learning rate too high or no warmup"
-    if cols.lr is None:
-        return _cause(name, None, "needs the lr field")
-    lr = cols.lr[np.isfinite(cols.lr)]
-    if not len(lr) or float(np.max(lr)) <= 0:  # nothing to compare against (a hand-made log)
-        return _cause(name, None, "the lr field holds no positive finite value")
-    lr_on = cols.at(cols.lr, div.step) or float("nan")
-    lr_max = float(np.max(lr))
-    started_low = lr[0] < 0.5 * lr_max
-    if not started_low and cols.step[0] <= 10:
-        return _cause(
-            name,
-            True,
-            f"no warmup: the lr starts at {lr[0]:.3g}, already {lr[0] / lr_max:.0%} of "
-            f"its peak {lr_max:.3g}",
-        )
-    near_peak = lr_on >= 0.9 * lr_max
-    return _cause(
-        name,
-        bool(near_peak),
-        f"lr at the onset is {lr_on:.3g}, {lr_on / lr_max:.0%} of its peak {lr_max:.3g}"
-        + (
-            " (divergence at peak lr, e.g. right after warmup, points at the lr)"
-            if near_peak
-            else " (well below peak: the lr alone is unlikely)"
-        ),
-    )
-
-
-def _clipping_cause(cols: Columns, surges: list[Alarm]) -> dict[str, object]:
-    """2. Clipping misconfigured: the update was not bounded while the norm exploded."""
-    name = "gradient clipping misconfigured"
-    if cols.grad_norm is None:
-        return _cause(name, None, "needs the grad norm")
-    if not surges:
-        return _cause(name, False, "no grad-norm surge before the rise")
-    return _cause(
-        name,
-        True,
-        f"the grad norm surged to {surges[0].ratio:.1f}x its baseline at step "
-        f"{surges[0].step}; with clipping on, the update stays bounded, so check "
-        "--clip-grad (Megatron logs the norm before clipping)",
-    )
-
-
-def _loss_scale_cause(cols: Columns, collapses: list[Alarm]) -> dict[str, object]:
-    """3. fp16 loss scale collapsed."""
-    name = "fp16 loss scale collapsed"
-    if cols.loss_scale is None:
-        return _cause(name, None, "no loss scale logged (bf16 run?)")
-    return _cause(
-        name, bool(collapses), collapses[0].detail if collapses else "the loss scale held"
-    )
-
-
-def _device_cause(
-    div: Divergence, steps: np.ndarray, loss: np.ndarray, *, quiet: bool
-) -> dict[str, object]:
-    """4. A faulty device: a jump in one logged step with no precursor (`quiet`) at all."""
-    i = int(np.searchsorted(steps, div.step))
-    sudden = (
-        i > 0
-        and i < len(loss)
-        and loss[i] - loss[i - 1] > 0.5 * max((div.to_level or loss[i]) - div.from_level, 0)
-    )
-    if sudden and quiet:
-        return _cause(
-            "a faulty device",
-            True,
-            "the loss jumped in one logged step with no grad-norm or loss-scale warning: "
-            "compare per-rank losses, check DCGM/ECC logs, rerun the step on other nodes",
-        )
-    return _cause(
-        "a faulty device",
-        None,
-        "only per-rank logs or a rerun of the step on other nodes can rule it out",
-    )
-
-
-def _cause(name: str, supported: bool | None, evidence: str) -> dict[str, object]:
-    return {"cause": name, "supported": supported, "evidence": evidence}
 
 
 @dataclass

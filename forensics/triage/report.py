@@ -97,8 +97,17 @@ def _md_event(e: dict[str, Any]) -> list[str]:
             said = c.get("evidence") or f"not checked: needs {c.get('needed')}"
             lines.append(f"- {c['check']}: {c.get('result') or 'unknown'} ({said})")
         lines.append(f"- **conclusion**: {e['conclusion']}")
+    elif kind == "recurring_spikes":
+        lines.append(f"### Recurring spikes from iteration {step}{curve}: run-level finding")
+        lines.append(f"- {e['finding']}")
+    elif kind == "slow_climb":
+        lines.append(f"### Slow climb, iterations {step}-{e['end_step']}{curve}: **watch**")
+        lines.append(f"- {ev['summary']}")
+        lines.append(f"- **action**: {e['action']}")
     else:
         title = "Grad-norm alarm" if kind == "grad_norm_alarm" else "fp16 loss-scale collapse"
+        if e.get("mode") == "sustained":
+            title = "Grad-norm alarm (sustained rise)"
         lines.append(f"### {title} at iteration {step}")
         lines.append(f"- {ev['summary']}")
         if e.get("loss_onset_step") is not None:
@@ -130,6 +139,8 @@ def _md_plan(e: dict[str, Any]) -> list[str]:
         lines.append(f"  ({ev['next_command_note']})")
     if e.get("decide"):
         lines.append(f"- {e['decide']['rule']}")
+    if e.get("action"):
+        lines.append(f"- **action**: {e['action']}")
     if e.get("likely_causes"):
         lines.append("- likely causes, ranked from the evidence:")
         for i, c in enumerate(e["likely_causes"], 1):
@@ -228,27 +239,48 @@ def terminal_lines(result: TriageResult) -> list[str]:
     for e in result.events:
         if e["kind"] == "spike" and e["verdict"] == "benign":
             continue
-        summary = terminal_safe(e.get("evidence", {}).get("summary", ""), 160)
-        head = f"  {e['kind']} @ {e['step']}"
-        if e["kind"] == "spike":
-            tcolor = {"benign": "green", "malignant": "red", "undecided": "yellow"}[e["verdict"]]
-            head += f" [{tcolor}]{e['verdict']}[/]"
-        lines.append(f"{head}: {summary}")
-        if e["kind"] == "plateau":
-            lines.append(f"    -> {terminal_safe(e['conclusion'], 200)}")
-        if e["kind"] == "divergence":
-            first = next((c for c in e["likely_causes"] if c["supported"]), None)
-            if first:
-                lines.append(
-                    f"    -> check first: {terminal_safe(first['cause'], 200)} "
-                    f"({terminal_safe(first['evidence'], 300)})"
-                )
-        if e.get("next_command"):
-            command = escape(e["next_command"])
-            lines.append(f"    roll back to {e['rollback_iteration']}; next: {command}")
-        if e.get("decide"):
-            lines.append(f"    {terminal_safe(e['decide']['rule'], 300)}")
+        lines += _terminal_event(e)
     n_benign = sum(1 for e in result.events if e["kind"] == "spike" and e["verdict"] == "benign")
     if n_benign:
         lines.append(f"  {n_benign} benign spikes (see report.md)")
+    return lines
+
+
+def _terminal_event(e: dict[str, Any]) -> list[str]:
+    """One event: its kind, curve and step, its evidence; the top cause and the action."""
+    summary = terminal_safe(e.get("evidence", {}).get("summary", ""), 160)
+    curves = e.get("curves") or ([e["curve"]] if e.get("curve") else [])
+    named = terminal_safe(", ".join(curves), 80)
+    where = f" on {named}" if curves and curves != ["loss"] else ""
+    if e.get("scope") == "one domain":
+        named = terminal_safe(e["curve"], 60)
+        where = f" on {named} alone (the other domains held)"
+    elif e.get("scope") == "all domains":
+        where = f" on every domain at once ({named})"
+    head = f"  {e['kind']}{where} @ {e['step']}"
+    if e["kind"] == "spike":
+        tcolor = {"benign": "green", "malignant": "red", "undecided": "yellow"}[e["verdict"]]
+        head += f" [{tcolor}]{e['verdict']}[/]"
+    lines = [f"{head}: {summary}"]
+    if e["kind"] == "plateau":
+        lines.append(f"    -> {terminal_safe(e['conclusion'], 200)}")
+    if e.get("finding"):
+        lines.append(f"    -> {terminal_safe(e['finding'], 300)}")
+    causes = e.get("likely_causes") or []
+    if causes:
+        top = causes[0]
+        mark = {True: "supported", False: "ruled out", None: "cannot tell"}[top["supported"]]
+        lines.append(
+            f"    -> {named}: top cause {terminal_safe(top['cause'], 120)} ({mark}): "
+            f"{terminal_safe(top['evidence'], 300)}"
+        )
+    if e["kind"] == "divergence":
+        lines.append(f"    [bold red]{escape(terminal_safe(e['action'], 400))}[/]")
+    elif e.get("next_command"):
+        command = escape(e["next_command"])
+        lines.append(f"    roll back to {e['rollback_iteration']}; next: {command}")
+    if e.get("decide"):
+        lines.append(f"    {terminal_safe(e['decide']['rule'], 300)}")
+    if e.get("led_loss_onset_by") is not None:
+        lines.append(f"    led the loss onset by {e['led_loss_onset_by']} steps")
     return lines

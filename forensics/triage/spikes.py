@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 
 from forensics.triage.config import TriageConfig
-from forensics.triage.trend import LocalStats
+from forensics.triage.trend import LocalStats, warmup_end_index
 
 
 @dataclass
@@ -43,6 +44,11 @@ class Spike:
     recovery_steps: int | None = None
     recovered_fraction: float | None = None
     lasting_excess: float | None = None
+    # The pre-spike trend extrapolated to where the loss settles, and the settled loss over it.
+    trend_level: float | None = None
+    trend_excess: float | None = None
+    settled_level: float | None = None
+    nonfinite: bool = False
     reason: str = ""
 
     @property
@@ -181,6 +187,27 @@ def _first_back(after: np.ndarray, target: float) -> int | None:
     return None
 
 
+def _set_benign(spike: Spike, steps: np.ndarray, j: int) -> None:
+    """Back by row `j`, at its level and on its trajectory."""
+    spike.verdict = "benign"
+    spike.recovered_step = int(steps[j])
+    spike.recovery_steps = int(steps[j] - spike.peak_step)
+    spike.recovered_fraction = 1.0
+    spike.blip = spike.onset_idx == spike.end_idx and j == spike.peak_idx + 1
+    gap = int(steps[j] - steps[j - 1])
+    on_trend = (
+        f"; on its pre-spike trajectory ({spike.trend_excess:+.3g} from the trend extrapolated)"
+        if spike.trend_excess is not None
+        else ""
+    )
+    spike.reason = (
+        f"back within {spike.tolerance:.3g} of the pre-spike level {spike.pre_level:.4g} "
+        f"by step {spike.recovered_step}, {spike.recovery_steps} steps after the peak"
+        + (f" (first logged point after a {gap}-step gap)" if gap > 1 else "")
+        + on_trend
+    )
+
+
 def _judge(
     spike: Spike,
     steps: np.ndarray,
@@ -190,13 +217,10 @@ def _judge(
     last_step: int,
 ) -> None:
     """Set verdict, recovery and explanation of a spike from the rows after its peak."""
-    spike.verdict, spike.blip, spike.recovered_step, spike.recovery_steps = (
-        "undecided",
-        False,
-        None,
-        None,
-    )
+    spike.verdict, spike.blip, spike.nonfinite = "undecided", False, False
+    spike.recovered_step = spike.recovery_steps = None
     spike.recovered_fraction = spike.lasting_excess = None
+    spike.trend_level = spike.trend_excess = spike.settled_level = None
     horizon = spike.peak_step + 4 * cfg.recovery_window
     # ... and at least a few rows past it: a sparse log may next speak after a long gap.
     j_end = max(int(np.searchsorted(steps, horizon, side="right")), spike.peak_idx + 6)
@@ -207,18 +231,10 @@ def _judge(
     if first_back is not None:
         j = spike.peak_idx + 1 + first_back
         first_bad = bad_after[0] if len(bad_after) else None
-        if first_bad is None or first_bad > steps[j]:
-            spike.verdict = "benign"
-            spike.recovered_step = int(steps[j])
-            spike.recovery_steps = int(steps[j] - spike.peak_step)
-            spike.recovered_fraction = 1.0
-            spike.blip = spike.onset_idx == spike.end_idx and j == spike.peak_idx + 1
-            gap = int(steps[j] - steps[j - 1])
-            spike.reason = (
-                f"back within {spike.tolerance:.3g} of the pre-spike level {spike.pre_level:.4g} "
-                f"by step {spike.recovered_step}, {spike.recovery_steps} steps after the peak"
-                + (f" (first logged point after a {gap}-step gap)" if gap > 1 else "")
-            )
+        if (first_bad is None or first_bad > steps[j]) and _on_trajectory(
+            spike, steps, loss, cfg, j, last_step
+        ):
+            _set_benign(spike, steps, j)
             return
     elapsed = last_step - spike.peak_step
     tail = _settled_level(steps, loss, spike, cfg)
@@ -229,15 +245,20 @@ def _judge(
             if spike.height > 0
             else None
         )
+    spike.settled_level = tail
+    if spike.trend_level is None:
+        trend_gap(spike, steps, loss, cfg, spike.peak_idx + 1)
     frac = spike.recovered_fraction
     so_far = f"{100 * frac:.0f}% of the way back" if frac is not None else "no point after the peak"
     if len(bad_after):
-        spike.verdict = "malignant"
+        spike.verdict, spike.nonfinite = "malignant", True
         spike.reason = (
             f"the loss went non-finite (nan or not logged) at step {int(bad_after[0])}, "
             f"{int(bad_after[0] - spike.peak_step)} steps after the peak, without coming back "
             f"({so_far})"
         )
+    elif first_back is not None and spike.trend_excess is not None:
+        _off_trajectory(spike, elapsed, so_far, cfg)
     elif elapsed >= cfg.recovery_window:
         spike.verdict = "malignant"
         shape = (
@@ -270,3 +291,74 @@ def _settled_level(
         if b <= a:
             return None
     return float(np.median(loss[a:b]))
+
+
+def pre_spike_trend(
+    steps: np.ndarray, loss: np.ndarray, spike: Spike, cfg: TriageConfig
+) -> tuple[float, float] | None:
+    """The local power law (log loss on log step, on a 5-row rolling median so blips do not tilt
+    it) over the `2 x recovery_window` steps before the onset, after the warm-up; None with
+    under 20 rows or a span under half the recovery window (too short to extrapolate from)."""
+    lo = max(int(np.searchsorted(steps, spike.onset_step - 2 * cfg.recovery_window)),
+             warmup_end_index(steps, loss))  # fmt: skip
+    hi = spike.onset_idx
+    if hi - lo < 20 or steps[hi - 1] - steps[lo] < cfg.recovery_window // 2:
+        return None
+    s, y = steps[lo:hi].astype(float), loss[lo:hi]
+    y = pl.Series(y).rolling_median(5, min_samples=1).to_numpy()
+    if (s <= 0).any() or (y <= 0).any():
+        return None
+    slope, intercept = np.polyfit(np.log(s), np.log(y), 1)
+    return float(slope), float(intercept)
+
+
+def _on_trajectory(
+    spike: Spike, steps: np.ndarray, loss: np.ndarray, cfg: TriageConfig, j: int, last_step: int
+) -> bool:
+    """Back at its level by row `j`: is it back on the trajectory it was on? True when the
+    settled loss is within tolerance of the pre-spike trend, or when there is no trend to judge
+    by (too few rows before it, or a one-row blip back on the next row)."""
+    if spike.onset_idx == spike.end_idx and j == spike.peak_idx + 1:
+        return True
+    trend_gap(spike, steps, loss, cfg, j)
+    return spike.trend_excess is None or spike.trend_excess <= spike.tolerance
+
+
+def trend_gap(spike: Spike, steps: np.ndarray, loss: np.ndarray, cfg: TriageConfig, j: int) -> None:
+    """Set `trend_level` and `trend_excess`: the settled loss (median over the second half of
+    the recovery window, or the rows from row `j` so far) against the pre-spike trend
+    extrapolated to the middle of those rows."""
+    fit = pre_spike_trend(steps, loss, spike, cfg)
+    if fit is None:
+        return
+    a = max(int(np.searchsorted(steps, spike.peak_step + cfg.recovery_window // 2)), j)
+    b = int(np.searchsorted(steps, spike.peak_step + cfg.recovery_window, side="right"))
+    if b - a < 5:
+        a, b = j, max(b, j + 5)
+    window_s, window = steps[a:b], loss[a:b]
+    if len(window) < 5:
+        return
+    at = float(np.median(window_s))
+    spike.trend_level = float(np.exp(fit[1] + fit[0] * np.log(max(at, 1.0))))
+    spike.settled_level = float(np.median(window))
+    spike.trend_excess = spike.settled_level - spike.trend_level
+
+
+def _off_trajectory(spike: Spike, elapsed: int, so_far: str, cfg: TriageConfig) -> None:
+    """Back to its pre-spike level but not to the trajectory it was on: malignant once the
+    window has passed, undecided before."""
+    where = (
+        f"back to its pre-spike level {spike.pre_level:.4g} but not to its trajectory: "
+        f"{elapsed} steps after the peak the loss settles {spike.trend_excess:+.3g} above the "
+        f"pre-spike trend extrapolated there ({spike.trend_level:.4g}; tolerance "
+        f"{spike.tolerance:.3g})"
+    )
+    if elapsed >= cfg.recovery_window:
+        spike.verdict = "malignant"
+        spike.lasting_excess = spike.trend_excess
+        spike.reason = f"{where}: a lasting step off the trajectory"
+    else:
+        spike.reason = (
+            f"{where} so far; its {cfg.recovery_window}-step recovery window closes at step "
+            f"{spike.peak_step + cfg.recovery_window}"
+        )

@@ -137,8 +137,10 @@ class PowerLawFit:
 
 def warmup_end_index(steps: np.ndarray, loss: np.ndarray) -> int:
     """First row of the power-law regime: skip the first 5% of rows and the steps below 1% of
-    the run (the initial collapse from ln(vocab) is not a power law)."""
-    if len(steps) == 0:
+    the run (the initial collapse from ln(vocab) is not a power law). A log that starts past
+    the first 1% of its steps (a window of a longer log, as `forensics watch` keeps, or an
+    excerpt) holds no initial collapse: nothing is skipped."""
+    if len(steps) == 0 or steps[0] > max(0.01 * steps[-1], 10):
         return 0
     limit = max(int(steps[0]), int(0.01 * steps[-1]))
     return max(int(np.searchsorted(steps, limit)), int(0.05 * len(steps)))

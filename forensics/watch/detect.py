@@ -39,6 +39,7 @@ class WindowDetector:
         self.cfg, self.run, self.path = cfg, run, path
         self.table: pl.DataFrame | None = None
         self.trimmed_before: int | None = None  # first step kept once rows were dropped
+        self.first_step: int | None = None  # the run's first step seen (run-level rates)
         self.notes: list[str] = []
         self.restarts = 0
 
@@ -54,6 +55,8 @@ class WindowDetector:
         if notes:
             self.restarts += 1
             self.notes += notes
+        if self.first_step is None and both.height:
+            self.first_step = int(both["step"][0])
         last = int(both["step"][-1])
         keep_from = last - window_steps(self.cfg)
         if int(both["step"][0]) < keep_from:
@@ -68,7 +71,8 @@ class WindowDetector:
 
     def context_steps(self) -> int:
         rows = max(self.cfg.grad_baseline_rows, self.cfg.window_rows)
-        return int(rows * self.interval())
+        # ... and the pre-spike trend a spike is judged against (2 x the recovery window).
+        return max(int(rows * self.interval()), 2 * self.cfg.recovery_window)
 
     def zone_start(self) -> int | None:
         """Events starting before this step are not raised from the current window."""

@@ -21,42 +21,28 @@ import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from forensics.errors import ForensicsError
+from forensics.triage.analyze import TriageResult
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.formats import get_format
 from forensics.watch.book import EventBook
 from forensics.watch.detect import WindowDetector
 from forensics.watch.follow import LogFollower, Position
 from forensics.watch.parse import ChunkParser, detect_line_format
-from forensics.watch.plans import (
-    PLAN_KINDS,
-    PlanState,
-    event_verdict,
-    next_status,
-    plan_message,
-    restore,
-)
+from forensics.watch.planning import MAX_ANALYSES, PlanRunner  # noqa: F401 - re-exported
+from forensics.watch.plans import PLAN_KINDS, PlanState, restore
 from forensics.watch.sinks import (
     WEBHOOK_STATE,
     WebhookSender,
     watch_metrics,
     write_prometheus,
 )
-from forensics.watch.spikejob import (
-    SpikeJob,
-    not_started_message,
-    pid_runs_spike,
-    run_source,
-    source_saved,
-    spike_result,
-    start_spike,
-    started_message,
-)
+from forensics.watch.spikejob import SpikeJob
 from forensics.watch.tbfollow import TBPosition, TensorBoardFollower, TensorBoardParser
 
 STATE_FILE = "state.json"
+RUN_LEVEL = ("recurring_spikes",)  # findings over the whole run, not the window
 WINDOW_FILE = "window.parquet"
 LOCK_FILE = ".watch.lock"
-MAX_ANALYSES = 2  # background spike runs at once; in a burst of spikes the rest get triage's plan
 _UNDETECTED_LIMIT = 4 << 20  # detect_format reads this much: past it, "cannot tell" is final
 
 
@@ -79,7 +65,7 @@ class WatchOptions:
     spike_args: tuple[str, ...] = ()
 
 
-class Watcher:
+class Watcher(PlanRunner):
     """Follows one log into one watch directory (see the module docstring)."""
 
     def __init__(self, opts: WatchOptions, terminal: Any | None = None) -> None:
@@ -116,6 +102,7 @@ class Watcher:
         if state and window.exists():
             self.detector.table = pl.read_parquet(window)
             self.detector.trimmed_before = state.get("trimmed_before")
+            self.detector.first_step = state.get("first_step")
         self.fmt: str | None = state.get("format") if state else None
         self.follower: LogFollower | TensorBoardFollower | None = None
         self.parser: ChunkParser | TensorBoardParser | None = None
@@ -185,6 +172,7 @@ class Watcher:
                 "header": self.parser.header if self.parser else None,
                 "position": self.follower.pos.to_dict() if self.follower else None,
                 "trimmed_before": self.detector.trimmed_before,
+                "first_step": self.detector.first_step,
                 "stalled": self.stalled,
             },
         )
@@ -282,6 +270,8 @@ class Watcher:
         out: list[dict[str, Any]] = []
         for ev in result.events:
             kind, curve, step = ev["kind"], ev.get("curve"), int(ev["step"])
+            if kind in RUN_LEVEL:
+                continue  # judged on the whole run below, not on the window
             end = int(ev.get("peak_step") or ev.get("end_step") or step)
             tol = (
                 near
@@ -303,6 +293,9 @@ class Watcher:
                 kind == "spike"
                 and ev["verdict"] != "undecided"
                 and (ev["verdict"] not in known.verdicts)
+                # Malignant is final (its window had passed): a trimmed window that no longer
+                # holds the spike's history does not take it back.
+                and "malignant" not in known.verdicts
             ):
                 out.append(self._emit(self._event_msg("verdict", ev)))
                 key = known.step
@@ -311,6 +304,7 @@ class Watcher:
                 continue
             if kind in PLAN_KINDS:
                 out += self._advance_plan(key, ev)
+        out += self._run_level(result)
         self.view["open_spikes"] = sum(
             1 for e in result.events if e["kind"] == "spike" and e["verdict"] == "undecided"
         )
@@ -325,6 +319,31 @@ class Watcher:
             self.view["loss_ema"] = float(main.ema[-1])
         return out
 
+    def _run_level(self, result: TriageResult) -> list[dict[str, Any]]:
+        """Recurring benign spikes, counted over every spike this watcher judged benign (the
+        window holds only the last few): raised once, as `forensics triage` finds it."""
+        from forensics.triage.runlevel import run_recurrence
+
+        if self.book.has("raised", kind="recurring_spikes") or self.detector.table is None:
+            return []
+        benign = sorted(
+            k.step
+            for k in self.book.known
+            if k.kind == "spike" and k.curve == "loss" and "benign" in k.verdicts
+        )
+        main = result.curves.get("loss")
+        if main is None:
+            return []
+        ev = run_recurrence(
+            benign,
+            main.steps,
+            self.detector.table,
+            self.opts.cfg,
+            self.opts.run,
+            first=self.detector.first_step,
+        )
+        return [] if ev is None else [self._emit(self._event_msg("raised", ev))]
+
     def _event_msg(self, message: str, ev: dict[str, Any]) -> dict[str, Any]:
         kind = ev["kind"]
         verdict = ev.get("verdict")
@@ -333,7 +352,12 @@ class Watcher:
         head = f"{kind}{where} at step {ev['step']}"
         if verdict:
             head += f": {verdict}"
-        if ev.get("next_command"):
+        causes = ev.get("likely_causes") or []
+        if causes and ev.get("verdict") != "benign":
+            summary += f"; top cause: {causes[0]['cause']}"
+        if kind == "divergence":
+            summary += f"; {ev['action']}"
+        elif ev.get("next_command"):
             summary += f"; roll back to {ev['rollback_iteration']}; next: {ev['next_command']}"
         return {
             "message": message,
@@ -354,91 +378,6 @@ class Watcher:
         if self.webhook is not None:
             self.webhook.post(written)
         return written
-
-    # ------------------------------------------------------------------ spike forensics
-
-    def _key_of(self, msg: dict[str, Any]) -> int:
-        """The step a raised/verdict message's event is known by (its first raised step)."""
-        known = self.book.find(msg["kind"], msg.get("curve"), msg["step"], msg.get("end_step"), 0)
-        return known.step if known is not None else int(msg["step"])
-
-    def _advance_plan(self, key: int, ev: dict[str, Any]) -> list[dict[str, Any]]:
-        """A spike raised or judged: start the analysis at once (not only once malignant), then
-        post the plan's status if it changed (forensics.watch.plans)."""
-        state = self.plans.setdefault(key, PlanState())
-        state.event, state.verdict = ev, event_verdict(ev)
-        out = self._maybe_start_spike(ev, key) if state.verdict != "benign" else []
-        return out + self._post_plan(key)
-
-    def _post_plan(self, key: int) -> list[dict[str, Any]]:
-        state = self.plans.get(key)
-        if state is None or not state.event:
-            return []
-        status = next_status(state, analysing=key in self.jobs)
-        if status is None:
-            return []
-        state.posted = status
-        when = {"at_step": self.detector.last_step, "poll": self.polls}
-        return [self._emit(plan_message(key, state, status) | when)]
-
-    def _maybe_start_spike(self, ev: dict[str, Any], key: int) -> list[dict[str, Any]]:
-        source = run_source(self.opts.config, self.opts.from_checkpoint)
-        if self.opts.on_malignant != "spike" or source is None:
-            return []
-        if key in self.jobs or self.book.has("forensics_started", step=key):
-            return []
-        if len(self.jobs) >= MAX_ANALYSES:  # a burst of spikes: their plans are triage's own
-            return []
-        if not source_saved(source):  # asked again when the spike is judged; said once
-            if self.book.has("forensics_not_started", step=key):
-                return []
-            return [self._emit(not_started_message(key, source))]
-        from forensics.rollback import FAR, spike_window
-
-        window, _why = spike_window(key, int(ev.get("rollback_iteration", key - FAR)))
-        self.jobs[key] = start_spike(source, key, window, self.out, extra=self.opts.spike_args)
-        self.plans.setdefault(key, PlanState()).started = True
-        return [self._emit(started_message(self.jobs[key], window))]
-
-    def _report_job(self, step: int, body: dict[str, Any]) -> list[dict[str, Any]]:
-        """The finished analysis's message, then the plan it completes."""
-        msg = self._emit({"message": "forensics", "kind": "spike_forensics", "step": step, **body})
-        self.plans.setdefault(step, PlanState()).result = msg
-        return [msg, *self._post_plan(step)]
-
-    def _resume_jobs(self) -> None:
-        """Jobs a previous watcher started but did not report: report or restart them."""
-        for msg in self.book.messages:
-            if msg.get("message") != "forensics_started":
-                continue
-            step = int(msg["step"])
-            if self.book.has("forensics", step=step):
-                continue
-            out = self.out / f"spike-{step}"
-            log = self.out / f"spike-{step}.log"
-            if (out / "report.json").exists() and (out / "skip.json").exists():
-                self._report_job(step, spike_result(step, out, log, 0))
-            elif msg.get("pid") and pid_runs_spike(int(msg["pid"])):
-                self.jobs[step] = SpikeJob(step, out, log, None, int(msg["pid"]))  # still running
-            elif (source := run_source(self.opts.config, self.opts.from_checkpoint)) is not None:
-                self.jobs[step] = start_spike(
-                    source,
-                    step,
-                    int(msg.get("window", 100)),
-                    self.out,
-                    extra=self.opts.spike_args,
-                    force=True,
-                )
-
-    def _check_jobs(self) -> list[dict[str, Any]]:
-        out = []
-        for step, job in list(self.jobs.items()):
-            finished, rc = job.returncode()
-            if not finished:
-                continue
-            del self.jobs[step]
-            out += self._report_job(step, spike_result(step, job.out, job.log, rc))
-        return out
 
     # ------------------------------------------------------------------ views
 

@@ -82,6 +82,8 @@ def plan_message(step: int, state: PlanState, status: str) -> dict[str, Any]:
         head = "provisional plan" if status == "provisional" else "plan confirmed"
         why = "" if status == "provisional" else f" ({state.verdict})"
         parts = [f"{head}{why} for the {what} at step {step}"]
+        if what == "divergence":
+            parts.append("STOP NOW: stop the run (an emergency, not a wait-and-see)")
         if culprit:
             parts.append(
                 ("provisional culprit " if status == "provisional" else "culprit ") + culprit
@@ -104,6 +106,7 @@ def plan_message(step: int, state: PlanState, status: str) -> dict[str, Any]:
         "rollback_iteration": rollback,
         "decide_by_step": decide_by,
         "next_command": ev.get("next_command"),
+        "action": ev.get("action"),
         "action_text": (result or {}).get("action_text") if ok else None,
         "summary": summary,
     }

@@ -27,9 +27,17 @@ from dataloaders.atomic import write_json_atomic, write_text_atomic
 WEBHOOK_STATE = "webhook.json"
 WEBHOOK_FORMATS = ("json", "slack")
 _CRITICAL = {"malignant", "divergence", "confirmed"}
-_WARNING = {"undecided", "provisional", "grad_norm_alarm", "loss_scale_collapse", "plateau"}
+_WARNING = {
+    "undecided",
+    "provisional",
+    "grad_norm_alarm",
+    "loss_scale_collapse",
+    "plateau",
+    "recurring_spikes",
+    "slow_climb",
+}
 # Fields of the triage event a receiver acts on, lifted to the top of a plain JSON event.
-_LIFTED = ("rollback_iteration", "rollback_rule", "next_command", "peak_step")
+_LIFTED = ("rollback_iteration", "rollback_rule", "next_command", "peak_step", "action")
 
 
 def severity(msg: dict[str, Any]) -> str:
@@ -39,8 +47,8 @@ def severity(msg: dict[str, Any]) -> str:
         return "info"
     if msg.get("message") == "forensics" and msg.get("ok") is False:
         return "warning"
-    if keys & _CRITICAL:
-        return "critical"
+    if keys & _CRITICAL or str(msg.get("action") or "").startswith("STOP NOW"):
+        return "critical"  # a divergence's plan is an emergency, provisional or not
     if keys & _WARNING or msg.get("kind") == "log_stalled":
         return "warning"
     return "info"

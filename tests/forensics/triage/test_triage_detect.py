@@ -163,7 +163,9 @@ def test_divergence_with_grad_norm_precursor() -> None:
     ]
     # Nothing says where it entered: the fallback's target, 100 before (the alarm is later).
     assert div["rollback_iteration"] == div["step"] - 100 < alarm["step"]
-    assert div["next_command"].startswith(
+    # Clipping is supported: the next command is its check, not the data replay.
+    assert div["next_command"].startswith("check --clip-grad") and not div["replay_suggested"]
+    assert div["spike_command"].startswith(
         f"forensics spike --config <run-config.yaml> --step {div['step']}"
     )
     assert "grad-norm alarm fired" in div["evidence"]["grad_norm_before"]

@@ -448,6 +448,13 @@ def test_sliding_window_finds_what_the_batch_triage_finds(tmp_path: Path) -> Non
     assert final[3600] == "malignant" and set(list(final.values())[:5]) == {"benign"}
     keys = [(m["message"], m["step"], m["verdict"]) for m in msgs if m["kind"] == "spike"]
     assert len(keys) == len(set(keys)) == 12  # raised undecided, then the verdict, once each
+    # The run-level finding is counted over every spike the watcher judged, not the window's:
+    # the same finding as the batch triage's, raised once, as soon as the rate is passed.
+    (batch_rec,) = [e for e in triage(_table(lines), cfg).events if e["kind"] == "recurring_spikes"]
+    (rec,) = [m for m in msgs if m["kind"] == "recurring_spikes"]
+    assert rec["step"] == batch_rec["step"] == 700 and batch_rec["count"] == 5
+    assert cfg.recur_min_count <= rec["event"]["count"] <= batch_rec["count"]
+    assert rec["event"]["action"] == batch_rec["action"]
 
 
 def test_tensorboard_run_directory_followed_record_by_record(tmp_path: Path) -> None:
