@@ -251,7 +251,7 @@ def test_a_state_needing_other_globals_is_refused_unread(tmp_path):
     with pytest.raises(ForensicsError) as err:
         open_replayer(config)
     message = str(err.value)
-    assert message.startswith(f"{bad}: the trainer state holds argparse.Namespace")
+    assert message.startswith(f"{bad}: holds a pickled argparse.Namespace, which an OLMo-core")
     assert "refusing to unpickle it" in message and "\n" not in message
 
 
