@@ -10,6 +10,8 @@ NVIDIA/Megatron-LM: `get_checkpoint_name`, `generate_state_dict`, `save_checkpoi
   tensor at its global shape, layers stacked on a leading axis (megatron-core's
   `decoder.layers.*` sharded keys, TransformerEngine names: `linear_qkv.layer_norm_weight` is the
   input norm). Read with `torch.distributed.checkpoint.load(..., no_dist=True)`.
+Every pickle here (each rank's file, common.pt, .metadata) is read through dataloaders.safe_pickle
+with the globals Megatron's checkpoints hold and no others: nothing in a checkpoint runs.
 
 What each legacy tensor-parallel slice is, and how it is merged (megatron-core 0.16.1,
 tensor_parallel/layers.py): VocabParallelEmbedding and ColumnParallelLinear (output_layer,
