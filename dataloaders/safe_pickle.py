@@ -311,6 +311,7 @@ def dcp_tensors(directory: Path, keep: Callable[[str], bool]) -> dict[str, Any]:
     `read_dcp_metadata`; the reader hands torch that object instead of unpickling the file
     again, and the planner refuses non-tensor entries (never requested here)."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     metadata = read_dcp_metadata(directory / ".metadata")
     wanted = _tensor_entries(metadata, keep, directory / ".metadata")
@@ -329,8 +330,11 @@ def dcp_tensors(directory: Path, keep: Callable[[str], bool]) -> dict[str, Any]:
             warnings.simplefilter("ignore")
             dcp.load(wanted, storage_reader=Reader(str(directory)), planner=Planner(),
                      no_dist=True)  # fmt: skip
-    except ForensicsError:
-        raise
+    except CheckpointException as err:  # a BaseException: each rank's failure, wrapped
+        causes = [f[0] if isinstance(f, tuple) else f for f in err.failures.values()] or [err]
+        raise ForensicsError(
+            f"{directory}: the shards do not load ({_first_line(causes[0])})"
+        ) from None
     except Exception as err:  # noqa: BLE001 - missing or damaged .distcp shards
         raise ForensicsError(f"{directory}: the shards do not load ({_first_line(err)})") from None
     return wanted

@@ -63,6 +63,10 @@ def test_dcp_metadata_from_torchs_writer_reads_and_planted_code_never_runs(tmp_p
     assert isinstance(read_dcp_metadata(metadata), Metadata)
     loaded = dcp_tensors(tmp_path / "ckpt", lambda key: True)
     assert set(loaded) == {"w"} and loaded["w"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    shard = next((tmp_path / "ckpt").glob("*.distcp"))
+    shard.rename(shard.with_suffix(".gone"))  # torch wraps the failure in a BaseException
+    with pytest.raises(ForensicsError, match=f"the shards do not load .*{shard.name}"):
+        dcp_tensors(tmp_path / "ckpt", lambda key: True)
     marker = tmp_path / "MARKER"
     plant_in_dcp_metadata(metadata, marker)
     with pytest.raises(ForensicsError, match=f"{metadata}: holds a pickled posix.system"):
