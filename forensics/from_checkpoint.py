@@ -13,7 +13,8 @@ dist_checkpointing/strategies/common.py:40-48, COMMON_STATE_FNAME). The tracker 
 The pickle is read with `torch.load(weights_only=True)` allowing exactly the globals
 megatron-core itself registers for its checkpoints (megatron/core/safe_globals.py: Namespace,
 the enums the arguments hold, the numpy types of the RNG state, ...), megatron-core's own
-classes rebuilt as inert stand-ins; any other global is refused by name. The
+classes rebuilt as inert stand-ins; any other global is refused by name, unread
+(dataloaders.safe_pickle). The
 Namespace then goes through the `--megatron-args` reader (forensics/megatron_args.py).
 """
 
@@ -27,96 +28,22 @@ from typing import Any
 
 from dataloaders.data_sections import MegatronData
 from dataloaders.run_config import RunConfig
-from dataloaders.torch_globals import globals_beyond_torch_defaults
+from dataloaders.safe_pickle import load_torch_save, megatron_globals
 from forensics.errors import ForensicsError
 
 TRACKER = "latest_checkpointed_iteration.txt"
 _ITER = re.compile(r"iter_(\d{7})")
-# megatron-core's own list of what its checkpoints pickle (megatron/core/safe_globals.py,
-# SAFE_GLOBALS, megatron-core 0.16.1), by pickled name. Its classes are rebuilt as inert
-# stand-ins, so reading a checkpoint does not need megatron-core installed.
-_MEGATRON_ENUMS = (
-    "megatron.core.transformer.enums.AttnBackend",
-    "megatron.core.transformer.enums.CudaGraphScope",
-    "megatron.core.enums.ModelType",
-    "megatron.core.rerun_state_machine.RerunDiagnostic",
-    "megatron.core.rerun_state_machine.RerunMode",
-    "megatron.core.rerun_state_machine.RerunState",
-)
-_MEGATRON_OBJECTS = (
-    "megatron.core.optimizer.OptimizerConfig",
-    "megatron.core.optimizer.optimizer_config.OptimizerConfig",
-)
-
-
-class SavedEnum:
-    """An enum member from the saved args (pickled as `Class(value)`), kept as its value."""
-
-    def __init__(self, value: Any = None) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"SavedEnum({self.value!r})"
-
-
-class SavedObject:
-    """A saved megatron-core config object, kept as its attributes."""
-
-    def __setstate__(self, state: Any) -> None:
-        if isinstance(state, dict):
-            self.__dict__.update(state)
-
-
-def _allowed_globals() -> list[tuple[Any, str]]:
-    """(what to build, pickled name) for every global the checkpoint may hold."""
-    import io
-    import pathlib
-    import signal
-    import types
-
-    import numpy as np
-
-    reconstruct = np.ndarray.__reduce__(np.zeros(0))[0]  # numpy's multiarray._reconstruct
-    table: list[tuple[Any, str]] = [
-        (argparse.Namespace, "argparse.Namespace"),
-        (types.SimpleNamespace, "types.SimpleNamespace"),
-        (pathlib.PosixPath, "pathlib.PosixPath"),
-        (io.BytesIO, "_io.BytesIO"),
-        (io.BytesIO, "io.BytesIO"),
-        (signal.Signals, "signal.Signals"),
-        (reconstruct, "numpy.core.multiarray._reconstruct"),
-        (reconstruct, "numpy._core.multiarray._reconstruct"),
-        (np.ndarray, "numpy.ndarray"),
-        (np.dtype, "numpy.dtype"),
-        (np.dtypes.UInt32DType, "numpy.dtypes.UInt32DType"),
-    ]
-    table += [(SavedEnum, name) for name in _MEGATRON_ENUMS]
-    table += [(SavedObject, name) for name in _MEGATRON_OBJECTS]
-    return table
 
 
 def load_saved_args(path: Path) -> dict[str, Any]:
     """The checkpoint's top-level dict (args, iteration, ...) read with weights_only=True and
-    exactly the globals Megatron's args and RNG state need."""
-    import torch
-
-    try:
-        unsafe = globals_beyond_torch_defaults(path)
-    except Exception as err:  # a truncated or foreign file: torch raises several types
-        raise ForensicsError(f"{path}: not a torch checkpoint ({err})") from None
-    allow = _allowed_globals()
-    known = {name for _built, name in allow}
-    for name in unsafe:
-        if name not in known:
-            raise ForensicsError(
-                f"{path}: holds a pickled {name}, which forensics does not load from a "
-                "checkpoint; give --config or --megatron-args instead"
-            )
-    try:
-        with torch.serialization.safe_globals(allow):
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # weights_only refusals and corrupt archives alike
-        raise ForensicsError(f"{path}: cannot read the saved args ({err})") from None
+    exactly the globals Megatron's args and RNG state need (dataloaders.safe_pickle)."""
+    state = load_torch_save(
+        path,
+        megatron_globals(),
+        "a Megatron checkpoint",
+        "; give --config or --megatron-args instead",
+    )
     if not isinstance(state, dict) or not isinstance(state.get("args"), argparse.Namespace):
         raise ForensicsError(f"{path}: no Megatron `args` in this checkpoint")
     return state

@@ -1,9 +1,10 @@
 """The checkpoint side: open a Hugging Face causal LM and compute per-token losses.
 
 torch and transformers are imported inside the functions that need them (never at module level),
-so `forensics --help`, `replay`, `score` and `triage` stay light. `check_checkpoint` reads only
-config.json and the file listing: the spike pipeline calls it before any work, so a wrong
-directory costs nothing.
+so `forensics --help`, `replay`, `score` and `triage` stay light. `check_checkpoint` reads the
+config, the file listing and, without running anything, the names every pickle of the checkpoint
+holds (dataloaders.safe_pickle): the spike pipeline calls it before any work, so a wrong or
+tampered directory costs nothing.
 
 Each kind of checkpoint directory has its reader (`forensics.rescore.kinds`): a Hugging Face
 model directory (forensics.rescore.hf, AutoModelForCausalLM); a Megatron iteration directory,
@@ -29,7 +30,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 def check_checkpoint(path: Path | str) -> dict[str, Any]:
-    """What the checkpoint says about its model, after the checks that need no torch. One-line
+    """What the checkpoint says about its model, after the checks run before any work. One-line
     errors for: a missing directory, and what its kind's reader refuses (a Megatron checkpoint
     root, no config.json, no weights, a config that is not a causal language model's)."""
     path = Path(path)

@@ -215,7 +215,7 @@ def read_export(path: Path) -> tuple[np.ndarray, pl.DataFrame, pl.DataFrame, dic
     meta = json.loads(meta_file.read_text())
     if meta.get("format") != EXPORT_FORMAT:
         raise ForensicsError(f"{path}: unknown export format {meta.get('format')!r}")
-    tokens = np.load(path / "tokens.npy", mmap_mode="r")
+    tokens = np.load(path / "tokens.npy", mmap_mode="r", allow_pickle=False)
     return (
         tokens,
         pl.read_parquet(path / "samples.parquet"),

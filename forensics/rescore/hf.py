@@ -1,16 +1,30 @@
 """A Hugging Face model directory (`save_pretrained`: config.json + safetensors), loaded with
-transformers' AutoModelForCausalLM."""
+transformers' AutoModelForCausalLM.
+
+Pickled weights (`pytorch_model.bin` and its shards) are read by transformers with
+`torch.load(weights_only=True)` and nothing added to torch's defaults (transformers 5.25.0
+modeling_utils.py:321, :365); dataloaders.safe_pickle first refuses, unread and in one line, a
+file that pickles anything else, so no traceback and nothing of the file runs."""
 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dataloaders.safe_pickle import check_torch_save
 from forensics.errors import ForensicsError
 from forensics.rescore.reader import CheckpointReader
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def check_pickled_weights(path: Path) -> None:
+    """`pytorch_model.bin` and its shards hold only what torch allows by default (all
+    transformers' weights-only load allows), checked unread; safetensors hold no pickle."""
+    for weights in sorted(path.glob("pytorch_model*.bin")):
+        check_torch_save(weights, [], "a Hugging Face weights file")
 
 
 class HFCheckpoint(CheckpointReader):
@@ -54,6 +68,7 @@ class HFCheckpoint(CheckpointReader):
                 f"{path}: no weights ({', '.join(WEIGHT_FILES)}); save the model with "
                 "save_pretrained"
             )
+        check_pickled_weights(path)
         return config
 
     def content_files(self, path: Path) -> list[Path]:
@@ -77,6 +92,7 @@ class HFCheckpoint(CheckpointReader):
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ForensicsError(f"--device {device}: no CUDA device is available here")
         transformers.logging.set_verbosity_error()
+        check_pickled_weights(path)
         try:
             config = AutoConfig.from_pretrained(path, local_files_only=True)
         except (ValueError, KeyError, OSError) as err:
@@ -94,7 +110,7 @@ class HFCheckpoint(CheckpointReader):
             model = AutoModelForCausalLM.from_pretrained(
                 path, local_files_only=True, dtype=getattr(torch, dtype)
             )
-        except (ValueError, OSError, RuntimeError) as err:
+        except (ValueError, OSError, RuntimeError, pickle.UnpicklingError) as err:
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise ForensicsError(f"{path}: the weights do not load ({first})") from None
         return model.eval().to(device)

@@ -48,7 +48,11 @@ def _from_npy(path: Path) -> pl.DataFrame:
             f"{path}: a .npy losses file must sit in a token export directory (no "
             f"{index.name} beside it to say which sample each row is)"
         )
-    array = np.load(path)
+    try:  # numbers only: an object array (a pickle) is refused, never unpickled
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ForensicsError(f"{path}: not a numeric .npy array ({first})") from None
     keys = pl.read_parquet(index).sort("row").select("iteration", "position")
     if array.shape[0] != keys.height or array.ndim not in (1, 2):
         raise ForensicsError(

@@ -10,6 +10,8 @@ NVIDIA/Megatron-LM: `get_checkpoint_name`, `generate_state_dict`, `save_checkpoi
   tensor at its global shape, layers stacked on a leading axis (megatron-core's
   `decoder.layers.*` sharded keys, TransformerEngine names: `linear_qkv.layer_norm_weight` is the
   input norm). Read with `torch.distributed.checkpoint.load(..., no_dist=True)`.
+Every pickle here (each rank's file, common.pt, .metadata) is read through dataloaders.safe_pickle
+with the globals Megatron's checkpoints hold and no others: nothing in a checkpoint runs.
 
 What each legacy tensor-parallel slice is, and how it is merged (megatron-core 0.16.1,
 tensor_parallel/layers.py): VocabParallelEmbedding and ColumnParallelLinear (output_layer,
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -155,6 +156,20 @@ def _check_torch_dist(path: Path) -> None:
             )
 
 
+def check_pickles(path: Path, kind: str) -> None:
+    """Every pickle of the checkpoint gated before any work (dataloaders.safe_pickle): each
+    rank's torch.save file or common.pt holds only what Megatron's checkpoints hold, and the
+    torch_dist .metadata unpickles with only torch.distributed.checkpoint's classes. A planted
+    global is refused here, in one line, before the window is even replayed."""
+    from dataloaders.safe_pickle import check_torch_save, megatron_globals, read_dcp_metadata
+
+    files = [path / "common.pt"] if kind == "torch_dist" else _legacy_files(path).values()
+    for file in sorted(files):
+        check_torch_save(file, megatron_globals(), "a Megatron checkpoint")
+    if kind == "torch_dist":
+        read_dcp_metadata(path / ".metadata")
+
+
 def _legacy_files(path: Path) -> dict[tuple[int, int], Path]:
     """{(tp, pp): file}, refusing a grid with holes (a partial copy of the checkpoint)."""
     files: dict[tuple[int, int], Path] = {}
@@ -175,14 +190,12 @@ def _legacy_files(path: Path) -> dict[tuple[int, int], Path]:
 
 
 def _torch_load(file: Path) -> dict[str, Any]:
-    """torch.load of a file Megatron-LM wrote: `args` is a pickled argparse Namespace (with
-    torch dtypes and enums), which a weights-only load refuses; the file is the user's own run's."""
-    import torch
+    """A file Megatron-LM wrote with torch.save, read with only the globals its checkpoints hold
+    (`args` is an argparse Namespace with torch dtypes and megatron-core enums:
+    dataloaders.safe_pickle.megatron_globals); anything else is refused unread."""
+    from dataloaders.safe_pickle import load_torch_save, megatron_globals
 
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
-    except Exception as err:  # torch raises many types for a damaged file
-        raise ForensicsError(f"{file}: not a readable torch checkpoint ({err})") from None
+    state = load_torch_save(file, megatron_globals(), "a Megatron checkpoint")
     if not isinstance(state, dict):
         raise ForensicsError(f"{file}: not a Megatron checkpoint (a {type(state).__name__})")
     return state
@@ -320,30 +333,15 @@ def load_legacy(path: Path) -> tuple[Any, dict[str, Any]]:
 
 def load_torch_dist(path: Path) -> tuple[Any, dict[str, Any]]:
     """(args, canonical float tensors) from a torch_dist directory, no process group."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    from dataloaders.safe_pickle import dcp_tensors
 
     args = _args(_torch_load(path / "common.pt"), path / "common.pt")
-    reader = dcp.FileSystemReader(str(path))
-    try:
-        metadata = reader.read_metadata()
-    except Exception as err:  # a torn or foreign .metadata
-        raise ForensicsError(f"{path / '.metadata'}: not readable ({err})") from None
-    wanted = {}
-    for key, meta in metadata.state_dict_metadata.items():
-        base = re.sub(r"^decoder\.layers\.", "decoder.layers.0.", key)
-        if isinstance(meta, TensorStorageMetadata) and _canonical(base, 0) is not None:
-            wanted[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
-    try:
-        with warnings.catch_warnings():  # 'assuming ... a single process': intended
-            warnings.simplefilter("ignore")
-            dcp.load(wanted, storage_reader=reader, no_dist=True)
-    except Exception as err:  # missing or damaged .distcp shards
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ForensicsError(f"{path}: the torch_dist shards do not load ({first})") from None
+
+    def wanted(key: str) -> bool:
+        return _canonical(re.sub(r"^decoder\.layers\.", "decoder.layers.0.", key), 0) is not None
+
     merged = {}
-    for key, tensor in wanted.items():
+    for key, tensor in dcp_tensors(path, wanted).items():
         if key.startswith("decoder.layers."):  # stacked: [num_layers, ...]
             for i in range(tensor.shape[0]):
                 merged[_canonical(key.replace("layers.", f"layers.{i}.", 1), 0)] = tensor[i].float()
@@ -395,7 +393,9 @@ class MegatronCheckpoint(CheckpointReader):
         return megatron_kind(path) is not None
 
     def check(self, path: Path) -> dict[str, Any]:
-        return {"family": self.kind, "format": check_megatron(path)}
+        kind = check_megatron(path)
+        check_pickles(path, kind)
+        return {"family": self.kind, "format": kind}
 
     def build(self, path: Path, dtype: str) -> Any:
         return load_megatron(path, dtype)

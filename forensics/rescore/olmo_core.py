@@ -19,15 +19,14 @@ its "model" entry is TransformerConfig.as_config_dict().
 
 OLMo-core writes its `.metadata` with its own `_StorageInfo` class (relative_path, offset,
 length: olmo_core/distributed/checkpoint/filesystem.py:56-62), the same fields torch's
-FileSystemReader uses, so the pickle is read with that one class mapped to torch's.
+FileSystemReader uses; dataloaders.safe_pickle reads it as torch's, and refuses any other global
+the file names.
 """
 
 from __future__ import annotations
 
 import json
-import pickle
 import re
-import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -145,27 +144,12 @@ def check_olmo_core(path: Path) -> dict[str, Any]:
     return {"format": OlmoCoreCheckpoint.kind, "hf_config": hf_config(_model_config(path), path)}
 
 
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if module == "olmo_core.distributed.checkpoint.filesystem" and name == "_StorageInfo":
-            from torch.distributed.checkpoint.filesystem import _StorageInfo
+def check_metadata(path: Path) -> None:
+    """The .metadata unpickles with only torch.distributed.checkpoint's classes (and OLMo-core's
+    _StorageInfo) and holds a Metadata: a planted global is refused before any work."""
+    from dataloaders.safe_pickle import read_dcp_metadata
 
-            return _StorageInfo
-        return super().find_class(module, name)
-
-
-def _reader(directory: Path) -> Any:
-    import torch.distributed.checkpoint as dcp
-
-    class Reader(dcp.FileSystemReader):
-        def read_metadata(self) -> Any:
-            with open(directory / ".metadata", "rb") as stream:
-                metadata = _Unpickler(stream).load()
-            if getattr(metadata, "storage_meta", None) is not None:
-                metadata.storage_meta.load_id = self.load_id
-            return metadata
-
-    return Reader(str(directory))
+    read_dcp_metadata(_step_dir(path) / "model_and_optim" / ".metadata")
 
 
 def _hf_name(key: str) -> str | None:
@@ -181,29 +165,13 @@ def _hf_name(key: str) -> str | None:
 def load_olmo_core(path: Path, dtype: str) -> Any:
     """Olmo2ForCausalLM holding the checkpoint's model weights (optimizer state is not read)."""
     import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from transformers import Olmo2Config, Olmo2ForCausalLM
+
+    from dataloaders.safe_pickle import dcp_tensors
 
     config = Olmo2Config(**check_olmo_core(path)["hf_config"])
     directory = _step_dir(path) / "model_and_optim"
-    reader = _reader(directory)
-    try:
-        metadata = reader.read_metadata()
-    except Exception as err:  # a torn file or a class this reader does not map
-        raise ForensicsError(f"{directory / '.metadata'}: not readable ({err})") from None
-    wanted = {
-        key: torch.empty(meta.size, dtype=meta.properties.dtype)
-        for key, meta in metadata.state_dict_metadata.items()
-        if isinstance(meta, TensorStorageMetadata) and _hf_name(key) is not None
-    }
-    try:
-        with warnings.catch_warnings():  # 'assuming ... a single process': intended
-            warnings.simplefilter("ignore")
-            dcp.load(wanted, storage_reader=reader, no_dist=True)
-    except Exception as err:  # missing or damaged .distcp shards
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ForensicsError(f"{directory}: the model shards do not load ({first})") from None
+    wanted = dcp_tensors(directory, lambda key: _hf_name(key) is not None)
     state = {_hf_name(k): v for k, v in wanted.items()}
     model = Olmo2ForCausalLM(config).to(getattr(torch, dtype))
     expected = set(model.state_dict())
@@ -229,7 +197,9 @@ class OlmoCoreCheckpoint(CheckpointReader):
         return olmo_core_kind(path) is not None
 
     def check(self, path: Path) -> dict[str, Any]:
-        return {"family": self.kind, **check_olmo_core(path)}
+        checked = {"family": self.kind, **check_olmo_core(path)}
+        check_metadata(path)
+        return checked
 
     def build(self, path: Path, dtype: str) -> Any:
         return load_olmo_core(path, dtype)

@@ -2,10 +2,11 @@
 that reads it (`hf`, `megatron`, `olmo_core`), listed once in `forensics.rescore.kinds`.
 
 A reader answers, for a directory the user passed: whether it is its kind (`recognises`, from
-the file listing alone), the checks that need no torch (`check`: a one-line refusal naming
-what is wrong, before any work), which files make its content (`content_files`, the cache
-key), and the model (`load`). `forensics.rescore.checkpoint` asks the readers in turn and names
-no kind.
+the file listing alone), the checks run before any work (`check`: a one-line refusal naming
+what is wrong; every pickle the checkpoint holds is gated there by dataloaders.safe_pickle, the
+only place torch is imported before the model is loaded), which files make its content
+(`content_files`, the cache key), and the model (`load`). `forensics.rescore.checkpoint` asks
+the readers in turn and names no kind.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class CheckpointReader(ABC):
 
     @abstractmethod
     def check(self, path: Path) -> dict[str, Any]:
-        """What the checkpoint says about its model, after the checks that need no torch."""
+        """What the checkpoint says about its model, after the checks run before any work (a
+        planted global in any of its pickles is refused here)."""
 
     def content_files(self, path: Path) -> list[Path]:
         """The files whose names and contents make the checkpoint (every file, in rank

@@ -157,7 +157,7 @@ def _model_losses(
     """(token losses [n, L], grad norms [n] or None) from the checkpoint, cached."""
     if cache_file is not None and cache_file.is_file():
         try:
-            with np.load(cache_file) as saved:
+            with np.load(cache_file, allow_pickle=False) as saved:
                 losses = saved["losses"]
                 norms = saved["grad_norm"] if "grad_norm" in saved.files else None
             if losses.shape == (len(tokens), tokens.shape[1] - 1):

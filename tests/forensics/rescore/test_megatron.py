@@ -18,6 +18,7 @@ shared output weight to CUDA when it sets it up (models/common/language_module/l
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ from forensics.errors import ForensicsError  # noqa: E402
 from forensics.rescore import RescoreOptions  # noqa: E402
 from forensics.rescore.checkpoint import checkpoint_digest, load_causal_lm, token_losses  # noqa: E402
 from forensics.rescore.megatron import load_megatron  # noqa: E402
+from forensics_testing.planted import plant_in_dcp_metadata, plant_in_torch_save  # noqa: E402
 
 ORACLE = Path(__file__).resolve().parents[2] / "oracles" / "megatron_gpt.py"
 BASE = {
@@ -149,3 +151,34 @@ def test_digest_covers_every_rank_file(llama: Path) -> None:
     first = checkpoint_digest(llama / "torch_dist" / ITER)
     assert first != checkpoint_digest(llama / "legacy" / ITER)
     assert first == checkpoint_digest(llama / "torch_dist" / ITER)
+
+
+@pytest.mark.parametrize(
+    ("layout", "name", "where"),
+    [
+        ("legacy", "mp_rank_01/model_optim_rng.pt", ("model", "decoder.layers.0._extra_state")),
+        ("torch_dist", "common.pt", ("rng_state",)),
+        ("torch_dist", ".metadata", None),
+    ],
+)
+def test_planted_code_in_megatron_core_files_never_runs(
+    gpt2: Path, tmp_path: Path, layout: str, name: str, where: tuple[str, ...] | None
+) -> None:
+    """The files megatron-core wrote (its torch_dist .metadata carries the saver's gathered
+    plans: dist_checkpointing/strategies/state_dict_saver.py:144) pass the pickle gate as they
+    are; with one object planted whose unpickling would run code, the check and the load refuse
+    by name and the code never runs (the CLI side: test_planted_code.py)."""
+    ckpt = tmp_path / ITER
+    shutil.copytree(gpt2 / layout / ITER, ckpt)
+    RescoreOptions(checkpoint=ckpt).check()
+    marker = tmp_path / "MARKER"
+    if where is None:
+        plant_in_dcp_metadata(ckpt / name, marker)
+    else:
+        plant_in_torch_save(ckpt / name, marker, where)
+    refusal = f"{ckpt / name}: holds a pickled posix.system, which"
+    with pytest.raises(ForensicsError, match=refusal):
+        RescoreOptions(checkpoint=ckpt).check()
+    with pytest.raises(ForensicsError, match=refusal):
+        load_megatron(ckpt, "float32")
+    assert not marker.exists(), "the planted code ran"
