@@ -21,11 +21,13 @@ import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from forensics.errors import ForensicsError
+from forensics.inputs_guard import check_input_path
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.formats import get_format
 from forensics.watch.book import EventBook
 from forensics.watch.detect import WindowDetector
 from forensics.watch.follow import LogFollower, Position
+from forensics.watch.messages import event_message, stall_message
 from forensics.watch.parse import ChunkParser, detect_line_format
 from forensics.watch.plans import (
     PLAN_KINDS,
@@ -35,12 +37,7 @@ from forensics.watch.plans import (
     plan_message,
     restore,
 )
-from forensics.watch.sinks import (
-    WEBHOOK_STATE,
-    WebhookSender,
-    watch_metrics,
-    write_prometheus,
-)
+from forensics.watch.sinks import WEBHOOK_STATE, WebhookSender, watch_metrics, write_prometheus
 from forensics.watch.spikejob import (
     SpikeJob,
     not_started_message,
@@ -123,6 +120,12 @@ class Watcher:
             self._make_reader(self.fmt, state.get("position"), state.get("header"))
         self.last_growth = time.time()
         self.stalled = bool(state.get("stalled")) if state else False
+        # Messages the webhook never took, this watcher's and earlier ones' (state.json); those
+        # an earlier watcher stopped before sending are posted again now, so not kept.
+        earlier = state.get("undelivered", []) if state else []
+        self.undelivered: list[dict[str, Any]] = [e for e in earlier if not e.get("retried")]
+        self.reported_before = {e.get("seq") for e in self.undelivered}
+        self._signalled = False
         self.polls = 0
         self.terminal = terminal
         self.jobs: dict[int, SpikeJob] = {}
@@ -186,6 +189,7 @@ class Watcher:
                 "position": self.follower.pos.to_dict() if self.follower else None,
                 "trimmed_before": self.detector.trimmed_before,
                 "stalled": self.stalled,
+                "undelivered": self.undelivered,
             },
         )
 
@@ -204,6 +208,7 @@ class Watcher:
         if self.parser is not None:
             return True
         log = self.opts.log
+        check_input_path(log)  # a FIFO or device put there later: refused, never opened
         if not log.exists() or (log.is_file() and log.stat().st_size == 0):
             return False
         fmt = detect_line_format(log, self.opts.fmt)
@@ -232,7 +237,11 @@ class Watcher:
             self.last_growth = now
             if self.stalled:
                 self.stalled = False
-                new.append(self._emit(self._stall_msg("log_resumed")))
+                new.append(
+                    self._emit(
+                        stall_message("log_resumed", self.detector.last_step, self.last_growth)
+                    )
+                )
             assert self.parser is not None
             added = False
             for batch in batches:
@@ -249,9 +258,12 @@ class Watcher:
             self.detector.notes.clear()
         elif not self.stalled and now - self.last_growth >= self.opts.stall_after:
             self.stalled = True
-            new.append(self._emit(self._stall_msg("log_stalled")))
+            new.append(
+                self._emit(stall_message("log_stalled", self.detector.last_step, self.last_growth))
+            )
         new += self._check_jobs()
-        if batches or new:
+        failed = self._take_undelivered(self.webhook.new_failures() if self.webhook else [])
+        if batches or new or failed:
             self._save_state()
         self._update_view()
         if self.opts.prometheus is not None:
@@ -260,15 +272,17 @@ class Watcher:
             self.terminal.show(new, self.view)
         return new
 
-    def _stall_msg(self, kind: str) -> dict[str, Any]:
-        step = self.detector.last_step
-        idle = time.time() - self.last_growth
-        summary = (
-            f"the log has not grown for {idle:.0f} s (last step {step}): is the job alive?"
-            if kind == "log_stalled"
-            else f"the log grows again (after step {step})"
-        )
-        return {"message": "note", "kind": kind, "at_step": step, "summary": summary}
+    def _take_undelivered(self, entries: list[dict[str, Any]]) -> bool:
+        """Say on the terminal which messages the webhook did not take, and keep them for the
+        state file and the exit status (`watch_command`)."""
+        for entry in entries:
+            self.undelivered.append(entry)
+            if self.terminal is not None:
+                self.terminal.warn(
+                    f"webhook {self.opts.webhook}: message #{entry['seq']} ({entry['kind']}) "
+                    f"not delivered: {entry['error']}"
+                )
+        return bool(entries)
 
     # ------------------------------------------------------------------ judging
 
@@ -326,28 +340,8 @@ class Watcher:
         return out
 
     def _event_msg(self, message: str, ev: dict[str, Any]) -> dict[str, Any]:
-        kind = ev["kind"]
-        verdict = ev.get("verdict")
-        where = f" on {ev['curve']}" if ev.get("curve") else ""
-        summary = ev.get("evidence", {}).get("summary", "")
-        head = f"{kind}{where} at step {ev['step']}"
-        if verdict:
-            head += f": {verdict}"
-        if ev.get("next_command"):
-            summary += f"; roll back to {ev['rollback_iteration']}; next: {ev['next_command']}"
-        return {
-            "message": message,
-            "kind": kind,
-            "curve": ev.get("curve"),
-            "step": int(ev["step"]),
-            "end_step": ev.get("end_step", ev.get("peak_step")),
-            "verdict": verdict,
-            "at_step": self.detector.last_step,
-            "at_line": self.follower.pos.line_no if self.follower else None,
-            "poll": self.polls,
-            "summary": f"{head}: {summary}",
-            "event": ev,
-        }
+        at_line = self.follower.pos.line_no if self.follower else None
+        return event_message(message, ev, self.detector.last_step, at_line, self.polls)
 
     def _emit(self, msg: dict[str, Any]) -> dict[str, Any]:
         written = self.book.append(msg)
@@ -396,6 +390,7 @@ class Watcher:
         from forensics.rollback import FAR, spike_window
 
         window, _why = spike_window(key, int(ev.get("rollback_iteration", key - FAR)))
+        window = self.opts.run.window or window  # --spike-args '--window N' wins
         self.jobs[key] = start_spike(source, key, window, self.out, extra=self.opts.spike_args)
         self.plans.setdefault(key, PlanState()).started = True
         return [self._emit(started_message(self.jobs[key], window))]
@@ -464,7 +459,7 @@ class Watcher:
         """Poll every `interval` seconds until SIGINT/SIGTERM (or `max_polls`)."""
 
         def stop(signum: int, frame: object) -> None:
-            self._stop = True
+            self._stop = self._signalled = True
 
         old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -489,7 +484,13 @@ class Watcher:
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
     def close(self) -> None:
-        for part in (self.webhook, self.terminal, self.follower):
+        """Hand the webhook what is queued (for half a second after SIGINT/SIGTERM, else one
+        try's timeout) and report what it did not take; release the rest."""
+        if self.webhook is not None:
+            wait = 0.5 if self._signalled else self.webhook.timeout_s + 1.0
+            if self._take_undelivered(self.webhook.close(wait)):
+                self._save_state()
+        for part in (self.terminal, self.follower):
             if part is not None:
                 part.close()
         self._lock.close()
