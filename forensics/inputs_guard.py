@@ -30,7 +30,7 @@ from forensics.errors import ForensicsError
 Stats = dict[str, tuple[int, int, int]]
 
 _SPECIAL = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISFIFO, "a FIFO or pipe"),
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
@@ -49,7 +49,7 @@ def _refusal(path: str | os.PathLike[str], kind: str, label: str) -> ForensicsEr
     where = f"{label} {path}" if label else str(path)
     return ForensicsError(
         f"{where}: is {kind}, not a regular file; forensics reads and writes regular files "
-        "only (opening it could block or never end)"
+        "only (opening it could block or never end; save a stream to a file first)"
     )
 
 
