@@ -110,10 +110,14 @@ def _guard_paths(command: Any) -> None:
 
 
 def _typed_path(param: Any) -> bool:
-    """Whether a parameter's declared type is a `Path` (`Path`, `Path | None`, `list[Path]`)."""
+    """Whether a parameter's declared type is a `Path` (`Path`, `Path | None`, `list[Path]`):
+    typer keeps the annotation (`type_descriptor`); a typer that converts to click types gives
+    a `click.Path` instead."""
     import typing
     from pathlib import Path
 
+    if type(getattr(param, "type", None)).__name__ == "Path":
+        return True
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
     stack = [annotation]
     while stack:

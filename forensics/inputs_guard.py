@@ -47,6 +47,8 @@ def special_kind(mode: int) -> str | None:
 
 def _refusal(path: str | os.PathLike[str], kind: str, label: str) -> ForensicsError:
     where = f"{label} {path}" if label else str(path)
+    if kind == "a directory":
+        return ForensicsError(f"{where}: is a directory, not a file")
     return ForensicsError(
         f"{where}: is {kind}, not a regular file; forensics reads and writes regular files "
         "only (opening it could block or never end; save a stream to a file first)"
@@ -80,9 +82,10 @@ def open_regular(path: str | os.PathLike[str], label: str = "") -> IO[bytes]:
     when not a regular file, and only then switched back to blocking reads."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        kind = special_kind(os.fstat(fd).st_mode)
-        if kind is not None or stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise _refusal(path, kind or "a directory", label)
+        mode = os.fstat(fd).st_mode
+        kind = special_kind(mode) or ("a directory" if stat.S_ISDIR(mode) else None)
+        if kind is not None:
+            raise _refusal(path, kind, label)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
