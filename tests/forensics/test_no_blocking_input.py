@@ -176,6 +176,33 @@ def test_scan_on_a_ray_address_that_never_answers_is_refused(
     assert not (run / "sc").exists()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_scan_waiting_on_a_silent_ray_address_ends_on_a_signal(
+    small_run: Path, tmp_path: Path, sig: int
+) -> None:
+    """SIGTERM / SIGINT while the scan waits for the Ray address's answer: it ends at once
+    (128 + signal, one line), and no scan folder is left."""
+    run = copy_run(small_run, tmp_path / "run")
+    first, last = str(SMALL.spike_iteration - 3), str(SMALL.spike_iteration)
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="300")
+    with silent_server() as server:
+        cmd = [sys.executable, "-m", "forensics.cli", "scan", "--from", first, "--to", last]
+        cmd += ["--out", "sc", "--quiet", "--engine", "ray", "--ray-address"]
+        cmd += [f"{server.host}:{server.port}"]
+        proc = subprocess.Popen(cmd, cwd=run, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            assert server.accepted.wait(BOUND_S), "the scan never connected"
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 128 + sig, err
+    assert err.startswith("interrupted (") and err.count("\n") == 1, err
+    assert not (run / "sc").exists()
+
+
 def test_a_first_scan_that_fails_before_any_shard_leaves_no_folder(tmp_path: Path) -> None:
     from forensics.commands.scan import _first_scan_leaves_nothing
 
