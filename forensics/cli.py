@@ -8,6 +8,7 @@ start fast.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -81,6 +82,52 @@ def _show_flags_as_switches(command: Any) -> None:
         _show_flags_as_switches(sub)
 
 
+# Options typed `str` that name a file or folder the command reads (typer's Path options are
+# found by their type).
+_PATH_STRINGS = {"config", "from_checkpoint", "baseline", "checkpoint"}
+
+
+def _guard_paths(command: Any) -> None:
+    """Every path on the command line goes through `check_input_path` as it is parsed: a FIFO,
+    device or socket is refused in one line before any command opens it (an output path too:
+    writing into a FIFO blocks just the same)."""
+    from forensics.inputs_guard import check_input_path
+
+    for param in getattr(command, "params", []):
+        if not (_typed_path(param) or param.name in _PATH_STRINGS):
+            continue
+
+        def guarded(ctx: Any, par: Any, value: Any, _inner: Any = param.callback) -> Any:
+            for item in value if isinstance(value, list | tuple) else (value,):
+                if isinstance(item, str | os.PathLike):
+                    label = par.opts[0] if par.opts[0].startswith("-") else ""
+                    check_input_path(item, label)
+            return _inner(ctx, par, value) if _inner is not None else value
+
+        param.callback = guarded
+    for sub in getattr(command, "commands", {}).values():
+        _guard_paths(sub)
+
+
+def _typed_path(param: Any) -> bool:
+    """Whether a parameter's declared type is a `Path` (`Path`, `Path | None`, `list[Path]`):
+    typer keeps the annotation (`type_descriptor`); a typer that converts to click types gives
+    a `click.Path` instead."""
+    import typing
+    from pathlib import Path
+
+    if type(getattr(param, "type", None)).__name__ == "Path":
+        return True
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    stack = [annotation]
+    while stack:
+        kind = stack.pop()
+        if isinstance(kind, type) and issubclass(kind, Path):
+            return True
+        stack.extend(typing.get_args(kind))
+    return False
+
+
 def main() -> None:
     """Entry point: user errors become one red line on stderr and exit code 2."""
     import signal
@@ -93,6 +140,7 @@ def main() -> None:
     try:
         command = typer.main.get_command(app)
         _show_flags_as_switches(command)
+        _guard_paths(command)
         command(prog_name="forensics")
     except ForensicsError as err:
         sys.exit(_report_error(err))

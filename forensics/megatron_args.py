@@ -29,6 +29,7 @@ from typing import Any
 from dataloaders.megatron.family import MegatronFamily
 from dataloaders.run_config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
+from forensics.inputs_guard import check_input_path
 
 UNSUPPORTED = {
     "--train-data-path": "per-split data paths",
@@ -118,6 +119,7 @@ def split_megatron_args(text: str) -> list[str]:
     text = text.strip()
     if text.startswith("@"):
         path = Path(text[1:]).expanduser()
+        check_input_path(path, "--megatron-args")
         if not path.is_file():
             raise ForensicsError(f"{path}: Megatron arguments file not found")
         try:
@@ -185,6 +187,7 @@ def raw_config_from_megatron_args(
     data_path = args.data_path
     if args.data_args_path:
         path = (cwd / args.data_args_path).resolve()
+        check_input_path(path, "--data-args-path")
         if not path.is_file():
             raise ForensicsError(f"{path}: --data-args-path file not found")
         data_path = path.read_text(encoding="utf-8").split()

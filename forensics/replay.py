@@ -19,9 +19,12 @@ if TYPE_CHECKING:
 
 
 def open_replayer(config: RunConfig) -> Replayer:
-    """The Replayer for this run: its family's (`dataloaders.families`)."""
+    """The Replayer for this run: its family's (`dataloaders.families`). Every file the config
+    names is checked first: a FIFO or device there is refused, never opened."""
     from dataloaders.families import family_of
+    from forensics.inputs_guard import check_run_inputs
 
+    check_run_inputs(config)
     return family_of(config).open(config)
 
 

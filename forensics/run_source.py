@@ -21,6 +21,25 @@ def resolve_run_config(
     from_checkpoint: Path | None = None,
     step: int | None = None,
 ) -> RunConfig:
+    """`_resolve`, then every file the config names checked (`check_run_inputs`): a FIFO or
+    device among them is refused before any reader opens it."""
+    from forensics.inputs_guard import check_input_path, check_run_inputs
+
+    if config is None and megatron_args is None and from_checkpoint is None:
+        from dataloaders.run_config import find_config
+
+        check_input_path(find_config(None), "$FORENSICS_CONFIG")
+    run = _resolve(config, megatron_args, from_checkpoint, step)
+    check_run_inputs(run)
+    return run
+
+
+def _resolve(
+    config: Path | None,
+    megatron_args: str | None,
+    from_checkpoint: Path | None = None,
+    step: int | None = None,
+) -> RunConfig:
     """The config a command runs on: --config or --megatron-args when given (they win over
     --from-checkpoint, which is then not read), else the run described by the trainer's saved
     checkpoint (--from-checkpoint DIR; `step` picks the checkpoint), else the runbook rule."""

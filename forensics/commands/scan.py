@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,23 +55,40 @@ def scan_command(
     from forensics.scan.run import ScanOptions, run_scan
 
     run = resolve_run_config(config, megatron_args, from_checkpoint)
-    result = run_scan(
-        run,
-        out,
-        ScanOptions(
-            first=first,
-            last=last,
-            threshold=threshold,
-            engine=engine,
-            workers=workers,
-            ray_address=ray_address,
-            shard_iterations=shard_iterations,
-            force=force,
-            progress=not quiet,
-        ),
+    options = ScanOptions(
+        first=first,
+        last=last,
+        threshold=threshold,
+        engine=engine,
+        workers=workers,
+        ray_address=ray_address,
+        shard_iterations=shard_iterations,
+        force=force,
+        progress=not quiet,
     )
+    with _first_scan_leaves_nothing(out):
+        result = run_scan(run, out, options)
     if not quiet:
         _print_summary(result, first, last, threshold, out)
+
+
+@contextmanager
+def _first_scan_leaves_nothing(out: Path) -> Iterator[None]:
+    """A first scan into a new --out that fails or is interrupted (SIGINT, SIGTERM) before any
+    shard is done removes the folder it made: only its resume state (`.scan/`, no finished
+    part) would be in it. Once a shard is done, the folder stays: the next run resumes there."""
+    existed = out.exists()
+    try:
+        yield
+    except BaseException:
+        from forensics.scan.run import STATE_DIR
+
+        parts = out / STATE_DIR / "parts"
+        done = parts.is_dir() and any(parts.iterdir())
+        if not existed and out.is_dir() and not done:
+            if all(p.name == STATE_DIR for p in out.iterdir()):
+                shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def _print_summary(result: Any, first: int, last: int, threshold: float, out: Path) -> None:

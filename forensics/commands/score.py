@@ -54,6 +54,28 @@ def _read_table(path: Path):
     raise ForensicsError(f"{path}: unknown format; expected .parquet or .jsonl")
 
 
+# A value that is only a number ("123", "-4.5e3"): a JSON number read as text, or a stray id;
+# scored like any text, but not counted as a document.
+_NUMBER = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
+
+
+def _not_documents(df, text_column: str) -> tuple[int, int]:  # noqa: ANN001 - a polars frame
+    """(rows with no text: null or blank, rows whose text is only a number). JSONL's `123` and
+    `"123"` read alike (polars reads a mixed column as text), so both count as a number."""
+    import polars as pl
+
+    if text_column not in df.columns:
+        return 0, 0  # score_table names the missing column
+    column = df[text_column]
+    if column.dtype.is_numeric():
+        return column.null_count(), column.len() - column.null_count()
+    if column.dtype != pl.Utf8:
+        return column.null_count(), 0
+    blank = int((column.is_null() | (column.str.strip_chars() == "")).sum())
+    number = int(column.str.contains(_NUMBER).fill_null(False).sum())
+    return blank, number
+
+
 def score_command(
     input: Annotated[
         Path, typer.Argument(help="Documents as Parquet or JSONL (one JSON per line).")
@@ -77,6 +99,12 @@ def score_command(
     df = _read_table(input)
     if df.width == 0:
         raise ForensicsError(f"{input}: no rows or columns to score")
+    blank, number = _not_documents(df, text_column)
+    if df.height and blank + number == df.height:
+        raise ForensicsError(
+            f"{input}: no document to score: the {df.height:,} rows' {text_column!r} values are "
+            f"null or blank ({blank:,}) or only a number ({number:,})"
+        )
     try:
         scored = score_table(df, text_column, progress=not quiet)
     except ForensicsError as err:
@@ -86,9 +114,17 @@ def score_command(
         return
     from dataloaders.console import make_console
 
-    n = scored.height
+    n = scored.height - blank - number
     g = int((scored["garbage_score"] >= FLAG_THRESHOLD).sum())
     s = int((scored["spam_score"] >= FLAG_THRESHOLD).sum())
+    apart = ""
+    if blank or number:
+        apart = (
+            f" ({blank + number:,} more rows are not documents, counted apart: {blank:,} null "
+            f"or blank, {number:,} only a number)"
+        )
     make_console().print(
-        f"scored {n:,} documents: {g:,} encoding garbage, {s:,} template spam -> {out}"
+        f"scored {n:,} documents{apart}: {g:,} encoding garbage, {s:,} template spam -> {out}",
+        markup=False,
+        highlight=False,
     )

@@ -219,20 +219,10 @@ def _publish(result: Any, out: Path, source: str, fmt: str, force: bool) -> list
 def check_log_file(log: Path) -> None:
     """A log must be a file (or a TensorBoard directory) that can be read twice: a FIFO blocks
     until a writer comes, a pipe (`<(...)`, /dev/stdin) can be read only once. Refused in one
-    line; a missing path is the reader's to say."""
-    import os
-    import stat
+    line (the one check every input goes through); a missing path is the reader's to say."""
+    from forensics.inputs_guard import check_input_path
 
-    try:
-        mode = os.stat(log).st_mode
-    except OSError:
-        return
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        kind = "a FIFO or pipe" if stat.S_ISFIFO(mode) else "not a regular file"
-        raise ForensicsError(
-            f"{log}: {kind}; triage reads a log file (save the stream to a file first, or follow "
-            "a live log with forensics watch)"
-        )
+    check_input_path(log)
 
 
 def _read_log(log: Path, format: str, err: Any) -> Any:

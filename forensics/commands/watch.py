@@ -8,9 +8,10 @@ config runs `forensics spike` in the background. Nothing heavy is imported: no t
 
 from __future__ import annotations
 
+import math
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -108,8 +109,7 @@ def watch_command(
     from forensics.watch.terminal import Terminal
 
     on_malignant = _on_malignant(on_malignant, config, from_checkpoint)
-    if interval <= 0 or stall_after <= 0:
-        raise ForensicsError("--interval and --stall-after must be positive numbers of seconds")
+    _check_seconds(interval=interval, stall_after=stall_after)
     check_steps(
         recovery_window,
         plateau_steps,
@@ -117,7 +117,7 @@ def watch_command(
         z_threshold=z_threshold,
     )
     _check_webhook(webhook, webhook_format)
-    extra = _spike_args(spike_args)
+    window, extra = _spike_window(_spike_args(spike_args))
     out = out or log.with_name(log.name.rstrip("/") + ".watch")
     cfg = TriageConfig(
         recovery_window=recovery_window,
@@ -125,7 +125,7 @@ def watch_command(
         z_threshold=z_threshold,
         plateau_steps=plateau_steps,
     )
-    run = RunInfo(checkpoints=parse_checkpoints(checkpoints), config_path=config)
+    run = RunInfo(checkpoints=parse_checkpoints(checkpoints), config_path=config, window=window)
     opts = WatchOptions(
         log=log,
         out=out,
@@ -143,9 +143,49 @@ def watch_command(
         spike_args=extra,
     )
     console = make_console()
+    _say_if_missing(log, stall_after, console)
     with fresh_output(out, out / LOCK_FILE):  # a refused first start leaves no directory
         watcher = Watcher(opts, Terminal(console, str(log), live))
         watcher.run(max_polls=max_polls)
+    _refuse_undelivered(watcher, webhook, out)
+
+
+def _check_seconds(**seconds: float) -> None:
+    """--interval and --stall-after: finite and positive (nan compares false with everything,
+    so a nan interval would poll in a busy loop)."""
+    for key, value in seconds.items():
+        if not math.isfinite(value) or value <= 0:
+            flag = "--" + key.replace("_", "-")
+            raise ForensicsError(f"{flag} {value}: must be a positive number of seconds")
+
+
+def _refuse_undelivered(watcher: Any, webhook: str | None, out: Path) -> None:
+    """Exit non-zero, naming them, when messages of this watcher never reached the webhook
+    (each was said on the terminal as it failed; state.json lists them)."""
+    missed = [e for e in watcher.undelivered if e.get("seq") not in watcher.reported_before]
+    if missed:
+        raise ForensicsError(
+            f"--webhook {webhook}: {len(missed)} message(s) never delivered (#"
+            + ", #".join(f"{e['seq']} {e['kind']}" for e in missed[:5])
+            + (", ..." if len(missed) > 5 else "")
+            + f"; last error: {missed[-1]['error']}); listed under 'undelivered' in "
+            f"{out / 'state.json'}"
+        )
+
+
+def _say_if_missing(log: Path, stall_after: float, console: Any) -> None:
+    """A log that does not exist yet is waited for (the watcher may start before the trainer),
+    and the user is told so at once; one whose folder does not exist either is a typo, refused."""
+    if log.exists():
+        return
+    if not log.absolute().parent.is_dir():
+        raise ForensicsError(f"{log}: neither it nor its folder exists")
+    console.print(
+        f"{log}: does not exist yet; waiting for it to appear (a note after --stall-after "
+        f"{stall_after:g} s if it does not)",
+        markup=False,
+        highlight=False,
+    )
 
 
 def _absolute(path: str | None) -> str | None:
@@ -188,6 +228,24 @@ def _on_malignant(on_malignant: str | None, config: str | None, saved: str | Non
         if not folder.exists() and not folder.absolute().parent.is_dir():
             raise ForensicsError(f"--from-checkpoint {saved}: neither it nor its parent exists")
     return on_malignant
+
+
+def _spike_window(extra: tuple[str, ...]) -> tuple[int | None, tuple[str, ...]]:
+    """`--window N` taken out of --spike-args: the spike runs with it, and the watcher's
+    messages and suggested commands say that window, not the one it would have chosen."""
+    window, rest, args = None, [], list(extra)
+    while args:
+        arg = args.pop(0)
+        if arg == "--window" or arg.startswith("--window="):
+            value = arg.partition("=")[2] if "=" in arg else (args.pop(0) if args else "")
+            if not value.isdigit() or int(value) <= 0:
+                raise ForensicsError(
+                    f"--spike-args: --window {value!r} must be a positive number of iterations"
+                )
+            window = int(value)
+        else:
+            rest.append(arg)
+    return window, tuple(rest)
 
 
 def _spike_args(spike_args: str) -> tuple[str, ...]:

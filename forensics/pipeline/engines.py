@@ -70,15 +70,41 @@ def threads_env(workers: int) -> dict[str, str]:
     }
 
 
-def check_ray_address(address: str) -> None:
-    """A one-line error, fast, when nothing listens at a Ray address (host:port)."""
+# How long a Ray address may take to accept a connection, and then to answer it.
+CONNECT_TIMEOUT_S = 5.0
+# HTTP/2's client preface and an empty SETTINGS frame (RFC 9113 sections 3.4 and 6.5): a Ray
+# head's GCS and Ray Client ports are gRPC servers, which answer with their own SETTINGS frame
+# at once. A server that accepts and says nothing would leave `ray.init` retrying for minutes.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4
+
+
+def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A one-line error, within `timeout_s` each for connecting and for the answer, when
+    nothing listens at a Ray address (host:port), or what listens there does not answer as a
+    gRPC server does (a hung head, a dead proxy, another service). Skipped for the answer when
+    Ray's TLS is on (RAY_USE_TLS): the server then waits for a TLS handshake first."""
     target = address.removeprefix("ray://")
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
         raise ForensicsError(f"--ray-address {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379)")
     try:
-        with socket.create_connection((host, int(port)), timeout=5):
-            pass
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as conn:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "", "false"):
+                conn.settimeout(timeout_s)
+                conn.sendall(_H2_PREFACE)
+                reply = conn.recv(9)
+                if len(reply) < 4 or reply[3] != _H2_SETTINGS:
+                    raise ForensicsError(
+                        f"--ray-address {address}: answers, but not as a Ray head (no gRPC "
+                        "handshake); check the host and port (the head's GCS port, 6379 by "
+                        "default)"
+                    )
+    except TimeoutError:
+        raise ForensicsError(
+            f"--ray-address {address}: no answer in {timeout_s:g} s (a hung Ray head, or "
+            "another service that accepts and never answers); check that the head is up"
+        ) from None
     except OSError as err:
         raise ForensicsError(
             f"--ray-address {address}: no Ray head reachable there ({err.strerror or err})"

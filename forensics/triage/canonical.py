@@ -1,13 +1,15 @@
 """From a reader's raw columns to the triage table: canonical names, numbers (bad values noted
-by line), restarts resolved, sorted by step. Every format goes through `finish` (readers.py), and
-`forensics watch` through `canonical_rows` and `resolve_restarts` on each poll, so a log reads
-the same whichever way it arrives.
+by line), a file out of order told apart from a restart, restarts resolved, sorted by step.
+Every format goes through `finish` (readers.py), and `forensics watch` through `canonical_rows`,
+`order_steps` and `resolve_restarts` on each poll, so a log reads the same whichever way it
+arrives.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from forensics.errors import ForensicsError
@@ -16,11 +18,16 @@ from forensics.triage.columns import canonical_name, is_ms_field, loss_curves
 # Columns whose values must be numbers; a bad value there is always reported.
 _CORE = {"loss", "grad_norm", "lr", "loss_scale", "consumed_samples", "global_batch_size", "tokens"}
 MAX_WARNINGS_SHOWN = 5
+# Rows in step order after a drop that make it a restart even when none re-logs an earlier
+# step (a log excerpt, or a job resumed from a checkpoint older than the log's first line): a
+# reversed file has runs of 1 row, a shuffled one mostly of 1 or 2.
+_RESTART_RUN = 3
 
 
 def finish(raw: pl.DataFrame, unit: str, path: Path, notes: list[str]) -> pl.DataFrame:
     """Canonical names, numbers (bad values warned by line), restarts resolved, sorted by step."""
     table = canonical_rows(raw, unit, path, notes)
+    table = order_steps(table, path, notes)
     table = resolve_restarts(table, path, notes)
     curves = loss_curves(table.columns)
     if not curves:
@@ -101,6 +108,63 @@ def _to_number(raw: pl.DataFrame, col: str, name: str) -> tuple[pl.Series | None
     problems = [f"line {ln}: {col!r} = {v[:40]!r}" for ln, v in zip(lines, vals, strict=True)]
     problems += [f"{col!r}"] * max(0, n_bad - len(problems))
     return num, problems
+
+
+def order_steps(
+    table: pl.DataFrame,
+    path: Path,
+    notes: list[str],
+    before: pl.Series | None = None,
+) -> pl.DataFrame:
+    """Rows in file order whose step goes back anywhere: a restart, or a file out of order.
+
+    Told apart by the log's own evidence. A restarted job re-logs a stretch of steps in order:
+    the rows after each drop (up to the next drop) share a step with the rows above them, or
+    run on in order for `_RESTART_RUN` rows or more (the file's last stretch may be shorter: a
+    job just relaunched). A reversed or shuffled file has drops followed by a row or two that
+    re-log nothing. When every drop is a restart the table is returned as it is (`resolve_restarts`
+    keeps the last run's rows). When some drop is not, and no step appears twice, the order
+    carries no information: the rows are sorted by step, with a note. When steps also repeat,
+    which repeated row is the latest cannot be known: refused in one line.
+
+    `before`: steps read earlier from the same growing file (`forensics watch`), counted as
+    logged above these rows; a drop below all of them is a restart (an appended line was written
+    later, and the window no longer shows how far back the job went).
+    """
+    steps = table["step"].to_numpy()
+    if len(steps) < 2 or bool((steps[1:] > steps[:-1]).all()):
+        return table
+    starts = np.flatnonzero(steps[1:] <= steps[:-1]) + 1  # first row of each later segment
+    first = (
+        (table.select("step").with_row_index("row").select(pl.col("row").min().over("step")))[:, 0]
+        .to_numpy()
+        .astype(np.int64)
+    )
+    if before is not None and len(before):
+        first = np.where(np.isin(steps, before.to_numpy()), -1, first)
+    ends = np.append(starts[1:], len(steps))
+    relogs = np.minimum.reduceat(first, starts) < starts  # a segment re-logs an earlier step
+    relogs |= ends - starts >= _RESTART_RUN  # or runs on in order, as a relaunched job does
+    relogs[-1] |= ends[-1] - starts[-1] < _RESTART_RUN  # the last: a job just relaunched
+    if before is not None and len(before):
+        relogs |= steps[starts] < before.min()
+    drops = int((~relogs).sum())
+    if drops == 0:
+        return table
+    repeated = len(np.unique(steps)) < len(steps) or bool(first.min() < 0)
+    if repeated:
+        raise ForensicsError(
+            f"{path}: the steps are out of order ({drops} places where the step goes back "
+            "without re-logging an earlier step, as a restarted job would) and some steps "
+            "appear twice: which row of a repeated step is the latest cannot be told; give the "
+            "log in the order it was written"
+        )
+    notes.append(
+        f"{path}: the steps are out of order (the step goes back in {len(starts)} places, "
+        f"{drops} of them followed by no re-logged step and no run in order, as a restart "
+        "would be: a reversed or shuffled file); read in step order"
+    )
+    return table.sort("step", maintain_order=True)
 
 
 def resolve_restarts(table: pl.DataFrame, path: Path, notes: list[str]) -> pl.DataFrame:

@@ -91,3 +91,4 @@ class RunInfo:
     stage_starts: tuple[int, ...] = ()
     config_read: bool = False
     train_iters: int | None = None  # the config's run length: a spike past it is another run's
+    window: int | None = None  # the spike window the user fixed (watch --spike-args --window)

@@ -163,6 +163,8 @@ def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | Non
     from forensics.rollback import spike_window
 
     window, why = spike_window(step, rollback)
+    if run.window is not None:
+        window, why = run.window, f"--window {run.window}: the window the spike runs with"
     # Quoted for the shell: a path with a space, or `$(...)` in a name, must paste as one word.
     config = shlex.quote(str(run.config_path)) if run.config_path else CONFIG_PLACEHOLDER
     source = f"--config {config}"

@@ -78,7 +78,9 @@ def _header_ok(buf: bytes | memoryview, off: int, size: int) -> int | None:
 def iter_records(path: Path, scan: RecordScan, start: int = 0) -> Iterator[bytes]:
     """Yield the data of every record from byte `start` whose CRCs check out; count the rest in
     `scan`; `scan.end` is where the next read resumes (a truncated tail is read again then)."""
-    with open(path, "rb") as fh:
+    from forensics.inputs_guard import open_regular
+
+    with open_regular(path) as fh:  # an events file is never a FIFO we would wait on
         fh.seek(start)
         buf = memoryview(fh.read())
     size, off = len(buf), 0

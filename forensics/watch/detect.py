@@ -20,7 +20,7 @@ import polars as pl
 
 from forensics.errors import ForensicsError
 from forensics.triage.analyze import TriageResult, triage
-from forensics.triage.canonical import resolve_restarts
+from forensics.triage.canonical import order_steps, resolve_restarts
 from forensics.triage.config import RunInfo, TriageConfig
 
 
@@ -46,6 +46,8 @@ class WindowDetector:
     def add(self, rows: pl.DataFrame) -> None:
         """Append parsed rows; a restarted job's repeated iterations replace the old attempt's."""
         rows = rows.drop("__line", strict=False)
+        before = None if self.table is None else self.table["step"]
+        rows = order_steps(rows, self.path, self.notes, before)
         if self.table is None:
             both = rows
         else:

@@ -15,7 +15,11 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
+
+from forensics.inputs_guard import open_regular
+
+BinaryIO = IO[bytes]
 
 _HEAD_BYTES = 256
 _MAX_PARTIAL = 1 << 20  # a "line" this long without a newline is taken as one (bounded memory)
@@ -59,7 +63,7 @@ class LogFollower:
 
     def _open(self, resume: bool) -> bool:
         try:
-            fh = open(self.path, "rb")  # noqa: SIM115 - kept open across polls on purpose
+            fh = open_regular(self.path)  # kept open across polls on purpose
         except FileNotFoundError:
             return False
         st = os.fstat(fh.fileno())

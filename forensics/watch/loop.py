@@ -21,12 +21,14 @@ import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from forensics.errors import ForensicsError
+from forensics.inputs_guard import check_input_path
 from forensics.triage.analyze import TriageResult
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.formats import get_format
 from forensics.watch.book import EventBook
 from forensics.watch.detect import WindowDetector
 from forensics.watch.follow import LogFollower, Position
+from forensics.watch.messages import event_message, stall_message
 from forensics.watch.parse import ChunkParser, detect_line_format
 from forensics.watch.planning import MAX_ANALYSES, PlanRunner  # noqa: F401 - re-exported
 from forensics.watch.plans import PLAN_KINDS, PlanState, restore
@@ -110,6 +112,12 @@ class Watcher(PlanRunner):
             self._make_reader(self.fmt, state.get("position"), state.get("header"))
         self.last_growth = time.time()
         self.stalled = bool(state.get("stalled")) if state else False
+        # Messages the webhook never took, this watcher's and earlier ones' (state.json); those
+        # an earlier watcher stopped before sending are posted again now, so not kept.
+        earlier = state.get("undelivered", []) if state else []
+        self.undelivered: list[dict[str, Any]] = [e for e in earlier if not e.get("retried")]
+        self.reported_before = {e.get("seq") for e in self.undelivered}
+        self._signalled = False
         self.polls = 0
         self.terminal = terminal
         self.jobs: dict[int, SpikeJob] = {}
@@ -174,6 +182,7 @@ class Watcher(PlanRunner):
                 "trimmed_before": self.detector.trimmed_before,
                 "first_step": self.detector.first_step,
                 "stalled": self.stalled,
+                "undelivered": self.undelivered,
             },
         )
 
@@ -192,6 +201,7 @@ class Watcher(PlanRunner):
         if self.parser is not None:
             return True
         log = self.opts.log
+        check_input_path(log)  # a FIFO or device put there later: refused, never opened
         if not log.exists() or (log.is_file() and log.stat().st_size == 0):
             return False
         fmt = detect_line_format(log, self.opts.fmt)
@@ -220,7 +230,11 @@ class Watcher(PlanRunner):
             self.last_growth = now
             if self.stalled:
                 self.stalled = False
-                new.append(self._emit(self._stall_msg("log_resumed")))
+                new.append(
+                    self._emit(
+                        stall_message("log_resumed", self.detector.last_step, self.last_growth)
+                    )
+                )
             assert self.parser is not None
             added = False
             for batch in batches:
@@ -237,9 +251,12 @@ class Watcher(PlanRunner):
             self.detector.notes.clear()
         elif not self.stalled and now - self.last_growth >= self.opts.stall_after:
             self.stalled = True
-            new.append(self._emit(self._stall_msg("log_stalled")))
+            new.append(
+                self._emit(stall_message("log_stalled", self.detector.last_step, self.last_growth))
+            )
         new += self._check_jobs()
-        if batches or new:
+        failed = self._take_undelivered(self.webhook.new_failures() if self.webhook else [])
+        if batches or new or failed:
             self._save_state()
         self._update_view()
         if self.opts.prometheus is not None:
@@ -248,15 +265,17 @@ class Watcher(PlanRunner):
             self.terminal.show(new, self.view)
         return new
 
-    def _stall_msg(self, kind: str) -> dict[str, Any]:
-        step = self.detector.last_step
-        idle = time.time() - self.last_growth
-        summary = (
-            f"the log has not grown for {idle:.0f} s (last step {step}): is the job alive?"
-            if kind == "log_stalled"
-            else f"the log grows again (after step {step})"
-        )
-        return {"message": "note", "kind": kind, "at_step": step, "summary": summary}
+    def _take_undelivered(self, entries: list[dict[str, Any]]) -> bool:
+        """Say on the terminal which messages the webhook did not take, and keep them for the
+        state file and the exit status (`watch_command`)."""
+        for entry in entries:
+            self.undelivered.append(entry)
+            if self.terminal is not None:
+                self.terminal.warn(
+                    f"webhook {self.opts.webhook}: message #{entry['seq']} ({entry['kind']}) "
+                    f"not delivered: {entry['error']}"
+                )
+        return bool(entries)
 
     # ------------------------------------------------------------------ judging
 
@@ -345,33 +364,8 @@ class Watcher(PlanRunner):
         return [] if ev is None else [self._emit(self._event_msg("raised", ev))]
 
     def _event_msg(self, message: str, ev: dict[str, Any]) -> dict[str, Any]:
-        kind = ev["kind"]
-        verdict = ev.get("verdict")
-        where = f" on {ev['curve']}" if ev.get("curve") else ""
-        summary = ev.get("evidence", {}).get("summary", "")
-        head = f"{kind}{where} at step {ev['step']}"
-        if verdict:
-            head += f": {verdict}"
-        causes = ev.get("likely_causes") or []
-        if causes and ev.get("verdict") != "benign":
-            summary += f"; top cause: {causes[0]['cause']}"
-        if kind == "divergence":
-            summary += f"; {ev['action']}"
-        elif ev.get("next_command"):
-            summary += f"; roll back to {ev['rollback_iteration']}; next: {ev['next_command']}"
-        return {
-            "message": message,
-            "kind": kind,
-            "curve": ev.get("curve"),
-            "step": int(ev["step"]),
-            "end_step": ev.get("end_step", ev.get("peak_step")),
-            "verdict": verdict,
-            "at_step": self.detector.last_step,
-            "at_line": self.follower.pos.line_no if self.follower else None,
-            "poll": self.polls,
-            "summary": f"{head}: {summary}",
-            "event": ev,
-        }
+        at_line = self.follower.pos.line_no if self.follower else None
+        return event_message(message, ev, self.detector.last_step, at_line, self.polls)
 
     def _emit(self, msg: dict[str, Any]) -> dict[str, Any]:
         written = self.book.append(msg)
@@ -403,7 +397,7 @@ class Watcher(PlanRunner):
         """Poll every `interval` seconds until SIGINT/SIGTERM (or `max_polls`)."""
 
         def stop(signum: int, frame: object) -> None:
-            self._stop = True
+            self._stop = self._signalled = True
 
         old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -428,7 +422,13 @@ class Watcher(PlanRunner):
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
 
     def close(self) -> None:
-        for part in (self.webhook, self.terminal, self.follower):
+        """Hand the webhook what is queued (for half a second after SIGINT/SIGTERM, else one
+        try's timeout) and report what it did not take; release the rest."""
+        if self.webhook is not None:
+            wait = 0.5 if self._signalled else self.webhook.timeout_s + 1.0
+            if self._take_undelivered(self.webhook.close(wait)):
+                self._save_state()
+        for part in (self.terminal, self.follower):
             if part is not None:
                 part.close()
         self._lock.close()

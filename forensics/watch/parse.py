@@ -44,7 +44,9 @@ def detect_line_format(path: Path, requested: str) -> str | None:
 def _has_csv_row(path: Path) -> bool:
     """True when a row with as many cells as the first line follows it (a CSV's header and a
     first row, not a preamble line that happens to hold a comma)."""
-    with open(path, "rb") as handle:
+    from forensics.inputs_guard import open_regular
+
+    with open_regular(path) as handle:
         head = handle.read(1 << 16).decode("utf-8", errors="replace")
     rows = [ln for ln in head.split("\n")[:-1] if ln.strip() and not ln.startswith("#")]
     return len(rows) >= 2 and rows[1].count(",") == rows[0].count(",")

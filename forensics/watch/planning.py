@@ -77,6 +77,7 @@ class PlanRunner:
         from forensics.rollback import FAR, spike_window
 
         window, _why = spike_window(key, int(ev.get("rollback_iteration", key - FAR)))
+        window = self.opts.run.window or window  # --spike-args '--window N' wins
         self.jobs[key] = start_spike(source, key, window, self.out, extra=self.opts.spike_args)
         self.plans.setdefault(key, PlanState()).started = True
         return [self._emit(started_message(self.jobs[key], window))]

@@ -2,9 +2,15 @@
 terminal.
 
 The webhook is posted from its own thread through a queue, so a slow or dead receiver never
-delays reading the log; each message is retried with exponential backoff. What was handed over is
-recorded in `webhook.json` (the last sequence number delivered or given up on), so a restarted
-watcher posts what the previous one had not, and nothing twice unless it was killed mid-POST.
+delays reading the log; each message is retried with exponential backoff, every try bounded by a
+timeout (a receiver that accepts and never answers costs `timeout_s`, not forever). Once a
+message is given up the receiver is taken as down and the next ones get one try each until one
+gets through, so a dead receiver does not hold a queue of alerts for minutes. Every message given
+up is kept in `failures` (its number, kind, summary and the last error), and what is still queued
+when the watcher stops is listed by `close`: the watcher reports both (forensics.watch.loop).
+What was handed over is recorded in `webhook.json` (the last sequence number delivered or given
+up on), so a restarted watcher posts what the previous one had not, and nothing twice unless it
+was killed mid-POST.
 
 The Prometheus file follows the text exposition format (HELP/TYPE lines, label values escaped)
 and is replaced atomically, as node_exporter's textfile collector requires.
@@ -101,6 +107,19 @@ def webhook_body(msg: dict[str, Any], fmt: str, log: str) -> dict[str, Any]:
     return slack_body(msg, log) if fmt == "slack" else json_event(msg, log)
 
 
+def undelivered_entry(msg: dict[str, Any], error: str, retried: bool = False) -> dict[str, Any]:
+    """What the watcher says about a message that did not reach the webhook (`retried`: a
+    watcher restarted on the same directory posts it again)."""
+    summary = " ".join(str(msg.get("summary", "")).split())
+    return {
+        "seq": int(msg.get("seq", 0)),
+        "kind": msg.get("kind"),
+        "summary": summary[:200],
+        "error": error,
+        "retried": retried,
+    }
+
+
 class WebhookSender:
     """POSTs messages as JSON to `url` in order, from a background thread, in `fmt` (json: a
     plain JSON event; slack: Slack's incoming-webhook {"text": ...})."""
@@ -110,9 +129,9 @@ class WebhookSender:
         url: str,
         state_dir: Path,
         *,
-        attempts: int = 6,
+        attempts: int = 4,
         backoff_s: float = 0.5,
-        timeout_s: float = 10.0,
+        timeout_s: float = 5.0,
         fmt: str = "json",
         log: str = "",
     ) -> None:
@@ -122,8 +141,13 @@ class WebhookSender:
         self.attempts, self.backoff_s, self.timeout_s = attempts, backoff_s, timeout_s
         self.queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.delivered_through = 0
-        self.failures: list[str] = []
+        self.failures: list[dict[str, Any]] = []  # given up after every try (undelivered_entry)
         self.sent = 0
+        self.down = False  # the last message was given up: one try each until one gets through
+        self.last_error = ""
+        self._lock = threading.Lock()
+        self._waiting: dict[int, dict[str, Any]] = {}  # queued or in flight, by seq
+        self._reported = 0
         if self.state.exists():
             try:
                 self.delivered_through = int(json.loads(self.state.read_text())["through"])
@@ -134,7 +158,10 @@ class WebhookSender:
 
     def post(self, msg: dict[str, Any]) -> None:
         """Queue one message (returns at once)."""
-        if int(msg.get("seq", 0)) > self.delivered_through:
+        seq = int(msg.get("seq", 0))
+        if seq > self.delivered_through:
+            with self._lock:
+                self._waiting[seq] = msg
             self.queue.put(msg)
 
     def _run(self) -> None:
@@ -142,16 +169,20 @@ class WebhookSender:
             msg = self.queue.get()
             if msg is None:
                 return
-            ok = self._deliver(msg)
-            if not ok:
-                self.failures.append(f"webhook {self.url}: message {msg.get('seq')} not delivered")
-            self.delivered_through = max(self.delivered_through, int(msg.get("seq", 0)))
+            ok = self._deliver(msg, 1 if self.down else self.attempts)
+            self.down = not ok
+            seq = int(msg.get("seq", 0))
+            with self._lock:
+                self._waiting.pop(seq, None)
+                if not ok:
+                    self.failures.append(undelivered_entry(msg, self.last_error))
+            self.delivered_through = max(self.delivered_through, seq)
             write_json_atomic(self.state, {"url": self.url, "through": self.delivered_through})
 
-    def _deliver(self, msg: dict[str, Any]) -> bool:
+    def _deliver(self, msg: dict[str, Any], attempts: int) -> bool:
         payload = webhook_body(msg, self.fmt, self.log)
         body = json.dumps(payload, ensure_ascii=False, default=str).encode()
-        for attempt in range(self.attempts):
+        for attempt in range(attempts):
             req = urllib.request.Request(
                 self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"
             )
@@ -160,15 +191,37 @@ class WebhookSender:
                     if 200 <= resp.status < 300:
                         self.sent += 1
                         return True
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
-            time.sleep(self.backoff_s * (2**attempt))
+                    self.last_error = f"HTTP {resp.status}"
+            except urllib.error.HTTPError as err:
+                self.last_error = f"HTTP {err.code}"
+            except (urllib.error.URLError, OSError, ValueError) as err:
+                reason = getattr(err, "reason", None) or err
+                self.last_error = " ".join(str(reason).split()) or type(err).__name__
+            if attempt + 1 < attempts:
+                time.sleep(self.backoff_s * (2**attempt))
         return False
 
-    def close(self, wait_s: float = 5.0) -> None:
-        """Stop after what is queued (waiting at most `wait_s`)."""
+    def new_failures(self) -> list[dict[str, Any]]:
+        """Messages given up since the last call (for the terminal and the state file)."""
+        with self._lock:
+            new = self.failures[self._reported :]
+            self._reported = len(self.failures)
+        return new
+
+    def close(self, wait_s: float = 5.0) -> list[dict[str, Any]]:
+        """Stop after what is queued, waiting at most `wait_s`; returns the messages given up
+        since `new_failures` was last called and those still queued or in flight (not sent:
+        `webhook.json` still has them for the next watcher on this directory)."""
         self.queue.put(None)
         self._thread.join(wait_s)
+        left = self.new_failures()
+        with self._lock:
+            waiting = sorted(self._waiting.items())
+        why = "not sent before the watcher stopped" + (
+            f" (last try: {self.last_error})" if self.last_error else ""
+        )
+        why += "; a watcher restarted on this --out posts it"
+        return left + [undelivered_entry(msg, why, retried=True) for _, msg in waiting]
 
 
 # --------------------------------------------------------------------------- Prometheus

@@ -52,6 +52,11 @@ class Terminal:
             return
         self.live.update(self._render(view), refresh=True)
 
+    def warn(self, line: str) -> None:
+        """One line that is not a message of the log (a webhook that did not take an alert),
+        printed above the live view or between the message lines."""
+        self.console.print(Text(excerpt(line, 4000), style="bold yellow"), soft_wrap=True)
+
     def _render(self, view: dict[str, Any]) -> Group:
         table = Table(title=Text(f"forensics watch {excerpt(self.log, 120)}"), show_header=False)
         table.add_column("what")

@@ -8,24 +8,25 @@ Each accident edits a copy of the run (a truncated .idx, a hand-edited skip.json
 - traceback     an internal error (exit 3), a Python traceback, or an unexpected exit status
 - hang          no answer within the time limit (a command must answer in seconds)
 - silent wrong  exit 0 where a refusal was due, or an answer its check finds wrong
-- half-written  a failed command left new files behind, or any command changed a file it was
+- half-written  a failed command left new files behind (other than the record of what failed
+                that the accident's `kept` names), or any command changed a file it was
                 not asked to write (every pre-existing file is compared byte for byte; a
                 spike output's `.cache/` is a cache and may change)
 - not one line  a refusal that is not exactly one `error:` line
 - refused wrongly  a refusal of an input that is fine
 - unclear       a refusal that does not say what the accident's `needle` says it must
 
-The accidents are defined by command in `triage_replay`, `inputs` and `restart`; `case` holds
-the edits and checks they are built from. tests/forensics/test_accident_battery.py runs each as
-a pytest case (its id is the accident's name); scripts/accidents.py runs them all on any run
-directory and prints the counts.
+The accidents are defined by command in `triage_replay`, `inputs`, `restart` and `hangs`;
+`case` holds the edits and checks they are built from. tests/forensics/test_accident_battery.py
+runs each as a pytest case (its id is the accident's name); scripts/accidents.py runs them all
+on any run directory and prints the counts.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from forensics_testing.accidents import inputs, restart, triage_replay
+from forensics_testing.accidents import hangs, inputs, restart, triage_replay
 from forensics_testing.accidents.case import ROOT, Accident, Verdict
 from forensics_testing.accidents.names import shared_names
 from forensics_testing.accidents.run import KINDS, base_info, prepare_base, run_one
@@ -47,6 +48,7 @@ PARTS = (
     restart.check_skip_and_scan,
     restart.full_disk_and_watch,
     restart.watch_and_rescore,
+    hangs.hangs_and_order,
 )
 
 

@@ -28,6 +28,7 @@ class Accident:
     outputs: tuple[str, ...] = ()  # globs (relative to the run) an ok run may create or replace
     needle: str | None = None  # a refusal must say this
     file_limit: int | None = None  # bytes a file may grow to (RLIMIT_FSIZE): a full disk
+    kept: tuple[str, ...] = ()  # globs a command that exits 2 may leave: a record of what failed
 
 
 @dataclass

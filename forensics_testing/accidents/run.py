@@ -137,7 +137,7 @@ def judge(
             if problem:
                 p["silent wrong"] = problem
     after = snapshot(run)
-    may_write = acc.outputs if proc.returncode == 0 else ()
+    may_write = acc.outputs if proc.returncode == 0 else acc.kept
 
     def allowed(path: str) -> bool:
         # a spike output's .cache/ is its cache (replay, scores, the run marker): a rerun may

@@ -127,7 +127,7 @@ def test_triage_refuses_a_fifo_and_a_pipe_at_once(tmp_path: Path) -> None:
         [sys.executable, "-m", "forensics.cli", "triage", str(fifo), "--out", str(tmp_path / "t")],
         capture_output=True, text=True, timeout=60, env=os.environ | {"PYTHONPATH": str(REPO)},
     )  # fmt: skip
-    one_line_error(proc, str(fifo), "a FIFO or pipe; triage reads a log file")
+    one_line_error(proc, str(fifo), "is a FIFO or pipe, not a regular file")
     piped = subprocess.run(
         [sys.executable, "-m", "forensics.cli", "triage", "/dev/stdin", "--out",
          str(tmp_path / "t")],

@@ -65,7 +65,9 @@ def detect_format(path: Path) -> str:
     for fmt in _DETECTION:
         if fmt.named(path.name.lower()):
             return fmt.name
-    with open(path, "rb") as fh:
+    from forensics.inputs_guard import open_regular
+
+    with open_regular(path) as fh:
         head = Head(path, fh.read(HEAD_BYTES))
     for fmt in _DETECTION:
         if fmt.recognises(head):

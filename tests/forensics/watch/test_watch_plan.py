@@ -7,9 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_watch import _follow
+from test_watch import CFG, _deciding_step, _follow, _table
 
+from forensics.triage.analyze import triage
+from forensics.watch.loop import Watcher, WatchOptions
 from forensics.watch.plans import PlanState, next_status, plan_message
+from forensics_testing.watch_trainer import scenario
 
 
 def _plans(msgs: list[dict]) -> list[dict]:
@@ -41,15 +44,34 @@ def test_malignant_spike_gets_a_provisional_plan_then_confirmed(tmp_path: Path) 
 
 
 def test_benign_spike_plan_is_cleared(tmp_path: Path) -> None:
-    w, msgs, _ = _follow("benign", tmp_path)
-    spikes = [m for m in msgs if m["kind"] == "spike"]
-    plans = _plans(msgs)
-    if spikes[0]["verdict"] == "undecided":
-        assert [p["status"] for p in plans] == ["provisional", "cleared"]
-        assert "came back" in plans[1]["summary"] and "no rollback" in plans[1]["summary"]
-    else:  # back before the watcher saw it undecided: nothing to post, nothing to clear
-        assert plans == []
-    assert all(m.get("verdict") != "malignant" for m in msgs)
+    """The log handed over in two parts, no timing involved: first up to the line at which the
+    batch triage calls the spike undecided (the watcher must raise it and post a provisional
+    plan), then the rest, where the loss comes back (the plan must be cleared)."""
+    lines = scenario("benign")
+    table = _table(lines)
+    spike = next(e for e in triage(table, CFG).events if e["kind"] == "spike")
+    assert spike["verdict"] == "benign"
+    undecided_at = _deciding_step(table, {**spike, "verdict": "undecided", "summary": ""})
+    cut = next(i for i, ln in enumerate(lines) if f" {undecided_at}/" in ln) + 1
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines[:cut]) + "\n")
+    watcher = Watcher(WatchOptions(log=log, out=tmp_path / "w", cfg=CFG))
+    first = watcher.poll()
+    with log.open("a") as fh:
+        fh.write("\n".join(lines[cut:]) + "\n")
+    second = watcher.poll()
+    watcher.close()
+    assert [(m["message"], m["verdict"]) for m in first if m["kind"] == "spike"] == [
+        ("raised", "undecided")
+    ]
+    assert [p["status"] for p in _plans(first)] == ["provisional"]
+    assert [(m["message"], m["verdict"]) for m in second if m["kind"] == "spike"] == [
+        ("verdict", "benign")
+    ]
+    cleared = _plans(second)
+    assert [p["status"] for p in cleared] == ["cleared"]
+    assert "came back" in cleared[0]["summary"] and "no rollback" in cleared[0]["summary"]
+    assert all(m.get("verdict") != "malignant" for m in first + second)
 
 
 def test_plan_statuses_move_forward_only() -> None:
