@@ -7,13 +7,13 @@ like the baseline when both of these hold:
 
 - no group is dirty (flagged far more often than its background: cluster/verdict.py), outside a
   culprit;
-- no group's over-representation is unexplained: a source group significantly more common in
-  the window than in the baseline (or than the window's blend says, across a mixture switch;
-  new in the window counts, where the blend gives it no share), that no scorer flags. The scorers know mojibake, template
-  spam and repeated n-grams; a group that changed and that none of them flags could still be dirt
-  they were not built for (another tokenizer's ids, numeric dumps), which the model's view sees
-  (`--checkpoint`). Such a group is listed as "unexplained: the model could tell", never blamed
-  on the data side alone.
+- no group's over-representation is unexplained: a source group significantly more common in the
+  window than in the baseline (or than the window's blend says, across a mixture switch; new in
+  the window counts, where the blend gives it no share), that no scorer flags. The scorers know
+  mojibake, template spam and repeated n-grams; a group that changed and that none of them flags
+  could still be dirt they were not built for (another tokenizer's ids, numeric dumps), which the
+  model's view sees (`--checkpoint`). Such a group is listed as "unexplained: the model could
+  tell", never blamed on the data side alone.
 
 Only source groups are listed: a source is what an engineer can look up and rescore; an
 embedding cluster over-represented without dirt is one of the window's topics.
@@ -38,6 +38,26 @@ def unexplained_groups(ranked: pl.DataFrame) -> pl.DataFrame:
         & (pl.col("verdict") != "culprit")
         & pl.col("explained_by").is_null()
         & pl.col("over_represented")
+    ).sort(["window_share", "id"], descending=[True, False])
+
+
+def new_unchecked(ranked: pl.DataFrame) -> pl.DataFrame:
+    """Source groups new in the window (significantly: the baseline test's p < P_MAX) whose
+    share the blend explains and that no scorer flags: not evidence against the data, but
+    content only the model's view can check. Outside any culprit, largest first."""
+    from forensics.cluster.verdict import P_MAX
+
+    needed = {"new_in_window", "dirty", "kind", "verdict", "explained_by", "p_value"}
+    if ranked.height == 0 or not needed <= set(ranked.columns):
+        return ranked.head(0)
+    return ranked.filter(
+        (pl.col("kind") == "source")
+        & pl.col("new_in_window")
+        & (pl.col("p_value") < P_MAX)
+        & ~pl.col("dirty")
+        & ~pl.col("over_represented")
+        & (pl.col("verdict") != "culprit")
+        & pl.col("explained_by").is_null()
     ).sort(["window_share", "id"], descending=[True, False])
 
 

@@ -31,7 +31,9 @@ def model_summary(report: Any) -> list[tuple[str, str]]:
     """The first screen's MODEL line(s)."""
     view = report.model
     if not view:
-        return [("MODEL", NO_MODEL)]
+        from forensics.report.control_view import unchecked_lines
+
+        return [("MODEL", NO_MODEL), *unchecked_lines(report)]
     scored = (
         f"{view['window_samples']:,} of {view['window_samples_total']:,} window samples and "
         f"{view['baseline_samples']:,} baseline samples scored ({view['level']} losses, "

@@ -81,12 +81,37 @@ def control_figures(report: Any) -> str:
 
 
 def clean_control_lines(report: Any) -> list[Line]:
-    """NO DATA CULPRIT and NEXT: the clean control, nothing skipped or removed."""
+    """NO DATA CULPRIT and NEXT: the clean control, nothing skipped or removed; without a
+    checkpoint, the new groups only the model could check."""
     return [
         ("NO DATA CULPRIT", "the data looks like the baseline: " + control_figures(report)),
         ("", "nothing is skipped or removed: skip.json holds no ranges and an empty block list"),
         ("NEXT", next_step(report)),
     ]
+
+
+def unchecked_lines(report: Any) -> list[Line]:
+    """Under the MODEL line when no checkpoint was rescored: groups new in the window at the
+    share the blend gives them that no scorer flags (their content is only the model's to
+    judge), and the command that asks the checkpoint."""
+    from forensics.cluster.controls import new_unchecked
+
+    if report.model:
+        return []
+    groups = new_unchecked(report.clusters)
+    if groups.height == 0:
+        return []
+    names = ", ".join(f"{r['facet']}={r['key']}" for r in groups.head(3).iter_rows(named=True))
+    more = f" (+{groups.height - 3} more)" if groups.height > 3 else ""
+    out: list[Line] = [(
+        "",
+        f"not checked: new in the window at the share the blend gives: {names}{more}; no "
+        "scorer flags them, and dirt no scorer was built for (word salad, dumps) only the "
+        "model can see",
+    )]  # fmt: skip
+    if report.checkpoint_command:
+        out.append(("", f"ask the pre-spike checkpoint: {report.checkpoint_command}"))
+    return out
 
 
 def unexplained_lines(report: Any) -> list[Line]:
