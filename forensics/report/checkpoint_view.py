@@ -39,7 +39,13 @@ def model_summary(report: Any) -> list[tuple[str, str]]:
         f"{view['baseline_samples']:,} baseline samples scored ({view['level']} losses, "
         f"{view['source']})"
     )
-    return [("MODEL", view["agreement"]), ("", scored)]
+    out = [("MODEL", view["agreement"]), ("", scored)]
+    named = view.get("named") or {}
+    others = [c for c in view.get("clusters") or [] if c["id"] in named]
+    if others and not view["agreement"].startswith("the model, not a scorer"):
+        names = ", ".join(f"{c['name']} (loss z {_z(c['loss_z'])})" for c in others[:3])
+        out.append(("", f"named by the model, not a scorer: {names}"))
+    return out
 
 
 def span_text(span: dict[str, str] | None) -> str:

@@ -90,9 +90,10 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     )
     if others.height:
         nxt = others.row(0, named=True)
+        named = ", named by the model" if nxt.get("named_by") == "model" else ""
         lines.append(
             f"next most suspicious cluster: {cluster_name(nxt)}, "
-            f"{pct(nxt['flagged_rate'])} flagged ({nxt['verdict']})"
+            f"{pct(nxt['flagged_rate'])} flagged ({nxt['verdict']}{named})"
         )
     else:
         lines.append("no other cluster is a suspect outside it")

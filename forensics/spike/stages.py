@@ -7,6 +7,7 @@
     decode     replay                  documents (text, facets)             docs-<key>.parquet
     score      documents               + garbage/spam scores and reasons    scores-<key>-<v>.parquet
     repeats    token ids               + repeated n-grams (garbage rule)    ngrams-<key>-<v>.parquet
+    tokens     token ids, both sides   + token statistics (garbage rule)    tokstats-<key>-<s>
     cluster,   window, baseline docs   ranked clusters with verdicts,       clusters-<c>.parquet,
     embed, fit                         embedding assignments, notes         assign-<c>.parquet,
                                                                             clusters-<c>.json,
@@ -14,7 +15,8 @@
     model      replay, clusters        clusters with the model's evidence   rescore-<k>.npz
 
 The key (SpikeRun.key) hashes the config, the data fingerprint, the window and the baseline;
-<v> is a hash of the scorer's source, so a changed scorer rescores; <c> adds the code's version
+<v> is a hash of the scorer's source, so a changed scorer rescores (<s>: of the spike package's,
+for the token rule); <c> adds the code's version
 and the embedding options (forensics.spike.cluster_cache). A rerun with the scores cached does
 not read the decoded documents: the scored table holds the text.
 """

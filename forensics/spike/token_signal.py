@@ -133,6 +133,21 @@ def token_reasons(stats: pl.DataFrame, baseline: np.ndarray) -> list[str]:
     return reasons
 
 
+def run_tokenizer(replayer: Any) -> Any:
+    """The run's tokenizer (a `tokenizers.Tokenizer`), or None where the family has none to
+    give (the rule then needs what it cannot have: the decoded text and the round trip)."""
+    from forensics.errors import ForensicsError
+
+    get = getattr(replayer, "tokenizer", None)
+    if get is None:
+        return None
+    try:
+        tokenizer = get()
+    except (ForensicsError, OSError, ValueError):
+        return None
+    return tokenizer if hasattr(tokenizer, "decode_batch") else None
+
+
 def token_table(run: SpikeRun, replay: pl.DataFrame, distinct: pl.DataFrame) -> pl.DataFrame:
     """STATS_SCHEMA for every distinct document (empty when the family cannot list token ids)."""
     from forensics.spike.stages import drawn_documents
@@ -152,7 +167,9 @@ def token_table(run: SpikeRun, replay: pl.DataFrame, distinct: pl.DataFrame) -> 
         .fill_null(False)
         .to_numpy()
     )
-    tokenizer = replayer.tokenizer()
+    tokenizer = run_tokenizer(replayer)
+    if tokenizer is None:
+        return pl.DataFrame(schema=STATS_SCHEMA)
     stats = document_token_stats(
         tokenizer, replayer.document_tokens(distinct), baseline, replayer.vocab_size()
     )
@@ -189,9 +206,10 @@ def token_stage(
 ) -> pl.DataFrame:
     """The scored documents with the token rule applied (its table cached beside the scores,
     keyed by the run and the rule's source)."""
-    if not run.replayer.document_token_ids:
+    if not run.replayer.document_token_ids or run_tokenizer(run.replayer) is None:
         run.notes.append(
-            "token statistics were not checked: this data family cannot list a document's ids"
+            "token statistics were not checked: this data family cannot list a document's ids "
+            "or give the run's tokenizer"
         )
         return scored
     name = f"tokstats-{run.key}-{module_version('forensics.spike')}.parquet"
