@@ -328,9 +328,12 @@ def _agreement(ranked: pl.DataFrame, clusters: list[dict[str, Any]]) -> tuple[in
         )
     elif clusters and clusters[0]["evidence"] == "surprised":
         agreement = (
-            f"no data-side culprit, but the model choked most on {clusters[0]['name']} "
-            f"(loss z {_fmt(clusters[0]['loss_z'])})"
+            f"no culprit: the model choked most on {clusters[0]['name']} (loss z "
+            f"{_fmt(clusters[0]['loss_z'])}), but no source group that changed stands out "
+            "against its own baseline (forensics.rescore.naming); see the table"
         )
+    else:
+        agreement = "no culprit: no group's loss stands out against the baseline's"
     return rank, agreement
 
 
