@@ -95,38 +95,24 @@ def clean_crawl(out: Path, truth: dict, seed: int) -> None:
     )
 
 
-def real_loop(seed: int, out: Path) -> dict:
-    """Part 2, one seed: build, train with the lr boost, analyse without and with the
-    checkpoint."""
-    import torch
+ITERS, SWITCH, BOOST = 300, 201, 226
 
-    from dataloaders.run_config import load_config
-    from forensics.replay import open_replayer
-    from forensics.rescore import RescoreOptions
-    from forensics.spike import SpikeOptions, run_spike
-    from forensics.triage.analyze import triage
-    from forensics.triage.readers import read_log
-    from forensics_testing.demo.build import DemoSpec, build_run
-    from forensics_testing.demo.train import (
-        TinyModel,
-        iteration_batches,
-        megatron_log_line,
-        tiny_gpt2,
-        train,
-    )
 
-    torch.set_num_threads(1)
-    iters, switch, boost = 300, 201, 226
-    spec = DemoSpec(
+def control_spec(seed: int) -> object:
+    """The run: a clean crawl batch enters at the switch; the lr boost comes 25 iterations
+    later (`spike_iteration` only places the builder's simulated log, replaced here)."""
+    from forensics_testing.demo.build import DemoSpec
+
+    return DemoSpec(
         name=f"lr-control-{seed}",
         seed=100 + seed,
         seq_length=64,
         global_batch_size=8,
-        train_iters=iters,
-        switch_iteration=switch,
-        spike_iteration=boost,
+        train_iters=ITERS,
+        switch_iteration=SWITCH,
+        spike_iteration=BOOST,
         checkpoint_interval=25,
-        log_tail=iters - boost,
+        log_tail=ITERS - BOOST,
         docs_prose=200,
         docs_code=120,
         docs_per_crawl=40,
@@ -136,70 +122,95 @@ def real_loop(seed: int, out: Path) -> dict:
         blend_before={"prose": 0.5, "code": 0.3, "web": 0.2},
         blend_after={"prose": 0.3, "code": 0.2, "web": 0.1, "web_v2": 0.4},
     )
-    run_dir = out / f"seed{seed}"
+
+
+def train_with_boost(seed: int, run_dir: Path) -> dict[int, float]:
+    """Build the run, train over its exact batches with the lr boost, write the trainer's own
+    Megatron-format log and its checkpoints; returns the loss per iteration."""
+    import torch
+
+    from dataloaders.run_config import load_config
+    from forensics.replay import open_replayer
+    from forensics_testing.demo.build import build_run
+    from forensics_testing.demo.train import (
+        TinyModel,
+        iteration_batches,
+        megatron_log_line,
+        tiny_gpt2,
+        train,
+    )
+
+    torch.set_num_threads(1)
+    spec = control_spec(seed)
     shutil.rmtree(run_dir, ignore_errors=True)
-    t0 = time.perf_counter()
     truth = build_run(run_dir, spec, progress=False)
     clean_crawl(run_dir, truth, seed)
     for empty in (run_dir / "checkpoints").iterdir():
         shutil.rmtree(empty)
     replayer = open_replayer(load_config(run_dir / "forensics.yaml"))
     model = tiny_gpt2(spec.vocab_size, spec.seq_length, TinyModel(n_embd=128, n_head=4, seed=seed))
-    lines = [f"using world size: 1, data-parallel size: 1, global batch size: {8}"]
+    lines = ["using world size: 1, data-parallel size: 1, global batch size: 8"]
 
     def on_step(it: int, loss: float, gnorm: float, lr: float) -> None:
-        lines.append(megatron_log_line(it, iters, 8, lr, loss, gnorm, 100.0))
+        lines.append(megatron_log_line(it, ITERS, 8, lr, loss, gnorm, 100.0))
 
     history = train(
         model,
-        iteration_batches(replayer, 1, iters),
-        total=iters,
+        iteration_batches(replayer, 1, ITERS),
+        total=ITERS,
         peak_lr=3e-3,
         on_step=on_step,
         save_every=25,
         save_dir=run_dir / "checkpoints",
-        lr_scale=lambda it: LR_BOOST if boost <= it < boost + BOOST_STEPS else 1.0,
+        lr_scale=lambda it: LR_BOOST if BOOST <= it < BOOST + BOOST_STEPS else 1.0,
     )
     (run_dir / "logs" / "train.log").write_text("\n".join(lines) + "\n")
+    return {it: value for it, value, _, _ in history}
+
+
+def analyse(run_dir: Path, step: int, label: str, checkpoint: Path | None) -> dict:
+    """`forensics spike` at `step`: culprits, skipped iterations, blocked documents, headline."""
+    from forensics.report.first_screen import first_screen
+    from forensics.rescore import RescoreOptions
+    from forensics.spike import SpikeOptions, run_spike
+
+    rescore = None if checkpoint is None else RescoreOptions(checkpoint=checkpoint, progress=False)
+    opts = SpikeOptions(step=step, window=30, baseline="150-179", embed_cap=0, rescore=rescore,
+                        progress=False, force=True)  # fmt: skip
+    res = run_spike(run_dir / "forensics.yaml", run_dir / f"spike-{label}", opts)
+    plan = res.skip.to_dict()
+    return {
+        f"{label}: culprits": res.report.clusters.filter(pl.col("verdict") == "culprit").height,
+        f"{label}: skipped its": sum(b - a + 1 for a, b in plan["iterations"]),
+        f"{label}: blocked docs": sum(len(v) for v in plan["documents"].values()),
+        f"{label}: headline": first_screen(res.report).headline,
+    }
+
+
+def real_loop(seed: int, out: Path) -> dict:
+    """Part 2, one seed: train with the lr boost, then analyse the peak without and with the
+    checkpoint saved just before the boost."""
+    from forensics.triage.analyze import triage
+    from forensics.triage.readers import read_log
+
+    run_dir = out / f"seed{seed}"
+    t0 = time.perf_counter()
+    loss = train_with_boost(seed, run_dir)
     train_s = time.perf_counter() - t0
-    loss = {it: value for it, value, _, _ in history}
-    peak_it = max(range(boost, boost + 20), key=lambda i: loss[i])
+    peak = max(range(BOOST, BOOST + 20), key=lambda i: loss[i])
     found = triage(read_log(run_dir / "logs" / "train.log"))
-    spikes = [e for e in found.events if e.get("kind") == "spike" and e["step"] >= switch]
-    step = peak_it
-    out_row: dict = {
+    spikes = [e for e in found.events if e.get("kind") == "spike" and e["step"] >= SWITCH]
+    row: dict = {
         "seed": seed,
-        "pre-boost loss": round(float(np.mean([loss[i] for i in range(boost - 10, boost)])), 3),
-        "peak loss": round(loss[peak_it], 3),
-        "peak iteration": peak_it,
+        "pre-boost loss": round(float(np.mean([loss[i] for i in range(BOOST - 10, BOOST)])), 3),
+        "peak loss": round(loss[peak], 3),
+        "peak iteration": peak,
         "triage": spikes[0].get("verdict") if spikes else "no spike",
         "train s": round(train_s),
     }
-    for label, ckpt in (("data", None), ("model", run_dir / "checkpoints" / "iter_0000225")):
-        rescore = None if ckpt is None else RescoreOptions(checkpoint=ckpt, progress=False)
-        res = run_spike(
-            run_dir / "forensics.yaml",
-            run_dir / f"spike-{label}",
-            SpikeOptions(
-                step=step,
-                window=30,
-                baseline="150-179",
-                embed_cap=0,
-                rescore=rescore,
-                progress=False,
-                force=True,
-            ),
-        )
-        plan = res.skip.to_dict()
-        from forensics.report.first_screen import first_screen
-
-        out_row[f"{label}: culprits"] = res.report.clusters.filter(
-            pl.col("verdict") == "culprit"
-        ).height
-        out_row[f"{label}: skipped its"] = sum(b - a + 1 for a, b in plan["iterations"])
-        out_row[f"{label}: blocked docs"] = sum(len(v) for v in plan["documents"].values())
-        out_row[f"{label}: headline"] = first_screen(res.report).headline
-    return out_row
+    row |= analyse(run_dir, peak, "data", None)
+    row |= analyse(run_dir, peak, "model", run_dir / "checkpoints" / f"iter_{BOOST - 1:07d}")
+    return row
 
 
 def table(rows: list[dict]) -> str:
