@@ -138,10 +138,10 @@ def confidence_lines(report: Any) -> list[tuple[str, str]]:
 
 
 def no_culprit_lines(report: Any, advice: str) -> list[tuple[str, str]]:
-    """NO DATA CULPRIT (the clean control: forensics.report.control_view) only when no dirty
-    group is in the window and no group's change is unexplained; NO CULPRIT with the unexplained
-    groups and the --checkpoint command when some changed unflagged; otherwise the dirty groups
-    are named and the spike is not cleared."""
+    """NO CULPRIT, "the data looks like the baseline" (the clean control: control_view),
+    when no dirty group is in the window and no group's change is unexplained; NO CULPRIT with
+    the unexplained groups and the --checkpoint command when some changed unflagged; otherwise
+    the dirty groups are named and the spike is not cleared."""
     from forensics.report.control_view import clean_control_lines, unexplained_lines
     from forensics.report.why_shares import blend_lines
 

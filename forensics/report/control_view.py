@@ -81,10 +81,10 @@ def control_figures(report: Any) -> str:
 
 
 def clean_control_lines(report: Any) -> list[Line]:
-    """NO DATA CULPRIT and NEXT: the clean control, nothing skipped or removed; without a
-    checkpoint, the new groups only the model could check."""
+    """NO CULPRIT ("the data looks like the baseline") and NEXT: the clean control, nothing
+    skipped or removed."""
     return [
-        ("NO DATA CULPRIT", "the data looks like the baseline: " + control_figures(report)),
+        ("NO CULPRIT", "the data looks like the baseline: " + control_figures(report)),
         ("", "nothing is skipped or removed: skip.json holds no ranges and an empty block list"),
         ("NEXT", next_step(report)),
     ]
@@ -115,18 +115,18 @@ def unchecked_lines(report: Any) -> list[Line]:
 
 
 def unexplained_lines(report: Any) -> list[Line]:
-    """UNEXPLAINED: each group that changed and that no scorer flags (three at most, then a
+    """OPEN: each group that changed and that no scorer flags (three at most, then a
     count), and the command that asks the model."""
     groups = report.unexplained
     out: list[Line] = []
     for i, r in enumerate(groups.head(3).iter_rows(named=True)):
         how = "new in the window" if r.get("new_in_window") else f"{r['enrichment']:.1f}x"
         text = (
-            f"{r['facet']}={r['key']}: {how}, {pct(r['window_share'])} of the window's documents "
-            f"({pct(r['baseline_share'])} of the baseline's), {pct(r['flagged_rate'])} flagged: "
-            "no scorer explains it; the model could tell"
+            f"unexplained: {r['facet']}={r['key']}: {how}, {pct(r['window_share'])} of the "
+            f"window's documents ({pct(r['baseline_share'])} of the baseline's), "
+            f"{pct(r['flagged_rate'])} flagged: no scorer explains it; the model could tell"
         )
-        out.append(("UNEXPLAINED" if i == 0 else "", text))
+        out.append(("OPEN" if i == 0 else "", text))
     if groups.height > 3:
         out.append(("", f"{groups.height} such groups in all"))
     command = report.checkpoint_command

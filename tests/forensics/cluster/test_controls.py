@@ -37,7 +37,7 @@ def test_a_clean_window_names_nothing_and_says_the_data_looks_like_the_baseline(
     assert "no data culprit: the data looks like the baseline" in screen.headline
     assert "nothing to skip or remove" in screen.headline
     labels = dict(screen.reasons)
-    figures = labels["NO DATA CULPRIT"]
+    figures = labels["NO CULPRIT"]
     window_rate = run.window.select(
         ((pl.col("garbage_score") >= 0.5) | (pl.col("spam_score") >= 0.5)).mean()
     ).item()
@@ -87,7 +87,7 @@ def test_a_new_batch_no_scorer_flags_is_unexplained_and_sent_to_the_model():
     screen = first_screen(report)
     assert f"crawl_batch={run.dirty_batch}" in screen.headline and "--checkpoint" in screen.headline
     text = "\n".join(t for _, t in screen.reasons)
-    assert "UNEXPLAINED" in dict(screen.reasons)
+    assert dict(screen.reasons)["OPEN"].startswith("unexplained: crawl_batch=")
     assert "the model could tell" in text and "'ck pts/iter_0080900'" in text
 
 

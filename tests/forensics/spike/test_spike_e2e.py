@@ -421,7 +421,7 @@ def test_clean_window_blames_nothing_and_skips_nothing(run: dict) -> None:
     report = json.loads((run["root"] / "clean" / "report.json").read_text())
     assert "no data culprit: the data looks like the baseline" in report["headline"]
     labels = {label: text for label, text in report["summary"] if label}
-    assert "documents flagged" in labels["NO DATA CULPRIT"] and labels["NEXT"]
+    assert "documents flagged" in labels["NO CULPRIT"] and labels["NEXT"]
     skip = json.loads((run["root"] / "clean" / "skip.json").read_text())
     assert any(n.startswith("no data culprit") for n in skip["notes"])
     with pytest.raises(ForensicsError, match="no such cluster"):
