@@ -31,13 +31,21 @@ def model_summary(report: Any) -> list[tuple[str, str]]:
     """The first screen's MODEL line(s)."""
     view = report.model
     if not view:
-        return [("MODEL", NO_MODEL)]
+        from forensics.report.control_view import unchecked_lines
+
+        return [("MODEL", NO_MODEL), *unchecked_lines(report)]
     scored = (
         f"{view['window_samples']:,} of {view['window_samples_total']:,} window samples and "
         f"{view['baseline_samples']:,} baseline samples scored ({view['level']} losses, "
         f"{view['source']})"
     )
-    return [("MODEL", view["agreement"]), ("", scored)]
+    out = [("MODEL", view["agreement"]), ("", scored)]
+    named = view.get("named") or {}
+    others = [c for c in view.get("clusters") or [] if c["id"] in named]
+    if others and not view["agreement"].startswith("the model, not a scorer"):
+        names = ", ".join(f"{c['name']} (loss z {_z(c['loss_z'])})" for c in others[:3])
+        out.append(("", f"named by the model, not a scorer: {names}"))
+    return out
 
 
 def span_text(span: dict[str, str] | None) -> str:

@@ -128,18 +128,34 @@ def confidence_lines(report: Any) -> list[tuple[str, str]]:
         f"data: {grade} ({how}, {100 * float(top.get('flagged_rate') or 0):.0f}% flagged against "
         f"{100 * background_rate(top):.1f}% in {where})"
     )
+    if top.get("named_by") == "model":
+        data = (
+            f"data: no scorer flags it ({100 * float(top.get('flagged_rate') or 0):.0f}% flagged "
+            f"against {100 * background_rate(top):.1f}% in {where}); {how}: the model named it"
+        )
     loss = loss_text(report.loss_fit)
     return [("HOW SURE", data), ("", model_side(report, top)), ("", loss)]
 
 
 def no_culprit_lines(report: Any, advice: str) -> list[tuple[str, str]]:
-    """NO CULPRIT: "likely numerical" only when no dirty group is in the window; otherwise the
-    dirty groups are named and the spike is not cleared."""
+    """NO CULPRIT, "the data looks like the baseline" (the clean control: control_view),
+    when no dirty group is in the window and no group's change is unexplained; NO CULPRIT with
+    the unexplained groups and the --checkpoint command when some changed unflagged; otherwise
+    the dirty groups are named and the spike is not cleared."""
+    from forensics.report.control_view import clean_control_lines, unexplained_lines
     from forensics.report.why_shares import blend_lines
 
     dirty = report.dirty_groups
     if dirty is None or dirty.height == 0:
-        return [("NO CULPRIT", advice)]
+        if getattr(report, "unexplained", None) is not None and report.unexplained.height:
+            changed = (
+                "no group is dirtier than its background, but the window changed where no "
+                "scorer looks (nothing is skipped or removed on the data side's word alone)"
+            )
+            return [("NO CULPRIT", changed), *unexplained_lines(report)]
+        if getattr(report, "control", None) is None:  # a report built without the tables
+            return [("NO CULPRIT", advice)]
+        return clean_control_lines(report)
     r = dirty.row(0, named=True)
     name = f"{r['facet']}={r['key']}" if r.get("kind") == "source" else f"embedding {r['id']}"
     return [

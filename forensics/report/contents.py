@@ -74,6 +74,13 @@ class SpikeReport:
     run_config: str | None = None  # the run's config as the user named it (drill-down commands)
     token_export: bool = True  # `forensics replay --tokens` can write this run's exact tokens
     dirty_groups: pl.DataFrame | None = None
+    # the clean control (forensics.cluster.controls): source groups over-represented or new that
+    # no scorer flags (the model could tell), each side's flagged share, the spike command with
+    # --checkpoint that would ask the model, and triage's causes to check when the data is clean
+    unexplained: pl.DataFrame | None = None
+    control: dict[str, float] | None = None
+    checkpoint_command: str | None = None
+    next_causes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def culprit(self) -> dict[str, Any] | None:
@@ -273,6 +280,7 @@ def build_report(
 ) -> SpikeReport:
     """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call)."""
     from forensics.cluster.baseline_fit import dirty_in_window
+    from forensics.cluster.controls import flagged_rates, unexplained_groups
     from forensics.cluster.keywords import with_keywords
     from forensics.report.confidence import loss_explained
 
@@ -321,6 +329,8 @@ def build_report(
         rules=rule_text() | ({"model_rule": model["rule"]} if model else {}),
         loss_fit=loss_explained(loss, culprit_share, (int(window[0]), int(window[1]))),
         dirty_groups=dirty_in_window(ranked),
+        unexplained=unexplained_groups(ranked),
+        control=flagged_rates(window_docs, baseline_docs),
     )
 
 

@@ -159,14 +159,18 @@ def headline(report: SpikeReport, action: str) -> str:
     top = report.culprit
     head = f"Spike at iteration {report.step}: "
     if top is None:
-        dirty = report.dirty_groups is not None and report.dirty_groups.height > 0
-        head += "no culprit; " + (
-            "dirty data in the window is not cleared" if dirty else "likely numerical"
-        )
+        from forensics.report.control_view import no_culprit_headline
+
+        head += no_culprit_headline(report)
     else:
         dataset = _dominant_dataset(top)
         head += f"culprit {cluster_name(top)}" + (f" (dataset {dataset})" if dataset else "")
-        head += f", {data_grade(top)} evidence"
+        if top.get("named_by") == "model":
+            head += (
+                f", named by the model (loss {top['model_effect']:+.1f} sds), no scorer flags it"
+            )
+        else:
+            head += f", {data_grade(top)} evidence"
     at = report.rollback_iteration
     kind = report.skip.action.kind if report.skip is not None else ""
     if kind in ("rebuild", "remove"):

@@ -61,6 +61,7 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     share += ")" if top["new_in_window"] else f", {top['enrichment']:.1f}x)"
     lines.append(share)
     lines.extend(blend_lines(top, report.step, report.window, report.stage_starts))
+    lines.extend(model_named_lines(report, top))
     flagged = (
         f"{pct(top['flagged_rate'])} of its documents are flagged: garbage "
         f"{pct(top['garbage_rate'])}, spam {pct(top['spam_rate'])} (rest of the window: "
@@ -89,12 +90,36 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     )
     if others.height:
         nxt = others.row(0, named=True)
+        named = ", named by the model" if nxt.get("named_by") == "model" else ""
         lines.append(
             f"next most suspicious cluster: {cluster_name(nxt)}, "
-            f"{pct(nxt['flagged_rate'])} flagged ({nxt['verdict']})"
+            f"{pct(nxt['flagged_rate'])} flagged ({nxt['verdict']}{named})"
         )
     else:
         lines.append("no other cluster is a suspect outside it")
+    return lines
+
+
+def model_named_lines(report: SpikeReport, top: dict[str, Any], shown: int = 3) -> list[str]:
+    """For a culprit the model named: that the model, not a scorer, named it, its evidence, and
+    its highest-loss documents (text raw; renderers escape it)."""
+    if top.get("named_by") != "model":
+        return []
+    from forensics.report.checkpoint_view import span_text
+
+    versus = "its own baseline documents" if top.get("model_reference") == "own" else "the baseline"
+    lines = [
+        f"named by the model, not a scorer: its documents' loss under the checkpoint is "
+        f"{top['model_effect']:+.2f} baseline sds above {versus}'s (Holm-corrected "
+        f"{format_p(top['model_holm_p'])})"
+    ]
+    docs = ((report.model or {}).get("named") or {}).get(top["id"]) or []
+    for d in docs[:shown]:
+        span = span_text(d.get("span"))[:120]
+        lines.append(
+            f"highest loss: {d['dataset']} doc {d['doc_id']} (loss z {d['loss_z']:+.1f}, "
+            f"iteration {d['iteration']})" + (f": {span!r}" if span else "")
+        )
     return lines
 
 

@@ -50,13 +50,19 @@ def rescore_stage(
     out: Path,
     fingerprint: Any,
     hits: dict[str, bool],
+    baseline_docs: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """The spike pipeline's hook: score, write rescore.parquet, add the model's evidence to the
-    clusters (and combine the verdicts), and build the report's model section."""
+    clusters (and combine the verdicts), name the groups whose loss stands out that no scorer
+    flags (forensics.rescore.naming; `baseline_docs` gives each group its own baseline), and
+    build the report's model section."""
     from dataloaders.atomic import write_parquet_atomic
+    from forensics.rescore.naming import model_naming
     from forensics.rescore.verdict import cluster_evidence, model_view
 
     result = rescore(replayer, replay, options, cache_dir=cache, fingerprint=fingerprint, hits=hits)
     write_parquet_atomic(rescore_parquet(result), Path(out) / RESCORE_FILE)
     ranked = cluster_evidence(ranked, window_docs, result)
-    return ranked, model_view(ranked, result, tokenizer=_tokenizer(replayer))
+    ranked = model_naming(ranked, window_docs, result, baseline_docs)
+    view = model_view(ranked, result, tokenizer=_tokenizer(replayer), window_docs=window_docs)
+    return ranked, view

@@ -129,6 +129,8 @@ def cluster_evidence(
 def verdict_phrase(row: dict[str, Any]) -> str:
     """How the two sides combined for one cluster, in the report's words."""
     data, ev = row.get("data_verdict"), row.get("model_evidence")
+    if row.get("named_by") == "model":
+        return "culprit, named by the model (no scorer flags it)"
     if data == "culprit" and ev == "surprised":
         return "culprit, confirmed by the model"
     if data == "culprit" and ev == "not surprised":
@@ -166,12 +168,17 @@ def model_view(
     tokenizer: Any = None,
     top: int = 8,
     context: int = 24,
+    window_docs: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """The report's "what the model choked on" section, as plain data (text raw)."""
+    """The report's "what the model choked on" section, as plain data (text raw). `named`:
+    per group the model named (forensics.rescore.naming), its highest-loss documents."""
+    from forensics.rescore.naming import NAMING_RULE
+
     clusters = _model_clusters(ranked)
     window = result.samples.filter(pl.col("side") == "window")
     rank, agreement = _agreement(ranked, clusters)
     return {
+        "named": _named_documents(ranked, result, window, window_docs, tokenizer, context),
         "source": result.info.get("source"),
         "level": result.info.get("level"),
         "window_samples": result.info.get("window_samples"),
@@ -183,7 +190,7 @@ def model_view(
         "clusters": clusters,
         "top_samples": _top_samples(result, window, top),
         "top_documents": _top_documents(result, window, tokenizer, top, context),
-        "rule": MODEL_RULE,
+        "rule": MODEL_RULE + "; " + NAMING_RULE,
     }
 
 
@@ -266,14 +273,50 @@ def _top_documents(
     return top_docs
 
 
+def _named_documents(
+    ranked: pl.DataFrame,
+    result: Rescore,
+    window: pl.DataFrame,
+    window_docs: pl.DataFrame | None,
+    tokenizer: Any,
+    context: int,
+    top: int = 5,
+) -> dict[str, list[dict[str, Any]]]:
+    """Each model-named group's `top` window documents by loss z (spans decoded as in
+    `_top_documents`)."""
+    if window_docs is None or "named_by" not in ranked.columns:
+        return {}
+    named = ranked.filter(pl.col("named_by") == "model")
+    docs = window_docs.select("dataset", "doc_id").with_row_index("_m")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in named.iter_rows(named=True):
+        keys = docs.filter(pl.col("_m").is_in(row["members"] or [])).select("dataset", "doc_id")
+        mine = Rescore(result.samples, result.segments.join(keys, on=["dataset", "doc_id"]),
+                       result.tokens, result.info)  # fmt: skip
+        out[row["id"]] = _top_documents(mine, window, tokenizer, top, context)
+    return out
+
+
 def _agreement(ranked: pl.DataFrame, clusters: list[dict[str, Any]]) -> tuple[int | None, str]:
     """(the data-side culprit's rank by model evidence alone, a sentence on whether the model
     agrees with the data-side verdict)."""
-    from forensics.report.contents import cluster_name
+    from forensics.report.contents import cluster_name, format_p
 
     culprits = ranked.filter(pl.col("data_verdict") == "culprit")
+    named = (
+        ranked.filter(pl.col("named_by") == "model") if "named_by" in ranked.columns
+        else ranked.head(0)
+    )  # fmt: skip
     rank = None
     agreement = "no data-side culprit to compare with"
+    if named.height and not culprits.height:
+        c = named.row(0, named=True)
+        versus = "its own baseline documents" if c["model_reference"] == "own" else "the baseline"
+        return None, (
+            f"the model, not a scorer, named {cluster_name(c)}: its documents' loss is "
+            f"{c['model_effect']:+.2f} baseline sds above {versus}'s (Holm-corrected "
+            f"{format_p(c['model_holm_p'])}); no scorer flags it"
+        )
     if culprits.height:
         c = culprits.row(0, named=True)
         ids = [x["id"] for x in clusters]
@@ -285,9 +328,12 @@ def _agreement(ranked: pl.DataFrame, clusters: list[dict[str, Any]]) -> tuple[in
         )
     elif clusters and clusters[0]["evidence"] == "surprised":
         agreement = (
-            f"no data-side culprit, but the model choked most on {clusters[0]['name']} "
-            f"(loss z {_fmt(clusters[0]['loss_z'])})"
+            f"no culprit: the model choked most on {clusters[0]['name']} (loss z "
+            f"{_fmt(clusters[0]['loss_z'])}), but no source group that changed stands out "
+            "against its own baseline (forensics.rescore.naming); see the table"
         )
+    else:
+        agreement = "no culprit: no group's loss stands out against the baseline's"
     return rank, agreement
 
 

@@ -183,6 +183,10 @@ def report_stage(
             run, clusters, window_docs, replay
         )
         report.provenance = skip.provenance or None
+        from forensics.report.control_view import next_causes
+
+        report.next_causes = next_causes(events, run.options.step)
+        report.checkpoint_command = checkpoint_command(run, rollback.iteration)
         blocked = sum(len(v) for v in skip.documents.values())
         report.incident = incident_for_report(run, events, exposure, ahead, blocked)
         from forensics.inputs_guard import check_unchanged
@@ -217,3 +221,29 @@ def config_argument(config: RunConfig) -> str | None:
     if source is None or Path(source) == (Path.cwd() / "forensics.yaml").resolve():
         return None
     return str(shown_path(Path(source)))
+
+
+def checkpoint_command(run: SpikeRun, rollback: int | None) -> str | None:
+    """The same spike analysis with the model's view: `--checkpoint` the checkpoint the rollback
+    chose (the newest before the window's trouble), into its own output folder; paths quoted.
+    None when this analysis already had a checkpoint or losses file."""
+    import shlex
+
+    from forensics.skip.action import shown_path
+
+    opts = run.options
+    if opts.rescore is not None:
+        return None
+    folder = run.config.checkpoint_dir
+    if rollback is not None and folder is not None and (folder / f"iter_{rollback:07d}").is_dir():
+        ckpt = str(shown_path(folder / f"iter_{rollback:07d}"))
+    else:
+        ckpt = "<pre-spike checkpoint: Hugging Face, Megatron torch_dist or OLMo-core folder>"
+    parts = ["forensics", "spike", "--step", str(opts.step), "--window", str(opts.window)]
+    config = config_argument(run.config)
+    if config:
+        parts += ["--config", config]
+    if opts.baseline:
+        parts += ["--baseline", opts.baseline]
+    out = str(shown_path(run.out.parent / f"{run.out.name}-model"))
+    return shlex.join([*parts, "--checkpoint", ckpt, "--out", out])

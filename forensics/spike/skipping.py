@@ -19,6 +19,12 @@ from forensics.spike.blame import Blame, documents_by_dataset, flagged_documents
 from forensics.spike.exposure import ahead_advice, ahead_summary
 from forensics.spike.run_context import SpikeRun
 
+# skip.json's label when nothing is blamed: its empty ranges and block list are the verdict
+NO_CULPRIT_NOTE = (
+    "no data culprit: nothing to skip and nothing to remove (the iterations and the block list "
+    "are empty on purpose; see report.md for what to check next)"
+)
+
 
 def chosen_iterations(run: SpikeRun, exposure: pl.DataFrame, ahead: pl.DataFrame) -> list[int]:
     """Iterations of the scope over --threshold, plus (--skip-ahead) the dense ones ahead."""
@@ -82,7 +88,7 @@ def plan_skip(
         documents_flagged=documents_by_dataset(flagged_documents(blame.seen, window_docs)),
         ahead=ahead_info | {"skip_ahead": opts.skip_ahead, "advice": ahead_advice(ahead_info)},
         fingerprint=run.fingerprint,
-        notes=run.notes,
+        notes=run.notes + ([NO_CULPRIT_NOTE] if not blame.clusters else []),
         tracker_file=TRACKER_FILE if tracked else None,
     )
     # the action the plan leads with (rebuild or skip) and a readme for every key

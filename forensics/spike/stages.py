@@ -7,6 +7,7 @@
     decode     replay                  documents (text, facets)             docs-<key>.parquet
     score      documents               + garbage/spam scores and reasons    scores-<key>-<v>.parquet
     repeats    token ids               + repeated n-grams (garbage rule)    ngrams-<key>-<v>.parquet
+    tokens     token ids, both sides   + token statistics (garbage rule)    tokstats-<key>-<s>
     cluster,   window, baseline docs   ranked clusters with verdicts,       clusters-<c>.parquet,
     embed, fit                         embedding assignments, notes         assign-<c>.parquet,
                                                                             clusters-<c>.json,
@@ -14,7 +15,8 @@
     model      replay, clusters        clusters with the model's evidence   rescore-<k>.npz
 
 The key (SpikeRun.key) hashes the config, the data fingerprint, the window and the baseline;
-<v> is a hash of the scorer's source, so a changed scorer rescores; <c> adds the code's version
+<v> is a hash of the scorer's source, so a changed scorer rescores (<s>: of the spike package's,
+for the token rule); <c> adds the code's version
 and the embedding options (forensics.spike.cluster_cache). A rerun with the scores cached does
 not read the decoded documents: the scored table holds the text.
 """
@@ -101,9 +103,11 @@ def score_stage(run: SpikeRun, docs: Callable[[], pl.DataFrame]) -> pl.DataFrame
 def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     """The window's and baseline's documents, decoded and scored: in this process (decode,
     then score), or in parts on a process pool or a Ray cluster (`--engine`, `--workers`),
-    which gives the same table; then checked for repeated n-grams on their token ids."""
+    which gives the same table; then checked for repeated n-grams on their token ids, and their
+    token statistics against the baseline's (forensics.spike.token_signal)."""
     from forensics.spike.repeats import repeats_stage
     from forensics.spike.tokcheck import check_tokenizer
+    from forensics.spike.token_signal import token_stage
 
     opts = run.options
     distinct = distinct_documents(run, replay)
@@ -112,7 +116,8 @@ def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
         scored = score_stage(run, lambda: decode_stage(run, replay))
     else:
         scored = parts_stage(run, distinct)
-    return repeats_stage(run, distinct, scored)
+    scored = repeats_stage(run, distinct, scored)
+    return token_stage(run, replay, distinct, scored)
 
 
 def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
@@ -281,10 +286,16 @@ def fit_stage(
 
 
 def model_stage(
-    run: SpikeRun, replay: pl.DataFrame, clusters: Clusters, window_docs: pl.DataFrame
+    run: SpikeRun,
+    replay: pl.DataFrame,
+    clusters: Clusters,
+    window_docs: pl.DataFrame,
+    baseline_docs: pl.DataFrame | None = None,
 ) -> Clusters:
     """The model's view (`--checkpoint` / `--losses`): the window's samples rescored with the
-    pre-spike checkpoint; its evidence may demote a data-side culprit. A no-op without it."""
+    pre-spike checkpoint; its evidence may demote a data-side culprit, and name a group whose
+    loss stands out that no scorer flags (`baseline_docs`: each group's own baseline). A no-op
+    without it."""
     if run.options.rescore is None:
         return clusters
     from forensics.rescore import rescore_stage
@@ -300,5 +311,6 @@ def model_stage(
             run.out,
             run.fingerprint,
             run.hits,
+            baseline_docs,
         )
     return Clusters(ranked, clusters.assignments, clusters.embedding_note, view)

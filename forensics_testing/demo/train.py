@@ -83,17 +83,19 @@ def train(
     on_step: Callable[[int, float, float, float], None] | None = None,
     save_every: int = 0,
     save_dir: Path | None = None,
+    lr_scale: Callable[[int], float] | None = None,
 ) -> list[tuple[int, float, float, float]]:
     """AdamW over `batches` ((iteration, tokens[gbs, L+1]) in order); returns (it, loss, grad
     norm before clipping, lr) per iteration. Saves `save_dir/iter_NNNNNNN/` (save_pretrained,
-    safetensors) every `save_every` iterations."""
+    safetensors) every `save_every` iterations. `lr_scale(iteration)` multiplies the schedule's
+    learning rate (an optimizer-caused spike for the clean control: scripts/bench_controls.py)."""
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.1)
     model.train()
     out = []
     for it, tokens in batches:
-        lr = lr_at(it, total, peak_lr, warmup)
+        lr = lr_at(it, total, peak_lr, warmup) * (lr_scale(it) if lr_scale is not None else 1.0)
         for group in opt.param_groups:
             group["lr"] = lr
         ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64))

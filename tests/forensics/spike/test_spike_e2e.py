@@ -416,6 +416,14 @@ def test_clean_window_blames_nothing_and_skips_nothing(run: dict) -> None:
     assert all(f.flag == "" for f in res.skip.flags.values())
     assert res.skip.to_dict()["collateral"]["samples_skipped"] == 0
     assert "nothing to skip" in (run["root"] / "clean" / "megatron_args.txt").read_text()
+    # the clean control, said plainly: the headline, the figures, the next step, a labelled
+    # empty skip.json
+    report = json.loads((run["root"] / "clean" / "report.json").read_text())
+    assert "no data culprit: the data looks like the baseline" in report["headline"]
+    labels = {label: text for label, text in report["summary"] if label}
+    assert "documents flagged" in labels["NO CULPRIT"] and labels["NEXT"]
+    skip = json.loads((run["root"] / "clean" / "skip.json").read_text())
+    assert any(n.startswith("no data culprit") for n in skip["notes"])
     with pytest.raises(ForensicsError, match="no such cluster"):
         run_spike(
             cfg,

@@ -1,0 +1,220 @@
+"""Documents that decode to nonsense, seen from their token ids against the baseline's, with no
+checkpoint: one more document rule beside the text scorers (which know mojibake, template spam
+and repeated n-grams, and read text that looks like language).
+
+Per document, from its token ids and the run's tokenizer:
+- round trip: whether the ids are the tokenizer's own encoding of their decoded text
+  (forensics.spike.tokcheck.round_trips). Text the preprocessing tokenized always is (byte-level
+  BPE, SentencePiece: 100% of sequences measured in tokcheck); ids written by another tokenizer
+  decode to word salad that re-encodes to other ids. Counted only where the baseline's own
+  documents round-trip (>= MIN_BASELINE_ROUND_TRIP of them): a tokenizer that does not
+  normalise back to itself gives no signal.
+- unigram surprisal: the mean -log2 probability of its tokens under the baseline documents'
+  unigram distribution (add-half smoothing over the vocabulary), the per-document form of the
+  unigram divergence from the baseline.
+- bytes per token: the decoded text's UTF-8 bytes over its ids. A numeric dump tokenizes into
+  single digits and signs, far below the baseline's language.
+- rare-token share: its ids the baseline never drew (reported, not a rule on its own).
+
+A document is flagged when it does not round-trip, or when its surprisal or its bytes per token
+lies ROBUST_Z robust standard deviations (1.4826 MAD) beyond the median of the reference
+documents: the baseline's documents of its own dataset where the baseline holds at least
+MIN_REFERENCE of them, else all the baseline's. A flagged document gets garbage_score 1.0, the
+reason and the rule key TOKENS_RULE (as forensics.spike.repeats does), so it counts as flagged
+wherever the spike reads the scores.
+
+What it cannot see: text in another language the baseline does not hold reads as improbable
+(surprisal) and may be flagged; comparing with the dataset's own baseline documents keeps a
+language the baseline already holds from it. Dirt that is fluent text (boilerplate, duplicates)
+is not this rule's: the text scorers and the model's view see those.
+
+No library computes these against a run's own baseline window: datatrove's UnigramLogProbFilter
+scores English words against a downloaded Google n-gram list; the statistics here are a few
+numpy lines over the run's own tokenizer (tokenizers' decode/encode).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from forensics.pipeline import cached_table, module_version
+from forensics.spike.run_context import SpikeRun
+
+TOKENS_RULE = "token_stats"
+ROBUST_Z = 5.0  # a statistic this many robust sds beyond the reference median flags the document
+MIN_REFERENCE = 50  # baseline documents of a dataset needed to be its own reference
+MIN_TOKENS = 32  # shorter documents are not judged by the distribution rules (too noisy)
+MIN_BASELINE_ROUND_TRIP = 0.95  # the baseline's round-trip share needed for that rule to count
+STATS_SCHEMA = {
+    "dataset": pl.Utf8,
+    "doc_id": pl.Int64,
+    "n_tokens": pl.Int64,
+    "bytes_per_token": pl.Float64,
+    "unigram_bits": pl.Float64,
+    "rare_token_share": pl.Float64,
+    "round_trip": pl.Boolean,
+    "token_reason": pl.Utf8,
+}
+
+
+def document_token_stats(
+    tokenizer: Any, tokens: list[np.ndarray], baseline: np.ndarray, vocab: int
+) -> dict[str, np.ndarray]:
+    """n_tokens, bytes_per_token, unigram_bits, rare_token_share, round_trip per document;
+    `baseline` marks the documents whose ids make the unigram distribution."""
+    from forensics.spike.tokcheck import round_trips, special_ids
+
+    special = special_ids(tokenizer)
+    drop = np.fromiter(special, dtype=np.int64) if special else np.empty(0, np.int64)
+    rows = [np.asarray(t, dtype=np.int64) for t in tokens]
+    rows = [r[~np.isin(r, drop)] if drop.size else r for r in rows]
+    size = max(vocab, 1 + max((int(r.max()) for r in rows if r.size), default=0))
+    counts = np.zeros(size, dtype=np.float64)
+    for r, is_base in zip(rows, baseline, strict=True):
+        if is_base and r.size:
+            counts += np.bincount(r, minlength=size)
+    bits = -np.log2((counts + 0.5) / (counts.sum() + 0.5 * size))
+    texts = tokenizer.decode_batch([r.tolist() for r in rows], skip_special_tokens=False)
+    n = np.array([r.size for r in rows], dtype=np.int64)
+    nbytes = np.array([len(t.encode("utf-8", "surrogatepass")) for t in texts], dtype=np.float64)
+    return {
+        "n_tokens": n,
+        "bytes_per_token": nbytes / np.maximum(n, 1),
+        "unigram_bits": np.array([bits[r].mean() if r.size else 0.0 for r in rows]),
+        "rare_token_share": np.array([(counts[r] == 0).mean() if r.size else 0.0 for r in rows]),
+        "round_trip": np.array([round_trips(tokenizer, r.tolist(), special) for r in rows]),
+    }
+
+
+def robust_z(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """(values - median) / (1.4826 MAD) of the reference; 0 where the reference has no spread."""
+    if reference.size == 0:
+        return np.zeros_like(values)
+    mid = float(np.median(reference))
+    spread = 1.4826 * float(np.median(np.abs(reference - mid)))
+    if spread <= 0:
+        return np.zeros_like(values)
+    return (values - mid) / spread
+
+
+def token_reasons(stats: pl.DataFrame, baseline: np.ndarray) -> list[str]:
+    """The rule's reason per document ("" when not flagged)."""
+    datasets = stats["dataset"].to_numpy()
+    n = stats["n_tokens"].to_numpy()
+    rt = stats["round_trip"].to_numpy()
+    check_rt = baseline.any() and rt[baseline].mean() >= MIN_BASELINE_ROUND_TRIP
+    reasons = [""] * stats.height
+    z = {c: np.zeros(stats.height) for c in ("unigram_bits", "bytes_per_token")}
+    for name in np.unique(datasets):
+        mine = datasets == name
+        ref = baseline & mine if (baseline & mine).sum() >= MIN_REFERENCE else baseline
+        ref = ref & (n >= MIN_TOKENS)
+        for col in z:
+            values = stats[col].to_numpy()
+            z[col][mine] = robust_z(values[mine], values[ref])
+    for i in range(stats.height):
+        parts = []
+        if check_rt and not rt[i]:
+            parts.append("token ids do not re-encode to themselves (another tokenizer's ids?)")
+        if n[i] >= MIN_TOKENS and z["unigram_bits"][i] >= ROBUST_Z:
+            parts.append(
+                f"tokens improbable under the baseline's unigrams ({stats['unigram_bits'][i]:.1f}"
+                f" bits/token, robust z {z['unigram_bits'][i]:+.0f})"
+            )
+        if n[i] >= MIN_TOKENS and abs(z["bytes_per_token"][i]) >= ROBUST_Z:
+            parts.append(
+                f"{stats['bytes_per_token'][i]:.2f} bytes per token (robust z "
+                f"{z['bytes_per_token'][i]:+.0f} against the baseline's)"
+            )
+        reasons[i] = "; ".join(parts)
+    return reasons
+
+
+def run_tokenizer(replayer: Any) -> Any:
+    """The run's tokenizer (a `tokenizers.Tokenizer`), or None where the family has none to
+    give (the rule then needs what it cannot have: the decoded text and the round trip)."""
+    from forensics.errors import ForensicsError
+
+    get = getattr(replayer, "tokenizer", None)
+    if get is None:
+        return None
+    try:
+        tokenizer = get()
+    except (ForensicsError, OSError, ValueError):
+        return None
+    return tokenizer if hasattr(tokenizer, "decode_batch") else None
+
+
+def token_table(run: SpikeRun, replay: pl.DataFrame, distinct: pl.DataFrame) -> pl.DataFrame:
+    """STATS_SCHEMA for every distinct document (empty when the family cannot list token ids)."""
+    from forensics.spike.stages import drawn_documents
+
+    replayer = run.replayer
+    if not replayer.document_token_ids or distinct.height == 0:
+        return pl.DataFrame(schema=STATS_SCHEMA)
+    base_docs = drawn_documents(run, replay).filter(pl.col("side") == "baseline")
+    keyed = distinct.select("dataset", pl.col("doc_id").cast(pl.Int64))
+    baseline = (
+        keyed.join(
+            base_docs.select("dataset", "doc_id").with_columns(pl.lit(True).alias("_b")),
+            on=["dataset", "doc_id"],
+            how="left",
+            maintain_order="left",
+        )["_b"]
+        .fill_null(False)
+        .to_numpy()
+    )
+    tokenizer = run_tokenizer(replayer)
+    if tokenizer is None:
+        return pl.DataFrame(schema=STATS_SCHEMA)
+    stats = document_token_stats(
+        tokenizer, replayer.document_tokens(distinct), baseline, replayer.vocab_size()
+    )
+    table = keyed.with_columns(*[pl.Series(k, v) for k, v in stats.items()])
+    return table.with_columns(
+        pl.Series("token_reason", token_reasons(table, baseline), dtype=pl.Utf8)
+    ).cast(STATS_SCHEMA)  # type: ignore[arg-type]
+
+
+def flag_tokens(scored: pl.DataFrame, stats: pl.DataFrame) -> pl.DataFrame:
+    """`scored` with the token statistics as columns, and the documents the rule flags marked
+    as garbage (score 1.0, reason and rule key appended). Row order is kept."""
+    if stats.height == 0:
+        return scored
+    joined = scored.join(stats, on=["dataset", "doc_id"], how="left", maintain_order="left")
+    flagged = pl.col("token_reason").fill_null("") != ""
+
+    def appended(column: str, value: pl.Expr, sep: str) -> pl.Expr:
+        old = pl.col(column).fill_null("")
+        both = pl.when(old == "").then(value).otherwise(old + sep + value)
+        return pl.when(flagged).then(both).otherwise(pl.col(column)).alias(column)
+
+    extra = [appended("garbage_reason", pl.col("token_reason"), "; ")]
+    if "garbage_rule" in scored.columns:
+        extra.append(appended("garbage_rule", pl.lit(TOKENS_RULE), ";"))
+    return joined.with_columns(
+        pl.when(flagged).then(1.0).otherwise(pl.col("garbage_score")).alias("garbage_score"),
+        *extra,
+    ).drop("token_reason")
+
+
+def token_stage(
+    run: SpikeRun, replay: pl.DataFrame, distinct: pl.DataFrame, scored: pl.DataFrame
+) -> pl.DataFrame:
+    """The scored documents with the token rule applied (its table cached beside the scores,
+    keyed by the run and the rule's source)."""
+    if not run.replayer.document_token_ids or run_tokenizer(run.replayer) is None:
+        run.notes.append(
+            "token statistics were not checked: this data family cannot list a document's ids "
+            "or give the run's tokenizer"
+        )
+        return scored
+    name = f"tokstats-{run.key}-{module_version('forensics.spike')}.parquet"
+    with run.clock.stage("tokens", f"{distinct.height:,} documents against the baseline's"):
+        table = cached_table(
+            run.cache / name, lambda: token_table(run, replay, distinct), run.hits, "tokens"
+        )
+    return flag_tokens(scored, table)
