@@ -147,7 +147,7 @@ def test_the_spike_runs_with_and_messages_name_the_window_of_spike_args(
 ) -> None:
     """--spike-args '--window 100': the background spike gets --window 100 (once), and the
     started message and the suggested `next:` command say 100, not triage's own choice."""
-    import forensics.watch.loop as loop
+    import forensics.watch.planning as planning
     from forensics.watch.spikejob import SpikeJob
 
     started: list[tuple[int, tuple[str, ...]]] = []
@@ -157,7 +157,7 @@ def test_the_spike_runs_with_and_messages_name_the_window_of_spike_args(
         out = watch_dir / f"spike-{step}"
         return SpikeJob(step, out, watch_dir / f"spike-{step}.log", None, pid=0)
 
-    monkeypatch.setattr(loop, "start_spike", fake_start)
+    monkeypatch.setattr(planning, "start_spike", fake_start)
     config = tmp_path / "run.yaml"
     config.write_text("not read: the spike is not started for real\n")
     opts = WatchOptions(
