@@ -60,7 +60,7 @@ def _culprit_words(result: dict[str, Any] | None) -> str:
         return f"the analysis failed ({result.get('summary', '')})"
     if result.get("culprit"):
         return str(result.get("culprit_cluster") or result["culprit"])
-    return "none found (the spike looks numerical)"
+    return "no data culprit (the data looks like the baseline)"
 
 
 def plan_message(step: int, state: PlanState, status: str) -> dict[str, Any]:
