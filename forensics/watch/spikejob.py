@@ -183,7 +183,7 @@ def action_words(out: Path, plan: dict[str, Any], rollback: int | None) -> dict[
     elif kind == "skip":
         text = f"ACTION skip: {with_flags}"
     elif kind == "none" or not plan.get("iterations"):
-        text = "no data culprit: nothing to remove or skip (the data looks like the baseline; see the report)"
+        text = "no data culprit: nothing to remove or skip (the data looks like the baseline)"
     else:  # a skip.json from before the action was decided
         text = with_flags
     return body | {"action_command": action.get("command"), "action_text": text}
