@@ -26,12 +26,18 @@ from dataloaders.trainers import OLMO_CORE
 
 
 class DatasetSpec(StrictModel):
-    """One dataset of a blend: a Megatron path prefix (without .bin/.idx) and its weight."""
+    """One dataset of a blend: a Megatron path prefix (without .bin/.idx) and its weight.
+
+    A prefix in object storage (`s3://bucket/key`, `msc://profile/key`) is kept in `remote`;
+    `prefix` is then where megatron-core caches its `.idx` (`object_storage_cache_path` joined
+    with the URL without its scheme, Megatron-LM core 0.16.1
+    `megatron/core/datasets/object_storage_utils.py:170-192`), see MegatronData."""
 
     prefix: Path
     weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     name: PrintableName | None = None
     manifest: Path | None = None  # Parquet, one row per document in .idx order (doc_id + facets)
+    remote: str | None = None  # the prefix's URL when the data is in object storage
 
     @property
     def display_name(self) -> str:
@@ -67,8 +73,21 @@ class MegatronData(DataSection):
     add_extra_token: bool = True  # megatron-core's add_extra_token_to_sequence (default True)
     mid_level_dataset_surplus: float = 0.005
     cache_path: Path | None = None  # --data-cache-path; Megatron's own .npy indices are read here
+    # --object-storage-cache-path: where s3:// and msc:// prefixes' .idx files are cached
+    object_storage_cache_path: Path | None = None
     blend: list[DatasetSpec] | None = None  # a single blend for the whole run ...
     stages: list[DataStage] | None = None  # ... or blends that change at given iterations
+    # a run without data in object storage hashes as it did before the field existed
+    unhashed_defaults: ClassVar[dict[str, Any]] = {"object_storage_cache_path": None}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _remote_prefixes(cls, raw: Any) -> Any:
+        """Prefixes in object storage: the URL moves to `remote`, the prefix becomes its place
+        in the object-storage cache (dataloaders/megatron/remote.py)."""
+        from dataloaders.megatron.remote import place_remote_prefixes
+
+        return place_remote_prefixes(raw)
 
     @field_validator("split")
     @classmethod

@@ -107,6 +107,27 @@ class RemoteArray:
             return self[i : i + 1][0]
         return np.asarray(self)[key]
 
+    def gather(self, begins: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Only the items of the runs [begins[i], begins[i] + lengths[i]): (a compact array
+        holding them, each run's start in it). Overlapping or touching runs are read once."""
+        begins = np.asarray(begins, dtype=np.int64)
+        ends = begins + np.asarray(lengths, dtype=np.int64)
+        order = np.argsort(begins, kind="stable")
+        merged: list[list[int]] = []
+        for b, e in zip(begins[order].tolist(), ends[order].tolist(), strict=True):
+            if merged and b <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([b, e])
+        parts = [self[b:e] for b, e in merged]
+        base = np.zeros(len(merged), dtype=np.int64)
+        if merged:
+            np.cumsum([e - b for b, e in merged[:-1]], out=base[1:])
+        starts = np.array([b for b, _ in merged], dtype=np.int64)
+        which = np.searchsorted(starts, begins, side="right") - 1
+        compact = np.concatenate(parts) if parts else np.zeros(0, self.dtype)
+        return compact, base[which] + begins - starts[which]
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         whole = self[0 : self.count]
         return whole.astype(dtype) if dtype is not None else whole

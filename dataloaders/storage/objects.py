@@ -59,6 +59,16 @@ class FetchCounter:
                 "objects": dict(sorted(self.bytes.items())),
             }
 
+    def line(self) -> str | None:
+        """The one-line summary the commands print, or None when nothing was fetched."""
+        got = self.summary()
+        if not got["requests"]:
+            return None
+        return (
+            f"object storage: {got['bytes']:,} bytes fetched in {got['requests']:,} requests "
+            f"from {len(got['objects'])} objects"
+        )
+
     def reset(self) -> None:
         with self._lock:
             self.bytes.clear()

@@ -55,6 +55,10 @@ def rebuild_command(
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     result = run_rebuild(skip_file, run, out, force=force, keep=keep)
     console = make_console()
+    from dataloaders.storage import fetched
+
+    if fetched.line():
+        console.print(escape(fetched.line() or ""), soft_wrap=True)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if "files_removed" in result.summary:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -69,6 +70,14 @@ def scan_command(
     )
     if not quiet:
         _print_summary(result, first, last, threshold, out)
+    from dataloaders.storage import fetched
+
+    here = os.getpid()  # shards run here are in this process's count already
+    remote = fetched.total() + sum(
+        s.fetched_bytes for s in result.summaries if s.pid != here and s.fetched_bytes
+    )
+    if remote:
+        print(f"object storage: {remote:,} bytes fetched (the driver and the scan's workers)")
 
 
 def _print_summary(result: Any, first: int, last: int, threshold: float, out: Path) -> None:

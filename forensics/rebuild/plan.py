@@ -122,7 +122,7 @@ def plan_rebuild(
     filtered: dict[str, DatasetSpec] = {}
     kept_tokens: dict[str, float] = {}
     for name in sorted(set(blocked) & set(drawn)):
-        source = IndexedDataset(drawn[name].prefix)
+        source = IndexedDataset(drawn[name].prefix, remote=drawn[name].remote)
         ids = np.unique(np.asarray(blocked[name], dtype=np.int64))
         if ids.size >= source.num_documents:
             emptied.append(name)
@@ -184,6 +184,7 @@ def rebuilt_stages(stages: list[Any], resume: int, plan: RebuildPlan) -> list[di
             entry.setdefault("weight", 1.0)
             if name in plan.datasets:
                 prefix = plan.datasets[name][1]
+                entry.pop("remote", None)  # the copy is local, whatever its source was
                 entry |= {
                     "name": name + REBUILT_SUFFIX,
                     "prefix": str(prefix),

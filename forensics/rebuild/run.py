@@ -116,13 +116,13 @@ def write_datasets(plan: RebuildPlan, staging: Path) -> dict[str, dict[str, Any]
     counts = {}
     for name, (spec, prefix) in plan.datasets.items():
         drop = np.asarray(plan.skip.documents[name], dtype=np.int64)
-        done = write_without_documents(spec.prefix, drop, staging / prefix.name)
+        done = write_without_documents(spec.prefix, drop, staging / prefix.name, remote=spec.remote)
         write_parquet_atomic(
             filtered_manifest(spec, done.kept), staging / f"{prefix.name}.manifest.parquet"
         )
         total = done.tokens_kept + done.tokens_dropped
         counts[name] = {
-            "source": str(spec.prefix),
+            "source": spec.remote or str(spec.prefix),
             "rebuilt": str(prefix),
             "documents_kept": int(done.kept.size),
             "documents_removed": int(done.dropped.size),
