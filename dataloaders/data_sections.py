@@ -230,7 +230,26 @@ class OlmoCoreSource(StrictModel):
     source's paths in config order into one NumpyFSLDataset; the grouping is ours, for blame."""
 
     name: PrintableName
-    paths: list[Path] = Field(min_length=1)  # raw token arrays (Dolma `.npy`), in run order
+    # raw token arrays (Dolma `.npy`), in run order; a URL (s3://, r2://, weka://, gs://,
+    # http(s)://) stays a str and is read through the storage layer (olmo_core/remote.py)
+    paths: list[Path | str] = Field(min_length=1)
+
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _local_or_url(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        from dataloaders.olmo_core.remote import check_scheme
+        from dataloaders.storage.urls import scheme_of
+
+        return [
+            check_scheme(p, "data.sources.paths")
+            if isinstance(p, str) and scheme_of(p)
+            else Path(p)
+            if isinstance(p, str)
+            else p
+            for p in value
+        ]
 
 
 class OlmoCoreInstanceFilter(StrictModel):

@@ -188,10 +188,10 @@ def _without_paths(value: Any) -> Any:
         return {
             k: _without_paths(v)
             for k, v in value.items()
-            if not isinstance(v, Path) and k != "remote"
+            if not isinstance(v, Path) and k != "remote" and not is_remote(v)
         }
     if isinstance(value, list | tuple):
-        return [_without_paths(v) for v in value if not isinstance(v, Path)]
+        return [_without_paths(v) for v in value if not isinstance(v, Path) and not is_remote(v)]
     return value
 
 
