@@ -8,6 +8,7 @@ endpoint from AWS_ENDPOINT_URL as botocore reads it: io.py:912 gives no endpoint
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 import yaml
 
@@ -131,3 +132,42 @@ def test_saved_data_paths_keep_their_urls(tmp_path):
     assert _local("s3://bucket/a/x.npy", tmp_path) == "s3://bucket/a/x.npy"
     with pytest.raises(ForensicsError, match="a scheme this tool does not read"):
         _local("hf://datasets/x.npy", tmp_path)
+
+
+def test_remote_spike_and_rebuild_equal_local(s3, tmp_path):
+    """spike and rebuild on the remote copy: the same block list and restart flags as the
+    local run's, and a rebuilt file list that still names the kept files by URL."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+    from forensics_testing.remote_runs import olmo_spike_run
+
+    local, remote = olmo_spike_run(tmp_path / "run", s3)
+    args = ["--step", "80", "--window", "20", "--embed-cap", "0", "--quiet", "--culprit", "s2"]
+    outs = {}
+    for label, config in (("local", local), ("remote", remote)):
+        outs[label] = tmp_path / f"spike-{label}"
+        done = CliRunner().invoke(
+            app, ["spike", "--config", str(config), *args, "--out", str(outs[label])]
+        )
+        assert done.exit_code == 0, done.output
+    assert "bytes fetched" in done.output
+    skips = {k: json.loads((v / "skip.json").read_text()) for k, v in outs.items()}
+    assert skips["remote"]["documents"] == skips["local"]["documents"] == {"web": list(range(100))}
+    flags = "restart-olmo-core.flags"
+    assert (outs["remote"] / flags).read_bytes() == (outs["local"] / flags).read_bytes()
+    docs = {k: pl.read_parquet(v / "documents.parquet") for k, v in outs.items()}
+    differ = [c for c in docs["local"].columns if not docs["local"][c].equals(docs["remote"][c])]
+    assert differ == ["file"]  # each file named where it lives
+    rebuilt = tmp_path / "rebuilt"
+    done = CliRunner().invoke(
+        app, ["rebuild", str(outs["remote"]), "--config", str(remote), "--out", str(rebuilt)]
+    )
+    assert done.exit_code == 0, done.output
+    flags = (rebuilt / "restart-rebuilt.flags").read_text()
+    kept = [s3.url("olmo/books.npy"), s3.url("olmo/forum.npy")]
+    assert flags.startswith("--dataset.paths=" + json.dumps(kept, separators=(",", ":")))
+    again = load_config(rebuilt / "rebuilt.yaml")  # the rebuilt config reads them remotely
+    assert [p for s in again.data.sources for p in s.paths] == kept
