@@ -4,6 +4,8 @@
   `megatron/core/datasets/object_storage_utils.py:234,267` and `indexed_dataset.py:515`):
   AWS_PROFILE, AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3 and the usual AWS_* variables, as botocore
   reads them; no credentials is an error.
+- MosaicML streaming (0.13.0 `streaming/base/storage/download.py:243-262`): the default session,
+  endpoint from S3_ENDPOINT_URL, unsigned requests without credentials (:200-206).
 - OLMo-core (ai2-olmo-core 3.0.0 `olmo_core/io.py:867-931`): a session on S3_PROFILE for `s3://`
   (:888-890), R2_PROFILE + R2_ENDPOINT_URL for `r2://` (:891-897, :914-921), WEKA_PROFILE +
   WEKA_ENDPOINT_URL for `weka://` (:899-905, :922-929), `use_ssl` off when OLMO_NO_SSL is set
@@ -24,7 +26,7 @@ from typing import Any, Literal
 from dataloaders.errors import ConfigError, EnvironmentProblem
 from dataloaders.storage.urls import shown
 
-Rules = Literal["megatron", "olmo-core"]
+Rules = Literal["megatron", "olmo-core", "streaming"]
 _clients: dict[tuple[str, str, tuple[str, ...]], Any] = {}
 _lock = threading.Lock()
 _ENV_KEYS = (
@@ -40,6 +42,7 @@ _ENV_KEYS = (
     "WEKA_PROFILE",
     "WEKA_ENDPOINT_URL",
     "OLMO_NO_SSL",
+    "S3_ENDPOINT_URL",
     "FORENSICS_STORAGE_ATTEMPTS",
     "FORENSICS_STORAGE_CONNECT_TIMEOUT",
     "FORENSICS_STORAGE_READ_TIMEOUT",
@@ -111,7 +114,12 @@ def _make(scheme: str, rules: Rules, url: str) -> Any:
     boto3 = _boto3()
     import botocore.exceptions as boto_errors
 
-    profile, endpoint = (None, None) if rules == "megatron" else _olmo_session_args(scheme, url)
+    if rules == "olmo-core":
+        profile, endpoint = _olmo_session_args(scheme, url)
+    elif rules == "streaming":  # streaming's S3Downloader: the default session, S3_ENDPOINT_URL
+        profile, endpoint = None, os.environ.get("S3_ENDPOINT_URL") or None
+    else:
+        profile, endpoint = None, None
     try:
         session = boto3.Session(profile_name=profile)
     except boto_errors.ProfileNotFound:
@@ -123,7 +131,7 @@ def _make(scheme: str, rules: Rules, url: str) -> Any:
                 f"{shown(url)}: no credentials for {scheme}:// (boto3 found none: set "
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
             )
-        unsigned = True  # OLMo-core io.py:876-877: anonymous requests without credentials
+        unsigned = True  # OLMo-core io.py:876-877, streaming download.py:200-206: anonymous
     use_ssl = rules != "olmo-core" or not int(os.environ.get("OLMO_NO_SSL", "0") or 0)
     return session.client(
         "s3", endpoint_url=endpoint, config=botocore_config(unsigned), use_ssl=use_ssl
