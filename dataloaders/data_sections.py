@@ -161,7 +161,11 @@ class HFData(DataSection):
 
     format: Literal["hf"]
     name: PrintableName = "hf"  # the `dataset` column of the replay table
-    files: list[Path] | None = None  # shard paths or globs (sorted, as datasets resolves them)
+    # shard paths or globs (sorted, as datasets resolves them), or URLs read through fsspec
+    files: list[Path | str] | None = None
+    # load_dataset's storage_options (the fsspec filesystem's arguments for remote files); never
+    # dumped, hashed or shown: it may hold credentials
+    storage_options: dict[str, Any] | None = Field(default=None, exclude=True, repr=False)
     path: Path | None = None  # a Dataset.save_to_disk directory (map-style)
     file_format: Literal["parquet", "json", "arrow"] | None = None  # inferred from extensions
     text_field: str = "text"
@@ -185,6 +189,15 @@ class HFData(DataSection):
     datasets_version: str | None = None
     shards: list[ShardRecord] | None = None
     resumes: list[HFResume] = Field(default_factory=list)
+
+    @field_validator("files", mode="before")
+    @classmethod
+    def _local_or_url(cls, value: Any) -> Any:
+        from dataloaders.storage.urls import scheme_of
+
+        if not isinstance(value, list):
+            return value
+        return [Path(p) if isinstance(p, str) and not scheme_of(p) else p for p in value]
 
     @model_validator(mode="after")
     def _consistent(self) -> HFData:
