@@ -96,6 +96,15 @@ def test_remote_spike_rebuild_scan_equal_local(small_run, s3, tmp_path):
     data_path = (rebuilt / "data_path.txt").read_text(encoding="utf-8")
     assert s3.url("run/data/prose_text_document") in data_path  # untouched: still its URL
     assert str(rebuilt / copies[0].rsplit(".", 1)[0]) in data_path  # the copy: local
+    uploaded = tmp_path / "rebuilt-uploaded"
+    done = cli("rebuild", str(spike), "--config", str(config), "--out", str(uploaded),
+               "--upload-to", s3.url("rebuilt"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for name in copies:  # the filtered copies in the bucket, named by the restart's line
+        body = s3.client.get_object(Bucket=s3.bucket, Key=f"rebuilt/{name}")["Body"].read()
+        assert body == (reference / name).read_bytes(), name
+    line = (uploaded / "data_path.txt").read_text(encoding="utf-8")
+    assert s3.url(f"rebuilt/{copies[0].rsplit('.', 1)[0]}") in line and str(uploaded) not in line
     scans, said = {}, {}
     for label, cfg in (("remote", config), ("local", small_run / "forensics.yaml")):
         scans[label] = tmp_path / f"scan-{label}"
