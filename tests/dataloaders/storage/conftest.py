@@ -14,6 +14,17 @@ import pytest
 _buckets = itertools.count()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_fetch_count() -> Iterator[None]:
+    """The process-wide count of bytes fetched starts at zero in every test and is left at zero
+    (a later in-process command on a local run reports none)."""
+    from dataloaders.storage import fetched
+
+    fetched.reset()
+    yield
+    fetched.reset()
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """http://127.0.0.1:PORT of a moto S3 server started by this session (ended at its end)."""
