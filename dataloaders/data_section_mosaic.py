@@ -7,8 +7,9 @@ StreamingTextDataset (llmfoundry/data/text_data.py:112-145 at mosaicml/llm-found
 passes the same defaults on. tests/dataloaders/mosaic/test_mosaic_fields.py checks each against
 the installed library.
 
-Accepted but without effect on the order (the replay reads the shards already in `local`):
-remote, download_retry, download_timeout, validate_hash, keep_zip (downloading; dataset.py
+`remote` (s3:// only) fills `local` as Stream does: index.json, then only the shards a window
+reads (dataloaders/mosaic/remote.py). Accepted but without effect on the order: download_retry,
+download_timeout, validate_hash, keep_zip (downloading; dataset.py
 :434-445 only hands them to the Streams), predownload and cache_limit (how far ahead shards are
 fetched and when they are evicted: _prepare_thread / evict_coldest_shard never reorder the sample
 ids of _get_work), allow_unsafe_types (whether a pickle column may be decoded; we never decode
@@ -55,8 +56,10 @@ IGNORED_FIELDS = (
 class MosaicStream(StrictModel):
     """One MosaicML `Stream`: a local MDS directory (index.json + shards) and its weight, given as
     at most one of proportion (relative), repeat or choose (absolute), as in streaming.Stream.
-    `split` is joined onto `local` when the config is read (Stream reads local/split,
-    stream.py:441); remote and the download knobs are accepted and have no effect on the order."""
+    `split` is joined onto `local` and `remote` when the config is read (Stream reads
+    local/split, stream.py:441, and remote/split, :310); with `remote`, index.json and the shards
+    a window reads are downloaded into `local` as Stream does (dataloaders/mosaic/remote.py).
+    The download knobs are accepted and have no effect on the order."""
 
     local: Path  # the directory holding index.json (Stream's local/split joined)
     name: PrintableName | None = None  # the `dataset` column (default: folder name)
@@ -143,14 +146,20 @@ def _normalise_streams(raw: dict[str, Any]) -> dict[str, Any]:
         sub = stream.pop("split", None) or split
         if stream.get("local") is None:
             raise ValueError(
-                "every stream needs `local`, the folder holding its shards (the replay reads no "
-                f"remote; stream {stream.get('name') or stream.get('remote')!r})"
+                "every stream needs `local`, the folder holding (or receiving) its shards "
+                f"(stream {stream.get('name') or stream.get('remote')!r})"
             )
+        if stream.get("remote") is not None:
+            from dataloaders.mosaic.remote import check_remote
+
+            check_remote(str(stream["remote"]))
         if sub:
             # named for its folder, not for the split every stream shares
             folder = Path(stream["local"])
             stream.setdefault("name", folder.name)
             stream["local"] = str(folder / sub)
+            if stream.get("remote") is not None:  # Stream reads remote/split (stream.py:310)
+                stream["remote"] = f"{str(stream['remote']).rstrip('/')}/{sub}"
         out.append(stream)
     raw["streams"] = out
     return raw

@@ -26,12 +26,18 @@ from dataloaders.trainers import OLMO_CORE
 
 
 class DatasetSpec(StrictModel):
-    """One dataset of a blend: a Megatron path prefix (without .bin/.idx) and its weight."""
+    """One dataset of a blend: a Megatron path prefix (without .bin/.idx) and its weight.
+
+    A prefix in object storage (`s3://bucket/key`, `msc://profile/key`) is kept in `remote`;
+    `prefix` is then where megatron-core caches its `.idx` (`object_storage_cache_path` joined
+    with the URL without its scheme, Megatron-LM core 0.16.1
+    `megatron/core/datasets/object_storage_utils.py:170-192`), see MegatronData."""
 
     prefix: Path
     weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     name: PrintableName | None = None
     manifest: Path | None = None  # Parquet, one row per document in .idx order (doc_id + facets)
+    remote: str | None = None  # the prefix's URL when the data is in object storage
 
     @property
     def display_name(self) -> str:
@@ -67,8 +73,21 @@ class MegatronData(DataSection):
     add_extra_token: bool = True  # megatron-core's add_extra_token_to_sequence (default True)
     mid_level_dataset_surplus: float = 0.005
     cache_path: Path | None = None  # --data-cache-path; Megatron's own .npy indices are read here
+    # --object-storage-cache-path: where s3:// and msc:// prefixes' .idx files are cached
+    object_storage_cache_path: Path | None = None
     blend: list[DatasetSpec] | None = None  # a single blend for the whole run ...
     stages: list[DataStage] | None = None  # ... or blends that change at given iterations
+    # a run without data in object storage hashes as it did before the field existed
+    unhashed_defaults: ClassVar[dict[str, Any]] = {"object_storage_cache_path": None}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _remote_prefixes(cls, raw: Any) -> Any:
+        """Prefixes in object storage: the URL moves to `remote`, the prefix becomes its place
+        in the object-storage cache (dataloaders/megatron/remote.py)."""
+        from dataloaders.megatron.remote import place_remote_prefixes
+
+        return place_remote_prefixes(raw)
 
     @field_validator("split")
     @classmethod
@@ -142,7 +161,11 @@ class HFData(DataSection):
 
     format: Literal["hf"]
     name: PrintableName = "hf"  # the `dataset` column of the replay table
-    files: list[Path] | None = None  # shard paths or globs (sorted, as datasets resolves them)
+    # shard paths or globs (sorted, as datasets resolves them), or URLs read through fsspec
+    files: list[Path | str] | None = None
+    # load_dataset's storage_options (the fsspec filesystem's arguments for remote files); never
+    # dumped, hashed or shown: it may hold credentials
+    storage_options: dict[str, Any] | None = Field(default=None, exclude=True, repr=False)
     path: Path | None = None  # a Dataset.save_to_disk directory (map-style)
     file_format: Literal["parquet", "json", "arrow"] | None = None  # inferred from extensions
     text_field: str = "text"
@@ -166,6 +189,15 @@ class HFData(DataSection):
     datasets_version: str | None = None
     shards: list[ShardRecord] | None = None
     resumes: list[HFResume] = Field(default_factory=list)
+
+    @field_validator("files", mode="before")
+    @classmethod
+    def _local_or_url(cls, value: Any) -> Any:
+        from dataloaders.storage.urls import scheme_of
+
+        if not isinstance(value, list):
+            return value
+        return [Path(p) if isinstance(p, str) and not scheme_of(p) else p for p in value]
 
     @model_validator(mode="after")
     def _consistent(self) -> HFData:
@@ -211,7 +243,26 @@ class OlmoCoreSource(StrictModel):
     source's paths in config order into one NumpyFSLDataset; the grouping is ours, for blame."""
 
     name: PrintableName
-    paths: list[Path] = Field(min_length=1)  # raw token arrays (Dolma `.npy`), in run order
+    # raw token arrays (Dolma `.npy`), in run order; a URL (s3://, r2://, weka://, gs://,
+    # http(s)://) stays a str and is read through the storage layer (olmo_core/remote.py)
+    paths: list[Path | str] = Field(min_length=1)
+
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _local_or_url(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        from dataloaders.olmo_core.remote import check_scheme
+        from dataloaders.storage.urls import scheme_of
+
+        return [
+            check_scheme(p, "data.sources.paths")
+            if isinstance(p, str) and scheme_of(p)
+            else Path(p)
+            if isinstance(p, str)
+            else p
+            for p in value
+        ]
 
 
 class OlmoCoreInstanceFilter(StrictModel):

@@ -58,7 +58,10 @@ def listed_unit(replayer: Any, dataset: str, facet: str, key: str, path: Path) -
     for the file's facet value (the same lists the spike's blame uses)."""
     docs = replayer.documents_by_facet(facet, key)
     ids = docs.filter(docs["dataset"] == dataset)["doc_id"].to_numpy().astype(np.int64)
-    return FileUnit(dataset, key, Path(path).resolve(), ids)
+    from dataloaders.storage.urls import is_remote
+
+    where = path if is_remote(path) else Path(path).resolve()  # a URL stays as it is
+    return FileUnit(dataset, key, where, ids)
 
 
 @dataclass(frozen=True)

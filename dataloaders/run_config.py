@@ -50,6 +50,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from dataloaders.checkpoints import checkpoint_iterations
 from dataloaders.data_sections import DataConfig, PrintableName, StrictModel, data_model
 from dataloaders.errors import ConfigError
+from dataloaders.storage.urls import is_remote
 from dataloaders.trainers import DEFAULT_TRAINER, REGISTRY, unknown_trainer
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
@@ -172,15 +173,25 @@ def _without_unhashed_defaults(payload: dict[str, Any], data: Any) -> dict[str, 
         for key, default in type(data).unhashed_defaults.items():
             if key in section and section[key] == default:
                 del section[key]
+        stages = [*(section.get("stages") or []), {"blend": section.get("blend") or []}]
+        for stage in stages:  # a Megatron dataset not in object storage: no `remote` key
+            for spec in stage.get("blend") or []:
+                if isinstance(spec, dict) and spec.get("remote", "") is None:
+                    del spec["remote"]
     return payload
 
 
 def _without_paths(value: Any) -> Any:
-    """`value` with every Path (and every list or dict entry holding one) left out."""
+    """`value` with every Path (and every list or dict entry holding one) left out, and the URL
+    of data in object storage (`remote`): a copy of the data elsewhere is the same order."""
     if isinstance(value, dict):
-        return {k: _without_paths(v) for k, v in value.items() if not isinstance(v, Path)}
+        return {
+            k: _without_paths(v)
+            for k, v in value.items()
+            if not isinstance(v, Path) and k != "remote" and not is_remote(v)
+        }
     if isinstance(value, list | tuple):
-        return [_without_paths(v) for v in value if not isinstance(v, Path)]
+        return [_without_paths(v) for v in value if not isinstance(v, Path) and not is_remote(v)]
     return value
 
 
@@ -306,16 +317,21 @@ def _resolve_paths(raw: Any, base: Path) -> Any:
         "state_file",
         "mix_base_dir",
         "mix_file",
+        "object_storage_cache_path",
     }
     path_list_keys = {"files", "data_files", "paths"}
     if isinstance(raw, dict):
         out = {}
         for key, value in raw.items():
-            if key in path_keys and isinstance(value, str):
+            if isinstance(value, str) and is_remote(value):
+                out[key] = value  # a URL (s3://, gs://, ...) is not relative to anything
+            elif key in path_keys and isinstance(value, str):
                 out[key] = str((base / os.path.expanduser(value)).resolve())
             elif key in path_list_keys and isinstance(value, list):
                 out[key] = [
-                    str((base / os.path.expanduser(v)).resolve()) if isinstance(v, str) else v
+                    str((base / os.path.expanduser(v)).resolve())
+                    if isinstance(v, str) and not is_remote(v)
+                    else v
                     for v in value
                 ]
             elif key == "path" and isinstance(value, str):

@@ -53,6 +53,9 @@ def _options(
     ),
 ) -> None:
     """Find the data behind a malignant loss spike and write the skip list for the restart."""
+    from dataloaders.storage import fetched
+
+    fetched.reset()  # bytes fetched from object storage are counted per command
 
 
 # In the README runbook's order: is it malignant, which data, then the ACTION the spike decided

@@ -28,6 +28,7 @@ from typing import Any
 
 from dataloaders.megatron.family import MegatronFamily
 from dataloaders.run_config import RunConfig, config_from_dict
+from dataloaders.storage.urls import is_remote
 from forensics.errors import ForensicsError
 from forensics.inputs_guard import check_input_path
 
@@ -96,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--train-iters", type=int)
     p.add_argument("--train-samples", type=int)
     p.add_argument("--data-cache-path")
+    p.add_argument("--object-storage-cache-path")
     p.add_argument("--tokenizer-model")
     p.add_argument("--tokenizer-type")
     p.add_argument("--tiktoken-pattern")
@@ -145,6 +147,17 @@ def _blend(values: list[str], cwd: Path) -> list[dict[str, Any]]:
     blend = []
     names: dict[str, int] = {}
     for i, raw in enumerate(prefixes):
+        if is_remote(raw.strip()):  # s3:// or msc://: placed in the cache by the config
+            url = raw.strip()
+            name = url.rstrip("/").rsplit("/", 1)[-1]
+            if name in names:
+                name = "/".join(url.rstrip("/").rsplit("/", 2)[-2:])
+            names[name] = i
+            remote: dict[str, Any] = {"prefix": url, "name": name}
+            if weights is not None:
+                remote["weight"] = weights[i]
+            blend.append(remote)
+            continue
         prefix = (cwd / Path(raw.strip()).expanduser()).resolve()
         name = prefix.name
         if name in names:  # same file name in two folders: keep the names unique
@@ -209,6 +222,8 @@ def raw_config_from_megatron_args(
     }
     if args.data_cache_path:
         data["cache_path"] = args.data_cache_path
+    if args.object_storage_cache_path:
+        data["object_storage_cache_path"] = str((cwd / args.object_storage_cache_path).resolve())
     training: dict[str, Any] = {
         "global_batch_size": args.global_batch_size,
         "micro_batch_size": args.micro_batch_size,

@@ -38,6 +38,8 @@ def run_inputs(config: Any) -> list[Path]:
                 found.extend([Path(f"{value}.bin"), Path(f"{value}.idx")])
         elif isinstance(value, BaseModel):
             for name in type(value).model_fields:
+                if name == "prefix" and getattr(value, "remote", None):
+                    continue  # in object storage: its local .idx is a cache, pinned by ETag
                 walk(getattr(value, name), name)
         elif isinstance(value, list | tuple):
             for item in value:

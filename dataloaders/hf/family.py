@@ -41,7 +41,9 @@ class HFFamily(Family):
 
     def file_units(self, config: Any, replayer: Any) -> list[FileUnit]:
         name = config.data.name
-        return [listed_unit(replayer, name, "file", s.name, s.path) for s in replayer.shards]
+        return [
+            listed_unit(replayer, name, "file", s.name, s.url or s.path) for s in replayer.shards
+        ]
 
     def file_refusal(self, config: Any, replayer: Any) -> str | None:
         if config.data.path is not None:
@@ -58,7 +60,7 @@ class HFFamily(Family):
         data = data_without_resumes(config)
         paths = [u.path for u in files.kept[config.data.name]]
         data["files"] = [str(p) for p in paths]
-        if config.data.shards is not None:
+        if config.data.shards is not None and not any(isinstance(p, str) for p in paths):
             from dataloaders.hf import record_shards
 
             data["shards"] = record_shards(paths)

@@ -23,6 +23,7 @@ order datasets' reader yields them (= the index of the row in a map-style Datase
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,14 +63,24 @@ class HFReplayer(Replayer):
                     f"{installed}: streaming order differs between versions; install "
                     f"datasets=={data.datasets_version} to replay it"
                 )
+        urls: dict[Path, str] = {}
         if data.files is not None:
             files = resolve_files(list(data.files), config=self.source)
+            if any(isinstance(f, str) for f in files):
+                from dataloaders.hf.remote import local_copy
+
+                for url in (f for f in files if isinstance(f, str)):
+                    urls[local_copy(url, data.storage_options)] = url
+                local = {u: p for p, u in urls.items()}
+                files = [local[f] if isinstance(f, str) else f for f in files]
         else:
             files = save_to_disk_files(data.path, config=self.source)
         self.builder = infer_format(
-            files, data.file_format if data.path is None else "arrow", config=self.source
+            files,  # a local copy keeps its object's file name
+            data.file_format if data.path is None else "arrow",
+            config=self.source,
         )
-        self.shards = open_shards(files)
+        self.shards = open_shards(files, urls)
         if data.shards is not None:
             verify_shards(self.shards, data.shards, config=self.source)
         with order.without_torch():

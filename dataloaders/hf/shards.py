@@ -13,6 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dataloaders.errors import ForensicsError
 
@@ -37,20 +38,26 @@ class Shard:
     index: int
     path: Path
     size: int
+    url: str | None = None  # where the file lives when it is remote (`path`: its local copy)
 
     @property
     def name(self) -> str:
-        return self.path.name
+        return self.url.rstrip("/").rsplit("/", 1)[-1] if self.url else self.path.name
 
 
-def resolve_files(patterns: list[Path], *, config: Path | None) -> list[Path]:
+def resolve_files(patterns: list[Any], *, config: Path | None) -> list[Any]:
     """Expand globs (sorted, like datasets' pattern resolution) keeping the listed order, and
-    refuse missing files: a missing shard would shift every document after it."""
+    refuse missing files: a missing shard would shift every document after it. A URL stays as
+    it is (dataloaders/hf/remote.py reads it)."""
     where = f"{config}: " if config else ""
-    out: list[Path] = []
+    out: list[Any] = []
     for pattern in patterns:
         text = str(pattern)
-        if glob.has_magic(text):
+        if isinstance(pattern, str):
+            if glob.has_magic(text):
+                raise ForensicsError(f"{where}data.files: {text}: list remote files one by one")
+            out.append(pattern)
+        elif glob.has_magic(text):
             matches = sorted(Path(m) for m in glob.glob(text, recursive=True) if Path(m).is_file())
             if not matches:
                 raise ForensicsError(f"{where}data.files: no file matches {text}")
@@ -108,9 +115,13 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def open_shards(files: list[Path]) -> list[Shard]:
-    """Shards in run order with their current sizes."""
-    return [Shard(index=i, path=f.resolve(), size=f.stat().st_size) for i, f in enumerate(files)]
+def open_shards(files: list[Path], urls: dict[Path, str] | None = None) -> list[Shard]:
+    """Shards in run order with their current sizes (`urls`: local copy -> the remote file)."""
+    urls = urls or {}
+    return [
+        Shard(index=i, path=f.resolve(), size=f.stat().st_size, url=urls.get(f))
+        for i, f in enumerate(files)
+    ]
 
 
 def verify_shards(shards: list[Shard], records: list, *, config: Path | None) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,16 +85,29 @@ def copy_runs(src: Path, dst: Path, starts: np.ndarray, ends: np.ndarray) -> Non
                 left -= len(block)
 
 
+def copy_remote_runs(tokens: Any, dst: Path, starts: np.ndarray, ends: np.ndarray) -> None:
+    """copy_runs for a `.bin` in object storage (a RemoteArray): each run read by ranges, in
+    blocks, every read pinned to the ETag the index was checked against."""
+    with open(dst, "wb") as writer:
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            for lo in range(start, end, COPY_BLOCK):
+                writer.write(tokens.read_bytes(lo, min(end, lo + COPY_BLOCK)))
+
+
 def write_without_documents(
-    source_prefix: str | os.PathLike[str], drop: np.ndarray, prefix: str | os.PathLike[str]
+    source_prefix: str | os.PathLike[str],
+    drop: np.ndarray,
+    prefix: str | os.PathLike[str],
+    remote: str | None = None,
 ) -> FilteredDataset:
     """Write `prefix.bin/.idx`: the source dataset minus the documents `drop` (source doc_ids),
     every other document in its original order, with its sentence split kept.
 
     Both files are written under temporary names and renamed into place at the end, so an
-    interrupted call leaves no half-written pair. Refuses to write over the source.
+    interrupted call leaves no half-written pair. Refuses to write over the source. `remote`:
+    the source's URL when it is in object storage (the kept documents are read by ranges).
     """
-    source = IndexedDataset(source_prefix)
+    source = IndexedDataset(source_prefix, remote=remote)
     out = Path(prefix)
     if bin_path(out).resolve() == source.bin_file.resolve():
         raise ForensicsError(f"{out}: is the source dataset; a rebuild never overwrites its input")
@@ -111,7 +125,10 @@ def write_without_documents(
     bin_tmp = bin_path(out).with_name(bin_path(out).name + ".tmp")
     idx_tmp = idx_path(out).with_name(idx_path(out).name + ".tmp")
     try:
-        copy_runs(source.bin_file, bin_tmp, *byte_runs(source, sequence_keep))
+        if remote is not None:
+            copy_remote_runs(source.tokens, bin_tmp, *byte_runs(source, sequence_keep))
+        else:
+            copy_runs(source.bin_file, bin_tmp, *byte_runs(source, sequence_keep))
         write_idx(idx_tmp, lengths, doc_indices, source.dtype)
         os.replace(bin_tmp, bin_path(out))
         os.replace(idx_tmp, idx_path(out))

@@ -85,15 +85,31 @@ class IndexedDataset:
     instantly and only the pages a replay touches are read.
     """
 
-    def __init__(self, prefix: str | os.PathLike[str], *, multimodal: bool = False) -> None:
+    def __init__(
+        self,
+        prefix: str | os.PathLike[str],
+        *,
+        multimodal: bool = False,
+        remote: str | None = None,
+    ) -> None:
         self.prefix = Path(prefix)
         self.idx_file = idx_path(prefix)
         self.bin_file = bin_path(prefix)
+        self.remote = remote
+        self._remote_bin: Any = None
+        if remote is not None:
+            # megatron-core's object-storage path (dataloaders/megatron/remote.py): the .idx
+            # cached at `prefix`, the .bin read by ranges; `bin_file` is then its identity stamp.
+            from dataloaders.megatron.remote import open_remote
+
+            self._remote_bin, self.bin_file = open_remote(remote, self.prefix)
         for path in (self.idx_file, self.bin_file):
             if not path.is_file():
                 raise DataError(f"{path}: Megatron dataset file not found")
         self.idx_size = self.idx_file.stat().st_size
-        self.bin_size = self.bin_file.stat().st_size
+        self.bin_size = (
+            self._remote_bin.size if self._remote_bin is not None else self.bin_file.stat().st_size
+        )
         header = self._read_header()
         self.dtype: np.dtype[Any] = DTYPE_BY_CODE[header["code"]]
         self.dtype_code: int = header["code"]
@@ -191,18 +207,25 @@ class IndexedDataset:
         end = int(self.sequence_pointers[-1]) + int(self.sequence_lengths[-1]) * self.dtype.itemsize
         if self.bin_size < end:
             raise DataError(
-                f"{self.bin_file}: truncated data file: {self.bin_size} bytes, the index "
+                f"{self.bin_name}: truncated data file: {self.bin_size} bytes, the index "
                 f"({self.idx_file.name}) needs {end}"
             )
         if self.bin_size != end:
             raise DataError(
-                f"{self.bin_file}: {self.bin_size} bytes, but its index ({self.idx_file.name}) "
+                f"{self.bin_name}: {self.bin_size} bytes, but its index ({self.idx_file.name}) "
                 f"describes {end}: the .bin and .idx are not one pair (or the dtype code is wrong)"
             )
         steps = np.diff(self.document_indices)
         if (steps < 0).any():
             raise DataError(f"{self.idx_file}: corrupt index: document boundaries are not in order")
         return {}
+
+    @property
+    def bin_name(self) -> str:
+        """The `.bin` as messages name it: its URL when it is in object storage."""
+        from dataloaders.storage.urls import shown
+
+        return shown(f"{self.remote}.bin") if self.remote else str(self.bin_file)
 
     # -- sizes -----------------------------------------------------------------------------
 
@@ -225,6 +248,13 @@ class IndexedDataset:
     @property
     def tokens(self) -> np.ndarray:
         """The whole `.bin` as one memory-mapped 1-D array of the dataset's dtype."""
+        if self._remote_bin is not None:
+            from dataloaders.storage.arrays import RemoteArray
+
+            if self._bin_map is None:
+                count = self.bin_size // self.dtype.itemsize
+                self._bin_map = RemoteArray(self._remote_bin, self.dtype, count, rules="megatron")
+            return self._bin_map  # type: ignore[return-value]
         if self._bin_map is None:
             usable = self.bin_size - self.bin_size % self.dtype.itemsize
             if usable == 0:
@@ -250,6 +280,9 @@ class IndexedDataset:
         start = int(self.sequence_pointers[idx]) + offset * self.dtype.itemsize
         if start % self.dtype.itemsize:
             # A pointer not aligned to the dtype: read through a byte view (Megatron allows it).
+            if self._remote_bin is not None:
+                data = self.tokens.read_bytes(start, start + length * self.dtype.itemsize)
+                return np.frombuffer(data, self.dtype)
             raw = np.memmap(self.bin_file, mode="r", dtype=np.uint8)
             return np.frombuffer(raw, self.dtype, length, start)
         first = start // self.dtype.itemsize

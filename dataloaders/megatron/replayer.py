@@ -61,7 +61,10 @@ class MegatronReplayer(Replayer):
                     )
                 if known is None or (spec.manifest is not None and known.manifest is None):
                     self.specs[spec.display_name] = spec
-        self.datasets = {spec.prefix: IndexedDataset(spec.prefix) for spec in self.specs.values()}
+        self.datasets = {
+            spec.prefix: IndexedDataset(spec.prefix, remote=spec.remote)
+            for spec in self.specs.values()
+        }
         self._refuse_empty_splits()
         self.manifests = Manifests(self.specs, self.datasets)
         self._stages: dict[int, Stage] = {}
@@ -472,6 +475,8 @@ class MegatronReplayer(Replayer):
                 "idx_sha256": ds.idx_digest(),
                 "documents": ds.num_documents,
             }
+            if spec.remote:
+                datasets[name]["url"] = spec.remote
         return {
             "format": "megatron",
             "config_hash": self.config.config_hash(),

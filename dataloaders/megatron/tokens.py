@@ -62,6 +62,18 @@ def document_starts(ds: IndexedDataset) -> np.ndarray:
     return np.asarray(ds.sequence_pointers, dtype=np.int64)[first_seq] // ds.dtype.itemsize
 
 
+def _source(
+    ds: IndexedDataset, begins: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(token array, run starts in it) for runs of `ds`: the mapped `.bin` itself, or for a
+    `.bin` in object storage only the runs' tokens, fetched by ranges (storage/arrays.py)."""
+    tokens = ds.tokens
+    gather = getattr(tokens, "gather", None)
+    if gather is None:
+        return np.asarray(tokens), begins
+    return gather(begins, lengths)
+
+
 def sample_offsets(rows: np.ndarray, token_start: np.ndarray, token_end: np.ndarray) -> np.ndarray:
     """int64[n_segments]: where each segment begins inside its sample.
 
@@ -126,8 +138,8 @@ def gather_samples(
         for k, name in enumerate(keys):
             pick = np.flatnonzero(code[lo:hi] == k) + lo
             if pick.size:
-                tokens = np.asarray(datasets[str(name)].tokens)
-                copy(tokens, src_pos[pick], length[pick], flat, flat_pos[pick])
+                tokens, begins = _source(datasets[str(name)], src_pos[pick], length[pick])
+                copy(tokens, begins, length[pick], flat, flat_pos[pick])
         if advance is not None:
             advance(int(rows[hi - 1]) + 1 - int(rows[lo]))
     return out

@@ -58,6 +58,8 @@ class Shard:
     column_sizes: list[int | None]
     zip_path: Path | None = None  # read decompressed when only the compressed file is there
     compression: str | None = None  # index.json's "compression", e.g. "zstd" or "zstd:7"
+    remote: str | None = None  # the stream's remote, when the shard is not in `local` yet
+    zip_size: int | None = None  # zip_data.bytes: the compressed file a download brings
 
 
 @dataclass(frozen=True)
@@ -73,10 +75,15 @@ class MDSStream:
         return np.array([s.samples for s in self.shards], dtype=np.int64)
 
 
-def open_stream(local: Path) -> MDSStream:
+def open_stream(local: Path, remote: str | None = None) -> MDSStream:
     """Read and check a stream's index.json; every shard must be on disk with the byte size the
-    index gives (a missing or rewritten shard would silently move every later sample)."""
+    index gives (a missing or rewritten shard would silently move every later sample), or, with
+    `remote`, is downloaded into `local` when a sample of it is first read (remote.py)."""
     index = local / INDEX
+    if remote is not None and not index.is_file():
+        from dataloaders.mosaic.remote import fetch
+
+        fetch(remote, INDEX, index)
     if not index.is_file():
         raise ForensicsError(f"{index}: not found (a MosaicML streaming directory has index.json)")
     raw = index.read_bytes()
@@ -96,13 +103,18 @@ def open_stream(local: Path) -> MDSStream:
         basename = info["raw_data"]["basename"]
         path = local / basename
         size = int(info["raw_data"]["bytes"])
-        zip_path, compression = None, None
+        zip_path, compression, later = None, None, None
         if path.is_file():
             _check_size(path, size, index)
         else:
             zip_path, compression = _compressed(info, local, index)
-            if zip_path is None:
+            if zip_path is None and remote is None:
                 raise ForensicsError(f"{path}: shard missing, listed in {index}")
+            if zip_path is None:  # fetched from remote on first read, zip first (stream.py:376)
+                later = remote
+                zipped = info.get("zip_data") or {}
+                if zipped:
+                    zip_path, compression = local / zipped["basename"], info.get("compression")
         shards.append(
             Shard(
                 path=path,
@@ -113,6 +125,8 @@ def open_stream(local: Path) -> MDSStream:
                 column_sizes=list(info["column_sizes"]),
                 zip_path=zip_path,
                 compression=compression,
+                remote=later,
+                zip_size=int(info["zip_data"]["bytes"]) if info.get("zip_data") else None,
             )
         )
     if not shards:
@@ -151,10 +165,28 @@ def shard_buffer(shard: Shard) -> Any:
     (checked against index.json's raw size, as the decompressed file would be)."""
     import mmap
 
+    if shard.remote is not None:
+        _download(shard)
     if shard.zip_path is None:
         with open(shard.path, "rb") as fh:
             return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     return _decompressed(shard.zip_path, shard.compression, shard.size)
+
+
+def _download(shard: Shard) -> None:
+    """Bring a shard from its stream's remote into `local` (the compressed file when the index
+    lists one, else the raw file; stream.py:376-399), checked against the index's size."""
+    from dataloaders.mosaic.remote import fetch
+
+    target = shard.zip_path if shard.zip_path is not None else shard.path
+    if shard.path.is_file() or target.is_file():
+        return
+    assert shard.remote is not None
+    fetch(shard.remote, target.name, target)
+    want = shard.zip_size if shard.zip_path is not None else shard.size
+    _check_size(target, int(want or 0), shard.path.parent / INDEX)
+    if shard.zip_path is not None:
+        require_codec(shard.compression)
 
 
 @functools.lru_cache(maxsize=2)

@@ -36,6 +36,7 @@ from dataloaders.mosaic.order import (
     loader_steps,
     partition_positions,
 )
+from dataloaders.mosaic.remote import is_object_storage
 from dataloaders.mosaic.resume import Setting, check_state, load_state, resume_settings
 from dataloaders.schedule import Schedule
 
@@ -84,7 +85,10 @@ class MosaicReplayer(Replayer):
                 f"{where}batching_method {data.batching_method!r} is not replayed yet (only "
                 "'random', streaming's default)"
             )
-        self.streams = [mds.open_stream(s.local) for s in data.streams]
+        self.streams = [
+            mds.open_stream(s.local, s.remote if is_object_storage(s.remote) else None)
+            for s in data.streams
+        ]
         self.names = [s.display_name for s in data.streams]
         text_cols = [data.text_field, *[f for f in data.provenance_fields if f != SHARD_FACET]]
         for stream in self.streams:

@@ -70,3 +70,10 @@ def load_doc_ends(name: str) -> np.ndarray | None:
 
 def save_doc_ends(name: str, ends: np.ndarray) -> None:
     _save(name, np.asarray(ends, dtype=np.int64))
+
+
+def doc_ends_name_remote(url: str, etag: str, size: int, **key: Any) -> str:
+    """doc_ends_name for a token file in object storage: keyed by its URL, ETag and size."""
+    payload = [url, etag, size, key]
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+    return f"doc_ends-{digest[:24]}.npy"

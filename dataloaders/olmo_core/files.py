@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dataloaders.errors import ForensicsError
+from dataloaders.storage.urls import is_remote
 
 # OLMo-core's dataset fingerprint format (NumpyDatasetBase.fingerprint_version).
 FINGERPRINT_VERSION = "v2.0"
@@ -38,12 +39,27 @@ class TokenFile:
     """One token array of the dataset, with where its instances and documents start."""
 
     source: str
-    path: Path
+    path: Path | str  # a str: the file's URL, in object storage (dataloaders/olmo_core/remote.py)
     size: int  # bytes
     tokens: int
     instances: int
-    metadata: Path | None = None  # the Dolma .csv.gz beside it, when present
+    metadata: Path | None = None  # the Dolma .csv.gz beside it (a local copy), when present
     _doc_ends: np.ndarray | None = field(default=None, repr=False)
+    remote: Any = field(default=None, repr=False)  # the object's ObjectInfo (size, ETag)
+    _array: Any = field(default=None, repr=False)
+
+
+def token_array(f: TokenFile, dtype: Any) -> Any:
+    """The file's tokens: a memory map, or for a file in object storage an array read by byte
+    ranges (dataloaders/storage/arrays.py), made once per file."""
+    if f._array is None:
+        if f.remote is not None:
+            from dataloaders.storage.arrays import RemoteArray
+
+            f._array = RemoteArray(f.remote, dtype, f.tokens, rules="olmo-core")
+        else:
+            f._array = np.memmap(f.path, mode="r", dtype=dtype, shape=(f.tokens,))
+    return f._array
 
 
 def dtype_of(name: str) -> type[np.unsignedinteger[Any]]:
@@ -65,11 +81,15 @@ def open_token_files(
     dtype = dtype_of(data.dtype)
     item = np.dtype(dtype).itemsize
     seq = data.sequence_length
-    target = data.max_target_sequence_length
     known = {} if known is None else known
     out: list[TokenFile] = []
-    for name, path in pairs:
-        path = Path(path)
+    for name, given in pairs:
+        if is_remote(given):
+            if given not in known:
+                known[given] = open_remote_file(name, str(given), data, item)
+            out.append(known[given])
+            continue
+        path = Path(given)
         if path in known:
             out.append(known[path])
             continue
@@ -82,10 +102,7 @@ def open_token_files(
                 f"{path}: {size} bytes is not a whole number of {data.dtype} tokens "
                 "(wrong data.dtype, or a truncated file)"
             )
-        if target is None or target == seq:
-            instances = tokens // seq
-        else:
-            instances = (tokens // target) * (target // seq)
+        instances = instance_count(tokens, data)
         meta = metadata_path(path)
         known[path] = TokenFile(
             source=name,
@@ -101,6 +118,15 @@ def open_token_files(
             f"{where}the token files hold no instance of {seq} tokens (too short, or wrong dtype)"
         )
     return out
+
+
+def instance_count(tokens: int, data: Any) -> int:
+    """Instances of a file of `tokens` tokens (NumpyFSLDataset: whole sequences, or whole
+    max_target_sequence_length chunks of them)."""
+    seq, target = data.sequence_length, data.max_target_sequence_length
+    if target is None or target == seq:
+        return tokens // seq
+    return (tokens // target) * (target // seq)
 
 
 def olmo_fingerprint(files: list[TokenFile], data: Any) -> str:
@@ -124,7 +150,7 @@ def olmo_fingerprint(files: list[TokenFile], data: Any) -> str:
 
 
 def _ends_from_array(f: TokenFile, dtype: Any, eos: int, bos: int | None) -> np.ndarray:
-    tokens = np.memmap(f.path, mode="r", dtype=dtype, shape=(f.tokens,))
+    tokens = np.asarray(token_array(f, dtype))  # without metadata, every EOS must be seen
     if bos is None:
         ends = np.flatnonzero(tokens == eos) + 1
     else:
@@ -172,10 +198,15 @@ def document_ends(f: TokenFile, data: Any) -> np.ndarray:
     if f._doc_ends is None:
         from dataloaders.olmo_core import cache
 
-        source = f.metadata if f.metadata is not None else f.path
-        name = cache.doc_ends_name(
-            f.path, source, eos=data.eos_token_id, bos=data.bos_token_id, dtype=data.dtype
-        )
+        key = {"eos": data.eos_token_id, "bos": data.bos_token_id, "dtype": data.dtype}
+        if f.remote is not None:  # keyed by the objects' identity
+            if f.metadata is not None:
+                stat = f.metadata.stat()
+                key["metadata"] = [str(f.metadata), stat.st_size, stat.st_mtime_ns]
+            name = cache.doc_ends_name_remote(f.remote.url, f.remote.etag, f.remote.size, **key)
+        else:
+            source = f.metadata if f.metadata is not None else Path(f.path)
+            name = cache.doc_ends_name(Path(f.path), source, **key)
         ends = cache.load_doc_ends(name)
         if ends is None or not len(ends) or ends[-1] != f.tokens or np.any(np.diff(ends) <= 0):
             if f.metadata is not None:
@@ -208,5 +239,29 @@ def metadata_fields(
 
 def read_tokens(f: TokenFile, start: int, end: int, data: Any) -> np.ndarray:
     """Tokens [start, end) of a file."""
-    tokens = np.memmap(f.path, mode="r", dtype=dtype_of(data.dtype), shape=(f.tokens,))
-    return np.asarray(tokens[start:end])
+    return np.asarray(token_array(f, dtype_of(data.dtype))[start:end])
+
+
+def open_remote_file(name: str, url: str, data: Any, item: int) -> TokenFile:
+    """A token file in object storage, read as OLMo-core's io.py reads it (its size by HEAD,
+    `get_file_size`; its tokens by byte ranges, `get_bytes_range`), with the Dolma metadata
+    beside it (`x.csv.gz`) copied into the cache when it exists."""
+    from dataloaders.olmo_core.remote import metadata_copy
+    from dataloaders.storage import head
+
+    info = head(url, "olmo-core")
+    if info.size % item:
+        raise ForensicsError(
+            f"{info}: {info.size} bytes is not a whole number of {data.dtype} tokens "
+            "(wrong data.dtype, or a truncated file)"
+        )
+    tokens = info.size // item
+    return TokenFile(
+        source=name,
+        path=url,
+        size=info.size,
+        tokens=tokens,
+        instances=instance_count(tokens, data),
+        metadata=metadata_copy(url),
+        remote=info,
+    )

@@ -185,5 +185,5 @@ def resolved_paths(data: Any, sources: list[Any] | None) -> list[tuple[str, Path
         if data.expand_glob:
             out.extend(expand_globs(source.name, list(source.paths)))
         else:
-            out.extend((source.name, Path(p)) for p in source.paths)
+            out.extend((source.name, p if isinstance(p, str) else Path(p)) for p in source.paths)
     return out

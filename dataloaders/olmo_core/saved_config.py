@@ -60,10 +60,15 @@ def _need(section: dict[str, Any], key: str, where: Path, name: str) -> Any:
 
 
 def _local(path: str, where: Path) -> str:
-    if path.startswith(_REMOTE):
+    """A saved token-file path as the config names it: a URL in a scheme OLMo-core's io reads
+    stays a URL (read through the storage layer, dataloaders/olmo_core/remote.py)."""
+    from dataloaders.olmo_core.remote import SCHEMES
+    from dataloaders.storage.urls import scheme_of, shown
+
+    if path.startswith(_REMOTE) and scheme_of(path) not in SCHEMES:
         raise ForensicsError(
-            f"{where}: the run read remote token files ({path}); copy them locally and write "
-            "a config naming the local files"
+            f"{where}: the run read token files from {shown(path)}, a scheme this tool does "
+            f"not read ({', '.join(SCHEMES)} are); copy them locally and write a config"
         )
     return path.replace("file://", "")
 

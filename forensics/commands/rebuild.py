@@ -37,6 +37,14 @@ def rebuild_command(
             "remaining document is drawn as often as before; the others fill the difference).",
         ),
     ] = "share",
+    upload_to: Annotated[
+        str | None,
+        typer.Option(
+            "--upload-to",
+            help="Megatron: also upload the filtered .bin/.idx under this s3:// prefix; the "
+            "restart's --data-path and the rebuilt config then name them there.",
+        ),
+    ] = None,
 ) -> None:
     """Write each blocked dataset without the block list's documents (.bin/.idx + manifest), the
     restart's --data-path and a config that replays the new order (Megatron); for Hugging Face,
@@ -53,8 +61,12 @@ def rebuild_command(
 
     step = step_of_skip_file(skip_file) if from_checkpoint is not None else None
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
-    result = run_rebuild(skip_file, run, out, force=force, keep=keep)
+    result = run_rebuild(skip_file, run, out, force=force, keep=keep, upload_to=upload_to)
     console = make_console()
+    from dataloaders.storage import fetched
+
+    if fetched.line():
+        console.print(escape(fetched.line() or ""), soft_wrap=True)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if "files_removed" in result.summary:

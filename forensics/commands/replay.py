@@ -86,3 +86,7 @@ def replay_command(
         f"iterations {first}-{last}: {samples} samples, {table.height} document segments "
         f"-> {escape(str(out))}"
     )
+    from dataloaders.storage import fetched
+
+    if fetched.line():
+        console.print(escape(fetched.line() or ""))

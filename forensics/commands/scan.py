@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +71,14 @@ def scan_command(
         result = run_scan(run, out, options)
     if not quiet:
         _print_summary(result, first, last, threshold, out)
+    from dataloaders.storage import fetched
+
+    here = os.getpid()  # shards run here are in this process's count already
+    remote = fetched.total() + sum(
+        s.fetched_bytes for s in result.summaries if s.pid != here and s.fetched_bytes
+    )
+    if remote:
+        print(f"object storage: {remote:,} bytes fetched (the driver and the scan's workers)")
 
 
 @contextmanager

@@ -182,3 +182,7 @@ def spike_command(
     target = out or Path.cwd() / f"spike-{step}"
     with fresh_output(target, target / ".cache"):  # a failed first run leaves no directory
         run_spike(run, target, options)
+    from dataloaders.storage import fetched
+
+    if fetched.line():
+        print(fetched.line())

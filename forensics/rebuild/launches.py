@@ -68,7 +68,8 @@ def data_path_line(blend: list[dict[str, Any]]) -> str:
     each prefix shell-quoted so that `$(cat FILE)` and a pasted line keep it one word."""
     parts = []
     for spec in blend:
-        parts += [f"{float(spec['weight']):g}", shlex.quote(str(spec["prefix"]))]
+        prefix = spec.get("remote") or spec["prefix"]  # a prefix in object storage: its URL
+        parts += [f"{float(spec['weight']):g}", shlex.quote(str(prefix))]
     return "--data-path " + " ".join(parts)
 
 

@@ -47,6 +47,7 @@ class RebuildPlan:
     kept_tokens name -> share of its tokens the filtered copy keeps (from the .idx)
     stages      the rebuilt run's stages (config dicts), the original ones before `resume`
     launches    the restart as the trainer runs it: one launch per stage from `resume` on
+    upload_to   where the copies go in object storage (`rebuild --upload-to`), or None: local
     """
 
     skip: SkipPlan
@@ -58,6 +59,8 @@ class RebuildPlan:
     kept_tokens: dict[str, float] = field(default_factory=dict)
     stages: list[dict[str, Any]] = field(default_factory=list)
     launches: list[Launch] = field(default_factory=list)
+    upload_to: str | None = None  # an s3:// prefix the filtered copies are uploaded under
+    out_cache: Path | None = None  # the rebuilt config's object-storage cache (upload_to)
 
     def data_path_lines(self) -> list[tuple[int, str]]:
         """(first iteration, `--data-path ...`) of every launch of the restart."""
@@ -90,7 +93,11 @@ def copy_prefixes(specs: dict[str, DatasetSpec], out: Path, taken: set[str]) -> 
 
 
 def plan_rebuild(
-    config: RunConfig, skip: SkipPlan, out: Path, keep: str = KEEP_SHARE
+    config: RunConfig,
+    skip: SkipPlan,
+    out: Path,
+    keep: str = KEEP_SHARE,
+    upload_to: str | None = None,
 ) -> RebuildPlan:
     """Decide the datasets to filter and the stages of the rebuilt run (no files touched)."""
     from dataloaders.megatron.indexed import IndexedDataset
@@ -122,7 +129,7 @@ def plan_rebuild(
     filtered: dict[str, DatasetSpec] = {}
     kept_tokens: dict[str, float] = {}
     for name in sorted(set(blocked) & set(drawn)):
-        source = IndexedDataset(drawn[name].prefix)
+        source = IndexedDataset(drawn[name].prefix, remote=drawn[name].remote)
         ids = np.unique(np.asarray(blocked[name], dtype=np.int64))
         if ids.size >= source.num_documents:
             emptied.append(name)
@@ -141,6 +148,8 @@ def plan_rebuild(
             "on: there is nothing to rebuild; the skip flags are the whole fix"
         )
     plan = RebuildPlan(skip, resume, datasets, emptied, idle, keep, kept_tokens)
+    plan.upload_to = upload_to.rstrip("/") if upload_to else None
+    plan.out_cache = out / "object-cache"
     plan.stages = rebuilt_stages(stages, resume, plan)
     plan.launches = plan_launches(plan.stages, stages, resume, int(skip.rollback["iteration"]))
     return plan
@@ -184,11 +193,14 @@ def rebuilt_stages(stages: list[Any], resume: int, plan: RebuildPlan) -> list[di
             entry.setdefault("weight", 1.0)
             if name in plan.datasets:
                 prefix = plan.datasets[name][1]
+                entry.pop("remote", None)  # the copy is local, whatever its source was
                 entry |= {
                     "name": name + REBUILT_SUFFIX,
                     "prefix": str(prefix),
                     "manifest": f"{prefix}.manifest.parquet",
                 }
+                if plan.upload_to:  # read from where it is uploaded, as the restart reads it
+                    entry["prefix"] = f"{plan.upload_to}/{prefix.name}"
             blend.append(entry)
         start = resume if i == 0 else stage.start_iteration
         if not blend:
@@ -208,6 +220,8 @@ def rebuilt_config(config: RunConfig, plan: RebuildPlan) -> dict[str, Any]:
     raw = config.model_dump(mode="json", exclude={"source"}, exclude_none=True)
     data = {k: v for k, v in raw["data"].items() if k not in ("blend", "stages")}
     data["stages"] = plan.stages
+    if plan.upload_to and not data.get("object_storage_cache_path"):
+        data["object_storage_cache_path"] = str(plan.out_cache)
     name = raw.get("name") or "run"
     raw["name"] = f"{name}, rebuilt without the block list of spike {plan.skip.step}"
     raw["data"] = data

@@ -116,13 +116,13 @@ def write_datasets(plan: RebuildPlan, staging: Path) -> dict[str, dict[str, Any]
     counts = {}
     for name, (spec, prefix) in plan.datasets.items():
         drop = np.asarray(plan.skip.documents[name], dtype=np.int64)
-        done = write_without_documents(spec.prefix, drop, staging / prefix.name)
+        done = write_without_documents(spec.prefix, drop, staging / prefix.name, remote=spec.remote)
         write_parquet_atomic(
             filtered_manifest(spec, done.kept), staging / f"{prefix.name}.manifest.parquet"
         )
         total = done.tokens_kept + done.tokens_dropped
         counts[name] = {
-            "source": str(spec.prefix),
+            "source": spec.remote or str(spec.prefix),
             "rebuilt": str(prefix),
             "documents_kept": int(done.kept.size),
             "documents_removed": int(done.dropped.size),
@@ -140,6 +140,7 @@ def run_rebuild(
     *,
     force: bool = False,
     keep: str = "share",
+    upload_to: str | None = None,
 ) -> RebuildResult:
     """The whole command; every refusal comes before anything is written. `keep`: the weight
     recipe of a rebuilt dataset (forensics.rebuild.plan.RECIPES)."""
@@ -154,11 +155,13 @@ def run_rebuild(
     result_notes = validate_for_run(skip_file, skip, config)
     out = Path(out) if out is not None else skip_file.parent.parent / f"rebuild-{skip.step}"
     out = out.resolve()
+    if upload_to is not None:
+        check_upload_to(upload_to, config)
     if not family_of(config).rebuilds_documents:
         result = run_file_rebuild(skip, skip_file, config, out, force, inputs)
         result.notes = result_notes
         return result
-    plan = plan_rebuild(config, skip, out, keep)
+    plan = plan_rebuild(config, skip, out, keep, upload_to)
     raw = rebuilt_config_checked(config, plan, out)
     names = output_names(plan)
     check_outputs(out, config, names, force)
@@ -169,9 +172,36 @@ def run_rebuild(
         result.counts = write_datasets(plan, staging)
         result.summary = write_texts(plan, raw, result.counts, staging, skip_file, out)
         check_unchanged(config, inputs, "rebuild")
+        if plan.upload_to:
+            upload_copies(plan, staging, force)
         publish(staging, out, previous_outputs(out))
     verify_published(out / CONFIG_FILE)
     return result
+
+
+def check_upload_to(upload_to: str, config: RunConfig) -> None:
+    """`--upload-to`: an s3:// prefix, for a Megatron run (the file families rebuild lists)."""
+    from dataloaders.storage.urls import scheme_of
+
+    if scheme_of(upload_to) != "s3":
+        raise ForensicsError(f"--upload-to {upload_to}: give an s3:// prefix")
+    if not family_of(config).rebuilds_documents:
+        raise ForensicsError(
+            "--upload-to: this family's rebuild writes no data files (its file list names the "
+            "kept files where they are)"
+        )
+
+
+def upload_copies(plan: RebuildPlan, staging: Path, force: bool) -> None:
+    """Each filtered copy's .bin and .idx under `plan.upload_to` (an existing object is kept
+    unless --force), before anything is published."""
+    from dataloaders.storage import upload
+
+    assert plan.upload_to is not None
+    for _spec, prefix in plan.datasets.values():
+        for suffix in (".bin", ".idx"):
+            name = f"{prefix.name}{suffix}"
+            upload(staging / name, f"{plan.upload_to}/{name}", "megatron", overwrite=force)
 
 
 @contextmanager

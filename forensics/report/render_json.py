@@ -109,6 +109,10 @@ def report_dict(report: Any, sections: list[Section], clusters: bool = True) -> 
     for s in sections:
         out |= layout[s.key](s.data)
     out |= {"embedding_sample": report.embedding_note, "culprit_share": share}
+    from dataloaders.storage import fetched
+
+    if fetched.summary()["requests"]:  # data in object storage: what this command read of it
+        out["object_storage"] = fetched.summary()
     if clusters:
         out["clusters"] = _clusters(report)
     return _clean(out)

@@ -76,6 +76,7 @@ class ShardSummary:
     cpu_seconds: float  # CPU time of the worker process in the shard (all its threads)
     pid: int
     peak_rss_mb: float  # peak private (anonymous) memory, MB; mapped .bin pages not counted
+    fetched_bytes: int = 0  # bytes the shard read from object storage (a run whose data is remote)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -216,11 +217,16 @@ def scan_shard(
     if done is not None:
         return done
     _maybe_fail(first)
-    cpu0 = time.process_time()
+    from dataloaders.storage import fetched
+
+    cpu0, fetched0 = time.process_time(), fetched.total()
     with AnonPeak() as peak:
         summary = _scan(config, first, last, parts, score_threads)
     summary = replace(
-        summary, peak_rss_mb=round(peak.mb, 1), cpu_seconds=time.process_time() - cpu0
+        summary,
+        peak_rss_mb=round(peak.mb, 1),
+        cpu_seconds=time.process_time() - cpu0,
+        fetched_bytes=fetched.total() - fetched0,
     )
     write_json_atomic(done_path(parts, first, last), summary.to_dict())
     return summary

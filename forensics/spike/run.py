@@ -28,6 +28,9 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
     `config`: a YAML config path, or a RunConfig built elsewhere (the training job's Megatron
     arguments, `forensics.megatron_args.resolve_run_config`)."""
     options.check()
+    from dataloaders.storage import fetched
+
+    fetched.reset()  # report.json's object_storage: what this spike fetched
     with open_run(config, out, options) as run:
         replay = replay_stage(run)
         scored = document_stages(run, replay)
