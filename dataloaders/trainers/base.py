@@ -133,6 +133,12 @@ class Trainer(ABC):
         """How to make the restarted job load checkpoint `checkpoint` and not the latest one
         (a checkpoint directory often holds checkpoints saved after the spike)."""
 
+    def pin_leads_flags(self, pin: str) -> bool:
+        """Whether `pin` is itself a word of the launch line, put first in the restart file
+        (a `--flag`; an override for a trainer configured by KEY=VALUE overrides), rather than an
+        instruction shown beside it."""
+        return pin.startswith("--")
+
     @abstractmethod
     def consequence(self, skipped: int) -> str:
         """One line: what the restarted job does differently from the original run after

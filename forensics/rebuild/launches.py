@@ -21,7 +21,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from forensics.skip.flags import checkpoint_pin
+from forensics.skip.flags import checkpoint_pin, pin_leads
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Launch:
         words = [self.data_path]
         if self.last is not None:
             words.append(f"--exit-interval {self.last}")
-        if pin.startswith("--"):
+        if pin_leads(trainer, pin):
             return " ".join([pin, *words]), None
         return " ".join(words), pin
 
