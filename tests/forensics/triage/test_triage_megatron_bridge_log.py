@@ -7,6 +7,7 @@ megatron/bridge/training/utils/train_utils.py:1173-1221 (the statements `trainin
 (`skipped samples` appears once a step was skipped, 1176-1177).
 """
 
+# ruff: noqa: UP032 (Bridge's own str.format calls, kept verbatim)
 from __future__ import annotations
 
 from datetime import datetime
