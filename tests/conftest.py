@@ -214,7 +214,8 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- markers (registered in pyproject.toml) -------------------------------------------------
 
 ORACLE_FIXTURES = {"megatron", "megatron_build"}  # megatron-core itself
-ORACLE_RUNNERS = {"run_oracle", "oracle_python", "run_library_functions"}  # the oracle venvs
+# the oracle venvs
+ORACLE_RUNNERS = {"run_oracle", "oracle_python", "run_library_functions", "run_bridge_writer"}
 
 
 def _marks_for(item: pytest.Item) -> list[str]:

@@ -16,6 +16,9 @@ Sources read (megatron-bridge 0.6.2, the PyPI wheel; the same lines at NVIDIA-Ne
   ConfigContainer overrides, "the trailing KEY=VALUE override takes precedence"; they go
   through Hydra's override parser (megatron/bridge/training/utils/omegaconf_utils.py:163-182,
   `parse_hydra_overrides`), so a list is `[a,b,...]`.
+- A rebuilt restart: `dataset.blend` is GPTDatasetConfig's (prefixes, weights) pair
+  (megatron-core blended_megatron_dataset_config.py, `blend`), set as a Hydra list of two lists;
+  `train.exit_interval=N` stops after step N, saving first (train.py:1483-1498, as Megatron-LM).
 - The pin: checkpointing.py:3336-3346 `ckpt_step` loads `iter_{ckpt_step:07d}` under
   `checkpoint.load` instead of the tracker's latest; config.py:617-623 refuses `ckpt_step`
   without `checkpoint.load`.
@@ -23,8 +26,11 @@ Sources read (megatron-bridge 0.6.2, the PyPI wheel; the same lines at NVIDIA-Ne
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from collections.abc import Sequence
+from typing import Any
 
 from dataloaders.errors import ForensicsError
 from dataloaders.trainers.base import Batches, Range, iterations_of
@@ -81,6 +87,15 @@ class MegatronBridge(MegatronLM):
         # an override, first in the restart file; checkpoint.load must already name the save
         # folder (Bridge refuses ckpt_step without it)
         return f"checkpoint.ckpt_step={checkpoint}"
+
+    def data_words(self, blend: Sequence[dict[str, Any]]) -> str:
+        # one shell word: Hydra reads the double-quoted prefixes, the shell the single quotes
+        prefixes = ",".join(json.dumps(str(spec["prefix"])) for spec in blend)
+        weights = ",".join(f"{float(spec['weight']):g}" for spec in blend)
+        return shlex.quote(f"dataset.blend=[[{prefixes}],[{weights}]]")
+
+    def exit_words(self, iteration: int) -> str:
+        return f"train.exit_interval={iteration}"
 
     def pin_leads_flags(self, pin: str) -> bool:
         return pin.startswith("checkpoint.ckpt_step=")

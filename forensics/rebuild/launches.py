@@ -21,6 +21,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from dataloaders.trainers import get_trainer
+from dataloaders.trainers.base import megatron_data_path
 from forensics.skip.flags import checkpoint_pin, pin_leads
 
 
@@ -30,7 +32,8 @@ class Launch:
 
     first, last   the iterations it trains (last None: to the end of training)
     load          the checkpoint iteration it loads (the rollback, then each launch's last)
-    data_path     its `--data-path ...` line (weights and prefixes shell-quoted)
+    data_path     the trainer's words for its blend (Megatron-LM: `--data-path ...`, weights and
+                  prefixes shell-quoted)
     changed       whether its blend differs from the original run's at these iterations
     file          the flags file in --out that holds its whole line
     """
@@ -47,7 +50,7 @@ class Launch:
         pin = checkpoint_pin(trainer, self.load)
         words = [self.data_path]
         if self.last is not None:
-            words.append(f"--exit-interval {self.last}")
+            words.append(get_trainer(trainer).exit_words(self.last))
         if pin_leads(trainer, pin):
             return " ".join([pin, *words]), None
         return " ".join(words), pin
@@ -63,13 +66,13 @@ class Launch:
         return f"{span}: loads checkpoint {self.load}, {stop}; {order}"
 
 
-def data_path_line(blend: list[dict[str, Any]]) -> str:
-    """Megatron's `--data-path W1 P1 W2 P2 ...` for a blend (config dicts, absolute prefixes),
-    each prefix shell-quoted so that `$(cat FILE)` and a pasted line keep it one word."""
-    parts = []
-    for spec in blend:
-        parts += [f"{float(spec['weight']):g}", shlex.quote(str(spec["prefix"]))]
-    return "--data-path " + " ".join(parts)
+def data_path_line(blend: list[dict[str, Any]], trainer: str | None = None) -> str:
+    """The words that set a blend (config dicts, absolute prefixes) on `trainer`'s launch line:
+    Megatron-LM's `--data-path W1 P1 W2 P2 ...` by default, each prefix shell-quoted so that
+    `$(cat FILE)` and a pasted line keep it one word."""
+    if trainer is None:
+        return megatron_data_path(blend)
+    return get_trainer(trainer).data_words(blend)
 
 
 def launch_file(index: int, first: int) -> str:
@@ -89,7 +92,11 @@ def same_blend(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
 
 
 def plan_launches(
-    stages: list[dict[str, Any]], original: list[Any], resume: int, rollback: int
+    stages: list[dict[str, Any]],
+    original: list[Any],
+    resume: int,
+    rollback: int,
+    trainer: str | None = None,
 ) -> list[Launch]:
     """The launches from `resume` on: one per rebuilt stage that starts at or after it.
 
@@ -106,7 +113,7 @@ def plan_launches(
                 first=first,
                 last=last,
                 load=rollback if i == 0 else first - 1,
-                data_path=data_path_line(stage["blend"]),
+                data_path=data_path_line(stage["blend"], trainer),
                 changed=not same_blend(stage["blend"], old),
                 file=launch_file(i, first),
             )

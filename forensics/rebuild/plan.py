@@ -142,7 +142,9 @@ def plan_rebuild(
         )
     plan = RebuildPlan(skip, resume, datasets, emptied, idle, keep, kept_tokens)
     plan.stages = rebuilt_stages(stages, resume, plan)
-    plan.launches = plan_launches(plan.stages, stages, resume, int(skip.rollback["iteration"]))
+    plan.launches = plan_launches(
+        plan.stages, stages, resume, int(skip.rollback["iteration"]), skip.trainer
+    )
     return plan
 
 
