@@ -286,6 +286,8 @@ def bridge_jobs(
                         "records no resume point without checkpoint.ckpt_step)"
                     )
                     break
+            else:
+                _say_if_pruned([i for i in iters if i <= here], run, say)
         jobs.append((start, run, path))
         if start == 0 or start not in iters:
             break
@@ -293,6 +295,17 @@ def bridge_jobs(
         run, here = read_run_config(path), start
         say(f"an earlier job saved {path}")
     return jobs[::-1]
+
+
+def _say_if_pruned(iters: list[int], run: dict[str, Any], say: Callable[[str], None]) -> None:
+    """The first job's checkpoints start later than its save_interval: older ones are gone
+    (pruned, or the job resumed from elsewhere); say what is assumed."""
+    interval = (run.get("checkpoint") or {}).get("save_interval")
+    if iters and isinstance(interval, int) and interval > 0 and iters[0] > interval:
+        say(
+            f"  no checkpoint before iteration {iters[0]} (save_interval {interval}): the job "
+            "that saved it is taken to have trained from iteration 1 on the same data"
+        )
 
 
 def _job_key(run: dict[str, Any]) -> tuple:
@@ -332,6 +345,10 @@ def config_from_bridge(folder: Path, step: int | None, say: Callable[[str], None
         if not stages or stages[-1]["blend"] != raw["data"]["blend"]:
             stages.append({"start_iteration": start + 1, "blend": raw["data"]["blend"]})
     if stages[0]["start_iteration"] != 1:
+        say(
+            f"  iterations 1-{stages[0]['start_iteration'] - 1} were trained by a job whose "
+            "checkpoints are gone: its data is taken to be the same"
+        )
         stages[0]["start_iteration"] = 1
     raw = last_raw
     if len(stages) > 1:

@@ -57,6 +57,7 @@ def bridge_common(run: Path) -> dict[str, Any]:
         "micro_batch_size": 1,
         "train_iters": SMALL.train_iters,
         "tokenizer": str(run / "tokenizer.json"),
+        "save_interval": SMALL.checkpoint_interval,
     }
 
 

@@ -161,6 +161,13 @@ def test_refusals_name_the_field(saves: dict, tmp_path: Path) -> None:
     for save, message in cases:
         with pytest.raises(ForensicsError, match=message):
             config_from_checkpoint(save, 240, say=lambda _s: None)
+    # the first checkpoints gone: what is assumed is said
+    save = _copy(saves, "pruned", tmp_path)
+    for it in (50, 100, 150):
+        shutil.rmtree(save / f"iter_{it:07d}")
+    said: list[str] = []
+    config_from_checkpoint(save / "iter_0000250", None, say=said.append)
+    assert "  no checkpoint before iteration 200 (save_interval 50): the job" in "\n".join(said)
     # a train state holding any pickled object beyond tensors is refused before unpickling
     save = _copy(saves, "pickle", tmp_path)
     torch.save(

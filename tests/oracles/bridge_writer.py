@@ -69,6 +69,7 @@ def _config(common: dict, job: dict):  # noqa: ANN202
     cfg.tokenizer.tokenizer_model = common["tokenizer"]
     cfg.tokenizer.vocab_size = None
     cfg.checkpoint.save = common["save"]
+    cfg.checkpoint.save_interval = common["save_interval"]
     cfg.checkpoint.load = common["save"]
     overrides = list(job.get("overrides", []))
     if overrides:
