@@ -55,6 +55,7 @@ _ORDER_FREE = frozenset(
         "mmap_bin_files", "defer_npy_index_mmap", "fast_cache_load", "object_storage_cache_path",
         "token_dtype_code", "tokenizer", "trust_remote_code", "split_matrix", "data_sharding",
         "dataloader_save", "dataloader_load", "context_parallel_size", "sequence_parallel_size",
+        "data_parallel_size",  # GPTDatasetConfig's own field (default 1), not the job's DP size
     }
 )  # fmt: skip
 # Fields that must hold the value megatron-core's pretraining path uses, else refused.
@@ -189,7 +190,7 @@ def _dataset_argv(dataset: dict[str, Any], path: Path) -> list[str]:
     return argv
 
 
-_HANDLED = frozenset({"blend", "add_extra_token_to_sequence", "data_parallel_size"})
+_HANDLED = frozenset({"blend", "add_extra_token_to_sequence"})
 
 
 def _train_argv(train: dict[str, Any], path: Path) -> list[str]:
@@ -209,7 +210,11 @@ def _train_argv(train: dict[str, Any], path: Path) -> list[str]:
         if train.get(key) is not None:
             argv += ["--" + key.replace("_", "-"), str(train[key])]
     if train.get("rampup_batch_size"):
-        argv += ["--rampup-batch-size", *(str(v) for v in train["rampup_batch_size"])]
+        raise ForensicsError(
+            f"{path}: train.rampup_batch_size: the ramp rounds to micro_batch_size x the "
+            "data-parallel size, which Bridge does not save; write a config with "
+            "training.data_parallel_size (docs/from-checkpoint.md)"
+        )
     return argv
 
 
@@ -237,10 +242,8 @@ def raw_from_run_config(run: dict[str, Any], path: Path) -> dict[str, Any]:
     for key in ("save", "load"):
         if checkpoint.get(key):
             argv += ["--" + key, str(checkpoint[key])]
-    dp = dataset.get("data_parallel_size")
-    training = {"data_parallel_size": int(dp)} if isinstance(dp, int) and dp > 0 else {}
     try:
-        raw = raw_config_from_megatron_args(argv, cwd=Path.cwd().resolve(), extra_training=training)
+        raw = raw_config_from_megatron_args(argv, cwd=Path.cwd().resolve())
     except ForensicsError as err:
         raise ForensicsError(f"{path}: {str(err).removeprefix('--megatron-args: ')}") from None
     raw["data"]["add_extra_token"] = dataset.get("add_extra_token_to_sequence") is not False
@@ -364,6 +367,10 @@ def config_from_bridge(folder: Path, step: int | None, say: Callable[[str], None
     _check_consumed(checkpoint, config)
     for line in describe(config):
         say(line)
+    say(
+        "  (data_parallel_size: Bridge does not save it; 1 is assumed, which sizes only the "
+        "micro-batch counts of the Megatron-DeepSpeed flags)"
+    )
     for skip in skips:
         say(f"  applied: {skip['flag']} (resumed from iteration {skip['resume_from']})")
     return config
@@ -377,8 +384,6 @@ def _check_consumed(checkpoint: Path, config: Any) -> None:
         raise ForensicsError(f"{checkpoint}: no {TRAIN_STATE} beside {RUN_CONFIG}")
     state = read_train_state(path)
     training = config.training
-    if training.rampup_batch_size is not None:
-        return  # a ramp: schedule.py replays the count step by step
     step, consumed = int(state["step"]), int(state.get("consumed_train_samples", -1))
     expected = step * training.global_batch_size
     if consumed != expected:

@@ -55,11 +55,13 @@ class Launch:
             return " ".join([pin, *words]), None
         return " ".join(words), pin
 
-    def describe(self) -> str:
-        """One line: which iterations, from which checkpoint, how it stops."""
+    def describe(self, trainer: str | None = None) -> str:
+        """One line: which iterations, from which checkpoint, how it stops (`trainer`'s words
+        for the stop; Megatron-LM's by default)."""
         if self.last:
             span = f"iterations {self.first}-{self.last}"
-            stop = f"stops after iteration {self.last} (--exit-interval, saving a checkpoint)"
+            words = get_trainer(trainer).exit_words(self.last) if trainer else "--exit-interval"
+            stop = f"stops after iteration {self.last} ({words}, saving a checkpoint)"
         else:
             span, stop = f"iterations {self.first} to the end", "trains to the end of the run"
         order = "new data order" if self.changed else "the original data order (blend unchanged)"

@@ -157,6 +157,7 @@ def test_refusals_name_the_field(saves: dict, tmp_path: Path) -> None:
         (edit("new", "dataset", "shuffle_each_epoch", True), r"dataset\.shuffle_each_epoch is a"),
         (edit("epochs", "train", "num_epochs", 2.0), r"train\.num_epochs \(the iteration count"),
         (edit("cyclic", "dataset", "dataloader_type", "cyclic"), r"dataset\.dataloader_type"),
+        (edit("ramp", "train", "rampup_batch_size", [4, 4, 800]), r"train\.rampup_batch_size: "),
     ]
     for save, message in cases:
         with pytest.raises(ForensicsError, match=message):
