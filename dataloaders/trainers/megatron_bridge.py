@@ -1,7 +1,7 @@
 """NVIDIA Megatron-Bridge's `train.iterations_to_skip`, set as a Hydra-style override.
 
-Sources read (megatron-bridge 0.6.2, the PyPI wheel; the same lines at NVIDIA-NeMo/Megatron-Bridge
-6124fbe38a68eea9c4f4be3aa5e084bd5d461d98, branch r0.6.0, version 0.6.1):
+Sources read (megatron-bridge 0.6.2, the PyPI wheel, version string 0.6.2+09e2aea; the same lines
+at NVIDIA-NeMo/Megatron-Bridge 6124fbe38a68eea9c4f4be3aa5e084bd5d461d98, branch r0.6.0, 0.6.1):
 - megatron/bridge/training/train.py:377 `while global_state.train_state.step <
   train_config.train_iters:`, 404/423 `update_num_microbatches(consumed_train_samples, ...)`,
   426 `if _should_skip_and_handle_iteration(...): continue`; 1564 `if
