@@ -30,6 +30,7 @@ from dataloaders.data_sections import MegatronData
 from dataloaders.run_config import RunConfig
 from dataloaders.safe_pickle import load_torch_save, megatron_globals
 from forensics.errors import ForensicsError
+from forensics.from_checkpoint_bridge import config_from_bridge, is_bridge_save_folder
 
 TRACKER = "latest_checkpointed_iteration.txt"
 _ITER = re.compile(r"iter_(\d{7})")
@@ -135,6 +136,8 @@ def config_from_checkpoint(
     origin = {"origin": f"--from-checkpoint {folder}"}
     if is_olmo_core_save_folder(folder):
         return _olmo_core(folder, say).model_copy(update=origin)
+    if is_bridge_save_folder(folder):
+        return config_from_bridge(folder, step, say).model_copy(update=origin)
     checkpoint, why = pick_checkpoint(folder, step)
     path = _args_file(checkpoint)
     state = load_saved_args(path)
@@ -205,7 +208,7 @@ def config_from_saved_args(
     jobs.append((this_start if isinstance(this_start, int) else 0, raw, path))
     stages: list[dict[str, Any]] = []
     for start, job, job_path in jobs:
-        _same_run(job, raw, job_path, path)
+        same_run(job, raw, job_path, path)
         if not stages or stages[-1]["blend"] != job["data"]["blend"]:
             stages.append({"start_iteration": max(start, 0) + 1, "blend": job["data"]["blend"]})
     if stages[0]["start_iteration"] != 1:
@@ -239,7 +242,7 @@ def _raw(state: dict[str, Any], path: Path) -> dict[str, Any]:
         raise ForensicsError(f"{path}: {str(err).removeprefix('--megatron-args: ')}") from None
 
 
-def _same_run(job: dict[str, Any], last: dict[str, Any], job_path: Path, path: Path) -> None:
+def same_run(job: dict[str, Any], last: dict[str, Any], job_path: Path, path: Path) -> None:
     """Jobs of one run may differ in their blend only (stages); anything else changes which
     batch an iteration is in a way one config cannot state."""
     for section in ("data", "training", "tokenizer", "tokenizer_args"):

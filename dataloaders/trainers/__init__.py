@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from dataloaders.errors import ForensicsError
 from dataloaders.trainers.base import Draw, LoopEnd, LoopStart, Trainer
+from dataloaders.trainers.megatron_bridge import MegatronBridge
 from dataloaders.trainers.megatron_deepspeed import MegatronDeepSpeed
 from dataloaders.trainers.megatron_deepspeed_argonne import MegatronDeepSpeedArgonne
 from dataloaders.trainers.megatron_lm import MegatronLM, MegatronLMPre017
@@ -23,6 +24,7 @@ _ALL: tuple[Trainer, ...] = (
     MegatronDeepSpeed(),
     MegatronDeepSpeedArgonne(),
     OLMoCore(),
+    MegatronBridge(),
 )
 REGISTRY: dict[str, Trainer] = {t.name: t for t in _ALL}
 TRAINERS: tuple[str, ...] = tuple(REGISTRY)  # in the order every listing shows them
@@ -34,9 +36,11 @@ MEGATRON_LM_PRE_017 = MegatronLMPre017.name
 MEGATRON_DEEPSPEED = MegatronDeepSpeed.name
 MEGATRON_DEEPSPEED_ARGONNE = MegatronDeepSpeedArgonne.name
 OLMO_CORE = OLMoCore.name
+MEGATRON_BRIDGE = MegatronBridge.name
 # The log and checkpoint formats the trainers write, for the readers named after them.
 MEGATRON_OUTPUT = MegatronLM.output_format
 OLMO_CORE_OUTPUT = OLMoCore.output_format
+MEGATRON_BRIDGE_OUTPUT = MegatronBridge.output_format
 
 
 def unknown_trainer(name: str) -> str:
@@ -78,6 +82,8 @@ def run_loop(trainer: str, start: LoopStart, skip: Sequence, until: int | None =
 
 __all__ = [
     "DEFAULT_TRAINER",
+    "MEGATRON_BRIDGE",
+    "MEGATRON_BRIDGE_OUTPUT",
     "MEGATRON_DEEPSPEED",
     "MEGATRON_DEEPSPEED_ARGONNE",
     "MEGATRON_LM",

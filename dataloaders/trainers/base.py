@@ -22,6 +22,7 @@ data-parallel ranks.
 from __future__ import annotations
 
 import re
+import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -133,6 +134,22 @@ class Trainer(ABC):
         """How to make the restarted job load checkpoint `checkpoint` and not the latest one
         (a checkpoint directory often holds checkpoints saved after the spike)."""
 
+    def data_words(self, blend: Sequence[dict[str, Any]]) -> str:
+        """The launch-line words that set a restart's data blend (config dicts with `prefix` and
+        `weight`): Megatron-LM's `--data-path W1 P1 W2 P2 ...`, each prefix shell-quoted."""
+        return megatron_data_path(blend)
+
+    def exit_words(self, iteration: int) -> str:
+        """The launch-line words that stop the job after `iteration`, saving a checkpoint first
+        (Megatron-LM's `--exit-interval`; see forensics/rebuild/launches.py)."""
+        return f"--exit-interval {iteration}"
+
+    def pin_leads_flags(self, pin: str) -> bool:
+        """Whether `pin` is itself a word of the launch line, put first in the restart file
+        (a `--flag`; an override for a trainer configured by KEY=VALUE overrides), rather than an
+        instruction shown beside it."""
+        return pin.startswith("--")
+
     @abstractmethod
     def consequence(self, skipped: int) -> str:
         """One line: what the restarted job does differently from the original run after
@@ -181,6 +198,16 @@ def nonneg_int(token: str, what: str) -> int:
     if not re.fullmatch(r"\d+", token):
         raise ForensicsError(f"{what}: not a non-negative integer: {token!r}")
     return int(token)
+
+
+def megatron_data_path(blend: Iterable[dict[str, Any]]) -> str:
+    """Megatron-LM's `--data-path W1 P1 W2 P2 ...`, each prefix shell-quoted so that
+    `$(cat FILE)` and a pasted line keep it one word."""
+    parts: list[str] = []
+    for spec in blend:
+        prefix = spec.get("remote") or spec["prefix"]  # a prefix in object storage: its URL
+        parts += [f"{float(spec['weight']):g}", shlex.quote(str(prefix))]
+    return "--data-path " + " ".join(parts)
 
 
 def iterations_of(ranges: Iterable[Sequence[int]]) -> list[int]:

@@ -21,7 +21,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from forensics.skip.flags import checkpoint_pin
+from dataloaders.trainers import get_trainer
+from dataloaders.trainers.base import megatron_data_path
+from forensics.skip.flags import checkpoint_pin, pin_leads
 
 
 @dataclass
@@ -30,7 +32,8 @@ class Launch:
 
     first, last   the iterations it trains (last None: to the end of training)
     load          the checkpoint iteration it loads (the rollback, then each launch's last)
-    data_path     its `--data-path ...` line (weights and prefixes shell-quoted)
+    data_path     the trainer's words for its blend (Megatron-LM: `--data-path ...`, weights and
+                  prefixes shell-quoted)
     changed       whether its blend differs from the original run's at these iterations
     file          the flags file in --out that holds its whole line
     """
@@ -47,30 +50,31 @@ class Launch:
         pin = checkpoint_pin(trainer, self.load)
         words = [self.data_path]
         if self.last is not None:
-            words.append(f"--exit-interval {self.last}")
-        if pin.startswith("--"):
+            words.append(get_trainer(trainer).exit_words(self.last))
+        if pin_leads(trainer, pin):
             return " ".join([pin, *words]), None
         return " ".join(words), pin
 
-    def describe(self) -> str:
-        """One line: which iterations, from which checkpoint, how it stops."""
+    def describe(self, trainer: str | None = None) -> str:
+        """One line: which iterations, from which checkpoint, how it stops (`trainer`'s words
+        for the stop; Megatron-LM's by default)."""
         if self.last:
             span = f"iterations {self.first}-{self.last}"
-            stop = f"stops after iteration {self.last} (--exit-interval, saving a checkpoint)"
+            words = get_trainer(trainer).exit_words(self.last) if trainer else "--exit-interval"
+            stop = f"stops after iteration {self.last} ({words}, saving a checkpoint)"
         else:
             span, stop = f"iterations {self.first} to the end", "trains to the end of the run"
         order = "new data order" if self.changed else "the original data order (blend unchanged)"
         return f"{span}: loads checkpoint {self.load}, {stop}; {order}"
 
 
-def data_path_line(blend: list[dict[str, Any]]) -> str:
-    """Megatron's `--data-path W1 P1 W2 P2 ...` for a blend (config dicts, absolute prefixes),
-    each prefix shell-quoted so that `$(cat FILE)` and a pasted line keep it one word."""
-    parts = []
-    for spec in blend:
-        prefix = spec.get("remote") or spec["prefix"]  # a prefix in object storage: its URL
-        parts += [f"{float(spec['weight']):g}", shlex.quote(str(prefix))]
-    return "--data-path " + " ".join(parts)
+def data_path_line(blend: list[dict[str, Any]], trainer: str | None = None) -> str:
+    """The words that set a blend (config dicts, absolute prefixes) on `trainer`'s launch line:
+    Megatron-LM's `--data-path W1 P1 W2 P2 ...` by default, each prefix shell-quoted so that
+    `$(cat FILE)` and a pasted line keep it one word."""
+    if trainer is None:
+        return megatron_data_path(blend)
+    return get_trainer(trainer).data_words(blend)
 
 
 def launch_file(index: int, first: int) -> str:
@@ -90,7 +94,11 @@ def same_blend(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
 
 
 def plan_launches(
-    stages: list[dict[str, Any]], original: list[Any], resume: int, rollback: int
+    stages: list[dict[str, Any]],
+    original: list[Any],
+    resume: int,
+    rollback: int,
+    trainer: str | None = None,
 ) -> list[Launch]:
     """The launches from `resume` on: one per rebuilt stage that starts at or after it.
 
@@ -107,7 +115,7 @@ def plan_launches(
                 first=first,
                 last=last,
                 load=rollback if i == 0 else first - 1,
-                data_path=data_path_line(stage["blend"]),
+                data_path=data_path_line(stage["blend"], trainer),
                 changed=not same_blend(stage["blend"], old),
                 file=launch_file(i, first),
             )

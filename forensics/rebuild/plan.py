@@ -151,7 +151,9 @@ def plan_rebuild(
     plan.upload_to = upload_to.rstrip("/") if upload_to else None
     plan.out_cache = out / "object-cache"
     plan.stages = rebuilt_stages(stages, resume, plan)
-    plan.launches = plan_launches(plan.stages, stages, resume, int(skip.rollback["iteration"]))
+    plan.launches = plan_launches(
+        plan.stages, stages, resume, int(skip.rollback["iteration"]), skip.trainer
+    )
     return plan
 
 

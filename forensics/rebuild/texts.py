@@ -116,7 +116,7 @@ def write_texts(
                 "flags": line,
                 "load_instruction": pin,
                 "order_changes": launch.changed,
-                "what": launch.describe(),
+                "what": launch.describe(plan.skip.trainer),
             }
         )
     files = sorted(p.name for p in staging.iterdir()) + ["rebuild.json", "rebuild.md"]

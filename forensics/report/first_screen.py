@@ -24,6 +24,7 @@ from forensics.report.summary import (
     ranges_text,
     reason_lines,
 )
+from forensics.skip.flags import pin_leads
 
 FLAG_CHARS = 100  # a longer restart line is given as $(cat DIR/restart-<trainer>.flags)
 LAUNCH_END = "append to the launch line"
@@ -87,7 +88,7 @@ def restart_command(skip: ReportSkip, rollback: int | None) -> list[Command]:
         return []
     out = []
     from_ = f"restart from checkpoint iteration {rollback}" if rollback is not None else "restart"
-    if flag.pin and not flag.pin.startswith("--"):
+    if flag.pin and not pin_leads(skip.trainer, flag.pin):
         out.append(Command(flag.pin, "load the rollback checkpoint"))
     if len(line) > FLAG_CHARS:
         folder = skip.action.flags_dir

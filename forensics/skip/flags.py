@@ -29,6 +29,12 @@ def checkpoint_pin(trainer: str, checkpoint: int) -> str:
     return get_trainer(trainer).pin(checkpoint)
 
 
+def pin_leads(trainer: str, pin: str | None) -> bool:
+    """Whether `trainer`'s rollback pin is a word of the launch line, first in the restart file
+    (otherwise it is an instruction shown beside the flags)."""
+    return bool(pin) and get_trainer(trainer).pin_leads_flags(str(pin))
+
+
 @dataclass(frozen=True)
 class TrainerFlag:
     """One trainer's skip flag for the plan, or why none can be written."""
@@ -57,7 +63,7 @@ def restart_line(flag: dict | TrainerFlag) -> str | None:
     if not data.get("flag"):
         return None
     pin = data.get("pin") or ""
-    return f"{pin} {data['flag']}" if pin.startswith("--") else str(data["flag"])
+    return f"{pin} {data['flag']}" if pin_leads(data["trainer"], pin) else str(data["flag"])
 
 
 # -- writing ------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataloaders.trainers import get_trainer
 from forensics.skip import expand
-from forensics.skip.flags import restart_line
+from forensics.skip.flags import pin_leads, restart_line
 from forensics.skip.plan import SkipPlan
 from forensics.skip.tracker import how_to_pass
 
@@ -56,7 +56,7 @@ def megatron_args_text(skip: SkipPlan) -> str:
             explained = get_trainer(name).explain(flag.flag, len(expand(skip.ranges)))
             if explained:
                 lines.append(f"# {explained}")
-            if flag.pin and flag.pin.startswith("--"):
+            if pin_leads(name, flag.pin):
                 lines.append(f"{flag.pin} {flag.flag}")
             else:  # before the launch, so it comes first
                 kept = "the checkpoint folder stays as it is"

@@ -18,6 +18,7 @@ import pytest
 from dataloaders.run_config import TrainingSpec
 from dataloaders.schedule import Schedule
 from dataloaders.trainers import (
+    MEGATRON_BRIDGE,
     MEGATRON_DEEPSPEED,
     MEGATRON_DEEPSPEED_ARGONNE,
     MEGATRON_LM,
@@ -40,11 +41,13 @@ def test_every_trainer_is_listed_once_with_what_tells_it_apart() -> None:
         MEGATRON_DEEPSPEED,
         MEGATRON_DEEPSPEED_ARGONNE,
         OLMO_CORE,
+        MEGATRON_BRIDGE,
     )
     assert trainer_help() == (
         "The training loop that reads the skip flags: megatron-lm (megatron-core >= 0.17), "
         "megatron-lm-pre-0.17, megatron-deepspeed (BigScience), megatron-deepspeed-argonne, "
-        "olmo-core. Default: the config's training.trainer (megatron-lm)."
+        "olmo-core, megatron-bridge (NeMo Megatron-Bridge). Default: the config's "
+        "training.trainer (megatron-lm)."
     )
     for name, trainer in REGISTRY.items():
         assert trainer.name == name and trainer.flag and trainer.semantics
@@ -69,8 +72,9 @@ def test_a_written_flag_parses_back_and_its_restart_line_pins_first(name: str) -
         MEGATRON_LM: "--ckpt-step 20",
         MEGATRON_LM_PRE_017: "--ckpt-step 20",
         MEGATRON_DEEPSPEED_ARGONNE: "--load-tag global_step20",
+        MEGATRON_BRIDGE: "checkpoint.ckpt_step=20",  # an override of the recipe's line
     }.get(name)
-    if want_pin:  # a pin that is a flag goes first, in the same line
+    if want_pin:  # a pin that is a word of the launch line goes first, in the same line
         assert flag.pin == want_pin and line == f"{want_pin} {flag.flag}"
     else:  # a pin that is not a flag is shown beside the line, never in it
         assert not flag.pin.startswith("--") and line == flag.flag

@@ -16,14 +16,17 @@ from forensics.triage.formats.base import Head, LineState, LogFormat
 from forensics.triage.formats.csv_log import CsvLog, WandbCsvLog
 from forensics.triage.formats.jsonl import HFTrainerStateLog, JsonlLog
 from forensics.triage.formats.megatron import MegatronLog
+from forensics.triage.formats.megatron_bridge import MegatronBridgeLog
 from forensics.triage.formats.olmo_core import OlmoCoreLog
 from forensics.triage.formats.tensorboard_events import TensorBoardLog
 
 _MEGATRON, _OLMO_CORE, _TENSORBOARD = MegatronLog(), OlmoCoreLog(), TensorBoardLog()
+_MEGATRON_BRIDGE = MegatronBridgeLog()
 _WANDB_CSV, _JSONL, _CSV, _HF_STATE = WandbCsvLog(), JsonlLog(), CsvLog(), HFTrainerStateLog()
 
 _ALL: tuple[LogFormat, ...] = (
     _MEGATRON,
+    _MEGATRON_BRIDGE,
     _OLMO_CORE,
     _TENSORBOARD,
     _WANDB_CSV,
@@ -33,6 +36,7 @@ _ALL: tuple[LogFormat, ...] = (
 )
 # What `auto` tries, first by the file name, then by the first bytes: a binary event file before
 # any text format, the specific text formats before the catch-alls (a JSON object, any comma).
+# A Megatron-Bridge log is read as `megatron` (the same line layout; --format names it).
 _DETECTION: tuple[LogFormat, ...] = (
     _TENSORBOARD,
     _HF_STATE,
