@@ -42,6 +42,7 @@ from dataloaders.run_config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
 from forensics.inputs_guard import check_unchanged
 from forensics.outputs import check_output_dir, hold_lock, publish, run_inputs
+from forensics.publish_set import finish_before_writing
 from forensics.rebuild.plan import RebuildPlan, plan_rebuild
 from forensics.skip.plan import SkipPlan
 
@@ -154,6 +155,7 @@ def run_rebuild(
     result_notes = validate_for_run(skip_file, skip, config)
     out = Path(out) if out is not None else skip_file.parent.parent / f"rebuild-{skip.step}"
     out = out.resolve()
+    finish_before_writing(out, out / ".cache", "forensics rebuild", force=force)
     if not family_of(config).rebuilds_documents:
         result = run_file_rebuild(skip, skip_file, config, out, force, inputs)
         result.notes = result_notes
