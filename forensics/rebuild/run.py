@@ -3,7 +3,8 @@
 From a spike directory's `skip.json` and the run config it was made for, it writes into `--out`:
 
     <prefix>.bin / .idx          each blocked dataset without the block list's documents
-    <prefix>.manifest.parquet    provenance of the copy: doc_id (new), original_doc_id, facets
+    <prefix>.manifest.parquet    provenance of the copy: doc_id (new), original_doc_id, facets,
+                                 doc_tokens and doc_hash of the copy's documents
     rebuilt.yaml                 the rebuilt run's config: `forensics replay --config` on it gives
                                  the data order of the restart (the original before it)
     restart-rebuilt.flags        the first launch of the restart: the checkpoint pin (where it
@@ -113,13 +114,18 @@ def filtered_manifest(spec: Any, kept: np.ndarray) -> pl.DataFrame:
 def write_datasets(plan: RebuildPlan, staging: Path) -> dict[str, dict[str, Any]]:
     """The filtered `.bin/.idx` and manifest of each blocked dataset, into `staging`."""
     from dataloaders.megatron.filtered import write_without_documents
+    from dataloaders.megatron.indexed import IndexedDataset
+    from dataloaders.megatron.manifests import CHECK_COLUMNS, document_checks
 
     counts = {}
     for name, (spec, prefix) in plan.datasets.items():
         drop = np.asarray(plan.skip.documents[name], dtype=np.int64)
         done = write_without_documents(spec.prefix, drop, staging / prefix.name)
+        table = filtered_manifest(spec, done.kept).drop(CHECK_COLUMNS, strict=False)
+        checks = document_checks(IndexedDataset(staging / prefix.name))  # the copy's own
         write_parquet_atomic(
-            filtered_manifest(spec, done.kept), staging / f"{prefix.name}.manifest.parquet"
+            pl.concat([table, checks], how="horizontal"),
+            staging / f"{prefix.name}.manifest.parquet",
         )
         total = done.tokens_kept + done.tokens_dropped
         counts[name] = {
