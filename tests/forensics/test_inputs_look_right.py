@@ -1,7 +1,8 @@
 """Inputs that look right but are not: a tokenizer that is not the data's, with a vocabulary
 large enough to decode every id, is refused before anything is scored (forensics.spike.tokcheck:
 the round trip of each sampled sequence tells it apart from the run's own); data rewritten while
-a spike runs is refused; a manifest from a reordered JSONL is refused, nulls in a facet warned.
+a spike runs is refused; a manifest from a reordered JSONL, or with two lines or rows swapped, is
+refused, nulls in a facet warned; `replay --text` with a permuted tokenizer is refused.
 
 The data is real text (Python sources of the installed packages) tokenized by one byte-level BPE
 tokenizer; the wrong tokenizer is another, trained on other files, with the same vocabulary size.
@@ -257,3 +258,46 @@ def test_a_manifest_without_doc_tokens_is_read_with_a_warning(
     assert "source" in table.columns
     err = capfd.readouterr().err
     assert f"warning: {manifest}: has no doc_tokens column" in err and "two swapped rows" in err
+
+
+def permuted(source: Path, path: Path) -> None:
+    """The tokenizer with its ordinary tokens' ids permuted: same vocabulary, same size, every
+    id decoding to another token (special tokens keep theirs)."""
+    data = json.loads(source.read_text())
+    vocab = data["model"]["vocab"]
+    special = {t["content"] for t in data["added_tokens"]}
+    names = [n for n in vocab if n not in special]
+    ids = [vocab[n] for n in names]
+    shuffled = np.random.default_rng(5).permutation(ids).tolist()
+    data["model"]["vocab"] = {n: vocab[n] for n in special} | dict(
+        zip(names, shuffled, strict=True)
+    )
+    path.write_text(json.dumps(data))
+
+
+def test_replay_text_with_a_permuted_tokenizer_is_refused(run: dict, tmp_path: Path) -> None:
+    """`replay --text` decodes with the config's tokenizer: one whose ids are permuted decodes
+    every document into other tokens, so it is refused as spike refuses it, before anything is
+    written; without --text nothing is decoded and the replay stands."""
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(run["root"], root, ignore=shutil.ignore_patterns("spike*"))
+    permuted(root / "right.json", root / "permuted.json")
+    raw = yaml.safe_load((root / "right.yaml").read_text()) | {"tokenizer": "permuted.json"}
+    (root / "permuted.yaml").write_text(yaml.safe_dump(raw))
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+
+    def replay(config: str, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "forensics.cli", "replay", "--config", str(root / config),
+             "--step", "30", "--window", "10", "--out", str(root / "w.parquet"), *extra],
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
+
+    one_line_error(replay("permuted.yaml", "--text"), str(root / "permuted.json"), "re-encode")
+    assert not (root / "w.parquet").exists()
+    assert replay("permuted.yaml").returncode == 0
+    good = replay("right.yaml", "--text", "--force")
+    assert good.returncode == 0, good.stderr
+    assert pl.read_parquet(root / "w.parquet")["text"].drop_nulls().len() > 0
