@@ -15,7 +15,8 @@ Each accident edits a copy of the run (a truncated .idx, a hand-edited skip.json
 - refused wrongly  a refusal of an input that is fine
 - unclear       a refusal that does not say what the accident's `needle` says it must
 
-The accidents are defined by command in `triage_replay`, `inputs` and `restart`; `case` holds
+The accidents are defined by command in `triage_replay`, `inputs` and `restart`, and the sets
+and files that look whole and are not in `integrity`; `case` holds
 the edits and checks they are built from. tests/forensics/test_accident_battery.py runs each as
 a pytest case (its id is the accident's name); scripts/accidents.py runs them all on any run
 directory and prints the counts.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forensics_testing.accidents import inputs, restart, triage_replay
+from forensics_testing.accidents import inputs, integrity, restart, triage_replay
 from forensics_testing.accidents.case import ROOT, Accident, Verdict
 from forensics_testing.accidents.names import shared_names
 from forensics_testing.accidents.run import KINDS, base_info, prepare_base, run_one
@@ -47,6 +48,9 @@ PARTS = (
     restart.check_skip_and_scan,
     restart.full_disk_and_watch,
     restart.watch_and_rescore,
+    integrity.publish_leftovers,
+    integrity.manifests_and_tokenizers,
+    integrity.other_families,
 )
 
 
