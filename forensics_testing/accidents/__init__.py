@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forensics_testing.accidents import inputs, integrity, restart, triage_replay
+from forensics_testing.accidents import expected, inputs, integrity, restart, triage_replay
 from forensics_testing.accidents.case import ROOT, Accident, Verdict
 from forensics_testing.accidents.names import shared_names
 from forensics_testing.accidents.run import KINDS, base_info, prepare_base, run_one
@@ -62,7 +62,7 @@ def battery(info: dict[str, Any]) -> list[Accident]:
         part(a.append, info, names)
     if ROOT:
         a = [x for x in a if "read-only" not in x.name]
-    return a
+    return expected.apply(a)
 
 
 __all__ = ["KINDS", "Accident", "Verdict", "base_info", "battery", "prepare_base", "run_one"]
