@@ -123,10 +123,20 @@ def interrupted_journal(out: Path) -> Path | None:
     return None
 
 
-def refuse_if_mid_publish(folder: Path) -> None:
-    """A reader's check: `folder` (holding the file the reader was given) must not be a set
-    whose publish was interrupted, since its files may come from two runs."""
+def refuse_if_mid_publish(folder: Path, name: str | None = None) -> None:
+    """A reader's check: `folder` (holding the file the reader was given, `name`) must not be a
+    set whose publish was interrupted, since its files may come from two runs. With `name`,
+    only when the interrupted set holds that file (a run config beside a spike's outputs is
+    not one of them)."""
     journal = interrupted_journal(folder)
+    if journal is not None and name is not None:
+        try:
+            entry = json.loads(journal.read_text(encoding="utf-8"))
+            listed = {str(n) for k in ("new", "aside") for n in entry.get(k, [])}
+        except (OSError, ValueError, AttributeError, TypeError):
+            listed = {name}  # unreadable: assume the worst
+        if name not in listed:
+            journal = None
     if journal is not None:
         raise ForensicsError(
             f"{folder}: a forensics command was killed while publishing into it ({journal} "

@@ -53,7 +53,7 @@ def _load_whole(path: Path) -> RunConfig:
     from dataloaders.run_config import load_config
     from forensics.publish_set import refuse_if_mid_publish
 
-    refuse_if_mid_publish(Path(path).parent)
+    refuse_if_mid_publish(Path(path).parent, Path(path).name)
     return load_config(path)
 
 

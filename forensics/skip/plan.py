@@ -107,7 +107,7 @@ class SkipPlan:
     def read(cls, path: Path) -> SkipPlan:
         from forensics.publish_set import refuse_if_mid_publish
 
-        refuse_if_mid_publish(path.parent)  # before "not found": a kill may have left none
+        refuse_if_mid_publish(path.parent, path.name)  # before "not found": a kill may leave none
         if not path.is_file():
             raise ForensicsError(f"{path}: skip file not found")
         try:

@@ -96,7 +96,8 @@ def test_a_kill_after_any_rename_leaves_old_or_a_marked_set_the_next_writer_fini
             continue
         assert interrupted_journal(out) == out / ".cache" / "publish.json", k
         with pytest.raises(ForensicsError, match="killed while publishing into it"):
-            refuse_if_mid_publish(out)
+            refuse_if_mid_publish(out, "a.txt")
+        refuse_if_mid_publish(out, "notes.md")  # the user's file beside the set: not in it
         assert finish_interrupted_publish(out, out / ".cache") is True
         assert _published(out) == {**NEW, **USER}, k
         assert sorted(p.name for p in (out / ".cache").iterdir()) == [], k
