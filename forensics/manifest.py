@@ -46,6 +46,12 @@ def read_jsonl_fields(path: Path, fields: list[str], text_key: str = "text") -> 
     fields = list(dict.fromkeys(fields))  # `--fields url,url` is one column, not two
     if "doc_id" in fields:
         raise ForensicsError("doc_id is the manifest's own column (the line number)")
+    own = [f for f in fields if f in ("doc_tokens", "doc_hash")]
+    if own:
+        raise ForensicsError(
+            f"--fields {own[0]}: the manifest's own column (it ties each row to its document); "
+            "keep another field"
+        )
     clash = sorted(set(fields) & RESERVED_COLUMNS)
     if clash:
         raise ForensicsError(
@@ -118,7 +124,7 @@ def null_notes(table: pl.DataFrame) -> list[str]:
     group without a value, which reads like a source of their own."""
     notes = []
     for name in table.columns:
-        if name in ("doc_id", "_chars"):
+        if name in ("doc_id", "_chars", "doc_tokens", "doc_hash"):
             continue
         nulls = table[name].is_null()
         if nulls.any():
@@ -131,15 +137,23 @@ def null_notes(table: pl.DataFrame) -> list[str]:
 
 
 def build_manifest(
-    jsonl: Path, fields: list[str], out: Path, *, prefix: Path | None = None
+    jsonl: Path,
+    fields: list[str],
+    out: Path,
+    *,
+    prefix: Path | None = None,
+    tokenizer: Path | None = None,
 ) -> pl.DataFrame:
-    """Write the manifest for `jsonl` to `out` (atomically); with `prefix`, the row count must
-    equal the dataset's document count."""
+    """Write the manifest for `jsonl` to `out` (atomically). With `prefix`, the row count must
+    equal the dataset's document count, the lines' lengths must follow the documents', and each
+    row records its document's doc_tokens and doc_hash, which every reader checks; with
+    `tokenizer` too, each line's text must encode to its own document's ids."""
     from dataloaders.atomic import write_parquet_atomic
 
     table = read_jsonl_fields(jsonl, fields)
     if prefix is not None:
         from dataloaders.megatron.indexed import IndexedDataset
+        from dataloaders.megatron.manifests import document_checks
 
         dataset = IndexedDataset(prefix)
         docs = dataset.num_documents
@@ -151,6 +165,13 @@ def build_manifest(
         problem = order_problem(table, dataset.document_token_counts(), jsonl, prefix)
         if problem:
             raise ForensicsError(problem)
+        if tokenizer is not None:
+            from forensics.manifest_lines import check_lines
+
+            check_lines(jsonl, dataset, prefix, tokenizer)
+        table = pl.concat([table, document_checks(dataset)], how="horizontal")
+    elif tokenizer is not None:
+        raise ForensicsError("--tokenizer checks each line against its document: give --prefix")
     table = table.drop("_chars")
     write_parquet_atomic(table, out)
     return table

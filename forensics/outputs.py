@@ -167,8 +167,9 @@ def fault_point(name: str) -> None:
     """A test hook, free when unused: with FORENSICS_FAULT_AT=NAME[:SIGNAL] (SIGTERM when no
     signal is named; SIGINT, SIGKILL, ...) this process sends itself SIGNAL at the point called
     NAME, so the fault tests can interrupt a run at every stage boundary deterministically
-    instead of with timed kills. Points: `stage:<name>` as each spike stage starts, `publish`
-    after the first file of an output set is moved into place."""
+    instead of with timed kills. Points: `stage:<name>` as each spike stage starts; while an
+    output set is published, `publish-start` (journal written, nothing moved), `publish` (the
+    first file moved into place) and `publish-end` (every file moved, journal not yet removed)."""
     spec = os.environ.get("FORENSICS_FAULT_AT")
     if not spec:
         return
@@ -180,57 +181,8 @@ def fault_point(name: str) -> None:
 
 
 def publish(staging: Path, out: Path, patterns: Iterable[str]) -> list[Path]:
-    """Move every file of `staging` into `out` as one step, and remove the outputs of an earlier
-    run (files in `out` matching `patterns`) that this run did not write.
+    """Move `staging`'s files into `out` as one set under a journal, so that no kill (SIGKILL
+    included) leaves a mix that goes unnoticed (forensics.publish_set)."""
+    from forensics.publish_set import publish as publish_set
 
-    SIGINT and SIGTERM wait until the moves are done, so an interrupted run leaves either the old
-    complete set or the new one; a full disk fails while staging, before anything is moved.
-    A staged folder (a rebuilt stream) replaces an earlier one of its name: the old one is moved
-    aside inside the same protected step (a rename cannot replace a non-empty folder) and deleted
-    after; an earlier folder is stale only when a pattern names it exactly.
-    """
-    import threading
-
-    new = sorted(p.name for p in staging.iterdir())
-    stale = [
-        p
-        for pattern in patterns
-        for p in out.glob(pattern)
-        if p.name not in new and (p.is_file() or (p.is_dir() and p.name == pattern))
-    ]
-    aside = staging.with_name(staging.name + ".replaced")
-    shutil.rmtree(aside, ignore_errors=True)
-    # Python runs signal handlers in the main thread: defer SIGINT/SIGTERM there (a thread mask
-    # would not do: another thread, torch's or rich's, would take the signal instead).
-    deferred: list[int] = []
-    main = threading.current_thread() is threading.main_thread()
-    saved = (
-        {
-            sig: signal.signal(sig, lambda n, _f: deferred.append(n))
-            for sig in (signal.SIGINT, signal.SIGTERM)
-        }
-        if main
-        else {}
-    )
-    try:
-        for i, name in enumerate(new):
-            if (out / name).is_dir() and not (out / name).is_symlink():
-                aside.mkdir(exist_ok=True)
-                os.replace(out / name, aside / name)
-            os.replace(staging / name, out / name)
-            if i == 0:
-                fault_point("publish")
-        for path in stale:
-            if path.is_dir() and not path.is_symlink():
-                aside.mkdir(exist_ok=True)
-                os.replace(path, aside / path.name)
-            else:
-                path.unlink(missing_ok=True)
-        staging.rmdir()  # before a deferred signal is delivered: nothing is left behind
-        shutil.rmtree(aside, ignore_errors=True)
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        for sig in deferred:
-            os.kill(os.getpid(), sig)  # now, to the handler the program had
-    return [out / name for name in new]
+    return publish_set(staging, out, patterns)

@@ -43,7 +43,7 @@ def _resolve(
     """The config a command runs on: --config or --megatron-args when given (they win over
     --from-checkpoint, which is then not read), else the run described by the trainer's saved
     checkpoint (--from-checkpoint DIR; `step` picks the checkpoint), else the runbook rule."""
-    from dataloaders.run_config import find_config, load_config
+    from dataloaders.run_config import find_config
 
     if megatron_args is not None:
         if config is not None:
@@ -54,7 +54,7 @@ def _resolve(
         return config_from_megatron_args(split_megatron_args(megatron_args))
     if config is not None:
         _say_ignored(from_checkpoint, "--config")
-        return load_config(find_config(config))
+        return _load_whole(find_config(config))
     if from_checkpoint is not None:
         from dataloaders.console import make_console
         from forensics.from_checkpoint import config_from_checkpoint
@@ -63,7 +63,17 @@ def _resolve(
         return config_from_checkpoint(
             from_checkpoint, step, lambda line: console.print(line, markup=False)
         )
-    return load_config(find_config(config))
+    return _load_whole(find_config(config))
+
+
+def _load_whole(path: Path) -> RunConfig:
+    """The config at `path`, unless its folder is a set a kill left mid-publish (a rebuild's
+    rebuilt.yaml beside another run's data files)."""
+    from dataloaders.run_config import load_config
+    from forensics.publish_set import refuse_if_mid_publish
+
+    refuse_if_mid_publish(Path(path).parent, Path(path).name)
+    return load_config(path)
 
 
 def _say_ignored(from_checkpoint: Path | None, winner: str) -> None:

@@ -225,7 +225,11 @@ def _stages(spec: ScanRunSpec) -> list[dict[str, Any]]:
 
 
 def _manifest(path: Path, n: int, source: str, pl: Any) -> None:
-    """One row per document: the source (what the report ranks) and a crawl batch."""
+    """One row per document: the source (what the report ranks) and a crawl batch, then the
+    doc_tokens and doc_hash `forensics manifest --prefix` writes (of the dataset beside it)."""
+    from dataloaders.megatron.indexed import IndexedDataset
+    from dataloaders.megatron.manifests import document_checks
+
     table = pl.DataFrame(
         {
             "doc_id": pl.Series(range(n), dtype=pl.Int64),
@@ -233,4 +237,6 @@ def _manifest(path: Path, n: int, source: str, pl: Any) -> None:
             "crawl_batch": pl.Series([f"{source}-b{i % 4}" for i in range(n)], dtype=pl.Utf8),
         }
     )
+    prefix = path.with_name(path.name.replace(".manifest.parquet", "_text_document"))
+    table = pl.concat([table, document_checks(IndexedDataset(prefix))], how="horizontal")
     table.write_parquet(path)

@@ -83,6 +83,8 @@ class HFReplayer(Replayer):
         self.shards = open_shards(files, urls)
         if data.shards is not None:
             verify_shards(self.shards, data.shards, config=self.source)
+        if self.builder == "parquet":
+            rows.check_parquet_shards(self.shards)
         with order.without_torch():
             self._real, features = order.streaming_source(self.shards, self.builder)
         columns = list(features) if features is not None else None
@@ -162,9 +164,17 @@ class HFReplayer(Replayer):
         ):
             task = bar.add_task(f"order of {self.data.name} (rank x epoch)", total=total)
             self._tick = lambda: bar.advance(task)
-            if self.data.streaming:
-                return self._streaming_plan(), None
-            return self._map_style_plan()
+            try:
+                if self.data.streaming:
+                    return self._streaming_plan(), None
+                return self._map_style_plan()
+            except ForensicsError:
+                raise
+            except Exception:
+                named = rows.first_unreadable(self.shards, self.builder)  # the file, by name
+                if named is not None:
+                    raise named from None
+                raise
 
     def _limit(self) -> int:
         return self.config.training.iterations(self.gbs)

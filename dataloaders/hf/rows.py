@@ -20,13 +20,81 @@ from dataloaders.hf.shards import Shard
 def _tables(shard: Shard, builder: str) -> Any:
     """The (key, Arrow table) stream the run's reader yields for one file."""
     datasets = _datasets()
+    if shard.path.is_file() and shard.path.stat().st_size == 0:
+        raise ForensicsError(f"{shard.path}: empty file (0 bytes); the run read rows from it")
     try:
         with without_torch():
             files = [str(shard.path)]
             ds = datasets.load_dataset(builder, data_files=files, split="train", streaming=True)
     except Exception as err:  # unreadable file: any of datasets' many error types
-        raise ForensicsError(f"{shard.path}: cannot read it as {builder}: {err}") from None
-    return ds._ex_iterable.iter_arrow()
+        raise ForensicsError(f"{shard.path}: cannot read it as {builder}: {_first(err)}") from None
+    return _named_errors(shard, builder, ds._ex_iterable.iter_arrow())
+
+
+def _named_errors(shard: Shard, builder: str, tables: Any) -> Any:
+    """`tables`, with a read error (a truncated file, a cast to another schema: any of pyarrow's
+    and datasets' many error types) turned into one line naming the file."""
+    try:
+        yield from tables
+    except ForensicsError:
+        raise
+    except Exception as err:
+        raise ForensicsError(f"{shard.path}: cannot read it as {builder}: {_first(err)}") from None
+
+
+def _first(err: Exception) -> str:
+    """The first line of an error, or its type when it says nothing (an empty file)."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def check_parquet_shards(shards: list[Shard]) -> None:
+    """Every Parquet shard has a readable footer and the first shard's columns: a truncated or
+    empty file, a JSONL named .parquet, or a file of another dataset is refused naming it
+    before the order is built (from the footers alone: cheap)."""
+    import pyarrow.parquet as pq
+
+    first: list[str] | None = None
+    for shard in shards:
+        try:
+            names = list(pq.ParquetFile(shard.path).schema_arrow.names)
+        except Exception as err:  # pyarrow raises ArrowInvalid / OSError
+            raise ForensicsError(f"{shard.path}: not a readable Parquet file ({err})") from None
+        if first is None:
+            first = names
+        elif sorted(names) != sorted(first):
+            raise ForensicsError(
+                f"{shard.path}: has columns {names}, but {shards[0].path} has {first}: the run's "
+                "files share one schema (datasets refuses to mix them)"
+            )
+
+
+def first_unreadable(shards: list[Shard], builder: str) -> ForensicsError | None:
+    """The error of the first shard the run's reader cannot read to the end, or of one whose
+    columns are not the first shard's, or None: used when building the order failed, to name
+    the file (datasets' error does not)."""
+    first: list[str] | None = None
+    for shard in shards:
+        try:
+            for _, table in _tables(shard, builder):
+                names = list(table.column_names)
+                if first is None:
+                    first = names
+                elif sorted(names) != sorted(first):
+                    return ForensicsError(
+                        f"{shard.path}: has columns {names}, but {shards[0].path} has {first}: "
+                        "the run's files share one schema (datasets refuses to mix them)"
+                    )
+                break
+        except ForensicsError as err:
+            return err
+    for shard in shards:
+        try:
+            for _ in _tables(shard, builder):
+                pass
+        except ForensicsError as err:
+            return err
+    return None
 
 
 def count_rows(shard: Shard, builder: str) -> int:

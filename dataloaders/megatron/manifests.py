@@ -19,9 +19,43 @@ from dataloaders.base import RESERVED_COLUMNS
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.indexed import IndexedDataset
 
+# The columns that tie a manifest row to its document (written by `forensics manifest --prefix`):
+#   doc_tokens  int64   the document's token count in the .idx (all its sequences)
+#   doc_hash    utf8    blake2b-64 (hex) of the document's token ids as little-endian int64
+# Not facets: checked when the manifest is read (doc_tokens, every row) and when a document's
+# facets are attached to a replay (doc_hash, the documents drawn).
+CHECK_COLUMNS = ("doc_tokens", "doc_hash")
 
-def load_manifest(path: Path, num_documents: int) -> pl.DataFrame:
-    """A provenance manifest: one row per document in .idx order, doc_id 0..n-1, string facets."""
+
+def document_hash(dataset: IndexedDataset, doc: int) -> str:
+    """doc_hash of document `doc`: its ids as int64, so the storage dtype does not change it."""
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=8)
+    for seq in range(int(dataset.document_indices[doc]), int(dataset.document_indices[doc + 1])):
+        digest.update(np.asarray(dataset[seq], dtype="<i8").tobytes())
+    return digest.hexdigest()
+
+
+def document_checks(dataset: IndexedDataset) -> pl.DataFrame:
+    """doc_tokens and doc_hash of every document of `dataset`, in .idx order."""
+    return pl.DataFrame(
+        {
+            "doc_tokens": pl.Series(dataset.document_token_counts(), dtype=pl.Int64),
+            "doc_hash": pl.Series(
+                [document_hash(dataset, d) for d in range(dataset.num_documents)], dtype=pl.Utf8
+            ),
+        }
+    )
+
+
+def load_manifest(
+    path: Path, num_documents: int, token_counts: np.ndarray | None = None
+) -> pl.DataFrame:
+    """A provenance manifest: one row per document in .idx order, doc_id 0..n-1, string facets
+    (plus doc_hash when the manifest has it). With `token_counts` (the .idx's), a manifest with
+    doc_tokens must agree with every document: rows moved, or a manifest of other data with
+    the same count, are refused."""
     if not path.is_file():
         raise ForensicsError(f"{path}: manifest not found")
     try:
@@ -35,23 +69,55 @@ def load_manifest(path: Path, num_documents: int) -> pl.DataFrame:
             f"{path}: manifest has {table.height} rows but the dataset has {num_documents} "
             "documents (one row per document, in .idx order)"
         )
-    table = table.sort("doc_id")
+    try:
+        table = table.sort("doc_id")
+    except pl.exceptions.PolarsError as err:
+        raise ForensicsError(f"{path}: doc_id not sortable ({str(err).splitlines()[0]})") from None
     ids = table["doc_id"].to_numpy()
     if not np.array_equal(ids, np.arange(num_documents)):
         raise ForensicsError(f"{path}: manifest doc_id must be 0..{num_documents - 1}, each once")
-    facets = [c for c in table.columns if c != "doc_id"]
+    if token_counts is not None and "doc_tokens" in table.columns:
+        _check_token_counts(path, table["doc_tokens"], token_counts)
+    facets = [c for c in table.columns if c != "doc_id" and c not in CHECK_COLUMNS]
     clash = sorted(set(facets) & RESERVED_COLUMNS)
     if clash:
         raise ForensicsError(
             f"{path}: manifest column {', '.join(repr(c) for c in clash)} would replace the "
             "replay table's own; rename it (e.g. source_dataset)"
         )
+    kept = facets + (["doc_hash"] if "doc_hash" in table.columns else [])
     try:
-        return table.select([pl.col(c).cast(pl.Utf8) for c in facets])
+        return table.select([pl.col(c).cast(pl.Utf8) for c in kept])
     except pl.exceptions.PolarsError as err:
         raise ForensicsError(
             f"{path}: manifest columns must be strings ({str(err).splitlines()[0]})"
         ) from None
+
+
+def _check_token_counts(path: Path, column: pl.Series, token_counts: np.ndarray) -> None:
+    """Every row's doc_tokens is its document's token count, or the manifest is refused."""
+    try:
+        said = column.cast(pl.Int64, strict=True).to_numpy()
+    except pl.exceptions.PolarsError:
+        raise ForensicsError(f"{path}: doc_tokens must be whole numbers") from None
+    off = np.flatnonzero(said != np.asarray(token_counts, dtype=np.int64))
+    if off.size:
+        i = int(off[0])
+        raise ForensicsError(
+            f"{path}: the row of doc_id {i} says {said[i]} tokens but document {i} has "
+            f"{int(token_counts[i])} ({off.size} rows disagree): its rows are not this "
+            "dataset's documents in .idx order (rows moved, or written for other data); "
+            "rewrite it with forensics manifest --prefix"
+        )
+
+
+def unchecked_note(path: Path) -> str:
+    """Why a manifest without doc_tokens is read with less trust (printed once per manifest)."""
+    return (
+        f"warning: {path}: has no doc_tokens column (written by an older forensics manifest, or "
+        "by hand): its rows are checked against the dataset only by count, so two swapped rows "
+        "would go unseen; rewrite it with forensics manifest --prefix --tokenizer"
+    )
 
 
 class Manifests:
@@ -61,6 +127,8 @@ class Manifests:
         self.specs = specs
         self.datasets = datasets
         self._tables: dict[str, pl.DataFrame | None] = {}
+        self._hashes: dict[str, pl.Series] = {}  # doc_hash by dataset, where the manifest has it
+        self._paths: dict[str, Path] = {}
 
     @property
     def facets(self) -> list[str]:
@@ -83,8 +151,33 @@ class Manifests:
                 default = Path(f"{spec.prefix}.manifest.parquet")
                 path = default if default.is_file() else None
             ds = self.datasets[spec.prefix]
-            self._tables[name] = None if path is None else load_manifest(path, ds.num_documents)
+            table = None
+            if path is not None:
+                counts = ds.document_token_counts()
+                table = load_manifest(path, ds.num_documents, counts)
+                self._paths[name] = Path(path)
+                if "doc_hash" in table.columns:
+                    self._hashes[name] = table["doc_hash"]
+                    table = table.drop("doc_hash")
+                elif not _has_column(path, "doc_tokens"):
+                    _say_once(unchecked_note(Path(path)))
+            self._tables[name] = table
         return self._tables[name]
+
+    def check_documents(self, name: str, docs: np.ndarray) -> None:
+        """The documents `docs` of dataset `name` hash as its manifest says (doc_hash), or the
+        manifest is refused: two swapped rows of equal length pass the token counts."""
+        hashes = self._hashes.get(name)
+        if hashes is None:
+            return
+        ds = self.datasets[self.specs[name].prefix]
+        for doc in np.unique(docs):
+            if document_hash(ds, int(doc)) != hashes[int(doc)]:
+                raise ForensicsError(
+                    f"{self._paths[name]}: the row of doc_id {int(doc)} has another document's "
+                    f"doc_hash: its rows are not this dataset's documents in .idx order (rows "
+                    "moved, or written for other data); rewrite it with forensics manifest --prefix"
+                )
 
     def attach(self, table: pl.DataFrame) -> pl.DataFrame:
         """`table` (dataset, doc_id, ...) with a Utf8 column per facet (null where its dataset has
@@ -102,6 +195,7 @@ class Manifests:
             if manifest is None:
                 continue
             where = np.flatnonzero(names == name)
+            self.check_documents(str(name), docs[where])
             for col in manifest.columns:
                 columns[col][where] = manifest[col].gather(docs[where]).to_numpy()
         return table.with_columns(
@@ -135,3 +229,21 @@ class Manifests:
         if not frames:
             return pl.DataFrame(schema={"dataset": pl.Utf8, "doc_id": pl.Int64})
         return pl.concat(frames)
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    """One warning line on stderr, once per process."""
+    import sys
+
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
+
+
+def _has_column(path: Path, column: str) -> bool:
+    import pyarrow.parquet as pq
+
+    return column in pq.read_schema(path).names

@@ -100,9 +100,8 @@ def open_stream(local: Path, remote: str | None = None) -> MDSStream:
             raise ForensicsError(
                 f"{index}: shard {k} has format {info.get('format')!r}; only MDS is supported"
             )
-        basename = info["raw_data"]["basename"]
+        basename, size, samples = _shard_fields(info, k, index)
         path = local / basename
-        size = int(info["raw_data"]["bytes"])
         zip_path, compression, later = None, None, None
         if path.is_file():
             _check_size(path, size, index)
@@ -118,7 +117,7 @@ def open_stream(local: Path, remote: str | None = None) -> MDSStream:
         shards.append(
             Shard(
                 path=path,
-                samples=int(info["samples"]),
+                samples=samples,
                 size=size,
                 column_names=list(info["column_names"]),
                 column_encodings=list(info["column_encodings"]),
@@ -132,6 +131,26 @@ def open_stream(local: Path, remote: str | None = None) -> MDSStream:
     if not shards:
         raise ForensicsError(f"{index}: no shards")
     return MDSStream(local=local, shards=shards, index_sha256=hashlib.sha256(raw).hexdigest())
+
+
+def _shard_fields(info: Any, k: int, index: Path) -> tuple[str, int, int]:
+    """A shard entry's file name, byte size and sample count, each of the type streaming's
+    MDSWriter writes (format/base/writer.py `get_config`): anything else is refused naming the
+    shard and the field, before a count reaches the partition arithmetic."""
+    where = f"{index}: shard {k}"
+    if not isinstance(info, dict) or not isinstance(info.get("raw_data"), dict):
+        raise ForensicsError(f"{where} has no raw_data entry")
+    basename = info["raw_data"].get("basename")
+    if not isinstance(basename, str) or not basename or "/" in basename or basename in ("..", "."):
+        raise ForensicsError(f"{where}: raw_data.basename {basename!r} is not a file name")
+    values = {"raw_data.bytes": info["raw_data"].get("bytes"), "samples": info.get("samples")}
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ForensicsError(f"{where}: {name} is {value!r}, not a count")
+    for key in ("column_names", "column_encodings", "column_sizes"):
+        if not isinstance(info.get(key), list):
+            raise ForensicsError(f"{where}: {key} is {info.get(key)!r}, not a list")
+    return basename, values["raw_data.bytes"], values["samples"]
 
 
 def _check_size(path: Path, size: int, index: Path) -> None:
@@ -218,6 +237,27 @@ def check_columns(stream: MDSStream, columns: list[str], *, where: str) -> None:
                 )
 
 
+def _checked_offsets(shard: Shard, header: np.ndarray, size: int) -> np.ndarray:
+    """int64[samples + 1]: the shard's offsets table (header[1:]), which MDSWriter writes as
+    the first sample's start (after the header and the writer's config JSON), then each
+    sample's end in order, the last the file's size (mosaicml-streaming 0.13
+    streaming/base/format/mds/writer.py:139-144 `encode_joint_shard`); a table that is not is
+    refused, since a random one reads other samples' bytes as text."""
+    offsets = header[1:].astype(np.int64)
+    n = shard.samples
+    if (
+        len(offsets) != n + 1
+        or offsets[0] < 4 * (n + 2)
+        or offsets[-1] != size
+        or np.any(np.diff(offsets) < 0)
+    ):
+        raise ForensicsError(
+            f"{shard.path}: its offsets table is not MDS's (each sample's start, ascending, from "
+            f"past the header to the file's {size} bytes); the shard is damaged"
+        )
+    return offsets
+
+
 def _gather(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     """uint8[len(starts), width]: `width` bytes at every start (vectorised fancy index)."""
     return buf[starts[:, None] + np.arange(width, dtype=np.int64)[None, :]]
@@ -236,7 +276,8 @@ def read_columns(shard: Shard, rows: np.ndarray, columns: list[str]) -> dict[str
         raise ForensicsError(
             f"{shard.path}: holds {int(header[0])} samples, index.json says {shard.samples}"
         )
-    begin = header[1:][rows].astype(np.int64)  # byte offset of every wanted sample
+    offsets = _checked_offsets(shard, header, len(buf))
+    begin = offsets[rows]  # byte offset of every wanted sample
     var_cols = [k for k, size in enumerate(shard.column_sizes) if size is None]
     n_var = len(var_cols)
     # lengths[:, c]: byte length of column c in every wanted sample (fixed, or the sample's
@@ -249,6 +290,12 @@ def read_columns(shard: Shard, rows: np.ndarray, columns: list[str]) -> dict[str
         if size is not None:
             lengths[:, k] = size
     starts = begin[:, None] + 4 * n_var + np.cumsum(lengths, axis=1) - lengths
+    if len(rows) and np.any(begin + 4 * n_var + lengths.sum(axis=1) > offsets[rows + 1]):
+        bad = int(rows[np.argmax(begin + 4 * n_var + lengths.sum(axis=1) > offsets[rows + 1])])
+        raise ForensicsError(
+            f"{shard.path}: sample {bad}'s column sizes run past its end in the offsets table; "
+            "the shard is damaged"
+        )
     out: dict[str, list[str]] = {}
     for column in columns:
         col = shard.column_names.index(column)

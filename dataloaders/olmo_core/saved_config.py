@@ -59,6 +59,20 @@ def _need(section: dict[str, Any], key: str, where: Path, name: str) -> Any:
     return value
 
 
+def _whole(section: dict[str, Any], key: str, where: Path, name: str, least: int = 0) -> Any:
+    """`section[key]` when it is a whole number >= `least` (or absent: None); anything else (a
+    string, a float, a bool) is refused naming the field, before it reaches arithmetic."""
+    value = section.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ForensicsError(
+            f"{where}: {name}.{key} is {value!r}; the trainer writes a whole number"
+            + (f" of at least {least}" if least else "")
+        )
+    return value
+
+
 def _local(path: str, where: Path) -> str:
     """A saved token-file path as the config names it: a URL in a scheme OLMo-core's io reads
     stays a URL (read through the storage layer, dataloaders/olmo_core/remote.py)."""
@@ -110,15 +124,19 @@ def _dataset_fields(dataset: dict[str, Any], where: Path) -> dict[str, Any]:
         raise ForensicsError(f"{where}: dataset.source_mixture_config runs are not replayed")
     tokenizer = _section(dataset, "tokenizer", where)
     out: dict[str, Any] = {"format": "olmo-core"}
-    out["sequence_length"] = _need(dataset, "sequence_length", where, "dataset")
+    _need(dataset, "sequence_length", where, "dataset")
+    out["sequence_length"] = _whole(dataset, "sequence_length", where, "dataset", least=1)
     for key in ("vocab_size", "eos_token_id", "pad_token_id"):
-        out[key] = _need(tokenizer, key, where, "dataset.tokenizer")
-    for key in ("bos_token_id",):
-        if tokenizer.get(key) is not None:
-            out[key] = tokenizer[key]
-    for key in ("max_target_sequence_length", "dtype"):
-        if dataset.get(key) is not None:
-            out[key] = dataset[key]
+        _need(tokenizer, key, where, "dataset.tokenizer")
+        out[key] = _whole(tokenizer, key, where, "dataset.tokenizer")
+    if tokenizer.get("bos_token_id") is not None:
+        out["bos_token_id"] = _whole(tokenizer, "bos_token_id", where, "dataset.tokenizer")
+    if dataset.get("max_target_sequence_length") is not None:
+        out["max_target_sequence_length"] = _whole(
+            dataset, "max_target_sequence_length", where, "dataset", least=1
+        )
+    if dataset.get("dtype") is not None:
+        out["dtype"] = dataset["dtype"]
     if dataset.get("generate_doc_lengths"):
         out["generate_doc_lengths"] = True
     flt = dataset.get("instance_filter_config")
@@ -206,8 +224,9 @@ def _order_fields(config: dict[str, Any], step_dir: Path) -> tuple[dict[str, Any
     data = _dataset_fields(dataset, where)
     files = _sources(dataset, step_dir)
     data.update({k: v for k, v in files.items() if k != "sources"})
-    data["global_batch_size"] = _need(loader, "global_batch_size", where, "data_loader")
-    data["seed"] = _need(loader, "seed", where, "data_loader")
+    for key in ("global_batch_size", "seed"):
+        _need(loader, key, where, "data_loader")
+        data[key] = _whole(loader, key, where, "data_loader", least=1 if key != "seed" else 0)
     work_dir = loader.get("work_dir") or dataset.get("work_dir")
     if work_dir is not None:
         data["work_dir"] = str(work_dir)

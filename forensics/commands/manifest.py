@@ -22,6 +22,14 @@ def manifest_command(
         Path | None,
         typer.Option("--prefix", help="The dataset's .bin/.idx prefix: checks the document count."),
     ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokenizer",
+            help="The tokenizer preprocess_data.py used (with --prefix): each line's text must "
+            "encode to its own document, so swapped lines are refused.",
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Output Parquet. Default: PREFIX.manifest.parquet."),
@@ -42,9 +50,17 @@ def manifest_command(
             raise ForensicsError("give --out, or --prefix to write PREFIX.manifest.parquet")
         out = Path(f"{prefix}.manifest.parquet")
     inputs = [jsonl] + ([Path(f"{prefix}.bin"), Path(f"{prefix}.idx")] if prefix else [])
+    inputs += [tokenizer] if tokenizer else []
     check_output_file(out, force=force, inputs=inputs, suffix=".parquet")
-    table = build_manifest(jsonl, names, out, prefix=prefix)
+    table = build_manifest(jsonl, names, out, prefix=prefix, tokenizer=tokenizer)
     console = make_console(stderr=True)
+    if prefix is not None and tokenizer is None:
+        console.print(
+            "[yellow]warning:[/] without --tokenizer each line is matched to its document only "
+            "by length (characters per token), so two swapped lines of similar length go unseen; "
+            "give --tokenizer to check every line",
+            soft_wrap=True,
+        )
     for note in null_notes(table):
         console.print(f"[yellow]warning:[/] {escape(note)}", soft_wrap=True)
     console.print(

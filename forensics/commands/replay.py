@@ -63,6 +63,11 @@ def replay_command(
         require_megatron(replayer)
         check_export_target(tokens, force)
     table = replayer.replay(first, last, text=text, progress=progress)
+    if text:  # decoded with a tokenizer that is not the data's, every text is fluent nonsense
+        from forensics.spike.tokcheck import check_tokenizer
+
+        drawn = table.select("dataset", "doc_id").unique(maintain_order=True)
+        check_tokenizer(replayer, drawn, run.tokenizer)
     write_parquet_atomic(table, out, overwrite=True)
     console = make_console(stderr=True)
     if tokens is not None:

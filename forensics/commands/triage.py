@@ -98,16 +98,18 @@ def triage_command(
 
     from dataloaders.console import make_console
     from forensics.outputs import check_output_dir
+    from forensics.publish_set import finish_before_writing
     from forensics.triage.analyze import triage
     from forensics.triage.config import RunInfo
     from forensics.triage.formats import FORMATS, detect_format
-    from forensics.triage.report import OUTPUT_NAMES, terminal_lines
+    from forensics.triage.report import OUTPUT_NAMES, STATE_DIR, terminal_lines
 
     if format not in FORMATS:
         raise ForensicsError(f"--format {format}: unknown; choose one of {', '.join(FORMATS)}")
     cfg = detector_settings(
         ema_half_life, recovery_window, grad_factor, grad_half_life, z_threshold, plateau_steps
     )
+    finish_before_writing(out, out / STATE_DIR, "forensics triage", force=force)
     check_output_dir(out, OUTPUT_NAMES, force=force)
     console = make_console()
     err = make_console(stderr=True, soft_wrap=True)  # a warning names a path: never cut it

@@ -3,7 +3,8 @@
 From a spike directory's `skip.json` and the run config it was made for, it writes into `--out`:
 
     <prefix>.bin / .idx          each blocked dataset without the block list's documents
-    <prefix>.manifest.parquet    provenance of the copy: doc_id (new), original_doc_id, facets
+    <prefix>.manifest.parquet    provenance of the copy: doc_id (new), original_doc_id, facets,
+                                 doc_tokens and doc_hash of the copy's documents
     rebuilt.yaml                 the rebuilt run's config: `forensics replay --config` on it gives
                                  the data order of the restart (the original before it)
     restart-rebuilt.flags        the first launch of the restart: the checkpoint pin (where it
@@ -42,6 +43,7 @@ from dataloaders.run_config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
 from forensics.inputs_guard import check_unchanged
 from forensics.outputs import check_output_dir, hold_lock, publish, run_inputs
+from forensics.publish_set import finish_before_writing
 from forensics.rebuild.plan import RebuildPlan, plan_rebuild
 from forensics.skip.plan import SkipPlan
 
@@ -112,13 +114,18 @@ def filtered_manifest(spec: Any, kept: np.ndarray) -> pl.DataFrame:
 def write_datasets(plan: RebuildPlan, staging: Path) -> dict[str, dict[str, Any]]:
     """The filtered `.bin/.idx` and manifest of each blocked dataset, into `staging`."""
     from dataloaders.megatron.filtered import write_without_documents
+    from dataloaders.megatron.indexed import IndexedDataset
+    from dataloaders.megatron.manifests import CHECK_COLUMNS, document_checks
 
     counts = {}
     for name, (spec, prefix) in plan.datasets.items():
         drop = np.asarray(plan.skip.documents[name], dtype=np.int64)
         done = write_without_documents(spec.prefix, drop, staging / prefix.name, remote=spec.remote)
+        table = filtered_manifest(spec, done.kept).drop(CHECK_COLUMNS, strict=False)
+        checks = document_checks(IndexedDataset(staging / prefix.name))  # the copy's own
         write_parquet_atomic(
-            filtered_manifest(spec, done.kept), staging / f"{prefix.name}.manifest.parquet"
+            pl.concat([table, checks], how="horizontal"),
+            staging / f"{prefix.name}.manifest.parquet",
         )
         total = done.tokens_kept + done.tokens_dropped
         counts[name] = {
@@ -157,6 +164,7 @@ def run_rebuild(
     out = out.resolve()
     if upload_to is not None:
         check_upload_to(upload_to, config)
+    finish_before_writing(out, out / ".cache", "forensics rebuild", force=force)
     if not family_of(config).rebuilds_documents:
         result = run_file_rebuild(skip, skip_file, config, out, force, inputs)
         result.notes = result_notes

@@ -105,6 +105,9 @@ class SkipPlan:
 
     @classmethod
     def read(cls, path: Path) -> SkipPlan:
+        from forensics.publish_set import refuse_if_mid_publish
+
+        refuse_if_mid_publish(path.parent, path.name)  # before "not found": a kill may leave none
         if not path.is_file():
             raise ForensicsError(f"{path}: skip file not found")
         try:

@@ -9,6 +9,7 @@ from typing import Any
 from dataloaders.run_config import RunConfig, load_config
 from forensics.outputs import hold_lock
 from forensics.pipeline import StageClock, cache_key
+from forensics.publish_set import finish_before_writing
 from forensics.skip import json_fingerprint
 from forensics.spike.options import SpikeOptions
 from forensics.spike.outdir import check_output_dir, write_marker
@@ -83,6 +84,7 @@ def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -
     config, origin = _config_and_origin(config)
     inputs = input_stats(config)  # before anything reads the data
     out = Path(out)
+    finish_before_writing(out, out / ".cache", "forensics spike", force=options.force)
     check_output_dir(out, config.config_hash(), options.step, options.force)
     clock = StageClock(options.progress)
     with clock.stage("open", f"config {origin}", spinner=True):

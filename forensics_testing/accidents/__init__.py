@@ -16,17 +16,18 @@ Each accident edits a copy of the run (a truncated .idx, a hand-edited skip.json
 - refused wrongly  a refusal of an input that is fine
 - unclear       a refusal that does not say what the accident's `needle` says it must
 
-The accidents are defined by command in `triage_replay`, `inputs`, `restart` and `hangs`;
-`case` holds the edits and checks they are built from. tests/forensics/test_accident_battery.py
-runs each as a pytest case (its id is the accident's name); scripts/accidents.py runs them all
-on any run directory and prints the counts.
+The accidents are defined by command in `triage_replay`, `inputs`, `restart` and `hangs`, and
+the sets and files that look whole and are not in `integrity`; `case` holds the edits and checks
+they are built from. tests/forensics/test_accident_battery.py runs each as a pytest case (its id
+is the accident's name); scripts/accidents.py runs them all on any run directory and prints the
+counts.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from forensics_testing.accidents import hangs, inputs, restart, triage_replay
+from forensics_testing.accidents import expected, hangs, inputs, integrity, restart, triage_replay
 from forensics_testing.accidents.case import ROOT, Accident, Verdict
 from forensics_testing.accidents.names import shared_names
 from forensics_testing.accidents.run import KINDS, base_info, prepare_base, run_one
@@ -49,6 +50,9 @@ PARTS = (
     restart.full_disk_and_watch,
     restart.watch_and_rescore,
     hangs.hangs_and_order,
+    integrity.publish_leftovers,
+    integrity.manifests_and_tokenizers,
+    integrity.other_families,
 )
 
 
@@ -60,7 +64,7 @@ def battery(info: dict[str, Any]) -> list[Accident]:
         part(a.append, info, names)
     if ROOT:
         a = [x for x in a if "read-only" not in x.name]
-    return a
+    return expected.apply(a)
 
 
 __all__ = ["KINDS", "Accident", "Verdict", "base_info", "battery", "prepare_base", "run_one"]

@@ -26,7 +26,8 @@ class Accident:
     expect: str = "refuse"  # refuse | ok | any (either a clean refusal or a good answer)
     check: Callable[[Path, subprocess.CompletedProcess], str | None] | None = None
     outputs: tuple[str, ...] = ()  # globs (relative to the run) an ok run may create or replace
-    needle: str | None = None  # a refusal must say this
+    needle: str | None = None  # a refusal must say this (the problem)
+    names: str | None = None  # ... and name this (the file, or the flag, it refuses)
     file_limit: int | None = None  # bytes a file may grow to (RLIMIT_FSIZE): a full disk
     kept: tuple[str, ...] = ()  # globs a command that exits 2 may leave: a record of what failed
 

@@ -127,8 +127,10 @@ def judge(
             p["not one line"] = f"{len(lines)} lines: {err[:200]!r}"
         if acc.expect == "ok":
             p["refused wrongly"] = (lines or [""])[0][:200]
-        if acc.needle and acc.needle not in " ".join(err.split()):
-            p["unclear"] = f"does not say {acc.needle!r}: {(lines or [''])[0][:200]}"
+        said = " ".join(err.split())
+        missing = [x for x in (acc.needle, acc.names) if x and x not in said]
+        if missing:
+            p["unclear"] = f"does not say {missing[0]!r}: {(lines or [''])[0][:200]}"
     if proc.returncode == 0:
         if acc.expect == "refuse":
             p["silent wrong"] = f"exit 0: {(proc.stdout + err).strip()[-200:]!r}"

@@ -191,10 +191,14 @@ def _write_dataset(prefix: Path, token_lists: list[list[int]], vocab: int) -> No
     write_indexed_dataset(prefix, (np.asarray(t) for t in token_lists), optimal_dtype(vocab))
 
 
-def _write_manifest(path: Path, docs: list[_Doc]) -> None:
+def _write_manifest(path: Path, docs: list[_Doc], prefix: Path) -> None:
+    """The manifest `forensics manifest --prefix` writes: facets, then doc_tokens and doc_hash
+    of the dataset at `prefix`."""
     import polars as pl
 
     from dataloaders.atomic import write_parquet_atomic
+    from dataloaders.megatron.indexed import IndexedDataset
+    from dataloaders.megatron.manifests import document_checks
 
     table = pl.DataFrame(
         {
@@ -205,6 +209,7 @@ def _write_manifest(path: Path, docs: list[_Doc]) -> None:
             },
         }
     )
+    table = pl.concat([table, document_checks(IndexedDataset(prefix))], how="horizontal")
     write_parquet_atomic(table, path)
 
 
@@ -327,7 +332,9 @@ def build_run(out: Path, spec: DemoSpec | None = None, *, progress: bool = True)
         token_lists = [e.ids + [eod] for e in encoded]
         token_counts[name] = sum(len(t) for t in token_lists)
         _write_dataset(out / "data" / f"{name}_text_document", token_lists, tok.get_vocab_size())
-        _write_manifest(out / "data" / f"{name}.manifest.parquet", docs)
+        _write_manifest(
+            out / "data" / f"{name}.manifest.parquet", docs, out / "data" / f"{name}_text_document"
+        )
 
     for it in range(
         spec.checkpoint_interval, spec.spike_iteration + spec.log_tail + 1, spec.checkpoint_interval

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from forensics_testing.accidents import base_info, battery, prepare_base, run_one
+from forensics_testing.accidents.results import PENDING
 from forensics_testing.small_run import SMALL
 
 # The names are fixed before the run exists: no accident's name depends on the run's numbers
@@ -62,8 +63,45 @@ def test_the_battery_is_whole() -> None:
             "rescore"} <= commands  # fmt: skip
 
 
+def test_every_refusal_names_its_file_and_problem_and_every_success_is_checked() -> None:
+    """A refusal passes only when it says the file (or flag, or field) and the problem
+    (forensics_testing/accidents/expected.py); an accident that may succeed has a check of its
+    result (results.py), so an exit 0 with a wrong answer counts as silent wrong."""
+    accidents = battery(_NAMING_FACTS)
+    vague = [a.name for a in accidents if a.expect == "refuse" and not (a.names and a.needle)]
+    unchecked = [a.name for a in accidents if a.expect != "refuse" and a.check is None]
+    assert not vague, vague
+    assert not unchecked, unchecked
+
+
+def test_a_refusal_that_does_not_name_the_file_is_unclear(tmp_path: Path) -> None:
+    import subprocess
+
+    from forensics_testing.accidents import Accident, Verdict
+    from forensics_testing.accidents.run import judge
+
+    accident = Accident("x", ["replay"], names="forensics.yaml", needle="seq_length")
+    for stderr, unclear in (
+        ("error: forensics.yaml: data.seq_length: must be positive\n", False),
+        ("error: data.seq_length: must be positive\n", True),
+        ("error: forensics.yaml: must be positive\n", True),
+    ):
+        proc = subprocess.CompletedProcess([], 2, "", stderr)
+        verdict = Verdict(accident, 2, 0.0)
+        judge(accident, tmp_path, proc, {}, verdict)
+        assert ("unclear" in verdict.problems) == unclear, (stderr, verdict.problems)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=PENDING[n], strict=True))
+        if n in PENDING
+        else n
+        for n in NAMES
+    ],
+)
 def test_accident(name: str, accident_run: SimpleNamespace) -> None:
     verdict = run_one(
         accident_run.accidents[name], accident_run.base, Path(accident_run.work), accident_run.cache

@@ -515,6 +515,37 @@ def test_save_folder_refusals(trained, tmp_path):
         run_config_from_save_folder(copy)
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("dataset", "sequence_length", "32"),
+        ("dataset", "sequence_length", "thirty-two"),
+        ("dataset", "sequence_length", 0),
+        ("dataset", "sequence_length", 32.5),
+        ("data_loader", "global_batch_size", "256"),
+        ("data_loader", "seed", True),
+        ("dataset.tokenizer", "vocab_size", "100278"),
+    ],
+)
+def test_a_number_field_of_another_type_is_refused_naming_it(
+    trained, tmp_path, section, key, value
+):
+    """The library's config.json with a number written as a string (or a float, a bool, zero):
+    one line naming the file and the field, before any arithmetic on it."""
+    folder, _ = trained
+    copy = tmp_path / "save"
+    shutil.copytree(folder / "save-glob", copy)
+    for path in copy.glob("step*/config.json"):
+        config = json.loads(path.read_text())
+        where = config
+        for part in section.split("."):
+            where = where[part]
+        where[key] = value
+        path.write_text(json.dumps(config))
+    with pytest.raises(ForensicsError, match=rf"config.json: {section}.{key} is {value!r}"):
+        run_config_from_save_folder(copy)
+
+
 def test_unused_path_fields_leave_the_config_hash_alone(tmp_path):
     """A config that does not use globs, mixes or the permutation hashes the same whether it
     spells their defaults out or not (skip files record the hashes); set, they count."""
