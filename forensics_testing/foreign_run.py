@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics_testing.demo.build import DemoSpec, build_run
+from forensics_testing.demo.build import DemoSpec, build_run, refresh_manifest_checks
 
 FOREIGN, NUMERIC = "foreign", "numeric"
 
@@ -103,6 +103,7 @@ def build_foreign_run(out: Path, spec: DemoSpec, *, shuffled: bool = False) -> d
     )
     if shuffled:
         truth["shuffled_crawl_batch"], truth["shuffled_doc_ids"] = shuffle_batch(out, tok, rng)
+    refresh_manifest_checks(out)
     truth["dirty_kind"] = "foreign+numeric"
     truth["kinds"] = {str(k): v for k, v in kinds.items()}
     truth["dirty_what"] = {FOREIGN: sum(v == FOREIGN for v in kinds.values()),

@@ -22,6 +22,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+# the moto S3 server and bucket fixtures of the remote-data tests (tests/dataloaders/storage/)
+pytest_plugins = ("forensics_testing.s3_fixtures",)
+
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -253,7 +253,9 @@ class IndexedDataset:
 
             if self._bin_map is None:
                 count = self.bin_size // self.dtype.itemsize
-                self._bin_map = RemoteArray(self._remote_bin, self.dtype, count, rules="megatron")
+                self._bin_map = RemoteArray(
+                    self._remote_bin, self.dtype, count, rules="default-session"
+                )
             return self._bin_map  # type: ignore[return-value]
         if self._bin_map is None:
             usable = self.bin_size - self.bin_size % self.dtype.itemsize

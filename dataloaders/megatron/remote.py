@@ -84,8 +84,8 @@ def open_remote(url: str, prefix: Path) -> tuple[Any, Path]:
 
     from dataloaders.storage.objects import cached_copy, head
 
-    _, idx = cached_copy(f"{url}.idx", Path(f"{prefix}.idx"), "megatron")
-    info = head(f"{url}.bin", "megatron")
+    _, idx = cached_copy(f"{url}.idx", Path(f"{prefix}.idx"), "default-session")
+    info = head(f"{url}.bin", "default-session")
     for seen in (idx, info):  # one version of each object per process: never two mixed
         first = _SEEN.setdefault(seen.url, seen)
         if (first.etag, first.size) != (seen.etag, seen.size):

@@ -9,7 +9,7 @@
   window reads are fetched, whole, as streaming fetches them;
 - the S3 client is streaming's (`S3Downloader._create_s3_client`, storage/download.py:243-262):
   the default session, endpoint from S3_ENDPOINT_URL, unsigned requests when there are no
-  credentials (:200-206) (dataloaders/storage/clients.py, rules "streaming").
+  credentials (:200-206) (dataloaders/storage/clients.py, rules "s3-endpoint-env").
 
 Only `s3://` remotes are read; streaming's other backends (gs, oci, azure, hf, sftp, dbfs,
 volumes) are refused in one line.
@@ -43,5 +43,5 @@ def fetch(remote: str, basename: str, dest: Path) -> Path:
     """`remote/basename` downloaded to `dest` (kept by its ETag and size: fetched once)."""
     from dataloaders.storage import cached_copy
 
-    path, _ = cached_copy(join(remote, basename), dest, "streaming")
+    path, _ = cached_copy(join(remote, basename), dest, "s3-endpoint-env")
     return path

@@ -56,7 +56,7 @@ def token_array(f: TokenFile, dtype: Any) -> Any:
         if f.remote is not None:
             from dataloaders.storage.arrays import RemoteArray
 
-            f._array = RemoteArray(f.remote, dtype, f.tokens, rules="olmo-core")
+            f._array = RemoteArray(f.remote, dtype, f.tokens, rules="scheme-profiles")
         else:
             f._array = np.memmap(f.path, mode="r", dtype=dtype, shape=(f.tokens,))
     return f._array
@@ -249,7 +249,7 @@ def open_remote_file(name: str, url: str, data: Any, item: int) -> TokenFile:
     from dataloaders.olmo_core.remote import metadata_copy
     from dataloaders.storage import head
 
-    info = head(url, "olmo-core")
+    info = head(url, "scheme-profiles")
     if info.size % item:
         raise ForensicsError(
             f"{info}: {info.size} bytes is not a whole number of {data.dtype} tokens "

@@ -47,7 +47,7 @@ def metadata_copy(url: str) -> Path | None:
     obj = parse(meta)
     dest = forensics_cache("olmo-core", "remote", obj.scheme, obj.bucket, *obj.key.split("/"))
     try:
-        path, _ = cached_copy(meta, dest, "olmo-core")
+        path, _ = cached_copy(meta, dest, "scheme-profiles")
     except StorageError as err:
         if str(err).endswith("object not found"):
             return None

@@ -35,7 +35,12 @@ class RemoteArray:
     ndim = 1
 
     def __init__(
-        self, info: ObjectInfo, dtype: Any, count: int, offset: int = 0, rules: Rules = "olmo-core"
+        self,
+        info: ObjectInfo,
+        dtype: Any,
+        count: int,
+        offset: int = 0,
+        rules: Rules = "scheme-profiles",
     ) -> None:
         self.info = info
         self.dtype = np.dtype(dtype)

@@ -26,7 +26,12 @@ from typing import Any, Literal
 from dataloaders.errors import ConfigError, EnvironmentProblem
 from dataloaders.storage.urls import shown
 
-Rules = Literal["megatron", "olmo-core", "streaming"]
+# How a library makes its client, named by what it does (each family passes its library's):
+# "default-session": boto3's default session, credentials required (megatron-core);
+# "scheme-profiles": a profile and endpoint per scheme from the environment, anonymous without
+#   credentials, OLMO_NO_SSL (OLMo-core's io.py); "s3-endpoint-env": the default session with
+#   S3_ENDPOINT_URL, anonymous without credentials (streaming's S3Downloader).
+Rules = Literal["default-session", "scheme-profiles", "s3-endpoint-env"]
 _clients: dict[tuple[str, str, tuple[str, ...]], Any] = {}
 _lock = threading.Lock()
 _ENV_KEYS = (
@@ -114,9 +119,9 @@ def _make(scheme: str, rules: Rules, url: str) -> Any:
     boto3 = _boto3()
     import botocore.exceptions as boto_errors
 
-    if rules == "olmo-core":
+    if rules == "scheme-profiles":
         profile, endpoint = _olmo_session_args(scheme, url)
-    elif rules == "streaming":  # streaming's S3Downloader: the default session, S3_ENDPOINT_URL
+    elif rules == "s3-endpoint-env":  # streaming's S3Downloader: S3_ENDPOINT_URL
         profile, endpoint = None, os.environ.get("S3_ENDPOINT_URL") or None
     else:
         profile, endpoint = None, None
@@ -126,19 +131,19 @@ def _make(scheme: str, rules: Rules, url: str) -> Any:
         raise ConfigError(f"{shown(url)}: AWS profile {profile!r} not found") from None
     unsigned = False
     if session.get_credentials() is None:
-        if rules == "megatron":
+        if rules == "default-session":
             raise ConfigError(
                 f"{shown(url)}: no credentials for {scheme}:// (boto3 found none: set "
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
             )
         unsigned = True  # OLMo-core io.py:876-877, streaming download.py:200-206: anonymous
-    use_ssl = rules != "olmo-core" or not int(os.environ.get("OLMO_NO_SSL", "0") or 0)
+    use_ssl = rules != "scheme-profiles" or not int(os.environ.get("OLMO_NO_SSL", "0") or 0)
     return session.client(
         "s3", endpoint_url=endpoint, config=botocore_config(unsigned), use_ssl=use_ssl
     )
 
 
-def s3_client(url: str, scheme: str, rules: Rules = "olmo-core") -> Any:
+def s3_client(url: str, scheme: str, rules: Rules = "scheme-profiles") -> Any:
     """The (thread-safe, shared) client for `scheme` under a library's rules; made again when
     one of the variables it depends on changes. `url` only names the object in errors."""
     key = (scheme, rules, tuple(os.environ.get(k, "") for k in _ENV_KEYS))

@@ -116,7 +116,7 @@ def _s3_call(obj: ObjectURL, rules: Rules, etag: str, method: str, **kwargs: Any
         ) from None
 
 
-def head(url: str, rules: Rules = "olmo-core") -> ObjectInfo:
+def head(url: str, rules: Rules = "scheme-profiles") -> ObjectInfo:
     """Size and ETag of the object at `url` (one HEAD request)."""
     obj = parse(url)
     if obj.scheme in S3_LIKE:
@@ -133,7 +133,7 @@ def head(url: str, rules: Rules = "olmo-core") -> ObjectInfo:
     return ObjectInfo(url, int(info.get("size") or 0), etag)
 
 
-def read_range(info: ObjectInfo, start: int, stop: int, rules: Rules = "olmo-core") -> bytes:
+def read_range(info: ObjectInfo, start: int, stop: int, rules: Rules = "scheme-profiles") -> bytes:
     """Bytes [start, stop) of the object `info` describes, refused if it changed since."""
     if stop <= start:
         return b""
@@ -166,13 +166,13 @@ def _read_body(obj: ObjectURL, got: dict[str, Any], rules: Rules, etag: str) -> 
         ) from None
 
 
-def read_all(url: str, rules: Rules = "olmo-core") -> tuple[ObjectInfo, bytes]:
+def read_all(url: str, rules: Rules = "scheme-profiles") -> tuple[ObjectInfo, bytes]:
     """A whole (small) object: index.json, a config, a metadata file."""
     info = head(url, rules)
     return info, read_range(info, 0, info.size, rules) if info.size else b""
 
 
-def cached_copy(url: str, dest: Path, rules: Rules = "olmo-core") -> tuple[Path, ObjectInfo]:
+def cached_copy(url: str, dest: Path, rules: Rules = "scheme-profiles") -> tuple[Path, ObjectInfo]:
     """`dest` holding the object at `url`, fetched only when the copy there is not this object
     (the cache is keyed by ETag and size, recorded beside it in `dest.object.json`)."""
     info = head(url, rules)
@@ -198,7 +198,9 @@ def cached_copy(url: str, dest: Path, rules: Rules = "olmo-core") -> tuple[Path,
     return dest, info
 
 
-def upload(source: Path, url: str, rules: Rules = "olmo-core", *, overwrite: bool = False) -> None:
+def upload(
+    source: Path, url: str, rules: Rules = "scheme-profiles", *, overwrite: bool = False
+) -> None:
     """Put the local file `source` at `url`; an existing object is kept unless `overwrite`."""
     obj = parse(url)
     if obj.scheme not in S3_LIKE:
@@ -215,7 +217,7 @@ def upload(source: Path, url: str, rules: Rules = "olmo-core", *, overwrite: boo
         _s3_call(obj, rules, "", "put_object", Body=body)
 
 
-def list_objects(prefix: str, rules: Rules = "olmo-core") -> list[str]:
+def list_objects(prefix: str, rules: Rules = "scheme-profiles") -> list[str]:
     """URLs of the objects under `prefix` (a folder-like URL), sorted."""
     obj = parse(prefix)
     if obj.scheme not in S3_LIKE:

@@ -209,7 +209,7 @@ def upload_copies(plan: RebuildPlan, staging: Path, force: bool) -> None:
     for _spec, prefix in plan.datasets.values():
         for suffix in (".bin", ".idx"):
             name = f"{prefix.name}{suffix}"
-            upload(staging / name, f"{plan.upload_to}/{name}", "megatron", overwrite=force)
+            upload(staging / name, f"{plan.upload_to}/{name}", "default-session", overwrite=force)
 
 
 @contextmanager

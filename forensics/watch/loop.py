@@ -118,6 +118,7 @@ class Watcher(PlanRunner):
         self.undelivered: list[dict[str, Any]] = [e for e in earlier if not e.get("retried")]
         self.reported_before = {e.get("seq") for e in self.undelivered}
         self._signalled = False
+        self._told_undetected = False  # said once: the log holds no line of a known format yet
         self.polls = 0
         self.terminal = terminal
         self.jobs: dict[int, SpikeJob] = {}
@@ -215,13 +216,28 @@ class Watcher(PlanRunner):
         self._make_reader(fmt, None, None)
         return True
 
+    def _undetected_note(self) -> list[dict[str, Any]]:
+        """A log that exists and holds bytes but no line of a known format (binary data, a
+        preamble so far): said once, so a watcher that sees nothing never says nothing."""
+        log = self.opts.log
+        if self._told_undetected or not log.is_file() or log.stat().st_size == 0:
+            return []
+        self._told_undetected = True
+        summary = (
+            f"{log}: no line of a known log format in its {log.stat().st_size:,} bytes yet; "
+            "watching for one (pass --format to name the format)"
+        )
+        return [self._emit({"message": "note", "kind": "log_note", "summary": summary})]
+
     def poll(self) -> list[dict[str, Any]]:
         """Read what is new, judge it, emit and persist; returns the messages raised."""
         self.polls += 1
         new: list[dict[str, Any]] = []
         now = time.time()
         batches: list[list[tuple[int, Any]]] = []
-        if self._ensure_parser() and self.follower is not None:
+        if not self._ensure_parser():
+            new += self._undetected_note()
+        elif self.follower is not None:
             batches = self.follower.poll()
             for note in self.follower.notes:
                 new.append(self._emit({"message": "note", "kind": "log_note", "summary": note}))

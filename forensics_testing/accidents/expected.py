@@ -372,7 +372,7 @@ REFUSALS: dict[str, tuple[str, str]] = {
     "triage: --checkpoints empty dir": ("--checkpoints", "no iter_NNNNNNN subdirectories found"),
     "triage: --format bogus": (
         "--format",
-        "unknown; choose one of auto, megatron, olmo-core, tensorboard",
+        "unknown; choose one of auto, megatron, megatron-bridge, olmo-core, tensorboard",
     ),
     "triage: --format hf-trainer-state on text": ("train.log", "not valid JSON"),
     "triage: --format jsonl on text": ("train.log", "no JSON objects found"),
@@ -409,11 +409,11 @@ REFUSALS: dict[str, tuple[str, str]] = {
     "watch: --format bogus": ("train.log", "bogus is not a log that grows as"),
     "watch: --interval -1": (
         "--interval",
-        "--interval and --stall-after must be positive numbers of",
+        "must be a positive number of seconds",
     ),
     "watch: --interval 0": (
         "--interval",
-        "--interval and --stall-after must be positive numbers of",
+        "must be a positive number of seconds",
     ),
     "watch: --on-malignant bogus": ("--on-malignant", "choose spike or none"),
     "watch: --out is the log": ("train.log", "exists and is not a directory"),

@@ -69,21 +69,45 @@ def hangs_and_order(
         ("check-skip", ["check-skip", "pipe.jsonl", "--config", "forensics.yaml"]),
         ("spike --config", [*spike, "--config", "pipe.jsonl", "--out", "s"]),
     ):
-        add(Accident(f"{cmd}: a FIFO nobody writes to", argv, fifo("pipe.jsonl"), needle="FIFO"))
+        add(
+            Accident(
+                f"{cmd}: a FIFO nobody writes to",
+                argv,
+                fifo("pipe.jsonl"),
+                names="pipe.jsonl",
+                needle="is a FIFO or pipe, not a regular file",
+            )
+        )
     add(
         Accident(
             "replay: a .bin replaced by a FIFO",
             [*replay, "--out", "w.parquet"],
             fifo(f"{info['first_prefix']}.bin"),
-            needle=f"{info['first_prefix']}.bin: is a FIFO",
+            names=f"{info['first_prefix']}.bin",
+            needle="is a FIFO or pipe, not a regular file",
         )
     )
-    add(Accident("watch: /dev/zero", [*wa[:1], "/dev/zero", *wa[2:]], needle="character device"))
-    add(Accident("watch: --interval nan", [*wa, "--interval", "nan"], needle="--interval nan"))
+    add(
+        Accident(
+            "watch: /dev/zero",
+            [*wa[:1], "/dev/zero", *wa[2:]],
+            names="/dev/zero",
+            needle="character device",
+        )
+    )
+    add(
+        Accident(
+            "watch: --interval nan",
+            [*wa, "--interval", "nan"],
+            names="--interval",
+            needle="must be a positive number of seconds",
+        )
+    )
     add(
         Accident(
             "watch: log in a folder that does not exist",
             [*wa[:1], "nope/train.log", *wa[2:]],
+            names="nope/train.log",
             needle="neither it nor its folder exists",
         )
     )
@@ -91,6 +115,7 @@ def hangs_and_order(
         Accident(
             "watch: --webhook to a closed port",
             [*wa, "--webhook", CLOSED_WEBHOOK],
+            names=CLOSED_WEBHOOK,
             needle="never delivered",
             kept=("w/**",),  # the watch folder: its state.json lists what was not delivered
         )

@@ -215,7 +215,4 @@ RESULTS: dict[str, Check] = {
 
 # Checks that fail today for a cause outside this battery, each with the cause: the battery's
 # test expects them to fail (strictly: when the cause is fixed, the entry must go).
-PENDING: dict[str, str] = {
-    "watch: log missing": "watch on a missing path says nothing until --stall-after",
-    "watch: binary log": "watch on a log with no readable line exits 0 saying nothing",
-}
+PENDING: dict[str, str] = {}

@@ -191,6 +191,24 @@ def _write_dataset(prefix: Path, token_lists: list[list[int]], vocab: int) -> No
     write_indexed_dataset(prefix, (np.asarray(t) for t in token_lists), optimal_dtype(vocab))
 
 
+def refresh_manifest_checks(run: Path) -> None:
+    """Rewrite the check columns (doc_tokens, doc_hash) of every `data/NAME.manifest.parquet`
+    from its dataset `data/NAME_text_document` as it is now: for a test that rewrites a
+    dataset's documents after the build (another tokenizer, dirt of its own), as a user re-runs
+    `forensics manifest --prefix` after re-tokenizing."""
+    import polars as pl
+
+    from dataloaders.atomic import write_parquet_atomic
+    from dataloaders.megatron.indexed import IndexedDataset
+    from dataloaders.megatron.manifests import CHECK_COLUMNS, document_checks
+
+    for path in sorted((run / "data").glob("*.manifest.parquet")):
+        prefix = path.with_name(path.name.removesuffix(".manifest.parquet") + "_text_document")
+        facets = pl.read_parquet(path).drop(CHECK_COLUMNS, strict=False)
+        checks = document_checks(IndexedDataset(prefix))
+        write_parquet_atomic(pl.concat([facets, checks], how="horizontal"), path, overwrite=True)
+
+
 def _write_manifest(path: Path, docs: list[_Doc], prefix: Path) -> None:
     """The manifest `forensics manifest --prefix` writes: facets, then doc_tokens and doc_hash
     of the dataset at `prefix`."""

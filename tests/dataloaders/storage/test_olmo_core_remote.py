@@ -7,6 +7,8 @@ endpoint from AWS_ENDPOINT_URL as botocore reads it: io.py:912 gives no endpoint
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
@@ -145,15 +147,22 @@ def test_remote_spike_and_rebuild_equal_local(s3, tmp_path):
     from forensics_testing.remote_runs import olmo_spike_run
 
     local, remote = olmo_spike_run(tmp_path / "run", s3)
-    args = ["--step", "80", "--window", "20", "--embed-cap", "0", "--quiet", "--culprit", "s2"]
-    outs = {}
-    for label, config in (("local", local), ("remote", remote)):
-        outs[label] = tmp_path / f"spike-{label}"
-        done = CliRunner().invoke(
-            app, ["spike", "--config", str(config), *args, "--out", str(outs[label])]
-        )
+    args = ["--step", "80", "--window", "20", "--embed-cap", "0", "--quiet"]
+    outs = {label: tmp_path / f"spike-{label}" for label in ("local", "remote")}
+
+    def spike(config: Path, out: Path, *more: str) -> str:
+        argv = ["spike", "--config", str(config), *args, *more, "--out", str(out)]
+        done = CliRunner().invoke(app, argv)
         assert done.exit_code == 0, done.output
-    assert "bytes fetched" in done.output
+        return done.output
+
+    # web.npy named the culprit, as a user does with --culprit after reading the report
+    spike(local, outs["local"])
+    report = json.loads((outs["local"] / "report.json").read_text())
+    web = next(c["id"] for c in report["clusters"] if c["key"] == str(local.parent / "web.npy"))
+    spike(local, outs["local"], "--culprit", web, "--force")
+    output = spike(remote, outs["remote"], "--culprit", web)
+    assert "bytes fetched" in output
     skips = {k: json.loads((v / "skip.json").read_text()) for k, v in outs.items()}
     assert skips["remote"]["documents"] == skips["local"]["documents"] == {"web": list(range(100))}
     flags = "restart-olmo-core.flags"

@@ -39,7 +39,7 @@ def _retokenize(run: Path) -> object:
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
     from megatron.core.tokenizers.text.utils.build_tokenizer import build_tokenizer
 
-    from forensics_testing.demo.build import _documents
+    from forensics_testing.demo.build import _documents, refresh_manifest_checks
 
     datasets = _documents(SMALL)
     clean = [d.text for docs in datasets.values() for d in docs if d.dirty is None]
@@ -64,6 +64,7 @@ def _retokenize(run: Path) -> object:
     cfg["tokenizer_args"] = {"tokenizer_type": FLAGS["tokenizer_type"]}
     (run / "forensics.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     (run / "tokenizer.json").unlink()
+    refresh_manifest_checks(run)
     return tok
 
 

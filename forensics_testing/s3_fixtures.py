@@ -1,6 +1,8 @@
-"""One moto S3 server on 127.0.0.1 for the whole session (moto[server]'s `ThreadedMotoServer`
-speaks the S3 API over HTTP, which boto3 and s3fs talk to as they would to AWS), and per test a
-fresh bucket with the environment pointed at it."""
+"""The remote-data tests' fixtures, a pytest plugin tests/conftest.py loads (a second
+conftest.py would shadow the suite's own under the name `conftest`): one moto S3 server on
+127.0.0.1 for the whole session (moto[server]'s `ThreadedMotoServer` speaks the S3 API over HTTP,
+which boto3 and s3fs talk to as they would to AWS), and per test a fresh bucket with the
+environment pointed at it."""
 
 from __future__ import annotations
 

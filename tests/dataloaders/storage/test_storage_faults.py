@@ -45,7 +45,8 @@ def test_object_rewritten_after_the_index_is_refused(s3, dataset, tmp_path):
     data = bytearray(s3.client.get_object(Bucket=s3.bucket, Key="data/web.bin")["Body"].read())
     data[-2:] = b"\x01\x00"  # same size, new content: only the ETag tells
     s3.client.put_object(Bucket=s3.bucket, Key="data/web.bin", Body=bytes(data))
-    ds.tokens.__init__(ds.tokens.info, ds.dtype, len(ds.tokens), rules="megatron")  # no cache
+    # a fresh reader, no cache
+    ds.tokens.__init__(ds.tokens.info, ds.dtype, len(ds.tokens), rules="default-session")
     with pytest.raises(StorageError, match="changed after it was indexed"):
         ds.get(len(ds) - 1)
     with pytest.raises(StorageError, match="changed while this command ran"):
@@ -112,7 +113,7 @@ def test_throttling_storm_stops_after_bounded_retries(s3, throttling_endpoint, m
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     monkeypatch.setenv("FORENSICS_STORAGE_ATTEMPTS", "3")
     with pytest.raises(StorageError, match=r"throttled by the storage endpoint \(503\)|SlowDown"):
-        head("s3://b/data/web.bin", "megatron")
+        head("s3://b/data/web.bin", "default-session")
     # bounded: the tries FORENSICS_STORAGE_ATTEMPTS allows (botocore may add one redirect probe)
     assert 3 <= handler.count <= 4
 
