@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dataloaders.data_sections import MegatronData
 from dataloaders.run_config import RunConfig
 from dataloaders.safe_pickle import load_torch_save, megatron_globals
 from forensics.errors import ForensicsError
 from forensics.from_checkpoint_bridge import config_from_bridge, is_bridge_save_folder
+from forensics.megatron_saved_run import describe, same_run
 
 TRACKER = "latest_checkpointed_iteration.txt"
 _ITER = re.compile(r"iter_(\d{7})")
@@ -242,23 +242,6 @@ def _raw(state: dict[str, Any], path: Path) -> dict[str, Any]:
         raise ForensicsError(f"{path}: {str(err).removeprefix('--megatron-args: ')}") from None
 
 
-def same_run(job: dict[str, Any], last: dict[str, Any], job_path: Path, path: Path) -> None:
-    """Jobs of one run may differ in their blend only (stages); anything else changes which
-    batch an iteration is in a way one config cannot state."""
-    for section in ("data", "training", "tokenizer", "tokenizer_args"):
-        a, b = job.get(section), last.get(section)
-        if section == "data":
-            a = {k: v for k, v in a.items() if k != "blend"}
-            b = {k: v for k, v in b.items() if k != "blend"}
-        if a != b:
-            keys = sorted(k for k in (a or {}) if (a or {}).get(k) != (b or {}).get(k))
-            what = f"{section}.{keys[0]}" if keys and isinstance(a, dict) else section
-            raise ForensicsError(
-                f"{job_path} and {path}: the jobs differ in {what}, not only in their data "
-                "blend; write a config for this run (docs/from-checkpoint.md)"
-            )
-
-
 def _parallel(args: argparse.Namespace) -> dict[str, Any]:
     dp = getattr(args, "data_parallel_size", None)
     return {"data_parallel_size": int(dp)} if isinstance(dp, int) and dp > 0 else {}
@@ -281,33 +264,6 @@ def _check_consumed(state: dict[str, Any], config: RunConfig, path: Path) -> Non
             f"({iteration} x {training.global_batch_size}): the batch size changed or batches "
             "were drained; write a config with training.resumes (docs/from-checkpoint.md)"
         )
-
-
-def describe(config: RunConfig) -> list[str]:
-    """One line per field the replay depends on."""
-    data = config.data
-    if not isinstance(data, MegatronData):  # the saved args are a Megatron job's
-        raise TypeError(f"describe: a Megatron data section, not {type(data).__name__}")
-    lines = []
-    stages = data.data_stages
-    for stage in stages:
-        since = f" (from iteration {stage.start_iteration})" if len(stages) > 1 else ""
-        for d in stage.blend:
-            weight = f" weight {d.weight}" if d.weight is not None else ""
-            lines.append(f"  data: {d.prefix}{weight}{since}")
-    lines += [f"  seed: {data.seed}", f"  seq_length: {data.seq_length}", f"  split: {data.split}"]
-    if data.cache_path is not None:
-        lines.append(f"  cache_path: {data.cache_path}")
-    t = config.training
-    for key in ("global_batch_size", "micro_batch_size", "data_parallel_size", "train_iters"):
-        lines.append(f"  {key}: {getattr(t, key)}")
-    for key in ("train_samples", "rampup_batch_size"):
-        if getattr(t, key) is not None:
-            lines.append(f"  {key}: {getattr(t, key)}")
-    kind = config.tokenizer_args.tokenizer_type if config.tokenizer_args else None
-    lines.append(f"  tokenizer: {config.tokenizer}" + (f" ({kind})" if kind else ""))
-    lines.append(f"  checkpoint_dir: {config.checkpoint_dir}")
-    return lines
 
 
 def step_of_skip_file(path: Path) -> int | None:

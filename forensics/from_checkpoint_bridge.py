@@ -28,6 +28,7 @@ from typing import Any
 
 from dataloaders.trainers import MEGATRON_BRIDGE, get_trainer
 from forensics.errors import ForensicsError
+from forensics.megatron_saved_run import describe, same_run
 
 RUN_CONFIG = "run_config.yaml"
 TRAIN_STATE = "train_state.pt"
@@ -323,7 +324,6 @@ def config_from_bridge(folder: Path, step: int | None, say: Callable[[str], None
     """The RunConfig a Bridge save folder describes; `say` gets what was read. Jobs that
     trained on another blend become data stages; any other difference is refused."""
     from dataloaders.run_config import config_from_dict
-    from forensics.from_checkpoint import describe, same_run
 
     checkpoint, why = pick_bridge_checkpoint(folder, step)
     say(f"read the run's config from {checkpoint / RUN_CONFIG} ({why})")

@@ -7,9 +7,7 @@ themselves are atomic (dataloaders.atomic): a killed command leaves the old file
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +16,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from forensics.errors import ForensicsError
+from forensics.file_lock import try_lock
+from forensics.publish_set import publish as publish_set
 
 # Lock files this process holds, by folder (see hold_lock / fresh_output).
 _HELD: dict[Path, Any] = {}
@@ -101,26 +101,13 @@ def hold_lock(folder: Path, what: str) -> Any:
     """An exclusive lock on `folder` for this process's lifetime (the returned file): a second
     command writing into the same folder is refused instead of interleaving its files."""
     folder.mkdir(parents=True, exist_ok=True)
-    handle = _try_lock(folder / "lock")
+    handle = try_lock(folder / "lock")
     if handle is None:
         raise ForensicsError(
             f"{folder.parent}: another {what} is writing into it right now; wait for it or "
             "choose another --out"
         )
     _HELD[folder.resolve()] = handle
-    return handle
-
-
-def _try_lock(path: Path) -> Any:
-    """The open, exclusively locked file `path`, or None when another holds it."""
-    import fcntl
-
-    handle = open(path, "a+")  # noqa: SIM115 - held until released
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        return None
     return handle
 
 
@@ -152,7 +139,7 @@ def _remove_unpublished(out: Path, lock: Path) -> None:
     own = _HELD.pop(lock.resolve(), None)
     if own is not None:
         own.close()  # ours: released here, re-taken below like anyone else's
-    handle = _try_lock(lock_file) if lock_file.exists() else None
+    handle = try_lock(lock_file) if lock_file.exists() else None
     if lock_file.exists() and handle is None:
         return  # another run is writing into it
     try:
@@ -163,26 +150,7 @@ def _remove_unpublished(out: Path, lock: Path) -> None:
             handle.close()
 
 
-def fault_point(name: str) -> None:
-    """A test hook, free when unused: with FORENSICS_FAULT_AT=NAME[:SIGNAL] (SIGTERM when no
-    signal is named; SIGINT, SIGKILL, ...) this process sends itself SIGNAL at the point called
-    NAME, so the fault tests can interrupt a run at every stage boundary deterministically
-    instead of with timed kills. Points: `stage:<name>` as each spike stage starts; while an
-    output set is published, `publish-start` (journal written, nothing moved), `publish` (the
-    first file moved into place) and `publish-end` (every file moved, journal not yet removed)."""
-    spec = os.environ.get("FORENSICS_FAULT_AT")
-    if not spec:
-        return
-    where, _, sig = spec.rpartition(":")
-    if not sig.startswith("SIG"):
-        where, sig = spec, "SIGTERM"
-    if where == name:
-        os.kill(os.getpid(), getattr(signal, sig))
-
-
 def publish(staging: Path, out: Path, patterns: Iterable[str]) -> list[Path]:
     """Move `staging`'s files into `out` as one set under a journal, so that no kill (SIGKILL
     included) leaves a mix that goes unnoticed (forensics.publish_set)."""
-    from forensics.publish_set import publish as publish_set
-
     return publish_set(staging, out, patterns)

@@ -33,6 +33,8 @@ from pathlib import Path
 
 from dataloaders.atomic import write_json_atomic
 from forensics.errors import ForensicsError
+from forensics.fault_points import fault_point
+from forensics.file_lock import try_lock
 
 JOURNAL = "publish.json"
 # Every state folder a command publishes from (spike and rebuild: .cache; triage: .triage).
@@ -47,8 +49,6 @@ def publish(staging: Path, out: Path, patterns: Iterable[str]) -> list[Path]:
     stale only when a pattern names it exactly. A full disk fails while staging, before
     anything is moved.
     """
-    from forensics.outputs import fault_point
-
     new = sorted(p.name for p in staging.iterdir())
     stale = sorted(
         {
@@ -219,11 +219,9 @@ def _close_leftovers(staging: Path, journal: Path, aside: Path) -> None:
 def finish_before_writing(out: Path, state: Path, what: str, *, force: bool = False) -> None:
     """`finish_interrupted_publish` under the folder's lock, taken for the moment it needs: a
     journal beside a live lock is a publish under way, and that command's to finish."""
-    from forensics.outputs import _try_lock
-
     if not (state / JOURNAL).is_file():
         return
-    handle = _try_lock(state / "lock")
+    handle = try_lock(state / "lock")
     if handle is None:
         raise ForensicsError(
             f"{out}: another {what} is writing into it right now; wait for it or choose another "

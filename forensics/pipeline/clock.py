@@ -22,7 +22,7 @@ class StageClock:
         is the summary's): stages whose work shows its own progress bar (replay, decode, score,
         embed) get none here, rich cannot nest live displays; the others get a spinner. Off a
         terminal (a log) each stage is one line when done, with its time."""
-        from forensics.outputs import fault_point
+        from forensics.fault_points import fault_point
 
         fault_point(f"stage:{name}")  # tests only: FORENSICS_FAULT_AT (forensics/outputs.py)
         t0 = time.perf_counter()

@@ -32,7 +32,9 @@ import polars as pl
 from dataloaders.atomic import write_parquet_atomic
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
+from forensics.spike.drawn import distinct_documents, drawn_documents
 from forensics.spike.run_context import SpikeRun
+from forensics.spike.token_signal import token_stage
 
 
 def replay_stage(run: SpikeRun) -> pl.DataFrame:
@@ -107,7 +109,6 @@ def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     token statistics against the baseline's (forensics.spike.token_signal)."""
     from forensics.spike.repeats import repeats_stage
     from forensics.spike.tokcheck import check_tokenizer
-    from forensics.spike.token_signal import token_stage
 
     opts = run.options
     distinct = distinct_documents(run, replay)
@@ -146,29 +147,6 @@ def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
         scored = cached_table(score_file, decode_and_score, run.hits, "score")
         shutil.rmtree(folder, ignore_errors=True)  # merged into the cache file
     return scored
-
-
-def drawn_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
-    """side, dataset, doc_id: each document each side drew, once, sorted (sides-<key>.parquet:
-    a warm rerun reads these 0.2M rows instead of finding them among the replay's millions)."""
-    columns = ("side", "dataset", "doc_id")
-    return cached_table(
-        run.cache / f"sides-{run.key}.parquet",
-        lambda: replay.select(columns).unique().sort(columns),
-        run.hits,
-        "sides",
-    )
-
-
-def distinct_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
-    """dataset, doc_id: each document the window or the baseline drew, once, sorted."""
-    return cached_table(
-        run.cache / f"distinct-{run.key}.parquet",
-        lambda: drawn_documents(run, replay).select("dataset", "doc_id").unique()
-        .sort("dataset", "doc_id"),
-        run.hits,
-        "distinct",
-    )  # fmt: skip
 
 
 def split_sides(

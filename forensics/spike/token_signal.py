@@ -41,6 +41,7 @@ import numpy as np
 import polars as pl
 
 from forensics.pipeline import cached_table, module_version
+from forensics.spike.drawn import drawn_documents
 from forensics.spike.run_context import SpikeRun
 
 TOKENS_RULE = "token_stats"
@@ -150,8 +151,6 @@ def run_tokenizer(replayer: Any) -> Any:
 
 def token_table(run: SpikeRun, replay: pl.DataFrame, distinct: pl.DataFrame) -> pl.DataFrame:
     """STATS_SCHEMA for every distinct document (empty when the family cannot list token ids)."""
-    from forensics.spike.stages import drawn_documents
-
     replayer = run.replayer
     if not replayer.document_token_ids or distinct.height == 0:
         return pl.DataFrame(schema=STATS_SCHEMA)

@@ -15,7 +15,8 @@ from typing import Any
 
 from forensics.triage.causes import CLIP, DATA, DEVICE, LOSS_SCALE, LR, NUMERICS
 from forensics.triage.config import RunInfo
-from forensics.triage.plan import CONFIG_PLACEHOLDER
+
+CONFIG_PLACEHOLDER = "<run-config.yaml>"  # a command's config when triage was given none
 
 
 def _config(run: RunInfo) -> str:

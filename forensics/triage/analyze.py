@@ -7,7 +7,7 @@ analysed on its own; alarms come from the shared grad-norm and loss-scale column
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,38 +31,13 @@ from forensics.triage.events import (
     spike_event,
 )
 from forensics.triage.incidents import group_incidents
-from forensics.triage.regimes import (
-    Columns,
-    Divergence,
-    Plateau,
-    find_divergence,
-    find_plateaus,
-)
+from forensics.triage.regimes import find_divergence, find_plateaus
 from forensics.triage.runlevel import run_recurrence, seconds_per_step, time_summary
+from forensics.triage.shapes import Columns, CurveResult, Plateau
 from forensics.triage.spikes import Spike, find_spikes
-from forensics.triage.trend import PowerLawFit, ema_by_step, fit_power_law, local_stats, segments
+from forensics.triage.trend import ema_by_step, fit_power_law, local_stats, segments
 
 _TRAINING_FIELDS = ("lr", "grad_norm", "loss_scale", "consumed_samples", "tokens")
-
-
-@dataclass
-class CurveResult:
-    """One loss curve: its finite points, its normal shape, and what was found on it."""
-
-    name: str
-    steps: np.ndarray
-    loss: np.ndarray
-    ema: np.ndarray
-    bad_steps: np.ndarray
-    fit: PowerLawFit | None
-    spikes: list[Spike]
-    divergence: Divergence | None
-    plateaus: list[Plateau]
-    climbs: list[Climb] = field(default_factory=list)
-
-    @property
-    def blips(self) -> list[Spike]:
-        return [s for s in self.spikes if s.blip]
 
 
 @dataclass

@@ -18,15 +18,11 @@ evidence line is written from the same numbers as the flag, so the two never dis
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from forensics.triage.alarms import Alarm
 from forensics.triage.config import TriageConfig
-
-if TYPE_CHECKING:
-    from forensics.triage.regimes import Columns, Divergence
+from forensics.triage.shapes import Columns, Divergence
 
 DATA = "the data (a bad batch, or new data in the blend)"
 LR = "learning rate too high or no warmup"

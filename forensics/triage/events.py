@@ -4,17 +4,14 @@ over the loss. Built from the detectors' findings by `forensics.triage.analyze.t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from forensics.triage.alarms import Alarm
 from forensics.triage.climb import Climb
 from forensics.triage.config import RunInfo, TriageConfig
-from forensics.triage.regimes import Columns, Divergence, Plateau
 from forensics.triage.runlevel import in_time
+from forensics.triage.shapes import Columns, CurveResult, Divergence, Plateau
 from forensics.triage.spikes import Spike
-
-if TYPE_CHECKING:
-    from forensics.triage.analyze import CurveResult
 
 
 def recovery_speed(s: Spike, cfg: TriageConfig) -> tuple[str | None, str | None]:

@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from forensics.rollback import SPIKE_WINDOW, Mark, Rollback, recommend_rollback
+from forensics.triage.actions import CONFIG_PLACEHOLDER, cause_check
 from forensics.triage.alarms import Alarm
 from forensics.triage.causes import DATA, warning_chain
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.spikes import Spike
-
-CONFIG_PLACEHOLDER = "<run-config.yaml>"
 
 
 def new_data_stage(onset: int, run: RunInfo) -> int | None:
@@ -136,8 +135,6 @@ def plan_fields(
     """The rollback point and the next command for an event's JSON: the data replay (`forensics
     spike`) where the data is supported or nothing else is, else the concrete check of the
     supported cause (forensics.triage.actions)."""
-    from forensics.triage.actions import cause_check
-
     rollback = event_rollback(onset, peak, alarms, run, cfg, chain=chain)
     cmd, note = next_command(onset, rollback.iteration, run)
     top = causes[0] if causes else None

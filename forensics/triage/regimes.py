@@ -14,66 +14,15 @@ engineer would: the learning-rate schedule, data repetition, then model capacity
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import polars as pl
 
 from forensics.triage.alarms import Alarm
 from forensics.triage.causes import divergence_causes, grad_norm_story
 from forensics.triage.config import CHINCHILLA_EPOCH, RunInfo, TriageConfig
+from forensics.triage.shapes import Columns, Divergence, Plateau
 from forensics.triage.spikes import Spike
 from forensics.triage.trend import ema_by_step, warmup_end_index, window_power_law
-
-
-@dataclass
-class Columns:
-    """The full table's columns as numpy arrays (NaN where not logged), aligned on `step`."""
-
-    step: np.ndarray
-    lr: np.ndarray | None
-    grad_norm: np.ndarray | None
-    loss_scale: np.ndarray | None
-    tokens: np.ndarray | None
-    samples: np.ndarray | None
-    batch: np.ndarray | None
-
-    @classmethod
-    def of(cls, table: pl.DataFrame) -> Columns:
-        def col(name: str) -> np.ndarray | None:
-            if name not in table.columns or table[name].is_null().all():
-                return None
-            return table[name].cast(pl.Float64).fill_null(float("nan")).to_numpy()
-
-        return cls(
-            step=table["step"].to_numpy(),
-            lr=col("lr"),
-            grad_norm=col("grad_norm"),
-            loss_scale=col("loss_scale"),
-            tokens=col("tokens"),
-            samples=col("consumed_samples"),
-            batch=col("global_batch_size"),
-        )
-
-    def at(self, values: np.ndarray | None, step: int) -> float | None:
-        """Last finite value at or before `step` (None when there is none)."""
-        if values is None:
-            return None
-        i = int(np.searchsorted(self.step, step, side="right"))
-        vals = values[:i]
-        vals = vals[np.isfinite(vals)]
-        return float(vals[-1]) if len(vals) else None
-
-
-@dataclass
-class Divergence:
-    step: int
-    end_step: int
-    trigger: str
-    from_level: float
-    to_level: float | None
-    grad_norm_before: str
-    likely_causes: list[dict[str, object]] = field(default_factory=list)
 
 
 def find_divergence(
@@ -185,17 +134,6 @@ def nonfinite_divergence(
         to_level=float(smooth[-1]),
         grad_norm_before="",
     )
-
-
-@dataclass
-class Plateau:
-    step: int
-    end_step: int
-    level: float
-    observed_drop: float
-    predicted_drop: float
-    checks: list[dict[str, object]] = field(default_factory=list)
-    conclusion: str = ""
 
 
 def find_plateaus(

@@ -2,7 +2,7 @@
 and two runs into one --out at once.
 
 The kill is deterministic: FORENSICS_FAULT_AT=NAME[:SIGNAL] makes the run send itself the
-signal at a named point (forensics.outputs.fault_point: `stage:<name>` as each spike stage
+signal at a named point (forensics.fault_points.fault_point: `stage:<name>` as each spike stage
 starts, `publish` after the first file of the output set is moved into place). What must hold:
 one line on stderr, exit 128 + signal, and the output directory holds either the old complete
 output (byte for byte) or nothing new.

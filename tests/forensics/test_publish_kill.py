@@ -4,7 +4,7 @@ mid-publish, which the next writer finishes (wholly new) and every reader refuse
 
 In process, the kill is a BaseException raised from the k-th rename, for every k: no cleanup of
 publish runs after it, as none runs after a SIGKILL. In a subprocess, the kill is a real SIGKILL
-at the project's own fault points (FORENSICS_FAULT_AT, forensics.outputs.fault_point), for
+at the project's own fault points (FORENSICS_FAULT_AT, forensics.fault_points.fault_point), for
 `spike` and `rebuild`, into a fresh folder and with --force over an earlier set.
 """
 

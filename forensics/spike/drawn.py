@@ -1,0 +1,32 @@
+"""Which documents each side of the spike (window, baseline) drew: the tables every document
+stage starts from, cached by the run's key."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.pipeline import cached_table
+from forensics.spike.run_context import SpikeRun
+
+
+def drawn_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
+    """side, dataset, doc_id: each document each side drew, once, sorted (sides-<key>.parquet:
+    a warm rerun reads these 0.2M rows instead of finding them among the replay's millions)."""
+    columns = ("side", "dataset", "doc_id")
+    return cached_table(
+        run.cache / f"sides-{run.key}.parquet",
+        lambda: replay.select(columns).unique().sort(columns),
+        run.hits,
+        "sides",
+    )
+
+
+def distinct_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
+    """dataset, doc_id: each document the window or the baseline drew, once, sorted."""
+    return cached_table(
+        run.cache / f"distinct-{run.key}.parquet",
+        lambda: drawn_documents(run, replay).select("dataset", "doc_id").unique()
+        .sort("dataset", "doc_id"),
+        run.hits,
+        "distinct",
+    )  # fmt: skip
