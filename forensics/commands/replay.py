@@ -6,7 +6,7 @@ Light at import time: the replayer (numpy, polars, numba) loads when the command
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -80,12 +80,7 @@ def replay_command(
         console.print(
             f"tokens: {info['samples']} samples x {info['sample_length']} -> {escape(str(tokens))}"
         )
-    if replayer.index_cache:  # warm our index cache for the next replay (after the output is safe)
-        if progress:
-            with console.status("saving the index cache"):
-                replayer.save_cache()
-        else:
-            replayer.save_cache()
+    _save_index_cache(replayer, console, progress)
     samples = table.select("sample_index").n_unique()
     console.print(
         f"iterations {first}-{last}: {samples} samples, {table.height} document segments "
@@ -95,3 +90,14 @@ def replay_command(
 
     if fetched.line():
         console.print(escape(fetched.line() or ""))
+
+
+def _save_index_cache(replayer: Any, console: Any, progress: bool) -> None:
+    """Warm our index cache for the next replay (after the output is safe)."""
+    if not replayer.index_cache:
+        return
+    if progress:
+        with console.status("saving the index cache"):
+            replayer.save_cache()
+    else:
+        replayer.save_cache()
