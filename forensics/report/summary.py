@@ -196,7 +196,7 @@ def skip_lines(skip: ReportSkip) -> list[Line]:
         out.append(("SKIP", text))
     if skip.documents:
         out.append(("BLOCK LIST", block_list_text(skip)))
-    if skip.ahead:
+    if skip.ahead and skip.documents:  # with no culprit there is nothing to look ahead for
         out.append(("AHEAD", skip.ahead))
     return out
 
