@@ -5,6 +5,7 @@ event book, the running jobs, the plans)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from forensics.watch.plans import PlanState, event_verdict, next_status, plan_message
@@ -14,6 +15,7 @@ from forensics.watch.spikejob import (
     pid_runs_spike,
     run_source,
     source_saved,
+    spike_folder,
     spike_result,
     start_spike,
     started_message,
@@ -78,7 +80,12 @@ class PlanRunner:
 
         window, _why = spike_window(key, int(ev.get("rollback_iteration", key - FAR)))
         window = self.opts.run.window or window  # --spike-args '--window N' wins
-        self.jobs[key] = start_spike(source, key, window, self.out, extra=self.opts.spike_args)
+        # a spike on one domain's curve alone: that domain's folder, as triage names it
+        domain = ev.get("domain") if ev.get("scope") == "one domain" else None
+        folder = spike_folder(key, domain)
+        self.jobs[key] = start_spike(
+            source, key, window, self.out, extra=self.opts.spike_args, folder=folder
+        )
         self.plans.setdefault(key, PlanState()).started = True
         return [self._emit(started_message(self.jobs[key], window))]
 
@@ -96,8 +103,8 @@ class PlanRunner:
             step = int(msg["step"])
             if self.book.has("forensics", step=step):
                 continue
-            out = self.out / f"spike-{step}"
-            log = self.out / f"spike-{step}.log"
+            out = Path(msg["out"]) if msg.get("out") else self.out / f"spike-{step}"
+            log = out.with_name(f"{out.name}.log")
             if (out / "report.json").exists() and (out / "skip.json").exists():
                 self._report_job(step, spike_result(step, out, log, 0))
             elif msg.get("pid") and pid_runs_spike(int(msg["pid"])):
@@ -110,6 +117,7 @@ class PlanRunner:
                     self.out,
                     extra=self.opts.spike_args,
                     force=True,
+                    folder=out.name,
                 )
 
     def _check_jobs(self) -> list[dict[str, Any]]:

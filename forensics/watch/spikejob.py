@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -92,12 +93,21 @@ def started_message(job: SpikeJob, window: int) -> dict[str, Any]:
         "step": job.step,
         "window": window,
         "pid": job.pid,
+        "out": str(job.out),
         "summary": (
             f"forensics spike --step {job.step} --window {window} started in the background "
             f"into {shlex.quote(str(job.out))} (before the verdict: the plan is ready when the "
             "verdict comes)"
         ),
     }
+
+
+def spike_folder(step: int, domain: str | None = None) -> str:
+    """The analysis folder's name: spike-<step>, or spike-<step>-<domain> (the domain's name
+    kept to letters, digits, '.', '_' and '-', so it is one safe path word)."""
+    if not domain:
+        return f"spike-{step}"
+    return f"spike-{step}-{re.sub(r'[^A-Za-z0-9._-]', '_', domain)}"
 
 
 def start_spike(
@@ -108,11 +118,13 @@ def start_spike(
     *,
     extra: tuple[str, ...] = (),
     force: bool = False,
+    folder: str | None = None,
 ) -> SpikeJob:
-    """Start `forensics spike` for `step` into watch_dir/spike-<step>/ (returns at once).
-    `run_args`: where the run is described (`--config FILE` or `--from-checkpoint DIR`)."""
-    out = watch_dir / f"spike-{step}"
-    log = watch_dir / f"spike-{step}.log"
+    """Start `forensics spike` for `step` into watch_dir/<folder>/ (returns at once); the folder
+    is spike-<step> unless named (`spike_folder`). `run_args`: where the run is described
+    (`--config FILE` or `--from-checkpoint DIR`)."""
+    out = watch_dir / (folder or spike_folder(step))
+    log = watch_dir / f"{out.name}.log"
     cmd = [
         sys.executable,
         "-m",

@@ -152,7 +152,7 @@ def test_the_spike_runs_with_and_messages_name_the_window_of_spike_args(
 
     started: list[tuple[int, tuple[str, ...]]] = []
 
-    def fake_start(source, step, window, watch_dir, *, extra=(), force=False):  # noqa: ANN001
+    def fake_start(source, step, window, watch_dir, *, extra=(), force=False, folder=None):  # noqa: ANN001
         started.append((window, extra))
         out = watch_dir / f"spike-{step}"
         return SpikeJob(step, out, watch_dir / f"spike-{step}.log", None, pid=0)

@@ -99,3 +99,36 @@ def test_webhook_severity_of_the_new_rules() -> None:
         {"message": "raised", "kind": "divergence", "event": {"action": "STOP"}}, "x"
     )
     assert lifted["action"] == "STOP"
+
+
+def test_the_background_spike_of_one_domain_goes_to_that_domains_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spike on code's curve alone is analysed into spike-S-code/, the folder triage's
+    suggested command names, and the started message says where (a restarted watcher reads it
+    back from there)."""
+    import forensics.watch.planning as planning
+    from forensics.triage.config import RunInfo
+    from forensics.watch.spikejob import SpikeJob
+
+    started: list[Path] = []
+
+    def fake_start(source, step, window, watch_dir, *, extra=(), force=False, folder=None):  # noqa: ANN001
+        out = watch_dir / (folder or f"spike-{step}")
+        started.append(out)
+        return SpikeJob(step, out, watch_dir / f"{out.name}.log", None, pid=0)
+
+    monkeypatch.setattr(planning, "start_spike", fake_start)
+    config = tmp_path / "run.yaml"
+    config.write_text("not read: the spike is not started for real\n")
+    log = tmp_path / "train.log"
+    lines = loss_curves.megatron_lines(loss_curves.rule_case("domain_alone"))
+    log.write_text("\n".join(lines) + "\n")
+    run = RunInfo(config_path=str(config))
+    watcher = Watcher(WatchOptions(log=log, out=tmp_path / "w", config=str(config), run=run))
+    msgs = watcher.poll()
+    watcher.close()
+    began = [m for m in msgs if m["message"] == "forensics_started"]
+    assert began, [m["summary"] for m in msgs]
+    assert [p.name for p in started] == [f"spike-{m['step']}-code" for m in began]
+    assert [Path(m["out"]) for m in began] == started
