@@ -13,6 +13,7 @@ given (then with ignore_fingerprint_mismatch: the library's way to restart on ch
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -125,6 +126,12 @@ def main() -> None:
     jobs = json.loads(open(sys.argv[1]).read())["jobs"]
     with open(sys.argv[2], "w") as handle:
         json.dump({"results": [run_job(job) for job in jobs]}, handle)
+    # The results are on disk: leave without the interpreter's teardown, where a native thread
+    # still joinable (the S3 clients' or torch's pools) can abort the process ("terminate called
+    # without an active exception") after everything asked of it is done.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
