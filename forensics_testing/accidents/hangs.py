@@ -60,7 +60,16 @@ def hangs_and_order(
 ) -> None:
     """Accidents of a FIFO or device as an input, log order, webhook delivery, watch's seconds
     and score's rows that are not documents."""
-    log, wa, replay, spike = names["log"], names["wa"], names["replay"], names["spike"]
+    blocking_inputs(add, info, names)
+    watch_options(add, names["wa"])
+    order_and_rows(add, names["log"])
+
+
+def blocking_inputs(
+    add: Callable[[Accident], None], info: dict[str, Any], names: dict[str, Any]
+) -> None:
+    """A FIFO nobody writes to, as each command's input and as a data file a config names."""
+    wa, replay, spike = names["wa"], names["replay"], names["spike"]
     for cmd, argv in (
         ("score", ["score", "pipe.jsonl", "--out", "s.parquet"]),
         ("triage", ["triage", "pipe.jsonl", "--out", "t"]),
@@ -87,6 +96,10 @@ def hangs_and_order(
             needle="is a FIFO or pipe, not a regular file",
         )
     )
+
+
+def watch_options(add: Callable[[Accident], None], wa: list[str]) -> None:
+    """watch on a device, with a nan interval, a log in a missing folder, a dead webhook."""
     add(
         Accident(
             "watch: /dev/zero",
@@ -120,6 +133,11 @@ def hangs_and_order(
             kept=("w/**",),  # the watch folder: its state.json lists what was not delivered
         )
     )
+
+
+def order_and_rows(add: Callable[[Accident], None], log: str) -> None:
+    """A log in reversed or shuffled order reads as the original; score counts non-documents
+    apart."""
     for how in ("reversed", "shuffled"):
         add(
             Accident(
