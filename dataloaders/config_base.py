@@ -1,6 +1,6 @@
 """The strict base model every part of the run config uses, the base of the `data:` models, and
-rules shared by the `data:` models of several families (dataloaders/data_sections.py,
-dataloaders/data_section_mosaic.py)."""
+rules shared by the `data:` models of several families (`dataloaders/<family>/config.py`, joined
+in dataloaders/data_sections.py)."""
 
 from __future__ import annotations
 

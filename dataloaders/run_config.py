@@ -48,7 +48,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from dataloaders.checkpoints import checkpoint_iterations
-from dataloaders.data_sections import DataConfig, PrintableName, StrictModel, data_model
+from dataloaders.config_base import PrintableName, StrictModel
+from dataloaders.data_sections import DataConfig, data_model
 from dataloaders.errors import ConfigError
 from dataloaders.storage.urls import is_remote
 from dataloaders.trainers import DEFAULT_TRAINER, REGISTRY, unknown_trainer

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dataloaders.data_sections import MegatronData
+from dataloaders.megatron.config import MegatronData
 from dataloaders.run_config import RunConfig
 from forensics.errors import ForensicsError
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from dataloaders.data_sections import HFData
+from dataloaders.hf.config import HFData
 from dataloaders.family import (
     Family,
     FileUnit,

@@ -1,12 +1,6 @@
-"""Megatron-core data: .bin/.idx files, GPT/Blended index arrays, and the exact replay."""
+"""Megatron-core data: .bin/.idx files, GPT/Blended index arrays, the exact replay, and the run
+read back from a Megatron-LM or Megatron-Bridge save folder.
 
-from dataloaders.megatron.indexed import IndexedDataset, IndexedDatasetWriter, write_indexed_dataset
-from dataloaders.megatron.replayer import MegatronReplayer, open_megatron_replayer
-
-__all__ = [
-    "IndexedDataset",
-    "IndexedDatasetWriter",
-    "MegatronReplayer",
-    "open_megatron_replayer",
-    "write_indexed_dataset",
-]
+The package itself imports nothing: the `data:` union (dataloaders/data_sections.py) imports
+its config model, which must not pull in the replayer.
+"""

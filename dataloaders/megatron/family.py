@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from dataloaders.data_sections import MegatronData
+from dataloaders.megatron.config import MegatronData
 from dataloaders.family import Family, RestartFile
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dataloaders.data_sections import DataStage, MegatronData
+from dataloaders.megatron.config import DataStage, MegatronData
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron import cache
 from dataloaders.megatron.blending import (

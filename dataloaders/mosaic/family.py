@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dataloaders.data_section_mosaic import MosaicData
+from dataloaders.mosaic.config import MosaicData
 from dataloaders.family import (
     Family,
     FileUnit,

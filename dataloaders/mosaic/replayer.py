@@ -473,7 +473,7 @@ class MosaicReplayer(Replayer):
     @property
     def notes(self) -> list[str]:
         """One-line notes on the config for the user: the fields it sets that were accepted
-        but cannot change the order (dataloaders/data_section_mosaic.py says why for each)."""
+        but cannot change the order (dataloaders/mosaic/config.py says why for each)."""
         ignored = self.data.ignored_fields
         if not ignored:
             return []

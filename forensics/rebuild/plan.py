@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from dataloaders.data_sections import DatasetSpec
+from dataloaders.megatron.config import DatasetSpec
 from dataloaders.run_config import RunConfig
 from forensics.errors import ForensicsError
 from forensics.rebuild.launches import Launch, plan_launches

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from dataloaders.data_section_mosaic import IGNORED_FIELDS, MosaicData
+from dataloaders.mosaic.config import IGNORED_FIELDS, MosaicData
 from dataloaders.mosaic.numbers import number_abbrev_to_int
 from dataloaders.run_config import config_from_dict
 from forensics.errors import ForensicsError
