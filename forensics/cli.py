@@ -94,7 +94,7 @@ def _guard_paths(command: Any) -> None:
     """Every path on the command line goes through `check_input_path` as it is parsed: a FIFO,
     device or socket is refused in one line before any command opens it (an output path too:
     writing into a FIFO blocks just the same)."""
-    from forensics.inputs_guard import check_input_path
+    from dataloaders.regular_files import check_input_path
 
     for param in getattr(command, "params", []):
         if not (_typed_path(param) or param.name in _PATH_STRINGS):

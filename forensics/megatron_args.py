@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.megatron.family import MegatronFamily
+from dataloaders.regular_files import check_input_path
 from dataloaders.run_config import RunConfig, config_from_dict
 from dataloaders.storage.urls import is_remote
 from forensics.errors import ForensicsError
-from forensics.inputs_guard import check_input_path
 
 UNSUPPORTED = {
     "--train-data-path": "per-split data paths",

@@ -23,7 +23,8 @@ def resolve_run_config(
 ) -> RunConfig:
     """`_resolve`, then every file the config names checked (`check_run_inputs`): a FIFO or
     device among them is refused before any reader opens it."""
-    from forensics.inputs_guard import check_input_path, check_run_inputs
+    from dataloaders.regular_files import check_input_path
+    from forensics.inputs_guard import check_run_inputs
 
     if config is None and megatron_args is None and from_checkpoint is None:
         from dataloaders.run_config import find_config

@@ -222,7 +222,7 @@ def check_log_file(log: Path) -> None:
     """A log must be a file (or a TensorBoard directory) that can be read twice: a FIFO blocks
     until a writer comes, a pipe (`<(...)`, /dev/stdin) can be read only once. Refused in one
     line (the one check every input goes through); a missing path is the reader's to say."""
-    from forensics.inputs_guard import check_input_path
+    from dataloaders.regular_files import check_input_path
 
     check_input_path(log)
 

@@ -78,7 +78,7 @@ def _header_ok(buf: bytes | memoryview, off: int, size: int) -> int | None:
 def iter_records(path: Path, scan: RecordScan, start: int = 0) -> Iterator[bytes]:
     """Yield the data of every record from byte `start` whose CRCs check out; count the rest in
     `scan`; `scan.end` is where the next read resumes (a truncated tail is read again then)."""
-    from forensics.inputs_guard import open_regular
+    from dataloaders.regular_files import open_regular
 
     with open_regular(path) as fh:  # an events file is never a FIFO we would wait on
         fh.seek(start)

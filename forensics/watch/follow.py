@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from forensics.inputs_guard import open_regular
+from dataloaders.regular_files import open_regular
 
 BinaryIO = IO[bytes]
 

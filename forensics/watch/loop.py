@@ -20,8 +20,8 @@ from typing import Any
 import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
+from dataloaders.regular_files import check_input_path
 from forensics.errors import ForensicsError
-from forensics.inputs_guard import check_input_path
 from forensics.triage.analyze import TriageResult
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.formats import get_format

@@ -44,7 +44,7 @@ def detect_line_format(path: Path, requested: str) -> str | None:
 def _has_csv_row(path: Path) -> bool:
     """True when a row with as many cells as the first line follows it (a CSV's header and a
     first row, not a preamble line that happens to hold a comma)."""
-    from forensics.inputs_guard import open_regular
+    from dataloaders.regular_files import open_regular
 
     with open_regular(path) as handle:
         head = handle.read(1 << 16).decode("utf-8", errors="replace")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from dataloaders.regular_files import check_input_path, open_regular
 from forensics.errors import ForensicsError
-from forensics.inputs_guard import check_input_path, open_regular
 from forensics_testing.refusal import one_line_error
 from forensics_testing.silent_server import closed_port, silent_server
 from forensics_testing.small_run import REPO, SMALL, cli, copy_run

@@ -69,7 +69,7 @@ def detect_format(path: Path) -> str:
     for fmt in _DETECTION:
         if fmt.named(path.name.lower()):
             return fmt.name
-    from forensics.inputs_guard import open_regular
+    from dataloaders.regular_files import open_regular
 
     with open_regular(path) as fh:
         head = Head(path, fh.read(HEAD_BYTES))
