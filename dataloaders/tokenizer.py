@@ -101,3 +101,14 @@ def _sibling_merges(vocab: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def special_ids(tokenizer: Any) -> set[int]:
+    """The tokenizer's special tokens (BOS, EOS, EOD, pad): preprocessing adds them around the
+    text, and a tokenizer's pre-tokenizer (a SentencePiece `Metaspace` prefix, say) treats text
+    after one differently, so they are left out of the round trip."""
+    try:
+        added = tokenizer.get_added_tokens_decoder()
+    except AttributeError:
+        return set()
+    return {int(i) for i, token in added.items() if getattr(token, "special", False)}

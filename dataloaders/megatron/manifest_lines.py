@@ -3,14 +3,15 @@
 preprocess_data.py writes line i's `text`, encoded by the run's tokenizer, as document i (one
 or more sequences; an EOD token after it with --append-eod). Re-encoding each line and comparing
 with its document pairs them one by one: a line moved by one place meets another document's
-ids. The length-ratio check of forensics.manifest catches shifted, reversed and shuffled files
+ids. The length-ratio check of manifest_writer.py catches shifted, reversed and shuffled files
 without a tokenizer, not a swap of two lines of similar length.
 
-Ids are compared as the round-trip check of a spike does (forensics.spike.tokcheck): special
-tokens at either end left out, and the first two ids free (a SentencePiece dummy prefix can
-split the first word otherwise). A document preprocessed with --split-sentences was encoded one
-sentence at a time, so its ids can differ from the whole text's at sentence boundaries: it must
-then agree in length within MATCH_SLACK and in its opening ids.
+Ids are compared as the round-trip check of a spike does: special tokens
+(dataloaders.tokenizer.special_ids) at either end left out, and the first two ids free (a
+SentencePiece dummy prefix can split the first word otherwise). A document preprocessed with
+--split-sentences was encoded one sentence at a time, so its ids can differ from the whole
+text's at sentence boundaries: it must then agree in length within MATCH_SLACK and in its
+opening ids.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from forensics.errors import ForensicsError
+from dataloaders.errors import ForensicsError
+from dataloaders.tokenizer import load_tokenizer, special_ids
 
 BATCH = 1024  # lines encoded at once
 OPENING = 16  # ids compared at the start of a document encoded sentence by sentence
@@ -30,9 +32,6 @@ MATCH_SLACK = 0.02  # share of its length a sentence-split document may differ b
 
 def check_lines(jsonl: Path, dataset: Any, prefix: Path, tokenizer_path: Path) -> None:
     """Refuse, naming the first line, when a line's text does not encode to its document."""
-    from dataloaders.tokenizer import load_tokenizer
-    from forensics.spike.tokcheck import special_ids
-
     tokenizer = load_tokenizer(tokenizer_path)
     if not hasattr(tokenizer, "encode_batch"):
         raise ForensicsError(

@@ -1,4 +1,5 @@
-"""Provenance manifests: one Parquet row per document of a Megatron dataset, in .idx order.
+"""The manifest writer (`forensics manifest`): one Parquet row per document of a Megatron
+dataset, in .idx order; its reader is dataloaders/megatron/manifests.py.
 
 Megatron's preprocess_data.py turns line i of its JSONL input into document i of the .bin/.idx
 (every line becomes a document, even an empty one), so the JSONL's metadata fields, read in
@@ -13,10 +14,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
+from dataloaders.atomic import write_parquet_atomic
 from dataloaders.base import RESERVED_COLUMNS
-from forensics.errors import ForensicsError
+from dataloaders.errors import ForensicsError
+from dataloaders.megatron.indexed import IndexedDataset
+from dataloaders.megatron.manifest_lines import check_lines
+from dataloaders.megatron.manifests import document_checks
 
 
 def _lookup(record: dict[str, Any], field: str) -> Any:
@@ -98,8 +104,6 @@ MIN_TOKENS = 16
 def order_problem(table: pl.DataFrame, tokens: Any, jsonl: Path, prefix: Path) -> str | None:
     """Why the JSONL's lines are not the dataset's documents in order, or None: each line's
     characters against its document's tokens, compared with the median ratio of all lines."""
-    import numpy as np
-
     chars = table["_chars"].to_numpy()
     counts = np.asarray(tokens, dtype=np.float64)
     usable = np.flatnonzero(~np.isnan(chars.astype(np.float64)) & (counts >= MIN_TOKENS))
@@ -148,13 +152,8 @@ def build_manifest(
     equal the dataset's document count, the lines' lengths must follow the documents', and each
     row records its document's doc_tokens and doc_hash, which every reader checks; with
     `tokenizer` too, each line's text must encode to its own document's ids."""
-    from dataloaders.atomic import write_parquet_atomic
-
     table = read_jsonl_fields(jsonl, fields)
     if prefix is not None:
-        from dataloaders.megatron.indexed import IndexedDataset
-        from dataloaders.megatron.manifests import document_checks
-
         dataset = IndexedDataset(prefix)
         docs = dataset.num_documents
         if docs != table.height:
@@ -166,8 +165,6 @@ def build_manifest(
         if problem:
             raise ForensicsError(problem)
         if tokenizer is not None:
-            from forensics.manifest_lines import check_lines
-
             check_lines(jsonl, dataset, prefix, tokenizer)
         table = pl.concat([table, document_checks(dataset)], how="horizontal")
     elif tokenizer is not None:

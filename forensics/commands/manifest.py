@@ -40,8 +40,8 @@ def manifest_command(
     from rich.markup import escape
 
     from dataloaders.console import make_console
+    from dataloaders.megatron.manifest_writer import build_manifest, null_notes
     from forensics.errors import ForensicsError
-    from forensics.manifest import build_manifest, null_notes
     from forensics.outputs import check_output_file
 
     names = [f.strip() for f in fields.split(",") if f.strip()]

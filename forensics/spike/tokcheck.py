@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from dataloaders.tokenizer import special_ids
 from forensics.errors import ForensicsError
 
 PER_DATASET = 16  # sequences sampled per dataset
@@ -40,17 +41,6 @@ def sampled_sequences(replayer: Any, distinct: pl.DataFrame) -> list[list[int]]:
                 if ids:
                     out.append(ids)
     return out
-
-
-def special_ids(tokenizer: Any) -> set[int]:
-    """The tokenizer's special tokens (BOS, EOS, EOD, pad): preprocessing adds them around the
-    text, and a tokenizer's pre-tokenizer (a SentencePiece `Metaspace` prefix, say) treats text
-    after one differently, so they are left out of the round trip."""
-    try:
-        added = tokenizer.get_added_tokens_decoder()
-    except AttributeError:
-        return set()
-    return {int(i) for i, token in added.items() if getattr(token, "special", False)}
 
 
 def round_trips(tokenizer: Any, ids: list[int], special: set[int] | None = None) -> bool:

@@ -66,7 +66,8 @@ def document_token_stats(
 ) -> dict[str, np.ndarray]:
     """n_tokens, bytes_per_token, unigram_bits, rare_token_share, round_trip per document;
     `baseline` marks the documents whose ids make the unigram distribution."""
-    from forensics.spike.tokcheck import round_trips, special_ids
+    from dataloaders.tokenizer import special_ids
+    from forensics.spike.tokcheck import round_trips
 
     special = special_ids(tokenizer)
     drop = np.fromiter(special, dtype=np.int64) if special else np.empty(0, np.int64)

@@ -336,7 +336,7 @@ def test_damaged_tensorboard_files_are_read_or_refused(
 def test_manifest_builder_reads_any_jsonl_or_refuses(
     tmp_path: Path, lines: list, fields: list
 ) -> None:
-    from forensics.manifest import build_manifest
+    from dataloaders.megatron.manifest_writer import build_manifest
 
     jsonl = tmp_path / "docs.jsonl"
     jsonl.write_text(

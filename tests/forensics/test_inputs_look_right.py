@@ -211,7 +211,7 @@ def _copy_with_manifest(run: dict, tmp_path: Path) -> tuple[Path, pl.DataFrame]:
     and the documents iterations 1-20 draw."""
     import shutil
 
-    from forensics.manifest import build_manifest
+    from dataloaders.megatron.manifest_writer import build_manifest
 
     root = tmp_path / "copy"
     shutil.copytree(run["root"], root, ignore=shutil.ignore_patterns("spike*"))

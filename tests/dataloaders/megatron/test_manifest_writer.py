@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.errors import ForensicsError
-from forensics.manifest import build_manifest, read_jsonl_fields
+from dataloaders.errors import ForensicsError
+from dataloaders.megatron.manifest_writer import build_manifest, read_jsonl_fields
 
 
 def _jsonl(path: Path, records: list) -> Path:
