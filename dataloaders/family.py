@@ -16,7 +16,10 @@ the rebuild, the window plan) is one builder for all of them:
 - its file units (`file_units`, `file_refusal`): the files a file-based run reads and the
   documents in each, which decide whether a block list can be dropped as whole files;
 - its rebuild: the rebuilt `data:` mapping, the restart's files (`restart_files`, described by
-  `restart`), the folders it stages and the note that says how the trainer continues.
+  `restart`), the folders it stages and the note that says how the trainer continues;
+- the run read back from its trainers' save folders (`recognises_save`, `saved_run`):
+  `--from-checkpoint DIR` asks every family whether the folder is its own and lets that one
+  read it, so a family's checkpoint layout is known in its package alone.
 
 These are data-level answers (a config, a replayer, a list of files in, plain data out), so
 they live here with the family rather than in a forensics-side table keyed by the family's
@@ -27,6 +30,7 @@ family instead of comparing names. `dataloaders/` imports nothing from `forensic
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -35,6 +39,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from dataloaders.base import Replayer
+    from dataloaders.run_config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,9 @@ class Family(ABC):
     # How the trainer continues on the rebuilt files, a sentence with {resume}, {skipped} and
     # {rollback} to fill (file-based families).
     restart_note: ClassVar[str] = ""
+    # What this family's trainers leave in a save folder that `recognises_save` looks for, for
+    # the message when no family recognises a folder ("" for a family that reads none).
+    save_files: ClassVar[str] = ""
 
     @abstractmethod
     def open(self, config: Any) -> Replayer:
@@ -121,6 +129,24 @@ class Family(ABC):
     def flag_paths(self, data: Any) -> list[str]:
         """Data paths the restart's flags spell out (a quoted one needs `eval`, not $(cat))."""
         return []
+
+    # -- the run read back from a save folder (--from-checkpoint) -----------------------------
+
+    def recognises_save(self, folder: Path) -> bool:
+        """Whether the existing directory `folder` is a save folder this family's trainers
+        write, or one checkpoint of one. Told from names alone, nothing unpickled: a watcher
+        asks every family this of a folder the trainer is still writing, and a folder two
+        families claim is refused. A family whose trainers save no run description keeps
+        False."""
+        return False
+
+    def saved_run(self, folder: Path, step: int | None, say: Callable[[str], None]) -> RunConfig:
+        """The run config the trainer's files under `folder` (one `recognises_save` accepted)
+        describe, so a spike can be analysed with no config written by hand. `step` picks
+        the checkpoint to read (the first saved at or after it, by the job that trained the
+        step; None: the newest); `say` gets one line per thing read, for the user to check.
+        What cannot be read exactly is a one-line ForensicsError naming the file."""
+        raise ValueError(f"{self.name}: reads no save folder")
 
     # -- file-based families ------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -196,22 +196,25 @@ def _without_paths(value: Any) -> Any:
     return value
 
 
+# Megatron's --tokenizer-type values whose flags the run config carries (TokenizerArgs); the
+# launch-argument reader keeps a job's tokenizer flags for these alone.
+MegatronTokenizerType = Literal[
+    "HuggingFaceTokenizer",
+    "GPT2BPETokenizer",
+    "SentencePieceTokenizer",
+    "GPTSentencePieceTokenizer",
+    "Llama2Tokenizer",
+    "TikTokenizer",
+]
+MEGATRON_TOKENIZER_TYPES: tuple[str, ...] = get_args(MegatronTokenizerType)
+
+
 class TokenizerArgs(StrictModel):
     """How Megatron built the run's tokenizer: its launch flags under their `args` names, with
     Megatron's defaults (Megatron-LM d98e8a64dd megatron/training/config/training_config.py:698-741;
     dataloaders/tokenizer_megatron.py reads them as megatron-core's build_tokenizer does)."""
 
-    tokenizer_type: (
-        Literal[
-            "HuggingFaceTokenizer",
-            "GPT2BPETokenizer",
-            "SentencePieceTokenizer",
-            "GPTSentencePieceTokenizer",
-            "Llama2Tokenizer",
-            "TikTokenizer",
-        ]
-        | None
-    ) = None
+    tokenizer_type: MegatronTokenizerType | None = None
     tokenizer_sentencepiece_legacy: bool = False
     tokenizer_special_tokens: list[str] | None = None
     tiktoken_pattern: Literal["v1", "v2"] | None = None

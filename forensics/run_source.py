@@ -1,7 +1,7 @@
 """Which run a command works on: --config, --megatron-args or --from-checkpoint, one rule.
 
-It sits above both readers (forensics.megatron_args, forensics.from_checkpoint), so neither
-imports the other to dispatch.
+It sits above both readers (dataloaders.megatron.launch_args, forensics.from_checkpoint), so
+neither imports the other to dispatch.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _resolve(
         if config is not None:
             raise ForensicsError("give --config or --megatron-args, not both")
         _say_ignored(from_checkpoint, "--megatron-args")
-        from forensics.megatron_args import config_from_megatron_args, split_megatron_args
+        from dataloaders.megatron.launch_args import config_from_megatron_args, split_megatron_args
 
         return config_from_megatron_args(split_megatron_args(megatron_args))
     if config is not None:

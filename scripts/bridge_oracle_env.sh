@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build .venv-bridge/: NVIDIA Megatron-Bridge 0.6.2, the oracle that writes the Bridge save folders
 # (run_config.yaml, train_state.pt, the trackers) and parses the overrides of the Megatron-Bridge
-# tests (tests/forensics/test_from_checkpoint_bridge.py).
+# tests (tests/dataloaders/megatron/test_bridge_save.py).
 #
 # Why not Python 3.12, which megatron-bridge 0.6.2 requires: its code needs torch, and PyPI's only
 # Linux torch 2.13.0 wheel for cp312 is the CUDA 13 build (it requires cuda-toolkit, cuDNN, NCCL,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from dataloaders.hf.config import HFData
 from dataloaders.family import (
     Family,
     FileUnit,
@@ -19,6 +18,7 @@ from dataloaders.family import (
     data_without_resumes,
     listed_unit,
 )
+from dataloaders.hf.config import HFData
 
 
 class HFFamily(Family):

@@ -3,14 +3,23 @@
 Its rebuild writes each blocked dataset again without the blocked documents (new .bin/.idx,
 `forensics.rebuild.plan`), and the restart takes the new `--data-path` with the checkpoint pin;
 Megatron-LM reads one `--data-path` per launch, so each later data stage is a launch of its own.
+A Megatron-LM or Megatron-Bridge save folder is read back by saved_run.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
-from dataloaders.megatron.config import MegatronData
 from dataloaders.family import Family, RestartFile
+from dataloaders.megatron.config import MegatronData
+from dataloaders.megatron.saved_run import (
+    TRACKER,
+    config_from_megatron_save,
+    is_megatron_save_folder,
+)
+from dataloaders.run_config import RunConfig
 
 
 class MegatronFamily(Family):
@@ -22,6 +31,7 @@ class MegatronFamily(Family):
     rebuilds_documents = True
     token_files = True
     launch_per_stage = True
+    save_files = f"iter_NNNNNNN/ checkpoints or {TRACKER}"
 
     def open(self, config: Any) -> Any:
         from dataloaders.megatron.replayer import open_megatron_replayer
@@ -33,3 +43,9 @@ class MegatronFamily(Family):
 
     def flag_paths(self, data: Any) -> list[str]:
         return [str(s.prefix) for st in data.data_stages for s in st.blend]
+
+    def recognises_save(self, folder: Path) -> bool:
+        return is_megatron_save_folder(folder)
+
+    def saved_run(self, folder: Path, step: int | None, say: Callable[[str], None]) -> RunConfig:
+        return config_from_megatron_save(folder, step, say)

@@ -26,11 +26,16 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from dataloaders.megatron.family import MegatronFamily
+from dataloaders.errors import ForensicsError
+from dataloaders.megatron.config import MegatronData
 from dataloaders.regular_files import check_input_path
-from dataloaders.run_config import RunConfig, config_from_dict
+from dataloaders.run_config import (
+    MEGATRON_TOKENIZER_TYPES,
+    RunConfig,
+    TokenizerArgs,
+    config_from_dict,
+)
 from dataloaders.storage.urls import is_remote
-from forensics.errors import ForensicsError
 
 UNSUPPORTED = {
     "--train-data-path": "per-split data paths",
@@ -58,25 +63,11 @@ UNSUPPORTED = {
 DATALOADER_TYPES = ("single", "cyclic", "external")
 
 
-# --tokenizer-type values whose flags the run config carries (RunConfig.tokenizer_args).
-TOKENIZER_TYPES = (
-    "HuggingFaceTokenizer",
-    "GPT2BPETokenizer",
-    "SentencePieceTokenizer",
-    "GPTSentencePieceTokenizer",
-    "Llama2Tokenizer",
-    "TikTokenizer",
-)
-TOKENIZER_ARGS = (
-    "tokenizer_type",
-    "tokenizer_sentencepiece_legacy",
-    "tokenizer_special_tokens",
-    "tiktoken_pattern",
-    "tiktoken_num_special_tokens",
-    "vocab_size",
-    "legacy_tokenizer",
-    "vocab_extra_ids",
-)
+# The launch flags RunConfig.tokenizer_args carries, under their `args` names (each field of
+# TokenizerArgs is one).
+TOKENIZER_ARGS: tuple[str, ...] = tuple(TokenizerArgs.model_fields)
+# The `data.format` the arguments describe.
+MEGATRON_FORMAT: str = MegatronData.model_fields["format"].default
 
 
 class _Parser(argparse.ArgumentParser):
@@ -213,7 +204,7 @@ def raw_config_from_megatron_args(
         if value is None:
             raise ForensicsError(f"--megatron-args: {flag} is required")
     data: dict[str, Any] = {
-        "format": MegatronFamily.name,
+        "format": MEGATRON_FORMAT,
         "seed": args.seed,
         "seq_length": args.seq_length,
         "split": args.split,
@@ -241,7 +232,7 @@ def raw_config_from_megatron_args(
         raw["tokenizer"] = args.vocab_file
         if args.merge_file:
             raw["tokenizer_merges"] = args.merge_file
-    if args.tokenizer_type in TOKENIZER_TYPES:
+    if args.tokenizer_type in MEGATRON_TOKENIZER_TYPES:
         raw["tokenizer_args"] = {key: getattr(args, key) for key in TOKENIZER_ARGS}
     checkpoint_dir = args.save or args.load
     if checkpoint_dir:

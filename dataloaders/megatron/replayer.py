@@ -18,8 +18,8 @@ import numpy as np
 import polars as pl
 
 from dataloaders.base import Replayer
-from dataloaders.megatron.config import MegatronData
 from dataloaders.errors import ForensicsError
+from dataloaders.megatron.config import MegatronData
 from dataloaders.megatron.gpt_indices import split_range
 from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.megatron.manifests import Manifests

@@ -1,15 +1,16 @@
 """What the Megatron-family save-folder readers share (a Megatron-LM `--save` directory and a
 Megatron-Bridge one): whether two jobs' configs are one run, and the lines that say what was
-read. The readers each build a `RunConfig` their own way and meet here."""
+read. The readers (saved_run.py, bridge_save.py) each build a `RunConfig` their own way and
+meet here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from dataloaders.errors import ForensicsError
 from dataloaders.megatron.config import MegatronData
 from dataloaders.run_config import RunConfig
-from forensics.errors import ForensicsError
 
 
 def same_run(job: dict[str, Any], last: dict[str, Any], job_path: Path, path: Path) -> None:

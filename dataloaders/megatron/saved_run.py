@@ -1,4 +1,6 @@
-"""A run config from what the trainer saved beside the weights: `--from-checkpoint DIR`.
+"""The run read back from a Megatron save folder (`--from-checkpoint DIR`): the Megatron
+family's answer to `Family.saved_run` (dataloaders/family.py). A Megatron-Bridge folder goes to
+its own reader (bridge_save.py); everything else here is Megatron-LM's.
 
 Megatron-LM keeps the job's whole `args` Namespace in every checkpoint (NVIDIA/Megatron-LM
 d98e8a64ddf34856e74b24714e3bedb2f5a39553, megatron/training/checkpointing.py:1571
@@ -15,7 +17,7 @@ megatron-core itself registers for its checkpoints (megatron/core/safe_globals.p
 the enums the arguments hold, the numpy types of the RNG state, ...), megatron-core's own
 classes rebuilt as inert stand-ins; any other global is refused by name, unread
 (dataloaders.safe_pickle). The
-Namespace then goes through the `--megatron-args` reader (forensics/megatron_args.py).
+Namespace then goes through the `--megatron-args` reader (launch_args.py).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dataloaders.run_config import RunConfig
+from dataloaders.errors import ForensicsError
+from dataloaders.megatron.bridge_save import config_from_bridge, is_bridge_save_folder
+from dataloaders.megatron.launch_args import args_to_argv, raw_config_from_megatron_args
+from dataloaders.megatron.saved_jobs import describe, same_run
+from dataloaders.run_config import RunConfig, config_from_dict
 from dataloaders.safe_pickle import load_torch_save, megatron_globals
-from forensics.errors import ForensicsError
-from forensics.from_checkpoint_bridge import config_from_bridge, is_bridge_save_folder
-from forensics.megatron_saved_run import describe, same_run
 
 TRACKER = "latest_checkpointed_iteration.txt"
 _ITER = re.compile(r"iter_(\d{7})")
@@ -97,53 +100,33 @@ def _args_file(checkpoint: Path) -> Path:
     )
 
 
-def is_olmo_core_save_folder(folder: Path) -> bool:
-    """An OLMo-core save folder, or one of its `stepN/` checkpoints: OLMo-core's
-    ConfigSaverCallback writes the experiment's config.json into each step folder
-    (ai2-olmo-core 3.0.0, olmo_core/train/callbacks/config_saver.py:57-75)."""
-    if re.fullmatch(r"step\d+", folder.name) and (folder / "config.json").is_file():
+def is_megatron_save_folder(folder: Path) -> bool:
+    """A Megatron-LM or Megatron-Bridge save folder, or one of its checkpoints, told by the names
+    Megatron gives them (nothing is read): an `iter_NNNNNNN` or `release` checkpoint, the
+    tracker file, or such a checkpoint inside. A damaged tracker still names the folder
+    Megatron's: the reader then says what is wrong with it."""
+    if _ITER.fullmatch(folder.name) or folder.name == "release":
         return True
-    return any(
-        p.is_dir() and re.fullmatch(r"step\d+", p.name) and (p / "config.json").is_file()
-        for p in folder.iterdir()
+    if (folder / TRACKER).is_file() or (folder / "release").is_dir():
+        return True
+    return is_bridge_save_folder(folder) or any(
+        _ITER.fullmatch(p.name) and p.is_dir() for p in folder.iterdir()
     )
 
 
-def holds_checkpoint(folder: Path) -> bool:
-    """Whether the trainer has saved, under `folder`, what a run's description is read from
-    (an OLMo-core step folder with its config, or a Megatron checkpoint directory). A watcher
-    started beside a fresh run asks this when a spike is raised: before the first save there
-    is neither a description nor a checkpoint to roll back to."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        return False
-    if is_olmo_core_save_folder(folder):
-        return True
-    try:
-        pick_checkpoint(folder, None)
-    except ForensicsError:
-        return False
-    return True
-
-
-def config_from_checkpoint(
-    folder: Path, step: int | None, say: Callable[[str], None] = print
+def config_from_megatron_save(
+    folder: Path, step: int | None, say: Callable[[str], None]
 ) -> RunConfig:
-    """The run config the trainer's files under `folder` describe; `say` gets what was read."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise ForensicsError(f"{folder}: --from-checkpoint directory not found")
-    origin = {"origin": f"--from-checkpoint {folder}"}
-    if is_olmo_core_save_folder(folder):
-        return _olmo_core(folder, say).model_copy(update=origin)
+    """The run config a Megatron save folder describes (a Bridge one read by its own reader);
+    `say` gets what was read."""
     if is_bridge_save_folder(folder):
-        return config_from_bridge(folder, step, say).model_copy(update=origin)
+        return config_from_bridge(folder, step, say)
     checkpoint, why = pick_checkpoint(folder, step)
     path = _args_file(checkpoint)
     state = load_saved_args(path)
     say(f"read the run's arguments from {path} ({why})")
     earlier = _earlier_jobs(checkpoint, state, say)
-    return config_from_saved_args(state, path, say, earlier).model_copy(update=origin)
+    return config_from_saved_args(state, path, say, earlier)
 
 
 def _earlier_jobs(
@@ -177,20 +160,6 @@ def _earlier_jobs(
     return jobs[::-1]
 
 
-def _olmo_core(folder: Path, say: Callable[[str], None]) -> RunConfig:
-    """The run from an OLMo-core save folder. Relative data paths resolve against the current
-    directory, as they did for the training job (the same rule as Megatron's saved args)."""
-    from dataloaders.olmo_core.saved_config import run_config_from_save_folder
-    from dataloaders.run_config import config_from_dict
-
-    raw = run_config_from_save_folder(folder)
-    say(f"read the experiment's config and data paths from {folder}/step*/config.json")
-    data = raw.get("data", {})
-    say(f"  dp_world_size {data.get('dp_world_size')}, seed {data.get('seed')}")
-    say(f"  checkpoints {raw.get('checkpoints')}")
-    return config_from_dict(raw, base_dir=Path.cwd(), source=None)
-
-
 def config_from_saved_args(
     state: dict[str, Any],
     path: Path,
@@ -200,8 +169,6 @@ def config_from_saved_args(
     """`state['args']` as Megatron arguments, with what was read printed one field a line.
     Earlier jobs that trained on another blend (a restart with a new --data-path) become the
     config's data stages; any other difference between the jobs is refused."""
-    from dataloaders.run_config import config_from_dict
-
     raw = _raw(state, path)
     jobs = [(start, _raw(st, p), p) for start, st, p in earlier or []]
     this_start = getattr(state["args"], "iteration", 0)
@@ -231,8 +198,6 @@ def config_from_saved_args(
 
 
 def _raw(state: dict[str, Any], path: Path) -> dict[str, Any]:
-    from forensics.megatron_args import args_to_argv, raw_config_from_megatron_args
-
     args = state["args"]
     try:
         return raw_config_from_megatron_args(
@@ -264,16 +229,3 @@ def _check_consumed(state: dict[str, Any], config: RunConfig, path: Path) -> Non
             f"({iteration} x {training.global_batch_size}): the batch size changed or batches "
             "were drained; write a config with training.resumes (docs/from-checkpoint.md)"
         )
-
-
-def step_of_skip_file(path: Path) -> int | None:
-    """The spike step a skip.json was written for, so that `rebuild` and `check-skip` read the
-    same checkpoint `spike --from-checkpoint` read (None when unreadable: the command's own
-    reading of the file then says what is wrong)."""
-    import json
-
-    try:
-        step = json.loads(Path(path).read_text(encoding="utf-8")).get("step")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return step if isinstance(step, int) and step > 0 else None

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from dataloaders.megatron.config import DataStage, MegatronData
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron import cache
 from dataloaders.megatron.blending import (
@@ -32,6 +31,7 @@ from dataloaders.megatron.blending import (
     sizes_per_dataset,
 )
 from dataloaders.megatron.cache import find_megatron_blend, find_megatron_gpt
+from dataloaders.megatron.config import DataStage, MegatronData
 from dataloaders.megatron.gpt_indices import (
     build_document_index,
     build_shuffle_index,

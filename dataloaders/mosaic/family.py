@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dataloaders.mosaic.config import MosaicData
 from dataloaders.family import (
     Family,
     FileUnit,
@@ -21,6 +20,7 @@ from dataloaders.family import (
     data_without_resumes,
     listed_unit,
 )
+from dataloaders.mosaic.config import MosaicData
 
 REBUILT_SUFFIX = "_rebuilt"  # a rebuilt stream's folder: <stream>_rebuilt/ in the output
 

@@ -2,15 +2,17 @@
 
 A file-based family: a block list that is whole token files is rebuilt as the same path list
 without them, given to the experiment script as its `dataset.paths` override. A run with
-`data.resumes` is not rebuilt: the file numbers of its doc_ids span its data stages.
+`data.resumes` is not rebuilt: the file numbers of its doc_ids span its data stages. Its save
+folder (`stepN/config.json`) is read back by saved_config.py.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
-from dataloaders.olmo_core.config import OlmoCoreData
 from dataloaders.family import (
     Family,
     FileUnit,
@@ -19,6 +21,9 @@ from dataloaders.family import (
     data_without_resumes,
     listed_unit,
 )
+from dataloaders.olmo_core.config import OlmoCoreData
+from dataloaders.olmo_core.saved_config import is_olmo_core_save_folder, saved_run_config
+from dataloaders.run_config import RunConfig
 
 
 class OlmoCoreFamily(Family):
@@ -26,6 +31,7 @@ class OlmoCoreFamily(Family):
     config_model: ClassVar[type] = OlmoCoreData
     restart = RestartFile("restart-rebuilt.flags", "the new dataset.paths overrides", True)
     file_facet = "file"
+    save_files = "stepN/config.json (OLMo-core's ConfigSaverCallback)"
     pins_rollback = True  # load_rollback_checkpoint: OLMo-core's pin is not a flag
     restart_note = (
         "load the rollback checkpoint (load_rollback_checkpoint) with restart-rebuilt.flags "
@@ -37,6 +43,12 @@ class OlmoCoreFamily(Family):
         "{rollback}>/train/rank0.pt, sources: rebuilt.yaml's sources}} to the original "
         "config's data.resumes"
     )
+
+    def recognises_save(self, folder: Path) -> bool:
+        return is_olmo_core_save_folder(folder)
+
+    def saved_run(self, folder: Path, step: int | None, say: Callable[[str], None]) -> RunConfig:
+        return saved_run_config(folder, say)
 
     def open(self, config: Any) -> Any:
         from dataloaders.olmo_core import open_olmo_core_replayer

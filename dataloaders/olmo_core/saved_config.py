@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dataloaders.errors import ForensicsError
+from dataloaders.run_config import RunConfig, config_from_dict
 from dataloaders.trainers.olmo_core import OLMoCore
 
 CONFIG_NAME = "config.json"
@@ -28,6 +30,30 @@ _REMOTE = ("s3://", "gs://", "r2://", "weka://", "http://", "https://", "hf://")
 # Model parallelism of TransformerTrainModuleConfig: with any of them the data-parallel size is
 # not the world size the trainer state records.
 _MODEL_PARALLEL = ("tp_config", "cp_config", "pp_config", "ep_config")
+
+
+def is_olmo_core_save_folder(folder: Path) -> bool:
+    """An OLMo-core save folder, or one of its `stepN/` checkpoints: OLMo-core's
+    ConfigSaverCallback writes the experiment's config.json into each step folder
+    (ai2-olmo-core 3.0.0, olmo_core/train/callbacks/config_saver.py:57-75)."""
+    if _STEP_DIR.fullmatch(folder.name) and (folder / CONFIG_NAME).is_file():
+        return True
+    return any(
+        p.is_dir() and _STEP_DIR.fullmatch(p.name) and (p / CONFIG_NAME).is_file()
+        for p in folder.iterdir()
+    )
+
+
+def saved_run_config(folder: Path, say: Callable[[str], None]) -> RunConfig:
+    """The run from an OLMo-core save folder; `say` gets what was read. Relative data paths
+    resolve against the current directory, as they did for the training job (the same rule as
+    Megatron's saved args)."""
+    raw = run_config_from_save_folder(folder)
+    say(f"read the experiment's config and data paths from {folder}/step*/{CONFIG_NAME}")
+    data = raw.get("data", {})
+    say(f"  dp_world_size {data.get('dp_world_size')}, seed {data.get('seed')}")
+    say(f"  checkpoints {raw.get('checkpoints')}")
+    return config_from_dict(raw, base_dir=Path.cwd(), source=None)
 
 
 def checkpoint_steps(save_folder: Path) -> list[int]:

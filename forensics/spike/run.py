@@ -26,7 +26,7 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
     """The whole command. Raises ForensicsError for bad input before writing anything.
 
     `config`: a YAML config path, or a RunConfig built elsewhere (the training job's Megatron
-    arguments, `forensics.megatron_args.resolve_run_config`)."""
+    arguments, `forensics.run_source.resolve_run_config`)."""
     options.check()
     from dataloaders.storage import fetched
 

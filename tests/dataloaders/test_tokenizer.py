@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from dataloaders.megatron.launch_args import config_from_megatron_args
 from dataloaders.tokenizer import load_tokenizer
 from forensics.errors import ForensicsError
-from forensics.megatron_args import config_from_megatron_args
 
 TEXT = "Zürich café — naïve coöperation: 東京 and 123 tokens\nsecond line"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from dataloaders.megatron.launch_args import config_from_megatron_args
 from dataloaders.tokenizer import load_tokenizer
 from forensics.errors import ForensicsError
-from forensics.megatron_args import config_from_megatron_args
 
 pytest.importorskip("megatron.core")
 sentencepiece = pytest.importorskip("sentencepiece")

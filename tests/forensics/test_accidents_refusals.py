@@ -70,7 +70,7 @@ def test_megatron_arguments_that_change_the_order_are_refused(
 
 
 def test_dataloader_type_single_is_the_default_and_accepted(staged: dict) -> None:
-    from forensics.megatron_args import config_from_megatron_args
+    from dataloaders.megatron.launch_args import config_from_megatron_args
 
     argv = shlex.split(BASE_ARGS + "--train-iters 60 --dataloader-type single")
     config = config_from_megatron_args(argv, cwd=staged["root"])

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from dataloaders.megatron.launch_args import config_from_megatron_args, split_megatron_args
 from dataloaders.run_config import load_config
 from forensics.errors import ForensicsError
-from forensics.megatron_args import config_from_megatron_args, split_megatron_args
 from forensics_testing.repo_paths import REPO_ROOT
 
 ROOT = REPO_ROOT

@@ -1,4 +1,5 @@
-"""`--from-checkpoint DIR`: the run's description read from Megatron-LM checkpoints, no config.
+"""`--from-checkpoint DIR` on a Megatron-LM save folder (dataloaders/megatron/saved_run.py, reached
+through the family hook): the run's description read from the checkpoints, no config.
 
 The checkpoints hold the Namespace Megatron-LM's own argument parser made
 (forensics_testing/megatron_checkpoints.py), saved in the legacy `torch` layout and through
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -152,7 +152,7 @@ def test_refusals(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
             assert needle in str(err.value), str(err.value)
 
     refused(tmp_path / "nowhere", "--from-checkpoint directory not found")
-    refused(tmp_path, "no Megatron checkpoint in it")
+    refused(tmp_path, "no checkpoint forensics can read in it", "iter_NNNNNNN/")
     write_legacy(tmp_path / "nodata", 10, megatron_args(data_path=None, save=None))
     refused(tmp_path / "nodata", "model_optim_rng.pt: no --data-path")
     bad = megatron_args(data_path=["/d_text_document"], consumed_train_samples=7)
@@ -169,42 +169,6 @@ def test_refusals(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         args = megatron_args(data_path=["/d_text_document"], iteration=50, seed=2)
         write_legacy(save, 100, args)
         refused(save, "the jobs differ in data.seed, not only in their data blend")
-
-
-def test_olmo_core_save_folder_goes_to_its_reader(
-    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A folder with stepN/config.json (where OLMo-core's ConfigSaverCallback writes it), or a
-    stepN folder itself, is read by the OLMo-core reader; the run itself is checked against the
-    library's own save folders in tests/dataloaders/olmo_core/test_olmo_core_trainer_run.py."""
-    import types
-
-    from dataloaders.run_config import load_config
-    from forensics.from_checkpoint import config_from_checkpoint
-
-    cfg = load_config(run / "forensics.yaml").model_dump(mode="json", exclude={"source"})
-    seen: list[Path] = []
-    module = types.ModuleType("dataloaders.olmo_core.saved_config")
-    module.run_config_from_save_folder = lambda folder: seen.append(folder) or cfg  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "dataloaders.olmo_core.saved_config", module)
-    (tmp_path / "step0").mkdir()
-    (tmp_path / "step0" / "config.json").write_text("{}")
-    config = config_from_checkpoint(tmp_path, None, lambda _line: None)
-    assert seen == [tmp_path] and config.data.seed == SMALL.seed
-    config_from_checkpoint(tmp_path / "step0", None, lambda _line: None)
-    assert seen == [tmp_path, tmp_path / "step0"]
-
-
-def test_triage_suggests_the_save_directory() -> None:
-    """triage --from-checkpoint DIR: the suggested spike command reads the run from DIR."""
-    from forensics.triage.config import RunInfo
-    from forensics.triage.plan import next_command
-
-    cmd, why = next_command(3000, 2940, RunInfo(from_checkpoint="/ckpt/my run"))
-    assert cmd.startswith("forensics spike --from-checkpoint '/ckpt/my run' --step 3000 ")
-    assert why is None or "replace" not in why
-    cmd, _why = next_command(3000, 2940, RunInfo(config_path="a.yaml", from_checkpoint="/c"))
-    assert cmd.startswith("forensics spike --config a.yaml ")
 
 
 def _watch(run: Path, saved: Path, out: Path, whole_log: bool) -> tuple[list[dict], list]:

@@ -123,7 +123,7 @@ def test_remote_spike_rebuild_scan_equal_local(small_run, s3, tmp_path):
 def test_launch_line_names_s3_prefixes(tmp_path, flag):
     """`--data-path 0.7 s3://b/web 0.3 s3://b/code --object-storage-cache-path C`: the prefixes
     stay URLs and are placed in the cache as megatron-core places their .idx."""
-    from forensics.megatron_args import config_from_megatron_args
+    from dataloaders.megatron.launch_args import config_from_megatron_args
 
     argv = ["--data-path", "0.7", "s3://b/x/web", "0.3", "s3://b/y/code", "--seq-length", "64",
             "--global-batch-size", "8", "--train-iters", "10", flag, "osc"]  # fmt: skip
