@@ -113,8 +113,7 @@ def _own_texts(run: Path, prefix: str) -> list[str]:
     """The dataset's documents decoded with the run's tokenizer (its EOD left out): the JSONL
     preprocess_data.py read, as far as the battery can rebuild it."""
     from dataloaders.megatron.indexed import IndexedDataset
-    from dataloaders.tokenizer import load_tokenizer
-    from forensics.spike.tokcheck import special_ids
+    from dataloaders.tokenizer import load_tokenizer, special_ids
 
     tokenizer = load_tokenizer(run / "tokenizer.json")
     special = special_ids(tokenizer)
