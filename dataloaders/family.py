@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from dataloaders.run_config import RunConfig
+
 if TYPE_CHECKING:
     from dataloaders.base import Replayer
-    from dataloaders.run_config import RunConfig
 
 
 @dataclass(frozen=True)
