@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.families import DEFAULT_FAMILY, family_of
+from dataloaders.trainers import get_trainer
 
 # The culprit's share of the rest of the run's samples from which removing it leads. At 1% of
 # every remaining batch the run trains on about as much of it again as the window held in the
@@ -52,17 +53,22 @@ def decide_action(
     skip_iterations: int,
     blocked_documents: int,
     command: str | None,
+    no_skip: str | None = None,
 ) -> dict[str, Any]:
     """skip.json's `action`: kind (rebuild / remove / skip / none), the share ahead it was
     decided on and the threshold, the command to run first, the stopgap, and why in words.
 
     `command` is None when the data family has no rebuild (the documents are then removed by
-    the user's own pipeline: kind `remove`).
+    the user's own pipeline: kind `remove`). `no_skip` is the run's trainer's reason when it
+    has no skip option (`Trainer.no_skip`): removing the culprit then leads at any share, with
+    no stopgap.
     """
     share = float(ahead.get("share_of_remaining_samples", 0.0) or 0.0)
     held = int(ahead.get("iterations_holding_it", 0) or 0)
     n = int(ahead.get("iterations", 0) or 0)
     base = {"share_ahead": share, "material_share": MATERIAL_AHEAD_SHARE}
+    if no_skip and skip_iterations:
+        return base | _without_skip(no_skip, share, blocked_documents, command)
     if blocked_documents and share >= MATERIAL_AHEAD_SHARE:
         where = f"it is {100 * share:.1f}% of the samples of the rest of the run"
         where += f" (in {held:,} of {n:,} iterations)" if n else ""
@@ -86,6 +92,20 @@ def decide_action(
         return base | {"kind": SKIP, "command": None, "stopgap": None, "why": why}
     why = "no culprit data to remove and no iteration to skip"
     return base | {"kind": NOTHING, "command": None, "stopgap": None, "why": why}
+
+
+def _without_skip(
+    no_skip: str, share: float, blocked_documents: int, command: str | None
+) -> dict[str, Any]:
+    """The action for a trainer that cannot skip: remove the block list's documents (rebuild
+    where `forensics rebuild` can), or nothing to remove."""
+    where = f"it is {100 * share:.2f}% of the samples of the rest of the run"
+    if not blocked_documents:
+        why = f"{no_skip}, and the culprit has no block list to remove"
+        return {"kind": NOTHING, "command": None, "stopgap": None, "why": why}
+    first = command or "remove the block list's documents (skip.json: documents) from the data"
+    why = f"{where}; {no_skip}"
+    return {"kind": REBUILD if command else REMOVE, "command": first, "stopgap": None, "why": why}
 
 
 def shown_path(path: Path) -> Path:
@@ -112,6 +132,7 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
         skip_iterations=len(expand(skip.ranges)),
         blocked_documents=sum(len(v) for v in skip.documents.values()),
         command=command,
+        no_skip=get_trainer(skip.trainer).no_skip,
     )
     action["flags_dir"] = str(out)  # restart-<trainer>.flags: a $(cat ...) that works from here
     if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)

@@ -49,7 +49,8 @@ def plan_skip(
     window_docs: pl.DataFrame,
 ) -> SkipPlan:
     """The whole skip plan. Refuses (ForensicsError) when the run's trainer has no exact flag
-    for the ranges: a wrong flag would cost a restart."""
+    for the ranges: a wrong flag would cost a restart. A trainer with no skip option at all
+    (`Trainer.no_skip`) gets the plan without its flag and a note; its action is the rebuild."""
     opts, replayer = run.options, run.replayer
     trainer = get_trainer(opts.trainer or run.config.training.trainer)
     choice = choose_flags(
@@ -60,7 +61,9 @@ def plan_skip(
             f"{len(choice.composed)} iterations after the rollback were skipped by an earlier "
             "restart (training.applied_skips) and are skipped again"
         )
-    if not choice.exact:
+    if not choice.exact and trainer.no_skip:  # the restart plan is the rebuild, said once
+        run.notes.append(f"{trainer.name}: {trainer.no_skip}")
+    elif not choice.exact:
         ranges, why = choice.ranges, choice.flags[trainer.name].refusal
         raise ForensicsError(
             f"no exact {trainer.name} skip flag for iterations {ranges[0][0]}-{ranges[-1][1]}: "
