@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dataloaders.checkpoints import checkpoint_iterations
+from dataloaders.trainers import REGISTRY as TRAINERS
 from forensics.commands.options import (
     CheckpointsOption,
     GradFactorOption,
@@ -28,7 +28,8 @@ from forensics.triage.formats import triage_help
 
 
 def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
-    """`--checkpoints 1000,2000` or a directory holding Megatron `iter_NNNNNNN` subdirectories."""
+    """`--checkpoints 1000,2000` or a directory of a trainer's checkpoints (Megatron's
+    `iter_NNNNNNN`, torchtitan's `step-N` subdirectories)."""
     if not spec:
         return ()
     if re.fullmatch(r"[\d,\s]+", spec):  # a list, however long: never tried as a path
@@ -40,10 +41,12 @@ def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
         raise ForensicsError(
             f"--checkpoints {spec[:60]}: not a directory ({err.strerror})"
         ) from None
-    if is_dir:
-        iters = checkpoint_iterations(p)
+    if is_dir:  # the first trainer that finds its checkpoints there (iter_N, step-N, ...)
+        iters = next((found for t in TRAINERS.values() if (found := t.checkpoints(p))), [])
         if not iters:
-            raise ForensicsError(f"--checkpoints {spec}: no iter_NNNNNNN subdirectories found")
+            raise ForensicsError(
+                f"--checkpoints {spec}: no checkpoint subdirectories found (iter_NNNNNNN, step-N)"
+            )
         return tuple(sorted(iters))
     try:
         return tuple(sorted(int(x) for x in spec.replace(" ", "").split(",") if x))

@@ -20,6 +20,7 @@ from dataloaders.run_config import TrainingSpec
 from dataloaders.schedule import Schedule
 from dataloaders.trainers import MEGATRON_LM, TORCHTITAN, get_trainer, parse_skip_flag
 from dataloaders.trainers.torchtitan import NO_SKIP
+from forensics.commands.triage import parse_checkpoints
 from forensics.errors import ForensicsError
 from forensics.skip.action import REBUILD, REMOVE, SKIP, decide_action
 from forensics.skip.flags import restart_line, write_all, write_flag
@@ -109,6 +110,9 @@ def test_checkpoints_are_the_step_folders_torchtitan_would_load(tmp_path: Path) 
     assert TITAN.checkpoints(folder) == [10, 20, 30, 50]
     assert TITAN.checkpoints(tmp_path / "missing") == []
     assert get_trainer(MEGATRON_LM).checkpoints(folder) == [60]  # the default: iter_N
+    (folder / "iter_0000060").rmdir()
+    # `forensics triage --checkpoints DIR` takes the folder of whichever trainer wrote it
+    assert parse_checkpoints(str(folder)) == (10, 20, 30, 50)
 
 
 def test_the_run_config_asks_its_trainer_for_checkpoints(tmp_path: Path) -> None:
