@@ -12,6 +12,8 @@ dataloaders/trainers/torchtitan.py):
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from forensics.commands.triage import parse_checkpoints
 from forensics.errors import ForensicsError
 from forensics.skip.action import REBUILD, REMOVE, SKIP, decide_action
 from forensics.skip.flags import restart_line, write_all, write_flag
+from forensics_testing.titan_oracle import ORACLES, titan_python
 
 TITAN = get_trainer(TORCHTITAN)
 
@@ -113,6 +116,25 @@ def test_checkpoints_are_the_step_folders_torchtitan_would_load(tmp_path: Path) 
     (folder / "iter_0000060").rmdir()
     # `forensics triage --checkpoints DIR` takes the folder of whichever trainer wrote it
     assert parse_checkpoints(str(folder)) == (10, 20, 30, 50)
+
+
+def test_torchtitan_reads_the_pin_and_the_folder_as_we_do(tmp_path: Path) -> None:
+    """torchtitan's own ConfigManager parses the pin to load_step R, and its own
+    `_find_load_step` takes the latest of the folders we list (tests/oracles/
+    torchtitan_checkpoint_oracle.py, in .venv-titan)."""
+    python = titan_python()
+    folder = tmp_path / "checkpoint"
+    for step in (10, 20, 30):
+        _dcp_checkpoint(folder / f"step-{step}")
+    (folder / "step-40").mkdir()  # a save in progress
+    done = subprocess.run(
+        [python, str(ORACLES / "torchtitan_checkpoint_oracle.py"), str(folder), TITAN.pin(20)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said == {"load_step": 20, "latest": max(TITAN.checkpoints(folder))}
+    assert TITAN.checkpoints(folder) == [10, 20, 30]
 
 
 def test_the_run_config_asks_its_trainer_for_checkpoints(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from forensics.triage.analyze import triage
 from forensics.triage.readers import detect_format, read_log_with_warnings
 from forensics.watch.parse import ChunkParser
 from forensics_testing.loss_curves import SPIKE_STEP, make
-from forensics_testing.titan_logs import write_titan_log
+from forensics_testing.titan_oracle import write_titan_log
 
 # a run whose loss steps up at SPIKE_STEP and stays up, logged as torchtitan does by default:
 # step 1 and every 10th step (metrics.log_freq = 10, metrics.py:279 and 362-363)

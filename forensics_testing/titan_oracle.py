@@ -1,6 +1,6 @@
-"""torchtitan console logs written by torchtitan's own logging code (torchtitan 0.3.0 in
-.venv-titan, built by scripts/torchtitan_oracle_env.sh; tests/oracles/torchtitan_metrics_log.py
-runs its `MetricsProcessor.log` and `log_validation`)."""
+"""torchtitan 0.3.0 as the oracle of the trainer's tests (.venv-titan, built by
+scripts/torchtitan_oracle_env.sh): its python, and console logs written by its own logging code
+(tests/oracles/torchtitan_metrics_log.py runs `MetricsProcessor.log` and `log_validation`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["titan_python", "write_titan_log"]
+__all__ = ["ORACLES", "titan_python", "write_titan_log"]
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLES = ROOT / "tests" / "oracles"
