@@ -22,6 +22,7 @@ from dataloaders.data_section_mosaic import MosaicData as MosaicData
 from dataloaders.data_section_mosaic import MosaicResume as MosaicResume
 from dataloaders.data_section_mosaic import MosaicState as MosaicState
 from dataloaders.data_section_mosaic import MosaicStream as MosaicStream
+from dataloaders.torchtitan.config import TorchtitanData
 from dataloaders.trainers import OLMO_CORE
 
 
@@ -458,7 +459,8 @@ class OlmoCoreData(DataSection):
 
 
 DataConfig = Annotated[
-    MegatronData | HFData | OlmoCoreData | MosaicData, Field(discriminator="format")
+    MegatronData | HFData | OlmoCoreData | MosaicData | TorchtitanData,
+    Field(discriminator="format"),
 ]
 
 

@@ -318,6 +318,7 @@ def _resolve_paths(raw: Any, base: Path) -> Any:
         "mix_base_dir",
         "mix_file",
         "object_storage_cache_path",
+        "checkpoint",  # a torchtitan resume's step-N folder
     }
     path_list_keys = {"files", "data_files", "paths"}
     if isinstance(raw, dict):

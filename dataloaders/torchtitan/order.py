@@ -1,0 +1,81 @@
+"""The documents one DP rank reads from one source, epoch by epoch, made by the real `datasets`
+library on index-only copies of the data (as dataloaders/hf/order.py does, whose id dataset is
+reused here).
+
+torchtitan 0.3.0 (torchtitan/hf_datasets/text_datasets.py):
+- every rank keeps `split_dataset_by_node(ds, dp_rank, dp_world_size)` (:95): a contiguous slice
+  of a map-style Dataset, and for a streaming IterableDataset whole files when their number
+  divides by the ranks, else every world_size-th example;
+- epoch 0 is read in that order; on re-loop a map-style split is reshuffled with
+  `self._original_data.shuffle(seed=42 + epoch)` (:179-181, the split, not the whole dataset)
+  and a streaming one gets `set_epoch(epoch + 1)` (:183-184), which leaves an unshuffled
+  stream's order as it was;
+- a map-style resume reads `self._data.skip(sample_idx)` of the saved epoch's order (:112-116,
+  :203-211); a streaming one restores the IterableDataset's own state_dict (:212-218).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dataloaders.errors import ForensicsError
+from dataloaders.hf import order as hf_order
+
+SHUFFLE_SEED = 42  # text_datasets.py:181, `shuffle(seed=42 + self._epoch)`
+
+
+def map_style_split(n_rows: int, rank: int, world: int) -> Any:
+    """The rank's `split_dataset_by_node` of an index-only map-style Dataset of n_rows rows."""
+    datasets = hf_order._datasets()
+    from datasets.distributed import split_dataset_by_node
+
+    ds = datasets.Dataset.from_dict({hf_order.ID_COLUMN: np.arange(n_rows, dtype=np.int64)})
+    return split_dataset_by_node(ds, rank=rank, world_size=world)
+
+
+def map_style_epoch(split: Any, epoch: int) -> np.ndarray:
+    """Doc ids of the rank's split in epoch `epoch`'s order (shuffled with seed 42 + epoch from
+    epoch 1 on)."""
+    ds = split if epoch == 0 else split.shuffle(seed=SHUFFLE_SEED + epoch, keep_in_memory=True)
+    return np.asarray(ds.with_format("numpy")[hf_order.ID_COLUMN], dtype=np.int64)
+
+
+class StreamingSplit:
+    """A streaming source's rank split over document ids (`shard << SHARD_SHIFT | row` while
+    streaming, turned into row numbers with the files' row offsets)."""
+
+    def __init__(self, base: Any, rank: int, world: int):
+        from datasets.distributed import split_dataset_by_node
+
+        self.ds = base if world == 1 else split_dataset_by_node(base, rank=rank, world_size=world)
+
+    def order(self) -> np.ndarray:
+        """Encoded doc ids of one epoch (the same every epoch: the stream is not shuffled)."""
+        self.ds.set_epoch(0)
+        ex = self.ds._prepare_ex_iterable_for_iteration()
+        return np.fromiter(hf_order._ids(self.ds, ex), dtype=np.int64)
+
+    def position_of_state(self, state: dict[str, Any], order: np.ndarray, where: str) -> int:
+        """How many of the epoch's documents a saved IterableDataset state_dict had read: the
+        state is loaded into the id dataset and the next id it yields is looked up in the
+        epoch's order (the epoch's length when it yields none)."""
+        try:
+            self.ds.set_epoch(int(state.get("epoch", 0)))
+            self.ds.load_state_dict(state)
+            ex = self.ds._prepare_ex_iterable_for_iteration()
+            first = next(iter(hf_order._ids(self.ds, ex)), None)
+        except Exception as err:  # noqa: BLE001 - a state of another datasets layout
+            raise ForensicsError(
+                f"{where}: the saved streaming state does not fit this source's files "
+                f"({type(err).__name__}: {err})"
+            ) from None
+        finally:
+            self.ds.load_state_dict(None)  # back to the epoch's start for the next caller
+        if first is None:
+            return len(order)
+        hits = np.flatnonzero(order == first)
+        if not len(hits):
+            raise ForensicsError(f"{where}: the saved streaming state points outside the split")
+        return int(hits[0])
