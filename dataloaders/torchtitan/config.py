@@ -25,11 +25,12 @@ Every default is torchtitan's: `infinite` True (text_datasets.py:250), `seed` 42
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from dataloaders.config_base import DataSection, PrintableName, StrictModel, check_resume_order
+from dataloaders.trainers import TORCHTITAN
 
 FILE_FORMATS = Literal["parquet", "json", "arrow"]
 
@@ -78,6 +79,8 @@ class TorchtitanData(DataSection):
     """torchtitan's text dataloader (see the module docstring for each field's source)."""
 
     format: Literal["torchtitan"]
+    # read by torchtitan's own training loop (dataloaders/trainers/torchtitan.py)
+    default_trainer: ClassVar[str | None] = TORCHTITAN
     # which of torchtitan's pipelines: 0.3.0's HF datasets loaders; main's Grain pipeline is refused
     pipeline: Literal["hf_datasets", "grain"] = "hf_datasets"
     sources: list[TorchtitanSource] = Field(min_length=1)
@@ -130,6 +133,11 @@ class TorchtitanData(DataSection):
                 f"training.global_batch_size {training.global_batch_size} is not a multiple of "
                 f"data.local_batch_size x data.dp_world_size = {per_step} (torchtitan/trainer.py:"
                 "421-427 refuses it too)"
+            )
+        if training.trainer != self.default_trainer:
+            raise ValueError(
+                f"training.trainer {training.trainer!r}: a torchtitan data loader is read by "
+                f"torchtitan's trainer (training.trainer: {self.default_trainer})"
             )
         if training.resumes:
             raise ValueError("torchtitan runs give restarts in data.resumes, not training")

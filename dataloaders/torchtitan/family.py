@@ -28,6 +28,7 @@ class TorchtitanFamily(Family):
     config_model: ClassVar[type] = TorchtitanData
     restart = RestartFile("data_files.json", "each source's new data_files list", False)
     file_facet = "file"
+    pins_rollback = True  # load_rollback_checkpoint: the trainer's --checkpoint.load_step=R
     restart_note = (
         "give each source's loader in torchtitan's dataset table its data_files.json list "
         "(load_dataset(FORMAT, data_files=LIST)) and restart from the rollback checkpoint "

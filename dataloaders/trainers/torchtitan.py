@@ -1,4 +1,4 @@
-"""torchtitan 0.3.0: no option to skip iterations; the restart pins `--checkpoint.load_step R`.
+"""torchtitan 0.3.0: no option to skip iterations; the restart pins `--checkpoint.load_step=R`.
 
 Sources read (torchtitan 0.3.0, the PyPI wheel torchtitan-0.3.0-py3-none-any.whl; the nearest
 commit in pytorch/torchtitan, b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (0.2.2 by its
@@ -87,8 +87,8 @@ class Torchtitan(Trainer):
 
     def pin(self, checkpoint: int) -> str:
         # dcp.py:555-566: an explicit load_step loads step-R under checkpoint.folder, not the
-        # latest; first in the restart line, after the launch's own overrides
-        return f"--checkpoint.load_step {checkpoint}"
+        # latest. Spelled as torchtitan's own messages spell it (dcp.py:505, 566): one word.
+        return f"--checkpoint.load_step={checkpoint}"
 
     def data_words(self, blend: Sequence[dict[str, Any]]) -> str:
         raise ForensicsError(

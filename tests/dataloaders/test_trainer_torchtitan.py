@@ -1,5 +1,5 @@
 """torchtitan as a trainer: no skip option (refused in one line wherever a skip is offered), the
-`--checkpoint.load_step R` pin, and its `step-N` checkpoint folders.
+`--checkpoint.load_step=R` pin, and its `step-N` checkpoint folders.
 
 What is held here, from torchtitan 0.3.0 (the PyPI wheel; cited line by line in
 dataloaders/trainers/torchtitan.py):
@@ -7,7 +7,7 @@ dataloaders/trainers/torchtitan.py):
   names steps to skip.
 - components/checkpointer/dcp.py:640-684 `_find_load_step`: entries whose name contains
   `step-(\\d+)` and that hold DCP's `.metadata` (or `model.safetensors.index.json`) are the
-  checkpoints; 555-566: `--checkpoint.load_step R` loads `step-R`, not the latest.
+  checkpoints; 555-566: `--checkpoint.load_step=R` loads `step-R`, not the latest.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_every_skip_is_refused_in_one_line_naming_the_version() -> None:
 
 
 def test_the_pin_loads_the_rollback_step_and_leads_the_line() -> None:
-    assert TITAN.pin(20) == "--checkpoint.load_step 20"
+    assert TITAN.pin(20) == "--checkpoint.load_step=20"
     assert TITAN.pin_leads_flags(TITAN.pin(20))
     # no Megatron blend, no early stop: each refused in one line
     with pytest.raises(ForensicsError, match="^torchtitan 0.3.0 reads no Megatron blend"):
