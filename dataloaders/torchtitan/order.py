@@ -8,8 +8,8 @@ torchtitan 0.3.0 (torchtitan/hf_datasets/text_datasets.py):
   divides by the ranks, else every world_size-th example;
 - epoch 0 is read in that order; on re-loop a map-style split is reshuffled with
   `self._original_data.shuffle(seed=42 + epoch)` (:179-181, the split, not the whole dataset)
-  and a streaming one gets `set_epoch(epoch + 1)` (:183-184), which leaves an unshuffled
-  stream's order as it was;
+  and a streaming one gets `set_epoch(epoch + 1)` (:183-184), with which `datasets` shuffles
+  the stream's files (`shuffle_data_sources(np.random.default_rng(epoch))`);
 - a map-style resume reads `self._data.skip(sample_idx)` of the saved epoch's order (:112-116,
   :203-211); a streaming one restores the IterableDataset's own state_dict (:212-218).
 """
@@ -51,9 +51,12 @@ class StreamingSplit:
 
         self.ds = base if world == 1 else split_dataset_by_node(base, rank=rank, world_size=world)
 
-    def order(self) -> np.ndarray:
-        """Encoded doc ids of one epoch (the same every epoch: the stream is not shuffled)."""
-        self.ds.set_epoch(0)
+    def order(self, epoch: int) -> np.ndarray:
+        """Encoded doc ids of epoch `epoch`: datasets shuffles a stream's files with
+        `np.random.default_rng(epoch)` from epoch 1 on even when the stream itself is not
+        shuffled (datasets iterable_dataset.py, `_prepare_ex_iterable_for_iteration`,
+        `if self.epoch: ... shuffle_data_sources`), so every epoch is asked of the library."""
+        self.ds.set_epoch(epoch)
         ex = self.ds._prepare_ex_iterable_for_iteration()
         return np.fromiter(hf_order._ids(self.ds, ex), dtype=np.int64)
 
@@ -62,8 +65,7 @@ class StreamingSplit:
         state is loaded into the id dataset and the next id it yields is looked up in the
         epoch's order (the epoch's length when it yields none)."""
         try:
-            self.ds.set_epoch(int(state.get("epoch", 0)))
-            self.ds.load_state_dict(state)
+            self.ds.load_state_dict(state)  # the caller's order() set the state's epoch
             ex = self.ds._prepare_ex_iterable_for_iteration()
             first = next(iter(hf_order._ids(self.ds, ex)), None)
         except Exception as err:  # noqa: BLE001 - a state of another datasets layout

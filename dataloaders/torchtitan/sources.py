@@ -127,11 +127,8 @@ class RankOrder:
         if e not in self._epochs:
             with hf_order.without_torch():
                 if self.streaming:
-                    first = self._epochs.get(0)
-                    if first is None:
-                        encoded = self.split.order()
-                        first = hf_order.to_global_ids(encoded, self.source.offsets)
-                    self._epochs[e] = first  # an unshuffled stream reads the same order
+                    encoded = self.split.order(e)
+                    self._epochs[e] = hf_order.to_global_ids(encoded, self.source.offsets)
                 else:
                     self._epochs[e] = order.map_style_epoch(self.split, e)
         return self._epochs[e]
@@ -140,6 +137,6 @@ class RankOrder:
         """(epoch, documents of it read) of a saved IterableDataset state_dict."""
         epoch = int(state.get("epoch", 0))
         with hf_order.without_torch():
-            encoded = self.split.order()
+            encoded = self.split.order(epoch)
             pos = self.split.position_of_state(state, encoded, where)
         return epoch, pos

@@ -1,7 +1,7 @@
 """Run torchtitan 0.3.0's own data loaders on CPU and write what they yield (the oracle of the
 torchtitan loader family's tests; run by .venv-titan's python, scripts/torchtitan_oracle_env.sh).
 
-Usage: python torchtitan_loader.py JOB.json OUT.json
+Usage: python torchtitan_loader.py JOBS.json OUT.json   ({"jobs": [job, ...]}, one interpreter)
 
 The job names local data files, a tokenizer folder and the loader's settings. Each source is
 registered in torchtitan's own dataset table (torchtitan 0.3.0
@@ -17,7 +17,8 @@ components/dataloader.py:140-147); with `resume`, a fresh loader per rank is res
 manager's `load(step)` (dcp.py:476) and its next batches are written. A step takes
 `accumulation` batches (torchtitan/trainer.py:885-889, one per gradient accumulation step).
 
-OUT: {"ranks": [[[inputs, labels], ...] per batch] per rank, "resumed": same, or null}.
+Each result: {"ranks": [[[inputs, labels] per batch] per rank], "resumed": the same after the
+resume, or null}.
 """
 
 from __future__ import annotations
@@ -171,22 +172,31 @@ def _group(job: dict[str, Any], out_dir: str) -> tuple[list[Any], list[Any] | No
     return [r[0] for r in ranks], resumed
 
 
-def main() -> None:
-    job_path, out_path = sys.argv[1], sys.argv[2]
-    with open(job_path) as handle:
-        job = json.load(handle)
-    job.setdefault("accumulation", 1)
-    out_dir = os.path.dirname(os.path.abspath(out_path))
+def run_job(job: dict[str, Any], out_dir: str) -> dict[str, Any]:
+    """One job's batches per rank (and, with save and resume, the resumed ones)."""
+    job = {"accumulation": 1, **job}
     _register(job)
-    import torchtitan.components.checkpoint  # noqa: F401 - imported before the ranks fork
-
     if "save" in job:
         ranks, resumed = _group(job, out_dir)
     else:
         ranks = [_take(iter(_loader(job, r)), job["batches"]) for r in range(job["dp_world_size"])]
         resumed = None
+    return {"ranks": ranks, "resumed": resumed}
+
+
+def main() -> None:
+    """JOBS.json holds {"jobs": [job, ...]}; OUT.json gets {"results": [result, ...]}: one
+    interpreter for all, so torchtitan is imported once (the ranks of a save are forked)."""
+    job_path, out_path = sys.argv[1], sys.argv[2]
+    with open(job_path) as handle:
+        jobs = json.load(handle)["jobs"]
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    import torchtitan.components.checkpoint  # noqa: F401 - imported before any rank forks
+    import torchtitan.hf_datasets.text_datasets  # noqa: F401
+
+    results = [run_job(job, out_dir) for job in jobs]
     with open(out_path, "w") as handle:
-        json.dump({"ranks": ranks, "resumed": resumed}, handle)
+        json.dump({"results": results}, handle)
 
 
 if __name__ == "__main__":
