@@ -51,6 +51,10 @@ class TitanReplayer(Replayer):
     def tokenizer(self) -> TitanTokenizer:
         return TitanTokenizer(self.config.tokenizer)
 
+    def vocab_size(self) -> int:
+        """The tokenizer's ids, added tokens included (the spike's token rule checks ids)."""
+        return int(self.tokenizer().get_vocab_size(with_added_tokens=True))
+
     # ------------------------------------------------------------------ the plan
 
     @cached_property

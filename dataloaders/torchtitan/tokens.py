@@ -135,3 +135,9 @@ class TitanTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(list(ids))
+
+    def __call__(self) -> Any:
+        """The `tokenizers.Tokenizer` (special tokens added): what the Replayer's `tokenizer()`
+        gives every other family, for the readers that call it (the spike's token rule, the
+        tokenizer check, rescoring); the replayer's `tokenizer` attribute is this object."""
+        return self.tokenizer

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from dataloaders.checkpoints import checkpoint_iterations
+from dataloaders.checkpoints import checkpoint_iterations, megatron_folder
 from dataloaders.errors import ForensicsError
 
 Range = tuple[int, int]  # inclusive, 1-indexed iterations
@@ -185,6 +185,11 @@ class Trainer(ABC):
         """The iterations of the checkpoints the trainer saved in `folder` that its load can
         be pinned to, sorted (default: Megatron's `iter_NNNNNNN` subdirectories)."""
         return checkpoint_iterations(folder) if folder.is_dir() else []
+
+    def checkpoint_folder(self, iteration: int) -> str:
+        """The name of the folder the trainer saves the state after `iteration` in (default:
+        Megatron's `iter_NNNNNNN`)."""
+        return megatron_folder(iteration)
 
     def help_entry(self) -> str:
         """How --trainer's help names this trainer."""

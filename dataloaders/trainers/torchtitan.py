@@ -105,6 +105,9 @@ class Torchtitan(Trainer):
     def consequence(self, skipped: int) -> str:
         return NO_SKIP
 
+    def checkpoint_folder(self, iteration: int) -> str:
+        return f"step-{iteration}"  # dcp.py:686-690 `_create_checkpoint_id`
+
     def checkpoints(self, folder: Path) -> list[int]:
         """The steps of the `step-N` checkpoints in `folder` (`checkpoint.folder` under the
         dump folder), the ones torchtitan itself counts as valid, sorted ([] when none)."""

@@ -146,6 +146,10 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
                 f", for launch 1 of {len(later) + 1}; each later data stage (from iteration "
                 f"{', '.join(map(str, later))}) gets its own launch file: see rebuild.md"
             )
+        trainer = get_trainer(skip.trainer)
+        pin = trainer.pin(int(skip.rollback["iteration"]))
+        if family_of(config).pins_rollback and trainer.pin_leads_flags(pin):
+            action["restart_pin"] = pin  # the family's restart file does not load the rollback
         action |= {
             "restart_file": f"{action['rebuild_out']}/{name}",
             "restart_holds": what,
@@ -174,7 +178,8 @@ def later_stages(config: Any, resume: int) -> list[int]:
 def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
     """How the restart takes the rebuild's data: "with $(cat DIR/restart-rebuilt.flags) (...)"
     for flags, "with DIR/data_files.json (...)" otherwise (skip files from before the file
-    families name no file: Megatron's flags)."""
+    families name no file: Megatron's flags), and the trainer's rollback pin where it is a flag
+    the family's restart file does not hold (torchtitan's --checkpoint.load_step=R)."""
     default = f"{action.get('rebuild_out', 'rebuild-STEP')}/restart-rebuilt.flags"
     file = action.get("restart_file") or default
     what = action.get("restart_holds") or DEFAULT_FAMILY.restart.holds
@@ -185,7 +190,9 @@ def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
         text = f'with eval "<your launch command> $(cat {shown})"'
     else:
         text = f"with $(cat {shown})"
-    return f"{text} ({what})" if say_what else text
+    text = f"{text} ({what})" if say_what else text
+    pin = action.get("restart_pin")  # a flag of its own: the file does not hold it
+    return f"{text} and {pin} on the launch line" if pin else text
 
 
 def rebuildable(skip: Any, config: Any, replayer: Any) -> bool:
