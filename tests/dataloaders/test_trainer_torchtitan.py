@@ -154,3 +154,16 @@ def test_the_run_config_asks_its_trainer_for_checkpoints(tmp_path: Path) -> None
     assert titan.available_checkpoints() == [5, 20]
     megatron = RunConfig.model_validate({**raw, "training": training, "data": data})
     assert megatron.available_checkpoints() == [5, 30]
+
+
+def test_the_example_config_is_read_by_torchtitans_trainer() -> None:
+    from dataloaders.run_config import load_config
+    from forensics_testing.repo_paths import REPO_ROOT
+
+    config = load_config(REPO_ROOT / "configs" / "example-torchtitan.yaml")
+    assert config.training.trainer == TORCHTITAN  # the family's default, not Megatron-LM's
+    assert config.data.accumulation(config.training.global_batch_size) == 8
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["training"]["trainer"] = MEGATRON_LM
+    with pytest.raises(ValueError, match="a torchtitan data loader is read by torchtitan's"):
+        type(config).model_validate(raw)

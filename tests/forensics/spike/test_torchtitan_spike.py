@@ -70,6 +70,12 @@ def test_spike_and_rebuild_of_a_torchtitan_run(tmp_path: Path) -> None:
     args = (spike / "megatron_args.txt").read_text()
     assert f"# {NO_SKIP}: --checkpoint.load_step={rollback}" in args
 
+    # check-skip has no flag to check: it says so in one line
+    checked = CliRunner().invoke(
+        app, ["check-skip", str(spike / "skip.json"), "--config", str(config)]
+    )
+    assert checked.exit_code != 0 and str(checked.exception).endswith(f"skip.json: {NO_SKIP}")
+
     out = tmp_path / "rebuild"
     _cli("rebuild", str(spike), "--config", str(config), "--out", str(out))
     summary = json.loads((out / "rebuild.json").read_text())
