@@ -20,7 +20,9 @@ assets/version.txt), has the same train.py and config/manager.py):
   load the latest checkpoint." On the command line: config/manager.py:34-46 parses
   `--module M --config C` then tyro's `--section.key VALUE` overrides
   (pytorch/torchtitan b5bcd76c docs/checkpoint.md:14 `--checkpoint.interval 500`;
-  tests/unit_tests/test_no_new_cli_options.py:42 lists `checkpoint.load_step`).
+  tests/unit_tests/test_no_new_cli_options.py:42 lists `checkpoint.load_step`). The pin is
+  written `--checkpoint.load_step=R`, as dcp.py:505 and 566 spell it, one shell word; torchtitan's
+  own ConfigManager reads it as load_step R (tests/oracles/torchtitan_checkpoint_oracle.py).
 - trainer.py:554-556 the lr scheduler is built with `training_steps=config.training.steps`, so
   lowering `--training.steps` to stop early changes the schedule: no exit flag is offered.
 """
