@@ -88,10 +88,7 @@ class TitanReplayer(Replayer):
                 f"{self.data.dp_world_size} (torchtitan cannot reshard it either, "
                 "components/dataloader.py:161-164)"
             )
-        return [
-            planner.resumed(rank, state, f"{resume.checkpoint}: dp_rank_{rank}")
-            for rank, state in enumerate(states)
-        ]
+        return planner.resumed(states, str(resume.checkpoint))
 
     def _segments(self, keys: pl.Series) -> pl.DataFrame:
         """key -> dataset, doc_id, token_start, token_end, dataset_sample rows of the samples."""

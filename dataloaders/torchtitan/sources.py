@@ -103,6 +103,11 @@ class Source:
         return dict(zip(info["doc_id"].to_list(), encoded, strict=True))
 
     @cached_property
+    def map_style_index(self) -> Any:
+        with hf_order.without_torch():
+            return order.map_style_index(self.n_docs)
+
+    @cached_property
     def _streaming_base(self) -> Any:
         with hf_order.without_torch():
             real, _features = hf_order.streaming_source(self.shards, self.builder)
@@ -120,7 +125,7 @@ class RankOrder:
             if self.streaming:
                 self.split: Any = order.StreamingSplit(source._streaming_base, rank, world)
             else:
-                self.split = order.map_style_split(source.n_docs, rank, world)
+                self.split = order.map_style_split(source.map_style_index, rank, world)
 
     def epoch(self, e: int) -> np.ndarray:
         """doc ids of epoch e, in read order."""

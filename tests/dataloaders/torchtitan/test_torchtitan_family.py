@@ -24,7 +24,7 @@ from dataloaders.errors import ForensicsError
 from dataloaders.families import get_family
 from dataloaders.family import KeptFiles
 from dataloaders.run_config import load_config
-from dataloaders.torchtitan import saved_loader_state
+from dataloaders.torchtitan import recognises_save, saved_loader_state
 from dataloaders.torchtitan.state import read_loader_states
 from forensics_testing.torchtitan_run import load, write_jsonl, write_tokenizer
 
@@ -113,6 +113,7 @@ def test_state_saved_as_torchtitan_saves_it(tmp_path: Path) -> None:
     ]  # fmt: skip
     entry = {f"dp_rank_{r}": pickle.dumps(s) for r, s in enumerate(states)}
     _save(tmp_path, {**entry, "world_size": 2})
+    assert recognises_save(tmp_path) and not recognises_save(tmp_path / "checkpoint" / "nothing")
     step, ranks = saved_loader_state(tmp_path)
     assert step == 2
     assert [(r.sources[0].sample_idx, r.sources[0].epoch) for r in ranks] == [(3, 1), (6, 0)]
