@@ -157,4 +157,8 @@ def test_family_answers_for_rebuild_and_documents(tmp_path: Path) -> None:
     assert texts["text"].null_count() == 0 and set(texts["file"]) <= {"a-0.jsonl", "a-1.jsonl"}
     ids = replayer.document_tokens(docs)
     assert all(i[0] == 1 and i[-1] == 2 for i in ids)  # <bos> ... <eos>, as torchtitan encodes
+    # what the spike's token rules ask of a family with document_token_ids
+    tokenizer = replayer.tokenizer()
+    assert hasattr(tokenizer, "decode_batch")
+    assert max(int(i.max()) for i in ids) < replayer.vocab_size()
     assert replayer.blend_shares(0) == ({"a": 1.0}, "source weights")
