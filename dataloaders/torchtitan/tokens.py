@@ -51,7 +51,7 @@ class TitanTokenizer:
         folder = Path(path)
         if folder.is_file() and folder.name == "tokenizer.json":
             folder = folder.parent
-        json_path = folder / "tokenizer.json"
+        json_path = self.json_path = folder / "tokenizer.json"
         if not json_path.is_file():
             raise ForensicsError(
                 f"{folder}: no tokenizer.json (torchtitan's vocab.json / vocab.txt fallbacks are "

@@ -162,3 +162,19 @@ def test_family_answers_for_rebuild_and_documents(tmp_path: Path) -> None:
     assert hasattr(tokenizer, "decode_batch")
     assert max(int(i.max()) for i in ids) < replayer.vocab_size()
     assert replayer.blend_shares(0) == ({"a": 1.0}, "source weights")
+
+
+def test_token_counts_are_cached_by_what_they_depend_on(tmp_path: Path) -> None:
+    """The counts are kept on disk; another tokenizer_config.json (special tokens) misses."""
+    from dataloaders.torchtitan import cache
+    from dataloaders.torchtitan.tokens import TitanTokenizer
+
+    replayer = load(_config(tmp_path))
+    source, tok = replayer.sources[0], replayer.titan_tokenizer
+    counts = source.token_inputs(tok)
+    key = cache.inputs_key(source, tok)
+    assert (cache.load_inputs(key, source.n_docs) == counts).all()
+    (tmp_path / "tok" / "tokenizer_config.json").write_text('{"eos_token": "<eos>"}')
+    other = TitanTokenizer(tmp_path / "tok")
+    assert cache.inputs_key(source, other) != key
+    assert (source.token_inputs(other) == counts - 1).all()  # no <bos> now
