@@ -128,7 +128,7 @@ def replayed_batches(replayer: Any, job: dict[str, Any], first: int, last: int) 
     tokens: dict[tuple[str, int], list[int]] = {}
     for name in table["dataset"].unique().to_list():
         ids = table.filter(pl.col("dataset") == name)["doc_id"].to_numpy()
-        for doc, enc in replayer.by_name[name].doc_tokens(ids, replayer.tokenizer).items():
+        for doc, enc in replayer.by_name[name].doc_tokens(ids, replayer.titan_tokenizer).items():
             tokens[(name, doc)] = enc
     samples: dict[tuple[int, int], list[list[int]]] = {}
     cols = ("iteration", "position", "dataset", "doc_id", "token_start", "token_end")

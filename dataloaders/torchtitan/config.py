@@ -1,7 +1,9 @@
 """The `data:` section of a torchtitan run (`format: torchtitan`).
 
-What it describes, in torchtitan 0.3.0's words (pytorch/torchtitan, the PyPI release 0.3.0;
-torchtitan/hf_datasets/text_datasets.py, components/dataloader.py, trainer.py):
+What it describes, in torchtitan 0.3.0's words. Line numbers here and in the package are the
+PyPI 0.3.0 wheel's, whose files (hf_datasets/, components/dataloader.py, components/tokenizer.py,
+components/checkpointer/, trainer.py) are identical to pytorch/torchtitan commit
+1fdf90d3f9b756ef709ce262bc839f1dab679b5e ("Set version to 0.3.0rc1 (#4216)"):
 
 - each source is one entry of torchtitan's dataset table (`DATASETS`, text_datasets.py:38-54)
   whose loader is `load_dataset(file_format, data_files=files, split="train",
@@ -81,7 +83,9 @@ class TorchtitanData(DataSection):
     format: Literal["torchtitan"]
     # read by torchtitan's own training loop (dataloaders/trainers/torchtitan.py)
     default_trainer: ClassVar[str | None] = TORCHTITAN
-    # which of torchtitan's pipelines: 0.3.0's HF datasets loaders; main's Grain pipeline is refused
+    # which of torchtitan's pipelines: 0.3.0's HF datasets loaders. main's Grain pipeline
+    # (pytorch/torchtitan 1b04fc1c3576, "[Grain] Replace dataset/dataloader with grain (#4088)",
+    # not an ancestor of the 0.3.0 commit above; PyPI's newest is 0.3.0) is refused
     pipeline: Literal["hf_datasets", "grain"] = "hf_datasets"
     sources: list[TorchtitanSource] = Field(min_length=1)
     interleaved: bool = False  # InterleavedHuggingFaceTextDataLoader instead of the single one

@@ -26,13 +26,18 @@ from dataloaders.hf import order as hf_order
 SHUFFLE_SEED = 42  # text_datasets.py:181, `shuffle(seed=42 + self._epoch)`
 
 
-def map_style_split(n_rows: int, rank: int, world: int) -> Any:
-    """The rank's `split_dataset_by_node` of an index-only map-style Dataset of n_rows rows."""
+def map_style_index(n_rows: int) -> Any:
+    """An index-only map-style Dataset of n_rows rows (row i holds doc id i), shared by the
+    ranks: each rank's split of it is a view."""
     datasets = hf_order._datasets()
+    return datasets.Dataset.from_dict({hf_order.ID_COLUMN: np.arange(n_rows, dtype=np.int64)})
+
+
+def map_style_split(index: Any, rank: int, world: int) -> Any:
+    """The rank's `split_dataset_by_node` of the index Dataset (`map_style_index`)."""
     from datasets.distributed import split_dataset_by_node
 
-    ds = datasets.Dataset.from_dict({hf_order.ID_COLUMN: np.arange(n_rows, dtype=np.int64)})
-    return split_dataset_by_node(ds, rank=rank, world_size=world)
+    return split_dataset_by_node(index, rank=rank, world_size=world)
 
 
 def map_style_epoch(split: Any, epoch: int) -> np.ndarray:

@@ -113,70 +113,83 @@ class Planner:
         n = len(self.sources)
         return Start([0] * n, [Cursor(0, 0) for _ in range(n)], None)
 
-    def resumed(self, rank: int, state: RankState, where: str) -> Start:
-        """The start a saved rank state describes (its buffers checked against the documents)."""
-        if len(state.sources) != len(self.sources):
-            raise ForensicsError(
-                f"{where}: the saved loader has {len(state.sources)} sources, the config "
-                f"{len(self.sources)}"
-            )
-        if (state.rng_state is None) == self.data.interleaved:
-            kind = "an interleaved" if state.rng_state is not None else "a single-source"
-            raise ForensicsError(f"{where}: the saved state is {kind} loader's; data.interleaved "
-                                 "says otherwise")  # fmt: skip
-        bases, cursors = [], []
-        for s, saved in enumerate(state.sources):
-            base, epoch = self._position(s, rank, saved, f"{where} source {self.sources[s].name}")
-            bases.append(base)
-            cursors.append(Cursor(0, epoch))
-        return Start(bases, cursors, state.rng_state)
+    def resumed(self, states: list[RankState], where: str) -> list[Start]:
+        """Every rank's start as its saved state describes it; the saved token buffers are
+        checked against the documents (all ranks' documents tokenized at once)."""
+        starts, checks = [], []
+        for rank, state in enumerate(states):
+            here = f"{where}: dp_rank_{rank}"
+            if len(state.sources) != len(self.sources):
+                raise ForensicsError(
+                    f"{here}: the saved loader has {len(state.sources)} sources, the config "
+                    f"{len(self.sources)}"
+                )
+            if (state.rng_state is None) == self.data.interleaved:
+                kind = "an interleaved" if state.rng_state is not None else "a single-source"
+                raise ForensicsError(f"{here}: the saved state is {kind} loader's; "
+                                     "data.interleaved says otherwise")  # fmt: skip
+            bases, cursors = [], []
+            for s, saved in enumerate(state.sources):
+                named = f"{here} source {self.sources[s].name}"
+                epoch, pos = self._position(s, rank, saved, named)
+                tail_docs, end = self._tail(s, rank, epoch, pos, len(saved.inputs_buffer))
+                checks.append((s, tail_docs, saved.inputs_buffer, named))
+                bases.append(end - len(saved.inputs_buffer))
+                cursors.append(Cursor(0, epoch))
+            starts.append(Start(bases, cursors, state.rng_state))
+        self._check_buffers(checks)
+        return starts
 
     def _position(self, s: int, rank: int, saved: SourceState, where: str) -> tuple[int, int]:
-        """(stream base, epoch) of a saved source state on `rank`."""
+        """(epoch, documents of it read) of a saved source state on `rank`."""
         rank_order = self.orders[(s, rank)]
         if saved.data is not None:
             if not self.sources[s].spec.streaming:
                 raise ForensicsError(f"{where}: a streaming state for a map-style source")
-            epoch, pos = rank_order.streaming_position(saved.data, where)
-        else:
-            if self.sources[s].spec.streaming:
-                raise ForensicsError(f"{where}: a map-style state for a streaming source")
-            assert saved.epoch is not None and saved.sample_idx is not None
-            epoch, pos = saved.epoch, saved.sample_idx
-            if pos > len(rank_order.epoch(epoch)):
-                raise ForensicsError(
-                    f"{where}: sample_idx {pos} is past the rank's {len(rank_order.epoch(epoch))} "
-                    "documents"
-                )
-        read = sum(int(self.inputs[s][rank_order.epoch(e)].sum()) for e in range(epoch))
-        docs = rank_order.epoch(epoch)[:pos]
-        end = read + int(self.inputs[s][docs].sum())
-        self._check_buffer(s, rank, epoch, pos, saved.inputs_buffer, where)
-        return end - len(saved.inputs_buffer), epoch
+            return rank_order.streaming_position(saved.data, where)
+        if self.sources[s].spec.streaming:
+            raise ForensicsError(f"{where}: a map-style state for a streaming source")
+        assert saved.epoch is not None and saved.sample_idx is not None
+        n_docs = len(rank_order.epoch(saved.epoch))
+        if saved.sample_idx > n_docs:
+            raise ForensicsError(
+                f"{where}: sample_idx {saved.sample_idx} is past the rank's {n_docs} documents"
+            )
+        return saved.epoch, saved.sample_idx
 
-    def _check_buffer(
-        self, s: int, rank: int, epoch: int, pos: int, buffer: list[int], where: str
-    ) -> None:
-        """The saved buffer must be the last input tokens of the documents read before it."""
+    def _tail(self, s: int, rank: int, epoch: int, pos: int, n: int) -> tuple[list[int], int]:
+        """(the documents, oldest first, whose input tokens end the stream before position
+        `pos` of `epoch` and cover its last n tokens; the stream token offset there)."""
         rank_order = self.orders[(s, rank)]
-        tail: list[int] = []
-        e, p = epoch, pos
-        while len(tail) < len(buffer) and (e > 0 or p > 0):
+        inputs = self.inputs[s]
+        end = sum(int(inputs[rank_order.epoch(e)].sum()) for e in range(epoch))
+        end += int(inputs[rank_order.epoch(epoch)[:pos]].sum())
+        docs: list[int] = []
+        covered, e, p = 0, epoch, pos
+        while covered < n and (e > 0 or p > 0):
             if p == 0:
-                e -= 1
-                p = len(rank_order.epoch(e))
+                e, p = e - 1, len(rank_order.epoch(e - 1))
                 continue
             doc = int(rank_order.epoch(e)[p - 1])
-            ids = self.sources[s].doc_tokens(np.array([doc]), self.tokenizer)[doc]
-            tail = ids[:-1] + tail
+            docs.insert(0, doc)
+            covered += int(inputs[doc])
             p -= 1
-        got = tail[len(tail) - len(buffer) :] if buffer else []
-        if got != list(buffer):
-            raise ForensicsError(
-                f"{where}: the saved token buffer ({len(buffer)} tokens) is not the tail of the "
-                "documents the state says were read: the tokenizer, the files or the split differ "
-                "from the run's"
-            )
+        return docs, end
+
+    def _check_buffers(self, checks: list[tuple[int, list[int], list[int], str]]) -> None:
+        """Each saved buffer must be the last input tokens of the documents read before it
+        (tokens[:-1] of each, text_datasets.py:142)."""
+        for s in {c[0] for c in checks}:
+            wanted = np.array(sorted({d for c in checks if c[0] == s for d in c[1]}), np.int64)
+            ids = self.sources[s].doc_tokens(wanted, self.tokenizer) if len(wanted) else {}
+            for _s, docs, buffer, where in (c for c in checks if c[0] == s):
+                tail = [t for d in docs for t in ids[d][:-1]]
+                if (tail[len(tail) - len(buffer) :] if buffer else []) != list(buffer):
+                    raise ForensicsError(
+                        f"{where}: the saved token buffer ({len(buffer)} tokens) is not the tail "
+                        "of the documents the state says were read: the tokenizer, the files or "
+                        "the split differ from the run's"
+                    )
 
     def rank_steps(self, rank: int, start: Start, n_steps: int) -> pl.DataFrame:
         """Rows (step, position, key) of the rank's next up to n_steps complete steps."""

@@ -48,11 +48,17 @@ class TitanReplayer(Replayer):
         return Schedule(self.config.training)
 
     @cached_property
-    def tokenizer(self) -> TitanTokenizer:
+    def titan_tokenizer(self) -> TitanTokenizer:
+        """The run's tokenizer folder, encoding as torchtitan's text loader does."""
         return TitanTokenizer(self.config.tokenizer)
 
+    def tokenizer(self) -> Any:
+        """The `tokenizers.Tokenizer` behind it (with tokenizer_config.json's special tokens
+        added, as torchtitan adds them), what the token rules decode with."""
+        return self.titan_tokenizer.tokenizer
+
     def vocab_size(self) -> int:
-        """The tokenizer's ids, added tokens included (the spike's token rule checks ids)."""
+        """The tokenizer's vocabulary, added tokens included (ids past it are refused)."""
         return int(self.tokenizer().get_vocab_size(with_added_tokens=True))
 
     # ------------------------------------------------------------------ the plan
@@ -60,7 +66,7 @@ class TitanReplayer(Replayer):
     @cached_property
     def _planned(self) -> tuple[pl.DataFrame, Planner]:
         """(steps: iteration, position, key; the planner holding the streams)."""
-        planner = Planner(self.data, self.sources, self.tokenizer, self.gbs)
+        planner = Planner(self.data, self.sources, self.titan_tokenizer, self.gbs)
         limit = self.config.training.iterations(self.gbs)
         bounds = [r.iteration for r in self.data.resumes if r.iteration < limit] + [limit]
         frames, first = [], 0  # `first`: the steps trained before the phase
@@ -92,10 +98,7 @@ class TitanReplayer(Replayer):
                 f"{self.data.dp_world_size} (torchtitan cannot reshard it either, "
                 "components/dataloader.py:161-164)"
             )
-        return [
-            planner.resumed(rank, state, f"{resume.checkpoint}: dp_rank_{rank}")
-            for rank, state in enumerate(states)
-        ]
+        return planner.resumed(states, str(resume.checkpoint))
 
     def _segments(self, keys: pl.Series) -> pl.DataFrame:
         """key -> dataset, doc_id, token_start, token_end, dataset_sample rows of the samples."""
@@ -190,10 +193,10 @@ class TitanReplayer(Replayer):
         tokens = {}
         for name in table["dataset"].unique().to_list():
             ids = table.filter(pl.col("dataset") == name)["doc_id"].to_numpy()
-            for doc, encoded in self._source(name).doc_tokens(ids, self.tokenizer).items():
+            for doc, encoded in self._source(name).doc_tokens(ids, self.titan_tokenizer).items():
                 tokens[(name, doc)] = encoded
         return [
-            self.tokenizer.decode(tokens[(name, doc)][start:end])
+            self.titan_tokenizer.decode(tokens[(name, doc)][start:end])
             for name, doc, start, end in table.select(
                 "dataset", "doc_id", "token_start", "token_end"
             ).iter_rows()
@@ -208,7 +211,7 @@ class TitanReplayer(Replayer):
         found: dict[tuple[str, int], list[int]] = {}
         for name in docs["dataset"].unique().to_list():
             ids = docs.filter(pl.col("dataset") == name)["doc_id"].cast(pl.Int64).to_numpy()
-            for doc, encoded in self._source(name).doc_tokens(ids, self.tokenizer).items():
+            for doc, encoded in self._source(name).doc_tokens(ids, self.titan_tokenizer).items():
                 found[(name, doc)] = encoded
         return [
             np.asarray(found[(name, int(doc))], dtype=np.int64)

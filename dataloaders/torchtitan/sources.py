@@ -20,7 +20,7 @@ from dataloaders.errors import ForensicsError
 from dataloaders.hf import order as hf_order
 from dataloaders.hf import rows
 from dataloaders.hf.shards import infer_format, open_shards, resolve_files, verify_shards
-from dataloaders.torchtitan import order
+from dataloaders.torchtitan import cache, order
 from dataloaders.torchtitan.tokens import TitanTokenizer
 
 FILE_FACET = "file"
@@ -57,13 +57,23 @@ class Source:
 
     def token_inputs(self, tokenizer: TitanTokenizer) -> np.ndarray:
         """Input tokens each document adds to the buffer: len(encode(text, bos, eos)) - 1
-        (text_datasets.py:142), in doc_id order."""
+        (text_datasets.py:142), in doc_id order (cached on disk: cache.py)."""
+        key = cache.inputs_key(self, tokenizer)
+        hit = cache.load_inputs(key, self.n_docs)
+        if hit is not None:
+            return hit
         parts = []
         for shard in self.shards:
             for texts in rows.iter_texts(shard, self.builder, self.spec.text_field):
                 ids = tokenizer.encode_documents([t or "" for t in texts])
                 parts.append(np.fromiter((max(len(i) - 1, 0) for i in ids), dtype=np.int64))
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        counts = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if len(counts) != self.n_docs:
+            raise ForensicsError(
+                f"source {self.name}: its files hold {len(counts)} texts but {self.n_docs} rows"
+            )
+        cache.save_inputs(key, counts)
+        return counts
 
     def _locate(self, doc_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         offsets = self.offsets
@@ -103,6 +113,11 @@ class Source:
         return dict(zip(info["doc_id"].to_list(), encoded, strict=True))
 
     @cached_property
+    def map_style_index(self) -> Any:
+        with hf_order.without_torch():
+            return order.map_style_index(self.n_docs)
+
+    @cached_property
     def _streaming_base(self) -> Any:
         with hf_order.without_torch():
             real, _features = hf_order.streaming_source(self.shards, self.builder)
@@ -120,7 +135,7 @@ class RankOrder:
             if self.streaming:
                 self.split: Any = order.StreamingSplit(source._streaming_base, rank, world)
             else:
-                self.split = order.map_style_split(source.n_docs, rank, world)
+                self.split = order.map_style_split(source.map_style_index, rank, world)
 
     def epoch(self, e: int) -> np.ndarray:
         """doc ids of epoch e, in read order."""

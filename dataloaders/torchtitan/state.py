@@ -154,3 +154,15 @@ def saved_loader_state(folder: Path, step: int | None = None) -> tuple[int, list
     reader calls (the family's answer to "what did this run's loader save at step N")."""
     path = step_folder(folder, step)
     return int(path.name.split("-")[1]), read_loader_states(path)
+
+
+def recognises_save(folder: Path) -> bool:
+    """Whether `folder` is a torchtitan save (a step folder, a checkpoint folder or a dump
+    folder, as `step_folder` takes them) whose latest step holds a dataloader state: its
+    `.metadata` is read (allow-list unpickler), nothing else."""
+    try:
+        path = step_folder(folder, None)
+        metadata = read_dcp_metadata(path / ".metadata")
+    except ForensicsError:
+        return False
+    return "dataloader.world_size" in metadata.state_dict_metadata

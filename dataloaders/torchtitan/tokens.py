@@ -51,7 +51,7 @@ class TitanTokenizer:
         folder = Path(path)
         if folder.is_file() and folder.name == "tokenizer.json":
             folder = folder.parent
-        json_path = folder / "tokenizer.json"
+        json_path = self.json_path = folder / "tokenizer.json"
         if not json_path.is_file():
             raise ForensicsError(
                 f"{folder}: no tokenizer.json (torchtitan's vocab.json / vocab.txt fallbacks are "
@@ -135,9 +135,3 @@ class TitanTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(list(ids))
-
-    def __call__(self) -> Any:
-        """The `tokenizers.Tokenizer` (special tokens added): what the Replayer's `tokenizer()`
-        gives every other family, for the readers that call it (the spike's token rule, the
-        tokenizer check, rescoring); the replayer's `tokenizer` attribute is this object."""
-        return self.tokenizer

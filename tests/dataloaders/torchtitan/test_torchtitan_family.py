@@ -24,7 +24,7 @@ from dataloaders.errors import ForensicsError
 from dataloaders.families import get_family
 from dataloaders.family import KeptFiles
 from dataloaders.run_config import load_config
-from dataloaders.torchtitan import saved_loader_state
+from dataloaders.torchtitan import recognises_save, saved_loader_state
 from dataloaders.torchtitan.state import read_loader_states
 from forensics_testing.torchtitan_run import load, write_jsonl, write_tokenizer
 
@@ -113,6 +113,7 @@ def test_state_saved_as_torchtitan_saves_it(tmp_path: Path) -> None:
     ]  # fmt: skip
     entry = {f"dp_rank_{r}": pickle.dumps(s) for r, s in enumerate(states)}
     _save(tmp_path, {**entry, "world_size": 2})
+    assert recognises_save(tmp_path) and not recognises_save(tmp_path / "checkpoint" / "nothing")
     step, ranks = saved_loader_state(tmp_path)
     assert step == 2
     assert [(r.sources[0].sample_idx, r.sources[0].epoch) for r in ranks] == [(3, 1), (6, 0)]
@@ -156,4 +157,24 @@ def test_family_answers_for_rebuild_and_documents(tmp_path: Path) -> None:
     assert texts["text"].null_count() == 0 and set(texts["file"]) <= {"a-0.jsonl", "a-1.jsonl"}
     ids = replayer.document_tokens(docs)
     assert all(i[0] == 1 and i[-1] == 2 for i in ids)  # <bos> ... <eos>, as torchtitan encodes
+    # what the spike's token rules ask of a family with document_token_ids
+    tokenizer = replayer.tokenizer()
+    assert hasattr(tokenizer, "decode_batch")
+    assert max(int(i.max()) for i in ids) < replayer.vocab_size()
     assert replayer.blend_shares(0) == ({"a": 1.0}, "source weights")
+
+
+def test_token_counts_are_cached_by_what_they_depend_on(tmp_path: Path) -> None:
+    """The counts are kept on disk; another tokenizer_config.json (special tokens) misses."""
+    from dataloaders.torchtitan import cache
+    from dataloaders.torchtitan.tokens import TitanTokenizer
+
+    replayer = load(_config(tmp_path))
+    source, tok = replayer.sources[0], replayer.titan_tokenizer
+    counts = source.token_inputs(tok)
+    key = cache.inputs_key(source, tok)
+    assert (cache.load_inputs(key, source.n_docs) == counts).all()
+    (tmp_path / "tok" / "tokenizer_config.json").write_text('{"eos_token": "<eos>"}')
+    other = TitanTokenizer(tmp_path / "tok")
+    assert cache.inputs_key(source, other) != key
+    assert (source.token_inputs(other) == counts - 1).all()  # no <bos> now

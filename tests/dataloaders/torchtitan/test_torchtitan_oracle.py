@@ -1,14 +1,16 @@
 """Replay of torchtitan runs equals torchtitan 0.3.0's own loaders, batch for batch.
 
 The oracle is the real package (PyPI torchtitan 0.3.0 in .venv-titan, built by
-scripts/torchtitan_oracle_env.sh): tests/oracles/torchtitan_loader.py registers each tiny local
-dataset in its dataset table (torchtitan/hf_datasets/text_datasets.py:38-54), builds its
-`HuggingFaceTextDataLoader` (:238-289) or `InterleavedHuggingFaceTextDataLoader` (:300-372) per
-DP rank with its `HuggingFaceTokenizer`, and writes every batch's inputs and labels. Saves and
-resumes go through its `CheckpointManager` (components/checkpointer/dcp.py:68) in a gloo group
-of DP ranks, so the step-N folder our replay reads is the one torchtitan wrote. All jobs run in
-one oracle interpreter (the module fixture). Our side rebuilds each sample from the replay
-table's segments (the documents' ids[token_start:token_end]) and must match exactly.
+scripts/torchtitan_oracle_env.sh; its files are those of pytorch/torchtitan commit
+1fdf90d3f9b756ef709ce262bc839f1dab679b5e, whose line numbers are cited):
+tests/oracles/torchtitan_loader.py registers each tiny local dataset in its dataset table
+(torchtitan/hf_datasets/text_datasets.py:38-54), builds its `HuggingFaceTextDataLoader`
+(:238-289) or `InterleavedHuggingFaceTextDataLoader` (:300-372) per DP rank with its
+`HuggingFaceTokenizer`, and writes every batch's inputs and labels. Saves and resumes go through
+its `CheckpointManager` (components/checkpointer/dcp.py:68) in a gloo group of DP ranks, so the
+step-N folder our replay reads is the one torchtitan wrote. All jobs run in one oracle
+interpreter (the module fixture). Our side rebuilds each sample from the replay table's segments
+(the documents' ids[token_start:token_end]) and must match exactly.
 """
 
 from __future__ import annotations
