@@ -1,8 +1,8 @@
 """torchtitan 0.3.0: no option to skip iterations; the restart pins `--checkpoint.load_step=R`.
 
-Sources read (torchtitan 0.3.0, the PyPI wheel torchtitan-0.3.0-py3-none-any.whl; the nearest
-commit in pytorch/torchtitan, b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (0.2.2 by its
-assets/version.txt), has the same train.py and config/manager.py):
+Sources read (torchtitan 0.3.0, the PyPI wheel torchtitan-0.3.0-py3-none-any.whl; its files
+are those of pytorch/torchtitan 1fdf90d3f9b756ef709ce262bc839f1dab679b5e, "Set version to
+0.3.0rc1 (#4216)", so the lines below are that commit's too):
 - torchtitan/trainer.py:1012-1076 `train()`: `self.checkpointer.load(step=config.checkpoint.
   load_step)`, then `while self.step < config.training.steps: self.step += 1;
   self.train_step(data_iterator)`; every step draws `gradient_accumulation_steps x
@@ -19,7 +19,7 @@ assets/version.txt), has the same train.py and config/manager.py):
 - base.py:259-261 `load_step: int = -1`, "Load the checkpoint at the specified step. If -1,
   load the latest checkpoint." On the command line: config/manager.py:34-46 parses
   `--module M --config C` then tyro's `--section.key VALUE` overrides
-  (pytorch/torchtitan b5bcd76c docs/checkpoint.md:14 `--checkpoint.interval 500`;
+  (docs/checkpoint.md:14 `--checkpoint.interval 500`;
   tests/unit_tests/test_no_new_cli_options.py:42 lists `checkpoint.load_step`). The pin is
   written `--checkpoint.load_step=R`, as dcp.py:505 and 566 spell it, one shell word; torchtitan's
   own ConfigManager reads it as load_step R (tests/oracles/torchtitan_checkpoint_oracle.py).

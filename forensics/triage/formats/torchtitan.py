@@ -1,8 +1,8 @@
 """torchtitan's console log (`--format torchtitan`): one `step: N  loss: ...` line per logged
 step, `validate step: N  loss: ...` after a validation.
 
-The lines, from torchtitan 0.3.0 (the PyPI wheel; pytorch/torchtitan b5bcd76c66 has the same
-format strings at components/metrics.py:528-536 and 571-575):
+The lines, from torchtitan 0.3.0 (the PyPI wheel; its files are pytorch/torchtitan
+1fdf90d3f9b756ef709ce262bc839f1dab679b5e's, where the line numbers below are the same):
 - components/metrics.py:523-532, `MetricsProcessor.log` (called on step 1 and every
   `metrics.log_freq` steps, metrics.py:362-363):
 

@@ -4,10 +4,11 @@ logged step, and `forensics watch` follows it in pieces.
 The log of the first test is written by torchtitan 0.3.0's own `MetricsProcessor.log` and
 `log_validation` through its own `init_logger` (tests/oracles/torchtitan_metrics_log.py in
 .venv-titan), colors on as its default is. The others build lines from its format strings,
-copied from torchtitan 0.3.0 components/metrics.py:523-532 and 566-572 (the same at
-pytorch/torchtitan b5bcd76c66, 528-536 and 571-575), for the cases a run seldom prints: no
+copied from torchtitan 0.3.0 components/metrics.py:523-532 and 566-572 (pytorch/torchtitan
+1fdf90d3f9b7, the commit the wheel's files are), for the cases a run seldom prints: no
 colors under torchrun's rank prefix, `mfu: N/A`, a nan grad norm, a restart, the non-finite loss
-that stops the job (trainer.py:994-998) and torchtitan 0.1's line (v0.1.0 metrics.py:401-407).
+that stops the job (trainer.py:994-998) and torchtitan 0.1's line (v0.1.0, f7084fc78567,
+metrics.py:401-407).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def test_triage_reads_every_field_under_the_rank_prefix(tmp_path: Path) -> None:
 
 
 def test_torchtitan_0_1_lines_read_too(tmp_path: Path) -> None:
-    """v0.1.0 metrics.py:401-407: no grad_norm, `loss: {:7.4f}`, `mfu: {:.2f}%`."""
+    """v0.1.0 (f7084fc78567) metrics.py:401-407: no grad_norm, `loss: {:7.4f}`, `mfu: {:.2f}%`."""
     path = tmp_path / "old.log"
     path.write_text(
         "[titan] 2025-01-01 00:00:01,000 - root - INFO - step:  1  loss: 10.8123  memory: "
