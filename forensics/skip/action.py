@@ -135,6 +135,9 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
         no_skip=get_trainer(skip.trainer).no_skip,
     )
     action["flags_dir"] = str(out)  # restart-<trainer>.flags: a $(cat ...) that works from here
+    trainer = get_trainer(skip.trainer)
+    if action["kind"] == REMOVE and trainer.no_skip:  # no flags file will carry the pin
+        action["restart_pin"] = trainer.pin(int(skip.rollback["iteration"]))
     if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)
         action["rebuild_out"] = str(Path(out).parent / f"rebuild-{skip.step}")
         # what the restart is given from the rebuild's folder (forensics.rebuild writes it)
@@ -146,7 +149,6 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
                 f", for launch 1 of {len(later) + 1}; each later data stage (from iteration "
                 f"{', '.join(map(str, later))}) gets its own launch file: see rebuild.md"
             )
-        trainer = get_trainer(skip.trainer)
         pin = trainer.pin(int(skip.rollback["iteration"]))
         if family_of(config).pins_rollback and trainer.pin_leads_flags(pin):
             action["restart_pin"] = pin  # the family's restart file does not load the rollback

@@ -167,3 +167,27 @@ def test_the_example_config_is_read_by_torchtitans_trainer() -> None:
     raw["training"]["trainer"] = MEGATRON_LM
     with pytest.raises(ValueError, match="a torchtitan data loader is read by torchtitan's"):
         type(config).model_validate(raw)
+
+
+def test_removing_by_hand_restarts_with_the_pin(tmp_path: Path) -> None:
+    """A block list the rebuild cannot remove (not whole files) is the user's to remove; the
+    restart they are shown still loads the rollback with --checkpoint.load_step=R."""
+    from types import SimpleNamespace
+
+    from dataloaders.run_config import load_config
+    from forensics.report.first_screen import commands
+    from forensics.report.skip_view import ActionView, ReportSkip
+    from forensics.skip.action import action_for_plan
+    from forensics_testing.repo_paths import REPO_ROOT
+
+    config = load_config(REPO_ROOT / "configs" / "example-torchtitan.yaml")
+    ahead = {"share_of_remaining_samples": 0.002, "iterations_holding_it": 2, "iterations": 90}
+    skip = SimpleNamespace(
+        trainer=TORCHTITAN, ahead=ahead, ranges=[(21, 25)], documents={"fineweb": [3, 9]},
+        rollback={"iteration": 20}, step=25,
+    )  # fmt: skip
+    action = action_for_plan(skip, config, tmp_path / "spike-25", replayer=None)
+    assert action["kind"] == REMOVE and action["restart_pin"] == "--checkpoint.load_step=20"
+    view = ReportSkip([[21, 25]], TORCHTITAN, {}, action=ActionView.from_dict(action))
+    restart = commands(view, 20)[-1]
+    assert restart.text == "(your restart on the filtered data) --checkpoint.load_step=20"
