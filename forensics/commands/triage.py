@@ -9,6 +9,7 @@ module level: this command must start fast and never import torch.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -127,6 +128,9 @@ def triage_command(
     run = read_run_config(run, err)
     table = _read_log(log, format, err)
     fmt = detect_format(log) if format == "auto" else format
+    if run.trainer is None:  # the trainer that writes this log's format names its checkpoints
+        writer = next((t.name for t in TRAINERS.values() if t.output_format == fmt), None)
+        run = replace(run, trainer=writer)
     with console.status("triaging"):
         result = triage(table, cfg, run)
         paths = _publish(result, out, str(log), fmt, force)
@@ -169,8 +173,6 @@ def read_run_config(run: Any, err: Any) -> Any:
     --checkpoints is not given, its checkpoints. A config that is not on this machine is only
     filled into the spike command, and a yellow line says its stages were not read; one that is
     here but does not load is refused (load_config's one-line error)."""
-    from dataclasses import replace
-
     from rich.markup import escape
 
     from dataloaders.run_config import load_config
@@ -192,6 +194,7 @@ def read_run_config(run: Any, err: Any) -> Any:
         checkpoints=checkpoints,
         config_read=True,
         train_iters=config.training.iterations(config.training.global_batch_size),
+        trainer=config.training.trainer,
     )
 
 

@@ -141,3 +141,21 @@ def test_watch_gets_each_step_once_whatever_the_pieces(tmp_path: Path) -> None:
         rows = [parser.parse(lines[i : i + size]) for i in range(0, len(lines), size)]
         got = pl.concat([r for r in rows if r is not None and r.height], how="diagonal")
         assert got["step"].to_list()[:3] == [1, 10, 20], size
+
+
+def test_the_rollback_names_torchtitans_checkpoint_folder(tmp_path: Path) -> None:
+    """`triage --checkpoints` on a torchtitan log: the rollback note names `step-N`, the folder
+    torchtitan saves (components/checkpointer/dcp.py:686-690), not Megatron's iter_NNNNNNN."""
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    path = tmp_path / "train.log"
+    rows = CURVE.select("step", "loss", "grad_norm").rows()
+    path.write_text("\n".join(_line(s, x, g, 40.0) for s, x, g in rows) + "\n", encoding="utf-8")
+    out = tmp_path / "triage"
+    args = ["triage", str(path), "--out", str(out), "--checkpoints", "2500,2900"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = (out / "events.json").read_text(encoding="utf-8")
+    assert "step-2900, the latest in" in text and "iter_0002900" not in text
