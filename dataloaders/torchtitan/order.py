@@ -40,11 +40,23 @@ def map_style_split(index: Any, rank: int, world: int) -> Any:
     return split_dataset_by_node(index, rank=rank, world_size=world)
 
 
-def map_style_epoch(split: Any, epoch: int) -> np.ndarray:
-    """Doc ids of the rank's split in epoch `epoch`'s order (shuffled with seed 42 + epoch from
-    epoch 1 on)."""
-    ds = split if epoch == 0 else split.shuffle(seed=SHUFFLE_SEED + epoch, keep_in_memory=True)
-    return np.asarray(ds.with_format("numpy")[hf_order.ID_COLUMN], dtype=np.int64)
+def split_ids(split: Any) -> np.ndarray:
+    """The doc ids of a rank's split, in order (one slice of the whole split: datasets 5's
+    `ds[column]` is a lazy column that numpy would read row by row)."""
+    if not len(split):
+        return np.zeros(0, dtype=np.int64)
+    return np.asarray(split.with_format("numpy")[:][hf_order.ID_COLUMN], dtype=np.int64)
+
+
+def map_style_epoch(ids: np.ndarray, epoch: int) -> np.ndarray:
+    """Doc ids of a rank's split (`ids`, its order) in epoch `epoch`: from epoch 1 on,
+    `Dataset.shuffle(seed=42 + epoch)`, which is `select(np.random.default_rng(seed)
+    .permutation(len(self)))` (datasets 5.2.0 arrow_dataset.py:4949-4980; 4.7.0 the same).
+    Computed here with numpy rather than by a select per rank and epoch (seconds each on a large
+    split); test_torchtitan_family.py checks it against the library's shuffle."""
+    if epoch == 0:
+        return ids
+    return ids[np.random.default_rng(SHUFFLE_SEED + epoch).permutation(len(ids))]
 
 
 class StreamingSplit:

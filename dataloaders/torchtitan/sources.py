@@ -135,7 +135,8 @@ class RankOrder:
             if self.streaming:
                 self.split: Any = order.StreamingSplit(source._streaming_base, rank, world)
             else:
-                self.split = order.map_style_split(source.map_style_index, rank, world)
+                split = order.map_style_split(source.map_style_index, rank, world)
+                self.split = order.split_ids(split)
 
     def epoch(self, e: int) -> np.ndarray:
         """doc ids of epoch e, in read order."""

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from dataloaders.errors import ForensicsError
+
 SEGMENT_SCHEMA = {
     "k": pl.Int64,
     "doc_id": pl.Int64,
@@ -38,7 +40,7 @@ class PackedStream:
     inputs      int64[n]  input tokens each adds to the buffer (len(ids) - 1, at least 0)
     epoch_ends  int64[e]  stream token offset at the end of each epoch
     base        token offset of sample 0 (a resumed buffer's first token)
-    infinite    whether the source re-loops past its last epoch (then more epochs exist)
+    seq_len     tokens per sample
     """
 
     docs: np.ndarray
@@ -55,6 +57,11 @@ class PackedStream:
     def samples_in_epochs(self, last_epoch: int) -> int:
         """Samples whose last token lies within epochs 0..last_epoch (a finite source's
         generator ends there, :168-170)."""
+        if last_epoch >= len(self.epoch_ends):
+            raise ForensicsError(
+                f"the replay built {len(self.epoch_ends)} epochs of a source and was asked for "
+                f"epoch {last_epoch}: a source re-looped more often than its tokens explain"
+            )
         end = int(self.epoch_ends[last_epoch])
         return max((end - self.base) // self.seq_len, 0)
 

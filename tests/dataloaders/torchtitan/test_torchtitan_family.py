@@ -178,3 +178,22 @@ def test_token_counts_are_cached_by_what_they_depend_on(tmp_path: Path) -> None:
     other = TitanTokenizer(tmp_path / "tok")
     assert cache.inputs_key(source, other) != key
     assert (source.token_inputs(other) == counts - 1).all()  # no <bos> now
+
+
+@pytest.mark.parametrize(
+    ("n", "world", "rank", "epoch"), [(7, 1, 0, 1), (50, 3, 2, 2), (3, 2, 1, 5)]
+)
+def test_reshuffle_is_the_librarys(n: int, world: int, rank: int, epoch: int) -> None:
+    """A map-style re-loop's order equals `datasets`' own split_dataset_by_node +
+    Dataset.shuffle(seed=42 + epoch) (torchtitan text_datasets.py:95, 179-181)."""
+    import numpy as np
+    from datasets import Dataset
+    from datasets.distributed import split_dataset_by_node
+
+    from dataloaders.torchtitan import order
+
+    ids = order.split_ids(order.map_style_split(order.map_style_index(n), rank, world))
+    real = split_dataset_by_node(Dataset.from_dict({"i": np.arange(n)}), rank, world)
+    assert ids.tolist() == real["i"][:]
+    shuffled = real.shuffle(seed=42 + epoch, keep_in_memory=True)["i"][:]
+    assert order.map_style_epoch(ids, epoch).tolist() == list(shuffled)
