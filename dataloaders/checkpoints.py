@@ -12,6 +12,11 @@ from pathlib import Path
 _ITER_DIR = re.compile(r"iter_(\d+)")
 
 
+def megatron_folder(iteration: int) -> str:
+    """The name of the folder Megatron saves the state after `iteration` in."""
+    return f"iter_{iteration:07d}"
+
+
 def checkpoint_iterations(folder: Path) -> list[int]:
     """The iterations of the `iter_NNNNNNN` subdirectories of `folder`, sorted ([] when none)."""
     found = []

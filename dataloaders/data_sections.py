@@ -15,9 +15,11 @@ from dataloaders.hf.config import HFData
 from dataloaders.megatron.config import MegatronData
 from dataloaders.mosaic.config import MosaicData
 from dataloaders.olmo_core.config import OlmoCoreData
+from dataloaders.torchtitan.config import TorchtitanData
 
 DataConfig = Annotated[
-    MegatronData | HFData | OlmoCoreData | MosaicData, Field(discriminator="format")
+    MegatronData | HFData | OlmoCoreData | MosaicData | TorchtitanData,
+    Field(discriminator="format"),
 ]
 
 

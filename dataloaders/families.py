@@ -18,8 +18,15 @@ from dataloaders.hf.family import HFFamily
 from dataloaders.megatron.family import MegatronFamily
 from dataloaders.mosaic.family import MosaicFamily
 from dataloaders.olmo_core.family import OlmoCoreFamily
+from dataloaders.torchtitan.family import TorchtitanFamily
 
-_ALL: tuple[Family, ...] = (MegatronFamily(), HFFamily(), OlmoCoreFamily(), MosaicFamily())
+_ALL: tuple[Family, ...] = (
+    MegatronFamily(),
+    HFFamily(),
+    OlmoCoreFamily(),
+    MosaicFamily(),
+    TorchtitanFamily(),
+)
 REGISTRY: dict[str, Family] = {f.name: f for f in _ALL}
 FAMILIES: tuple[str, ...] = tuple(REGISTRY)  # in the order every listing shows them
 DEFAULT_FAMILY = REGISTRY[MegatronFamily.name]  # what a skip file that names no family used

@@ -47,7 +47,6 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from dataloaders.checkpoints import checkpoint_iterations
 from dataloaders.config_base import PrintableName, StrictModel
 from dataloaders.data_sections import DataConfig, data_model
 from dataloaders.errors import ConfigError
@@ -237,7 +236,7 @@ class RunConfig(StrictModel):
     # Megatron's tokenizer flags (SentencePiece, TikTokenizer; dataloaders/tokenizer_megatron.py)
     tokenizer_args: TokenizerArgs | None = None
     checkpoints: list[int] = Field(default_factory=list)
-    checkpoint_dir: Path | None = None  # scanned for iter_NNNNNNN directories
+    checkpoint_dir: Path | None = None  # scanned for the trainer's checkpoints (iter_N, step-N)
     log: Path | None = None  # the training log, to overlay the loss on the report
     source: Path | None = Field(default=None, exclude=True)  # where this config was read from
     # How a config that no file holds was given (e.g. "--from-checkpoint /ckpt"), for messages
@@ -298,10 +297,11 @@ class RunConfig(StrictModel):
         return payload_hash(_without_paths(payload))
 
     def available_checkpoints(self) -> list[int]:
-        """Checkpoint iterations from the list and from `iter_NNNNNNN` directories, sorted."""
+        """Checkpoint iterations from the list and from the checkpoint directory as the run's
+        trainer saves them (Megatron's `iter_NNNNNNN`, torchtitan's `step-N`), sorted."""
         found = set(self.checkpoints)
         if self.checkpoint_dir is not None and self.checkpoint_dir.is_dir():
-            found.update(checkpoint_iterations(self.checkpoint_dir))
+            found.update(REGISTRY[self.training.trainer].checkpoints(self.checkpoint_dir))
         return sorted(found)
 
 
@@ -322,6 +322,7 @@ def _resolve_paths(raw: Any, base: Path) -> Any:
         "mix_base_dir",
         "mix_file",
         "object_storage_cache_path",
+        "checkpoint",  # a torchtitan resume's step-N folder
     }
     path_list_keys = {"files", "data_files", "paths"}
     if isinstance(raw, dict):

@@ -24,6 +24,16 @@ in one line naming the file and the global, before anything is built:
   `dcp_tensors` never asks for a non-tensor entry, whose loader would be
   `torch.load(weights_only=False)` (default_planner.py:382-392).
 
+- a non-tensor entry of a distributed checkpoint (`dcp_object`): DCP writes it with
+  `torch.save` into the rank's `.distcp` shard at the offset its `.metadata` records
+  (default_planner.py `_create_write_items` -> `torch.save(obj, bytes)`; filesystem.py
+  `_write_item` for WriteItemType.BYTE_IO); those bytes are read as a `torch.save` file above.
+- a pickle kept as bytes inside a checkpoint (`load_pickle_bytes`): torchtitan 0.3.0 keeps each
+  DP rank's dataloader state as `pickle.dumps(StatefulDataLoader.state_dict())`
+  (torchtitan/components/dataloader.py:140-147) and loads it with `pickle.loads` (:167); it is
+  read here by the same allow-list unpickler, with the list its format needs
+  (`TORCHTITAN_LOADER_STATE`: none).
+
 The checkpoint's own tensors, containers, numbers and strings are what remains: nothing in a
 file forensics reads can run code.
 """
@@ -338,3 +348,81 @@ def dcp_tensors(directory: Path, keep: Callable[[str], bool]) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001 - missing or damaged .distcp shards
         raise ForensicsError(f"{directory}: the shards do not load ({_first_line(err)})") from None
     return wanted
+
+
+# --- objects inside a distributed checkpoint, and pickles kept as bytes ---------------------
+
+# What torchtitan 0.3.0's pickled dataloader state holds beyond containers, numbers, strings and
+# bytes: nothing. It is torchdata's StatefulDataLoader state (torchdata 0.11
+# stateful_dataloader.py:496-520, counters and dicts) around the dataset's own state_dict:
+# HuggingFaceTextDataset's buffers (lists of ints), sample_idx and epoch, or the HF
+# IterableDataset's state_dict (nested dicts of ints and strings) (torchtitan
+# hf_datasets/text_datasets.py:220-235), and InterleavedDataset's `random.Random.getstate()`
+# (a tuple of ints) with the sources' states (hf_datasets/interleaved.py:136-141).
+TORCHTITAN_LOADER_STATE: dict[str, Any] = {}
+
+
+def load_pickle_bytes(data: bytes, allowed: dict[str, Any], where: str, what: str) -> Any:
+    """A pickle held as bytes, unpickled allowing only the globals `allowed` names; one line
+    naming `where` for a refused global or a damaged pickle. `what` names the state ("a
+    torchtitan dataloader state") for the refusal."""
+    try:
+        return _AllowListUnpickler(io.BytesIO(data), allowed).load()
+    except RefusedGlobal as err:
+        raise ForensicsError(
+            f"{where}: holds a pickled {err.name}, which {what} never holds; {NO_CODE}"
+        ) from None
+    except Exception as err:  # noqa: BLE001 - a torn pickle: pickle raises many types
+        raise ForensicsError(f"{where}: not a readable pickle ({_first_line(err)})") from None
+
+
+def dcp_object(directory: Path, metadata: Any, key: str, allowed: list[tuple[Any, str]]) -> Any:
+    """The non-tensor entry `key` of the distributed checkpoint in `directory` (whose
+    `read_dcp_metadata` is `metadata`): its bytes are cut from the shard the metadata names and
+    read as a `torch.save` file allowing `allowed` beyond torch's defaults."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+    where = f"{directory}: entry {key!r}"
+    if not isinstance(metadata.state_dict_metadata.get(key), BytesStorageMetadata):
+        raise ForensicsError(f"{where} is not in the checkpoint (or is a tensor)")
+    infos = [v for k, v in metadata.storage_data.items() if getattr(k, "fqn", None) == key]
+    if len(infos) != 1:
+        raise ForensicsError(f"{where}: the .metadata locates it {len(infos)} times, not once")
+    info = infos[0]
+    if getattr(info, "transform_descriptors", None):
+        raise ForensicsError(
+            f"{where} is stored transformed ({info.transform_descriptors}); not read"
+        )
+    shard = directory / str(info.relative_path)
+    try:
+        with open(shard, "rb") as stream:
+            stream.seek(int(info.offset))
+            data = stream.read(int(info.length))
+    except OSError as err:
+        raise ForensicsError(f"{shard}: not readable ({_first_line(err)})") from None
+    if len(data) != int(info.length):
+        raise ForensicsError(f"{shard}: shorter than the .metadata says (a torn checkpoint)")
+    return _load_torch_save_bytes(data, allowed, where)
+
+
+def _load_torch_save_bytes(data: bytes, allowed: list[tuple[Any, str]], where: str) -> Any:
+    import torch
+    from torch import _weights_only_unpickler as unpickler
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+            if len(names) != 1:
+                raise ValueError("no single data.pkl")
+            found = set(unpickler.get_globals_in_pkl(io.BytesIO(archive.read(names[0]))))
+    except Exception as err:  # noqa: BLE001 - a foreign or torn entry
+        raise ForensicsError(f"{where}: not a torch.save entry ({_first_line(err)})") from None
+    found -= set(unpickler._get_allowed_globals().keys())
+    refused = sorted(found - {name for _built, name in allowed})
+    if refused:
+        raise ForensicsError(f"{where}: holds a pickled {refused[0]}; {NO_CODE}")
+    try:
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - weights-only refusals and damaged entries alike
+        raise ForensicsError(f"{where}: not readable ({_first_line(err)})") from None

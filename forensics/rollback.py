@@ -25,9 +25,11 @@ The rule, in order:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from dataloaders.checkpoints import megatron_folder
 
 NEAR = 50  # the rollback lands at least this many iterations before the spike ...
 FAR = 100  # ... and preferably no more than this many
@@ -108,12 +110,14 @@ def recommend_rollback(
     warnings: Iterable[Mark] = (),
     near: int = NEAR,
     far: int = FAR,
+    folder_name: Callable[[int], str] = megatron_folder,
 ) -> Rollback:
     """Pick the rollback checkpoint for a spike at `step` (see the module docstring).
 
     `onset`: where the culprit (or the new data) first entered, if known (an int is "the
     culprit's first document"). `warnings`: earlier signs of trouble tied to this spike (the
-    caller keeps only those that belong to it); only those before `step` count."""
+    caller keeps only those that belong to it); only those before `step` count. `folder_name`:
+    how the run's trainer names checkpoint C's folder in the notes (`Trainer.checkpoint_folder`)."""
     available = sorted({int(c) for c in checkpoints if 0 <= int(c) < step})
     if isinstance(onset, int):
         onset = Mark(onset, "the culprit's first document")
@@ -122,15 +126,22 @@ def recommend_rollback(
     )
     if onset is not None and 0 < onset.iteration <= step:
         first = min([onset, *marks], key=lambda m: m.iteration)
-        return _before(step, available, first, onset, "evidence")
-    rb = _fixed_window(step, available, near, far)
+        return _before(step, available, first, onset, "evidence", folder_name)
+    rb = _fixed_window(step, available, near, far, folder_name)
     early = [m for m in marks if m.iteration <= rb.iteration]
     if early:
-        return _before(step, available, early[0], None, "warning")
+        return _before(step, available, early[0], None, "warning", folder_name)
     return rb
 
 
-def _before(step: int, available: list[int], mark: Mark, onset: Mark | None, rule: str) -> Rollback:
+def _before(
+    step: int,
+    available: list[int],
+    mark: Mark,
+    onset: Mark | None,
+    rule: str,
+    folder_name: Callable[[int], str],
+) -> Rollback:
     """The latest checkpoint before `mark` (state after C < mark.iteration: never trained on
     it); a target with a note when none is listed."""
     clean = [c for c in available if c < mark.iteration]
@@ -140,7 +151,7 @@ def _before(step: int, available: list[int], mark: Mark, onset: Mark | None, rul
     label = "rule: the latest checkpoint before " + where
     if clean:
         chosen = clean[-1]
-        note = f"{label}: iter_{chosen:07d}, {step - chosen} iterations before the spike"
+        note = f"{label}: {folder_name(chosen)}, {step - chosen} iterations before the spike"
         exists = True
     else:
         chosen, exists, rule = max(mark.iteration - 1, 0), False, "no-checkpoint"
@@ -161,7 +172,9 @@ def _before(step: int, available: list[int], mark: Mark, onset: Mark | None, rul
     )
 
 
-def _fixed_window(step: int, available: list[int], near: int, far: int) -> Rollback:
+def _fixed_window(
+    step: int, available: list[int], near: int, far: int, folder_name: Callable[[int], str]
+) -> Rollback:
     """The fallback: latest checkpoint in [S-far, S-near], else the latest before it, else
     S-far as a target."""
     lo, hi = step - far, step - near
@@ -171,13 +184,13 @@ def _fixed_window(step: int, available: list[int], near: int, far: int) -> Rollb
     head += "spike (the fixed fallback)"
     if in_window:
         chosen = in_window[-1]
-        note = f"{head}: iter_{chosen:07d}, the latest in {max(lo, 0)}-{hi}"
+        note = f"{head}: {folder_name(chosen)}, the latest in {max(lo, 0)}-{hi}"
         return Rollback(chosen, True, "window", note)
     if older:
         chosen = older[-1]
         note = (
-            f"{head}: no checkpoint in {max(lo, 0)}-{hi}; iter_{chosen:07d} is the latest before "
-            f"it ({step - chosen} iterations before the spike: more to recompute, but clean)"
+            f"{head}: no checkpoint in {max(lo, 0)}-{hi}; {folder_name(chosen)} is the latest "
+            f"before it ({step - chosen} iterations before the spike: more to recompute, but clean)"
         )
         return Rollback(chosen, True, "older", note)
     chosen = max(lo, 0)

@@ -34,7 +34,8 @@ INDICATORS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (  # a script of tests/oracles/ (ORACLES / "x.py"), or an oracle venv
         "runs an oracle",
         re.compile(
-            r"(?i)\boracles\b\W.*\w\.py[\"']|\.venv-(?:olmo|mosaic|bridge)|(?:olmo|mosaic|bridge)_oracle_env"
+            r"(?i)\boracles\b\W.*\w\.py[\"']|\.venv-(?:olmo|mosaic|bridge|titan)"
+            r"|(?:olmo|mosaic|bridge|torchtitan)_oracle_env"
         ),
     ),
     ("trains a torch model", re.compile(r"\.backward\(\)|\btorch\.optim\b")),

@@ -17,6 +17,7 @@ from dataloaders.trainers.megatron_deepspeed import MegatronDeepSpeed
 from dataloaders.trainers.megatron_deepspeed_argonne import MegatronDeepSpeedArgonne
 from dataloaders.trainers.megatron_lm import MegatronLM, MegatronLMPre017
 from dataloaders.trainers.olmo_core import OLMoCore
+from dataloaders.trainers.torchtitan import Torchtitan
 
 _ALL: tuple[Trainer, ...] = (
     MegatronLM(),
@@ -25,6 +26,7 @@ _ALL: tuple[Trainer, ...] = (
     MegatronDeepSpeedArgonne(),
     OLMoCore(),
     MegatronBridge(),
+    Torchtitan(),
 )
 REGISTRY: dict[str, Trainer] = {t.name: t for t in _ALL}
 TRAINERS: tuple[str, ...] = tuple(REGISTRY)  # in the order every listing shows them
@@ -37,10 +39,12 @@ MEGATRON_DEEPSPEED = MegatronDeepSpeed.name
 MEGATRON_DEEPSPEED_ARGONNE = MegatronDeepSpeedArgonne.name
 OLMO_CORE = OLMoCore.name
 MEGATRON_BRIDGE = MegatronBridge.name
+TORCHTITAN = Torchtitan.name
 # The log and checkpoint formats the trainers write, for the readers named after them.
 MEGATRON_OUTPUT = MegatronLM.output_format
 OLMO_CORE_OUTPUT = OLMoCore.output_format
 MEGATRON_BRIDGE_OUTPUT = MegatronBridge.output_format
+TORCHTITAN_OUTPUT = Torchtitan.output_format
 
 
 def unknown_trainer(name: str) -> str:
@@ -92,6 +96,8 @@ __all__ = [
     "OLMO_CORE_OUTPUT",
     "MEGATRON_OUTPUT",
     "REGISTRY",
+    "TORCHTITAN",
+    "TORCHTITAN_OUTPUT",
     "TRAINERS",
     "Draw",
     "LoopEnd",

@@ -26,8 +26,10 @@ import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from dataloaders.checkpoints import checkpoint_iterations, megatron_folder
 from dataloaders.errors import ForensicsError
 
 Range = tuple[int, int]  # inclusive, 1-indexed iterations
@@ -108,6 +110,10 @@ class Trainer(ABC):
     # A skip drains batches without advancing the iteration counter (the loop must be given
     # room to reach the same iteration, and the drain is attributed to no logged iteration).
     drains_uncounted: ClassVar[bool] = False
+    # Why the trainer cannot skip iterations at all, in one line (None: it has a skip option).
+    # Such a trainer's restart plan is the rebuild, and wherever a skip would be offered
+    # (the skip plan, the restart files, check-skip) this line is said instead.
+    no_skip: ClassVar[str | None] = None
 
     @abstractmethod
     def parse(self, text: str) -> list:
@@ -174,6 +180,16 @@ class Trainer(ABC):
         """`ranges` widened where the syntax cannot keep two of them apart (default: as they
         are)."""
         return ranges
+
+    def checkpoints(self, folder: Path) -> list[int]:
+        """The iterations of the checkpoints the trainer saved in `folder` that its load can
+        be pinned to, sorted (default: Megatron's `iter_NNNNNNN` subdirectories)."""
+        return checkpoint_iterations(folder) if folder.is_dir() else []
+
+    def checkpoint_folder(self, iteration: int) -> str:
+        """The name of the folder the trainer saves the state after `iteration` in (default:
+        Megatron's `iter_NNNNNNN`)."""
+        return megatron_folder(iteration)
 
     def help_entry(self) -> str:
         """How --trainer's help names this trainer."""

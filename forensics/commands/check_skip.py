@@ -61,6 +61,9 @@ def verify_skip(
     wanted = check_trainer(trainer) if trainer else plan.trainer
     if wanted not in plan.flags:
         raise ForensicsError(f"{path}: has no flag for trainer {wanted}")
+    no_skip = get_trainer(wanted).no_skip
+    if ranges and no_skip:  # nothing to check: the restart plan is the rebuild
+        raise ForensicsError(f"{path}: {no_skip}")
     if ranges and plan.flags[wanted].flag is None:
         raise ForensicsError(
             f"{path}: no exact {wanted} flag ({plan.flags[wanted].refusal}); remove the block "

@@ -9,12 +9,13 @@ module level: this command must start fast and never import torch.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from dataloaders.checkpoints import checkpoint_iterations
+from dataloaders.trainers import REGISTRY as TRAINERS
 from forensics.commands.options import (
     CheckpointsOption,
     GradFactorOption,
@@ -28,7 +29,8 @@ from forensics.triage.formats import triage_help
 
 
 def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
-    """`--checkpoints 1000,2000` or a directory holding Megatron `iter_NNNNNNN` subdirectories."""
+    """`--checkpoints 1000,2000` or a directory of a trainer's checkpoints (Megatron's
+    `iter_NNNNNNN`, torchtitan's `step-N` subdirectories)."""
     if not spec:
         return ()
     if re.fullmatch(r"[\d,\s]+", spec):  # a list, however long: never tried as a path
@@ -40,10 +42,12 @@ def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
         raise ForensicsError(
             f"--checkpoints {spec[:60]}: not a directory ({err.strerror})"
         ) from None
-    if is_dir:
-        iters = checkpoint_iterations(p)
+    if is_dir:  # the first trainer that finds its checkpoints there (iter_N, step-N, ...)
+        iters = next((found for t in TRAINERS.values() if (found := t.checkpoints(p))), [])
         if not iters:
-            raise ForensicsError(f"--checkpoints {spec}: no iter_NNNNNNN subdirectories found")
+            raise ForensicsError(
+                f"--checkpoints {spec}: no checkpoint subdirectories found (iter_NNNNNNN, step-N)"
+            )
         return tuple(sorted(iters))
     try:
         return tuple(sorted(int(x) for x in spec.replace(" ", "").split(",") if x))
@@ -124,6 +128,9 @@ def triage_command(
     run = read_run_config(run, err)
     table = _read_log(log, format, err)
     fmt = detect_format(log) if format == "auto" else format
+    if run.trainer is None:  # the trainer that writes this log's format names its checkpoints
+        writer = next((t.name for t in TRAINERS.values() if t.output_format == fmt), None)
+        run = replace(run, trainer=writer)
     with console.status("triaging"):
         result = triage(table, cfg, run)
         paths = _publish(result, out, str(log), fmt, force)
@@ -166,8 +173,6 @@ def read_run_config(run: Any, err: Any) -> Any:
     --checkpoints is not given, its checkpoints. A config that is not on this machine is only
     filled into the spike command, and a yellow line says its stages were not read; one that is
     here but does not load is refused (load_config's one-line error)."""
-    from dataclasses import replace
-
     from rich.markup import escape
 
     from dataloaders.run_config import load_config
@@ -189,6 +194,7 @@ def read_run_config(run: Any, err: Any) -> Any:
         checkpoints=checkpoints,
         config_read=True,
         train_iters=config.training.iterations(config.training.global_batch_size),
+        trainer=config.training.trainer,
     )
 
 

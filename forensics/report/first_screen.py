@@ -121,9 +121,11 @@ def commands(skip: ReportSkip | None, rollback: int | None) -> list[Command]:
             out.append(Command(shown, f"restart from {at} {action.restart_with}; the file"))
         return out
     if action.kind == "remove":
+        pin = action.raw.get("restart_pin")  # a trainer with no skip option: its load flag
+        restart = "(your restart on the filtered data)" + (f" {pin}" if pin else "")
         return [
             Command(str(action.command), "remove its documents with your own pipeline"),
-            Command("(your restart on the filtered data)", f"restart from {at}"),
+            Command(restart, f"restart from {at}"),
         ]
     if action.kind == "skip" or (not action.kind and skip.iterations):
         return restart_command(skip, rollback)

@@ -162,10 +162,13 @@ def skip_plan(
         )
     trainer = run.training.trainer
     choice = choose_flags(get_trainer(trainer), chosen, replayer, checkpoint)
+    no_skip = get_trainer(trainer).no_skip
     if not choice.exact:
         notes.append(
-            f"no exact {trainer} skip flag for these stretches ({choice.flags[trainer].refusal}); "
-            "remove the block list's documents instead"
+            f"{trainer}: {no_skip}"
+            if no_skip
+            else f"no exact {trainer} skip flag for these stretches "
+            f"({choice.flags[trainer].refusal}); remove the block list's documents instead"
         )
     if choice.composed:
         notes.append(

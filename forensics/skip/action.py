@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.families import DEFAULT_FAMILY, family_of
+from dataloaders.trainers import get_trainer
 
 # The culprit's share of the rest of the run's samples from which removing it leads. At 1% of
 # every remaining batch the run trains on about as much of it again as the window held in the
@@ -52,17 +53,22 @@ def decide_action(
     skip_iterations: int,
     blocked_documents: int,
     command: str | None,
+    no_skip: str | None = None,
 ) -> dict[str, Any]:
     """skip.json's `action`: kind (rebuild / remove / skip / none), the share ahead it was
     decided on and the threshold, the command to run first, the stopgap, and why in words.
 
     `command` is None when the data family has no rebuild (the documents are then removed by
-    the user's own pipeline: kind `remove`).
+    the user's own pipeline: kind `remove`). `no_skip` is the run's trainer's reason when it
+    has no skip option (`Trainer.no_skip`): removing the culprit then leads at any share, with
+    no stopgap.
     """
     share = float(ahead.get("share_of_remaining_samples", 0.0) or 0.0)
     held = int(ahead.get("iterations_holding_it", 0) or 0)
     n = int(ahead.get("iterations", 0) or 0)
     base = {"share_ahead": share, "material_share": MATERIAL_AHEAD_SHARE}
+    if no_skip and skip_iterations:
+        return base | _without_skip(no_skip, share, blocked_documents, command)
     if blocked_documents and share >= MATERIAL_AHEAD_SHARE:
         where = f"it is {100 * share:.1f}% of the samples of the rest of the run"
         where += f" (in {held:,} of {n:,} iterations)" if n else ""
@@ -86,6 +92,20 @@ def decide_action(
         return base | {"kind": SKIP, "command": None, "stopgap": None, "why": why}
     why = "no culprit data to remove and no iteration to skip"
     return base | {"kind": NOTHING, "command": None, "stopgap": None, "why": why}
+
+
+def _without_skip(
+    no_skip: str, share: float, blocked_documents: int, command: str | None
+) -> dict[str, Any]:
+    """The action for a trainer that cannot skip: remove the block list's documents (rebuild
+    where `forensics rebuild` can), or nothing to remove."""
+    where = f"it is {100 * share:.2f}% of the samples of the rest of the run"
+    if not blocked_documents:
+        why = f"{no_skip}, and the culprit has no block list to remove"
+        return {"kind": NOTHING, "command": None, "stopgap": None, "why": why}
+    first = command or "remove the block list's documents (skip.json: documents) from the data"
+    why = f"{where}; {no_skip}"
+    return {"kind": REBUILD if command else REMOVE, "command": first, "stopgap": None, "why": why}
 
 
 def shown_path(path: Path) -> Path:
@@ -112,8 +132,12 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
         skip_iterations=len(expand(skip.ranges)),
         blocked_documents=sum(len(v) for v in skip.documents.values()),
         command=command,
+        no_skip=get_trainer(skip.trainer).no_skip,
     )
     action["flags_dir"] = str(out)  # restart-<trainer>.flags: a $(cat ...) that works from here
+    trainer = get_trainer(skip.trainer)
+    if action["kind"] == REMOVE and trainer.no_skip:  # no flags file will carry the pin
+        action["restart_pin"] = trainer.pin(int(skip.rollback["iteration"]))
     if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)
         action["rebuild_out"] = str(Path(out).parent / f"rebuild-{skip.step}")
         # what the restart is given from the rebuild's folder (forensics.rebuild writes it)
@@ -125,6 +149,9 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
                 f", for launch 1 of {len(later) + 1}; each later data stage (from iteration "
                 f"{', '.join(map(str, later))}) gets its own launch file: see rebuild.md"
             )
+        pin = trainer.pin(int(skip.rollback["iteration"]))
+        if family_of(config).pins_rollback and trainer.pin_leads_flags(pin):
+            action["restart_pin"] = pin  # the family's restart file does not load the rollback
         action |= {
             "restart_file": f"{action['rebuild_out']}/{name}",
             "restart_holds": what,
@@ -153,7 +180,8 @@ def later_stages(config: Any, resume: int) -> list[int]:
 def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
     """How the restart takes the rebuild's data: "with $(cat DIR/restart-rebuilt.flags) (...)"
     for flags, "with DIR/data_files.json (...)" otherwise (skip files from before the file
-    families name no file: Megatron's flags)."""
+    families name no file: Megatron's flags), and the trainer's rollback pin where it is a flag
+    the family's restart file does not hold (torchtitan's --checkpoint.load_step=R)."""
     default = f"{action.get('rebuild_out', 'rebuild-STEP')}/restart-rebuilt.flags"
     file = action.get("restart_file") or default
     what = action.get("restart_holds") or DEFAULT_FAMILY.restart.holds
@@ -164,7 +192,9 @@ def rebuild_restart(action: dict[str, Any], *, say_what: bool = True) -> str:
         text = f'with eval "<your launch command> $(cat {shown})"'
     else:
         text = f"with $(cat {shown})"
-    return f"{text} ({what})" if say_what else text
+    text = f"{text} ({what})" if say_what else text
+    pin = action.get("restart_pin")  # a flag of its own: the file does not hold it
+    return f"{text} and {pin} on the launch line" if pin else text
 
 
 def rebuildable(skip: Any, config: Any, replayer: Any) -> bool:

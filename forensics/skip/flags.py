@@ -85,8 +85,10 @@ def write_flag(
     except ForensicsError as err:
         problem = str(err)
     if problem:
+        # a trainer with no skip option still restarts from the rollback: its pin is kept
+        pin = loop.pin(checkpoint) if loop.no_skip else None
         return TrainerFlag(
-            loop.name, None, None, loop.semantics, loop.consequence(n), refusal=problem
+            loop.name, None, None, loop.semantics, loop.consequence(n), refusal=problem, pin=pin
         )
     pin = loop.pin(checkpoint)
     return TrainerFlag(loop.name, text, values, loop.semantics, loop.consequence(n), pin=pin)

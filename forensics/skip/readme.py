@@ -6,7 +6,10 @@ SKIP_README: dict[str, str] = {
     "the data; the skip flags are the stopgap), remove (the same with your own pipeline), skip "
     "(the skip flags are the fix) or none; share_ahead is the culprit's share of the samples of "
     "the rest of the run, material_share the threshold it is compared with; why says it in words; "
-    "flags_dir is where the restart-<trainer>.flags files are, as seen from where spike ran",
+    "flags_dir is where the restart-<trainer>.flags files are, as seen from where spike ran; "
+    "restart_pin, where present, is the trainer's flag that loads the rollback checkpoint, to "
+    "add to the launch line beside the rebuild's restart file (torchtitan's "
+    "--checkpoint.load_step=R)",
     "step": "the spike's iteration (1-indexed, as logged)",
     "window": "[first, last] iterations replayed before the spike",
     "rollback": "the checkpoint to restart from (iteration) and the first iteration the restart "
@@ -27,7 +30,7 @@ SKIP_README: dict[str, str] = {
     "differently, the checkpoint pin, or why no exact flag exists; restart-<trainer>.flags holds "
     "the pin (where it is a flag) and the flag on one line, to add as it is at the end of the "
     "launch line; a pin that is not a flag builds a new load folder and leaves the checkpoint "
-    "folder as it is",
+    "folder as it is; a trainer with no skip option (torchtitan) has its refusal and its pin",
     "collateral": "what the skip costs and misses: clean samples skipped, culprit samples missed",
     "ahead": "the culprit after the skipped range: its share of the remaining samples, how many "
     "iterations hold it, the densest ones, and advice",

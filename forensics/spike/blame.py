@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from dataloaders.trainers import REGISTRY
 from forensics.rollback import Mark, Rollback, recommend_rollback
 from forensics.spike.run_context import SpikeRun
 
@@ -144,4 +145,5 @@ def rollback_stage(
         run.config.available_checkpoints(),
         onset=Mark(onset, "the culprit's first document") if new and onset is not None else None,
         warnings=marks,
+        folder_name=REGISTRY[run.config.training.trainer].checkpoint_folder,
     )

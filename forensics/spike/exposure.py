@@ -40,13 +40,19 @@ def ahead_summary(ahead: pl.DataFrame, dense_share: float, top: int = AHEAD_TOP)
     }
 
 
-def ahead_advice(summary: dict[str, Any]) -> str:
-    """One sentence: can skipping iterations avoid the culprit ahead, or must the data change?"""
+def ahead_advice(summary: dict[str, Any], no_skip: str | None = None) -> str:
+    """One sentence: can skipping iterations avoid the culprit ahead, or must the data change?
+    (`no_skip`: the run's trainer cannot skip at all, `Trainer.no_skip`, said instead.)"""
     share = summary.get("share_of_remaining_samples", 0.0)
     held = summary.get("iterations_holding_it", 0)
     n = summary.get("iterations", 0)
     if not n or held == 0:
         return "it does not occur again before the end of training"
+    if no_skip:
+        return (
+            f"it is in {held:,} of the {n:,} remaining iterations ({100 * share:.2f}% of their "
+            f"samples); {no_skip}"
+        )
     if held / n > 0.5:
         return (
             f"it is in {held:,} of the {n:,} remaining iterations ({100 * share:.1f}% of their "

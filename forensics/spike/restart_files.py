@@ -42,13 +42,16 @@ def megatron_args_text(skip: SkipPlan) -> str:
     if skip.iterations:
         lines.append(PASTE_AT_END)
     if skip.action.get("kind") in ("rebuild", "remove"):
-        lines.append(f"# FIRST: {skip.action['command']} ({skip.action['why']}); these flags are "
-                     "the stopgap.")  # fmt: skip
+        stopgap = "; these flags are the stopgap" if skip.action.get("stopgap") else ""
+        lines.append(f"# FIRST: {skip.action['command']} ({skip.action['why']}){stopgap}.")
     for name, flag in skip.flags.items():
         chosen = " (this run's trainer)" if name == skip.trainer else ""
         lines += ["", f"# {flag.semantics}{chosen}"]
         if not skip.iterations:
             lines.append("# (nothing to skip)")
+        elif get_trainer(name).no_skip:  # its restart is the rebuild, pinned to the rollback
+            trainer = get_trainer(name)
+            lines.append(f"# {trainer.no_skip}: {trainer.pin(int(rb['iteration']))}")
         elif flag.flag is None:
             lines.append(f"# NO EXACT FLAG: {flag.refusal}.")
             lines.append("# Remove the block list's documents (skip.json: documents) instead.")

@@ -49,7 +49,9 @@ def plan_skip(
     window_docs: pl.DataFrame,
 ) -> SkipPlan:
     """The whole skip plan. Refuses (ForensicsError) when the run's trainer has no exact flag
-    for the ranges: a wrong flag would cost a restart."""
+    for the ranges: a wrong flag would cost a restart. A trainer with no skip option at all
+    (`Trainer.no_skip`) gets the plan without its flag (its refusal says why); its action is
+    removing the culprit (`forensics.skip.action`)."""
     opts, replayer = run.options, run.replayer
     trainer = get_trainer(opts.trainer or run.config.training.trainer)
     choice = choose_flags(
@@ -60,7 +62,7 @@ def plan_skip(
             f"{len(choice.composed)} iterations after the rollback were skipped by an earlier "
             "restart (training.applied_skips) and are skipped again"
         )
-    if not choice.exact:
+    if not choice.exact and not trainer.no_skip:  # no skip option: the action is the rebuild
         ranges, why = choice.ranges, choice.flags[trainer.name].refusal
         raise ForensicsError(
             f"no exact {trainer.name} skip flag for iterations {ranges[0][0]}-{ranges[-1][1]}: "
@@ -86,7 +88,8 @@ def plan_skip(
         # flagged. When the blamed source is a whole dataset (no finer provenance), this is the
         # list to block if removing the dataset is too much.
         documents_flagged=documents_by_dataset(flagged_documents(blame.seen, window_docs)),
-        ahead=ahead_info | {"skip_ahead": opts.skip_ahead, "advice": ahead_advice(ahead_info)},
+        ahead=ahead_info
+        | {"skip_ahead": opts.skip_ahead, "advice": ahead_advice(ahead_info, trainer.no_skip)},
         fingerprint=run.fingerprint,
         notes=run.notes + ([NO_CULPRIT_NOTE] if not blame.clusters else []),
         tracker_file=TRACKER_FILE if tracked else None,

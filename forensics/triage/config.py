@@ -92,3 +92,6 @@ class RunInfo:
     config_read: bool = False
     train_iters: int | None = None  # the config's run length: a spike past it is another run's
     window: int | None = None  # the spike window the user fixed (watch --spike-args --window)
+    # The run's trainer (the config's, else the one that writes the log's format): how the
+    # rollback names its checkpoint folders (Megatron's iter_NNNNNNN when unknown).
+    trainer: str | None = None

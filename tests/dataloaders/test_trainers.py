@@ -25,6 +25,7 @@ from dataloaders.trainers import (
     MEGATRON_LM_PRE_017,
     OLMO_CORE,
     REGISTRY,
+    TORCHTITAN,
     TRAINERS,
     get_trainer,
     trainer_help,
@@ -42,12 +43,13 @@ def test_every_trainer_is_listed_once_with_what_tells_it_apart() -> None:
         MEGATRON_DEEPSPEED_ARGONNE,
         OLMO_CORE,
         MEGATRON_BRIDGE,
+        TORCHTITAN,
     )
     assert trainer_help() == (
         "The training loop that reads the skip flags: megatron-lm (megatron-core >= 0.17), "
         "megatron-lm-pre-0.17, megatron-deepspeed (BigScience), megatron-deepspeed-argonne, "
-        "olmo-core, megatron-bridge (NeMo Megatron-Bridge). Default: the config's "
-        "training.trainer (megatron-lm)."
+        "olmo-core, megatron-bridge (NeMo Megatron-Bridge), torchtitan (0.3.0, no skip option: "
+        "rebuild). Default: the config's training.trainer (megatron-lm)."
     )
     for name, trainer in REGISTRY.items():
         assert trainer.name == name and trainer.flag and trainer.semantics
@@ -60,7 +62,7 @@ def test_every_trainer_is_listed_once_with_what_tells_it_apart() -> None:
         get_trainer("nemo")
 
 
-@pytest.mark.parametrize("name", TRAINERS)
+@pytest.mark.parametrize("name", [t.name for t in REGISTRY.values() if not t.no_skip])
 def test_a_written_flag_parses_back_and_its_restart_line_pins_first(name: str) -> None:
     """Every trainer, gas 4: iterations 21-22 and 40 skipped on a restart from 20."""
     schedule = Schedule(TrainingSpec(global_batch_size=8, micro_batch_size=2, train_iters=100))

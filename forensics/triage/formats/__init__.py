@@ -19,15 +19,17 @@ from forensics.triage.formats.megatron import MegatronLog
 from forensics.triage.formats.megatron_bridge import MegatronBridgeLog
 from forensics.triage.formats.olmo_core import OlmoCoreLog
 from forensics.triage.formats.tensorboard_events import TensorBoardLog
+from forensics.triage.formats.torchtitan import TorchtitanLog
 
 _MEGATRON, _OLMO_CORE, _TENSORBOARD = MegatronLog(), OlmoCoreLog(), TensorBoardLog()
-_MEGATRON_BRIDGE = MegatronBridgeLog()
+_MEGATRON_BRIDGE, _TORCHTITAN = MegatronBridgeLog(), TorchtitanLog()
 _WANDB_CSV, _JSONL, _CSV, _HF_STATE = WandbCsvLog(), JsonlLog(), CsvLog(), HFTrainerStateLog()
 
 _ALL: tuple[LogFormat, ...] = (
     _MEGATRON,
     _MEGATRON_BRIDGE,
     _OLMO_CORE,
+    _TORCHTITAN,
     _TENSORBOARD,
     _WANDB_CSV,
     _JSONL,
@@ -42,6 +44,7 @@ _DETECTION: tuple[LogFormat, ...] = (
     _HF_STATE,
     _MEGATRON,
     _OLMO_CORE,
+    _TORCHTITAN,
     _JSONL,
     _WANDB_CSV,
     _CSV,

@@ -20,9 +20,12 @@ def test_every_format_is_listed_once_and_reads_itself() -> None:
 
 def test_format_help_is_the_registry() -> None:
     assert triage_help() == (
-        "auto|megatron|megatron-bridge|olmo-core|tensorboard|wandb-csv|jsonl|csv|hf-trainer-state"
+        "auto|megatron|megatron-bridge|olmo-core|torchtitan|tensorboard|wandb-csv|jsonl|csv|"
+        "hf-trainer-state"
     )
-    assert watch_help() == "auto|megatron|megatron-bridge|olmo-core|jsonl|csv|tensorboard"
+    assert (
+        watch_help() == "auto|megatron|megatron-bridge|olmo-core|torchtitan|jsonl|csv|tensorboard"
+    )
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     for name, want in (("triage", triage_help()), ("watch", watch_help())):
         (option,) = [p for p in commands[name].params if p.name == "format"]
