@@ -24,7 +24,7 @@ from dataloaders.errors import ForensicsError
 from dataloaders.families import get_family
 from dataloaders.family import KeptFiles
 from dataloaders.run_config import load_config
-from dataloaders.torchtitan import recognises_save, saved_loader_state
+from dataloaders.torchtitan import recognises_save, resume_entry, saved_loader_state
 from dataloaders.torchtitan.state import read_loader_states
 from forensics_testing.torchtitan_run import load, write_jsonl, write_tokenizer
 
@@ -120,6 +120,8 @@ def test_state_saved_as_torchtitan_saves_it(tmp_path: Path) -> None:
     assert ranks[0].sources[0].inputs_buffer == [5, 6] and ranks[1].batches_yielded == 2
     with pytest.raises(ForensicsError, match="no step-7 checkpoint"):
         saved_loader_state(tmp_path, 7)
+    folder = tmp_path / "checkpoint" / "step-2"
+    assert resume_entry(tmp_path) == {"iteration": 2, "checkpoint": str(folder)}
 
 
 def test_a_buffer_that_is_not_the_documents_is_refused(tmp_path: Path) -> None:
