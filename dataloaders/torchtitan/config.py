@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from dataloaders.config_base import DataSection, PrintableName, StrictModel, check_resume_order
+from dataloaders.storage.urls import scheme_of
 from dataloaders.trainers import TORCHTITAN
 
 FILE_FORMATS = Literal["parquet", "json", "arrow"]
@@ -61,8 +62,6 @@ class TorchtitanSource(StrictModel):
     @field_validator("files", mode="before")
     @classmethod
     def _paths(cls, value: Any) -> Any:
-        from dataloaders.storage.urls import scheme_of
-
         if not isinstance(value, list):
             return value
         return [Path(p) if isinstance(p, str) and not scheme_of(p) else p for p in value]

@@ -166,3 +166,14 @@ def recognises_save(folder: Path) -> bool:
     except ForensicsError:
         return False
     return "dataloader.world_size" in metadata.state_dict_metadata
+
+
+def resume_entry(folder: Path, step: int | None = None) -> dict[str, Any]:
+    """The `data.resumes` entry of a restart from this save (`{iteration: N, checkpoint:
+    .../step-N}`), its loader state checked readable. A torchtitan save names no data files
+    (its datasets' loaders are code in its dataset table; the optional job-config JSON,
+    debug.save_config_file, holds only their names and paths), so the `data:` section comes from
+    the user's config and the save folder gives the restarts."""
+    path = step_folder(folder, step)
+    read_loader_states(path)
+    return {"iteration": int(path.name.split("-")[1]), "checkpoint": str(path)}

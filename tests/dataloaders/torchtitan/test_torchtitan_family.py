@@ -24,8 +24,9 @@ from dataloaders.errors import ForensicsError
 from dataloaders.families import get_family
 from dataloaders.family import KeptFiles
 from dataloaders.run_config import load_config
-from dataloaders.torchtitan import recognises_save, saved_loader_state
+from dataloaders.torchtitan import cache, order, recognises_save, resume_entry, saved_loader_state
 from dataloaders.torchtitan.state import read_loader_states
+from dataloaders.torchtitan.tokens import TitanTokenizer
 from forensics_testing.torchtitan_run import load, write_jsonl, write_tokenizer
 
 
@@ -120,6 +121,8 @@ def test_state_saved_as_torchtitan_saves_it(tmp_path: Path) -> None:
     assert ranks[0].sources[0].inputs_buffer == [5, 6] and ranks[1].batches_yielded == 2
     with pytest.raises(ForensicsError, match="no step-7 checkpoint"):
         saved_loader_state(tmp_path, 7)
+    folder = tmp_path / "checkpoint" / "step-2"
+    assert resume_entry(tmp_path) == {"iteration": 2, "checkpoint": str(folder)}
 
 
 def test_a_buffer_that_is_not_the_documents_is_refused(tmp_path: Path) -> None:
@@ -166,9 +169,6 @@ def test_family_answers_for_rebuild_and_documents(tmp_path: Path) -> None:
 
 def test_token_counts_are_cached_by_what_they_depend_on(tmp_path: Path) -> None:
     """The counts are kept on disk; another tokenizer_config.json (special tokens) misses."""
-    from dataloaders.torchtitan import cache
-    from dataloaders.torchtitan.tokens import TitanTokenizer
-
     replayer = load(_config(tmp_path))
     source, tok = replayer.sources[0], replayer.titan_tokenizer
     counts = source.token_inputs(tok)
@@ -189,8 +189,6 @@ def test_reshuffle_is_the_librarys(n: int, world: int, rank: int, epoch: int) ->
     import numpy as np
     from datasets import Dataset
     from datasets.distributed import split_dataset_by_node
-
-    from dataloaders.torchtitan import order
 
     ids = order.split_ids(order.map_style_split(order.map_style_index(n), rank, world))
     real = split_dataset_by_node(Dataset.from_dict({"i": np.arange(n)}), rank, world)

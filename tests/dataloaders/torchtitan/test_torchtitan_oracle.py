@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from dataloaders.torchtitan import saved_loader_state
 from forensics_testing.torchtitan_run import (
     load,
     oracle_batches,
@@ -133,8 +134,6 @@ def test_resume_from_torchtitans_checkpoint(titan: dict[str, Any], case: str) ->
 def test_saved_state_read_from_the_save_folder(titan: dict[str, Any]) -> None:
     """The save-folder hook: the dump folder, the checkpoint folder and the step folder all
     name the same state; each DP rank's state says where its loader stood."""
-    from dataloaders.torchtitan import saved_loader_state
-
     job = titan["jobs"]["resume_mix"]
     dump = Path(job["save"]["folder"])
     step, states = saved_loader_state(dump)
