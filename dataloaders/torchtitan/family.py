@@ -10,8 +10,11 @@ rollback checkpoint (`--checkpoint.load_step`), is the restart plan.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
+from dataloaders.errors import ForensicsError
 from dataloaders.family import (
     Family,
     FileUnit,
@@ -21,6 +24,7 @@ from dataloaders.family import (
     listed_unit,
 )
 from dataloaders.torchtitan.config import TorchtitanData
+from dataloaders.torchtitan.state import resume_entry, step_folder
 
 
 class TorchtitanFamily(Family):
@@ -39,6 +43,29 @@ class TorchtitanFamily(Family):
         "rebuilt.yaml's iteration i (to start the new files from their first document, add "
         "--checkpoint.exclude_from_loading=dataloader)"
     )
+
+    save_files = "step-N/.metadata (DCP checkpoints, under checkpoint/ of the dump folder)"
+
+    def recognises_save(self, folder: Path) -> bool:
+        """A torchtitan dump, checkpoint or `step-N` folder: told from the folder names and the
+        DCP `.metadata` file's presence alone (state.step_folder), nothing unpickled."""
+        try:
+            step_folder(folder, None)
+        except ForensicsError:
+            return False
+        return True
+
+    def saved_run(self, folder: Path, step: int | None, say: Callable[[str], None]) -> Any:
+        """Refused in one line: a torchtitan save names no data files (its datasets' loaders
+        are code in its dataset table), so the run cannot be read back from it alone; the line
+        gives the `data.resumes` entry the save does supply, its loader state checked readable."""
+        entry = resume_entry(folder, step)
+        raise ForensicsError(
+            f"{folder}: a torchtitan save names no data files (its datasets are code in its "
+            "dataset table); write a config with format: torchtitan (configs/"
+            f"example-torchtitan.yaml) and resume from this save with data.resumes: "
+            f"[{{iteration: {entry['iteration']}, checkpoint: {entry['checkpoint']}}}]"
+        )
 
     def open(self, config: Any) -> Any:
         from dataloaders.torchtitan import open_titan_replayer

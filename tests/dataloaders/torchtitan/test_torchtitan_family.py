@@ -195,3 +195,19 @@ def test_reshuffle_is_the_librarys(n: int, world: int, rank: int, epoch: int) ->
     assert ids.tolist() == real["i"][:]
     shuffled = real.shuffle(seed=42 + epoch, keep_in_memory=True)["i"][:]
     assert order.map_style_epoch(ids, epoch).tolist() == list(shuffled)
+
+
+def test_from_checkpoint_on_a_torchtitan_save_names_the_resume(tmp_path: Path) -> None:
+    """--from-checkpoint on a torchtitan save: the family claims it (no other does) and refuses
+    in one line, giving the data.resumes entry the save supplies (it names no data files)."""
+    from forensics.from_checkpoint import config_from_checkpoint, families_saving
+
+    state = {"dataset_state": {"inputs_buffer": [], "labels_buffer": [], "positions_buffer": [],
+                               "sample_idx": 6, "epoch": 0}, "_num_yielded": 2}  # fmt: skip
+    _save(tmp_path, {"dp_rank_0": pickle.dumps(state), "world_size": 1})
+    assert [f.name for f in families_saving(tmp_path)] == ["torchtitan"]
+    with pytest.raises(ForensicsError) as err:
+        config_from_checkpoint(tmp_path, None, lambda _: None)
+    message = str(err.value)
+    assert "\n" not in message and "names no data files" in message
+    assert f"checkpoint: {tmp_path / 'checkpoint' / 'step-2'}" in message
