@@ -109,6 +109,25 @@ DeviceOption = Annotated[
     typer.Option("--device", help="Torch device for the embeddings and rescoring, e.g. cuda."),
 ]
 
+ExhaustiveOption = Annotated[
+    bool,
+    typer.Option(
+        "--exhaustive",
+        help="Decode and score every distinct document of window and baseline (the reference; "
+        "slow on a production window) instead of a sample of each group and every document "
+        "of the groups named culprit or suspect.",
+    ),
+]
+
+SampleDocsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--sample-docs",
+        help="Documents decoded and scored per group in the evidence pass (385: a 95% interval "
+        "of at most +-5 points on each group's flagged rate; a smaller group is scored whole).",
+    ),
+]
+
 ForceOption = Annotated[
     bool,
     typer.Option(
@@ -146,6 +165,8 @@ def spike_command(
     batch_size: BatchOption = 8,
     rescore_cap: CapOption = 512,
     grad_norm: GradOption = False,
+    exhaustive: ExhaustiveOption = False,
+    sample_docs: SampleDocsOption = None,
     force: ForceOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -176,6 +197,8 @@ def spike_command(
         rescore=rescore_options(
             checkpoint, losses, device, dtype, batch_size, rescore_cap, grad_norm, not quiet
         ),
+        exhaustive=exhaustive,
+        **({} if sample_docs is None else {"sample_docs": sample_docs}),
         force=force,
         progress=not quiet,
     )
