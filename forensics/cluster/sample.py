@@ -89,6 +89,8 @@ def evidence_text(row: dict) -> str:
     """What a group's flagged rate rests on: "exact: all 1,234 documents scored", or "95%
     interval 97-100%, 120 of 31,000 documents scored" (rows without sample columns: exact)."""
     docs = int(row.get("docs") or 0)
+    if row.get("kind") == "embedding":
+        return f"estimated from the {int(row.get('embedded') or 0):,} documents embedded"
     scored = row.get("scored_docs")
     if scored is None or int(scored) >= docs:
         return f"exact: all {docs:,} documents scored"

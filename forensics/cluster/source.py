@@ -268,8 +268,8 @@ def cluster_sources(
     groups = _merge_aliases(groups)
     n_flagged_window, n_flagged_baseline = int(window["_flag"].sum()), int(baseline["_flag"].sum())
     if design is not None:
-        n_flagged_window = _estimated_flagged(window, design)
-        n_flagged_baseline = _estimated_flagged(baseline, design)
+        n_flagged_window = estimated_flagged(window, design)
+        n_flagged_baseline = estimated_flagged(baseline, design)
 
     stats = group_statistics(
         docs=groups["docs"].to_numpy(),
@@ -314,7 +314,7 @@ def _with_own_sample(window: pl.DataFrame, facets: list[str], design: SampleDesi
     )
 
 
-def _estimated_flagged(table: pl.DataFrame, design: SampleDesign) -> int:
+def estimated_flagged(table: pl.DataFrame, design: SampleDesign) -> int:
     """The table's flagged documents: counted per dataset where all were scored, else its own
     sample's flagged share times its documents."""
     per = (

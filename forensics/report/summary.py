@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics.cluster.sample import evidence_text
 from forensics.cluster.verdict import dirty_against
 from forensics.report.checkpoint_view import model_summary
 from forensics.report.confidence import confidence_lines, no_culprit_lines
@@ -69,7 +70,7 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     )
     if dirty_against(top) == "the baseline":  # the burst fills the window's rest too
         flagged += f"; baseline: {pct(top['baseline_flagged_rate'])}"
-    flagged += ")"
+    flagged += f"; {evidence_text(top)})"
     lines.append(flagged)
     if top.get("top_reasons"):
         lines.append("top reasons: " + "; ".join(top["top_reasons"]))

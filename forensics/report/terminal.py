@@ -27,6 +27,7 @@ from dataloaders.console import make_console
 from forensics.report.contents import SpikeReport, cluster_name, cluster_rows
 from forensics.report.drilldown import group_label
 from forensics.report.first_screen import FirstScreen
+from forensics.report.numbers import flagged_cell
 from forensics.report.sections import CLUSTERS, FIRST_SCREEN, NOTES, Section, report_sections
 from forensics.safe_text import excerpt
 
@@ -99,7 +100,7 @@ def _clusters(report: SpikeReport, width: int) -> list[Row]:
         label = group_label(r)
         line = (
             f"  {_plain(r['id'], 12):<5} {label:<18} {_plain(cluster_name(r), 60)}: "
-            f"{r['docs']:,} docs, {100 * r['flagged_rate']:.0f}% flagged"
+            f"{r['docs']:,} docs, {flagged_cell(r)} flagged"
         )
         line = line if len(line) <= width else line[: width - 1] + "…"
         style = STYLE[r["verdict"]]
