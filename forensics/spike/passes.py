@@ -1,7 +1,7 @@
 """Passes 2 and 3 of `forensics spike`: evidence from a sample, then every document of what is
 named.
 
-Pass 1, the census (forensics.spike.census), counts every group over every sample from the
+Pass 1, the census (forensics.spike.doc_census), counts every group over every sample from the
 index. Pass 2 decodes and scores a seeded sample of each group's documents
 (forensics.cluster.sample: `sample_docs` per group, coordinated across groups by permanent
 random numbers) and judges every source group on the census's exact counts and the sample's
@@ -28,7 +28,7 @@ from forensics.cluster.sample import CONFIDENCE, SampleDesign
 from forensics.cluster.source import cluster_sources
 from forensics.cluster.verdict import dirty_floor_expr
 from forensics.pipeline import module_version
-from forensics.spike.census import choose_sample
+from forensics.spike.doc_census import choose_sample
 from forensics.spike.parts import keys_digest, merge_parts, plan_named_parts, run_parts
 from forensics.spike.repeats import repeats_stage
 from forensics.spike.run_context import SpikeRun
@@ -109,9 +109,16 @@ def score_set(
     items.extend(fresh)
     key = keys_digest(scored_set)
     with run.clock.stage("score", f"{scored_set.height:,} scored documents", spinner=True):
-        _, scored = merge_parts(items)
+        scored = merged_scores(items)
     scored = repeats_stage(run, scored_set, scored, key=key)
     return token_stage(run, replay, scored_set, scored, key=key), key
+
+
+def merged_scores(items: list[dict[str, Any]]) -> pl.DataFrame:
+    """The scored documents of every part in `items` (forensics.spike.parts.merge_parts: the
+    template clusters computed across all of them)."""
+    _, scored = merge_parts(items)
+    return scored
 
 
 def sampled_sides(chosen: pl.DataFrame, scored: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -12,7 +12,7 @@ import polars as pl
 
 from dataloaders.run_config import RunConfig
 from forensics.spike.blame import blame_stage, rollback_stage
-from forensics.spike.census import census_stage
+from forensics.spike.doc_census import census_stage
 from forensics.spike.exposure import exposure_stage
 from forensics.spike.options import SpikeOptions, SpikeResult
 from forensics.spike.passes import evidence_passes, figures_note
