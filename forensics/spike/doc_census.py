@@ -3,9 +3,11 @@
 The replay table (index arithmetic: which samples and document segments each iteration of the
 window and the baseline drew) carries each document's manifest facets, joined by document id.
 The census reduces it to one row per document per side (side, dataset, doc_id, facets), read
-in iteration ranges (a lazy scan each, so a streamed replay table is never held whole), and
-counts every group (dataset, source, crawl batch, domain, file) over every sample: exact counts,
-newness, shares, and (with the replay rows) density per iteration. Nothing is decoded.
+in iteration ranges (a lazy scan each, so a streamed replay table is never held whole). These
+rows are the whole window's and baseline's documents the source clusters count
+(forensics.cluster.source: exact documents, shares and newness per dataset, source, crawl
+batch, domain and file), and with the replay rows their density per iteration
+(forensics.cluster.presence). Nothing is decoded.
 
 The evidence pass's sample is chosen here too (`choose_sample`): per side and group, the
 group's `sample_docs` documents with the smallest permanent random number
@@ -90,24 +92,6 @@ def census_stage(
             hits,
             "census",
         )
-
-
-def group_counts(census: pl.DataFrame, facets: list[str]) -> pl.DataFrame:
-    """facet, key, window_docs, baseline_docs: exact counts of every group over every sample."""
-    frames = []
-    for facet in ["dataset", *facets]:
-        key = pl.col(facet).cast(pl.Utf8).fill_null(MISSING_KEY).alias("key")
-        frames.append(
-            census.lazy()
-            .group_by(key)
-            .agg(
-                (pl.col("side") == "window").sum().alias("window_docs"),
-                (pl.col("side") == "baseline").sum().alias("baseline_docs"),
-            )
-            .with_columns(pl.lit(facet).alias("facet"))
-            .collect()
-        )
-    return pl.concat(frames).select("facet", "key", "window_docs", "baseline_docs")
 
 
 def choose_sample(census: pl.DataFrame, sample_docs: int) -> pl.DataFrame:

@@ -25,7 +25,7 @@ from typing import Any
 import polars as pl
 
 from forensics.cluster.sample import CONFIDENCE, SampleDesign
-from forensics.cluster.source import cluster_sources
+from forensics.cluster.source import DEFAULT_FACETS, cluster_sources
 from forensics.cluster.verdict import dirty_floor_expr
 from forensics.pipeline import module_version
 from forensics.spike.doc_census import choose_sample
@@ -37,6 +37,10 @@ from forensics.spike.tokcheck import check_tokenizer
 from forensics.spike.token_signal import token_stage
 
 MAX_PASSES = 10  # rounds of pass 3; each adds the documents of newly named groups
+FACETS_DIFFER = (
+    "every document was scored: this data family's replay table does not carry the facets its "
+    "decoded documents do, so the groups could not be counted from the index alone"
+)
 
 
 @dataclass
@@ -76,6 +80,9 @@ def evidence_passes(
         label = "sample" if round_number == 0 else "exhaustive"
         scored_set = pl.concat([scored_set, todo]).sort("dataset", "doc_id")
         scored, key = score_set(run, replay, todo, scored_set, items, label)
+        if round_number == 0 and not census_agrees(chosen, scored):
+            run.notes.append(FACETS_DIFFER)
+            return None
         window_docs, baseline_docs = sampled_sides(chosen, scored)
         with run.clock.stage("verdicts", f"pass {round_number + 2}: source groups", spinner=True):
             ranked = source_verdicts(run, window_docs, baseline_docs, replay, design)
@@ -100,7 +107,9 @@ def score_set(
     (the cross-document template signal recomputed over it, the repeated n-gram and token
     rules applied) and its name."""
     opts = run.options
-    folder = run.cache / f"parts-{run.key}-{module_version('forensics.score')}"
+    # kept between passes and runs (each part named by its documents), apart from the
+    # exhaustive path's parts-<key>-<v>/, which is merged and removed
+    folder = run.cache / f"evidence-{run.key}-{module_version('forensics.score')}"
     fresh = plan_named_parts(new, folder)
     what = f"{new.height:,} documents on {opts.engine} ({opts.workers} workers)"
     with run.clock.stage(label, what):
@@ -119,6 +128,25 @@ def merged_scores(items: list[dict[str, Any]]) -> pl.DataFrame:
     template clusters computed across all of them)."""
     _, scored = merge_parts(items)
     return scored
+
+
+def census_agrees(chosen: pl.DataFrame, scored: pl.DataFrame) -> bool:
+    """Whether the census (from the replay table) gives the scored documents the facets, and
+    the facet values, their decoded rows give: the groups the clusters count must be the same
+    either way, or the passes would judge other groups than --exhaustive does."""
+    facets = [c for c in DEFAULT_FACETS if c in scored.columns and c != "dataset"]
+    if any(f not in chosen.columns for f in facets):
+        return False
+    ours = chosen.select("dataset", "doc_id", *facets).unique(["dataset", "doc_id"])
+    theirs = scored.select("dataset", "doc_id", *facets)
+    joined = theirs.join(ours, on=["dataset", "doc_id"], how="left", suffix="_census")
+    if not facets:
+        return True
+    same = [
+        pl.col(f).cast(pl.Utf8).eq_missing(pl.col(f"{f}_census").cast(pl.Utf8)).all()
+        for f in facets
+    ]
+    return all(joined.select(same).row(0))
 
 
 def sampled_sides(chosen: pl.DataFrame, scored: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

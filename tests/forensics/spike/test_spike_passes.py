@@ -118,7 +118,7 @@ def test_passes_run_in_parts_on_both_engines(
     options = _options(sample_docs=SAMPLE, engine=engine, workers=2, ray_address=address)
     result = run_spike(both["config"], out, options)
     _same_outcome(result, both["passes"])
-    parts = list((out / ".cache").glob("parts-*/part-*.parquet"))
+    parts = list((out / ".cache").glob("evidence-*/part-*.parquet"))
     assert len(parts) > 2
 
 
