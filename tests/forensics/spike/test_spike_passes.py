@@ -79,6 +79,25 @@ def test_passes_give_the_exhaustive_verdicts_and_block_list(both: dict) -> None:
         assert (row["docs"], row["flagged"]) == (same["docs"], same["flagged"])
 
 
+def test_a_culprit_named_by_hand_is_scored_whole(both: dict, tmp_path: Path) -> None:
+    """`--culprit` naming a group the sample only estimated: its every document is scored, so
+    its block list is --exhaustive's (each run on a copy of its output, cache included)."""
+    ranked = both["passes"].report.clusters
+    chosen = ranked.filter((pl.col("scored_docs") < pl.col("docs")) & (pl.col("kind") == "source"))
+    name = chosen["id"][0]
+    for mode in ("passes", "exhaustive"):
+        shutil.copytree(both["root"] / mode, tmp_path / mode, symlinks=True)
+    config = both["config"]
+    ours = run_spike(config, tmp_path / "passes", _options(sample_docs=SAMPLE, culprits=(name,),
+                                                          force=True))  # fmt: skip
+    reference = run_spike(config, tmp_path / "exhaustive",
+                          _options(exhaustive=True, culprits=(name,), force=True))  # fmt: skip
+    assert ours.skip.culprit_clusters == reference.skip.culprit_clusters == [name]
+    assert ours.skip.documents == reference.skip.documents
+    row = ours.report.clusters.filter(pl.col("id") == name).row(0, named=True)
+    assert row["scored_docs"] == row["docs"]
+
+
 def test_the_report_says_which_figures_are_exact(both: dict) -> None:
     passes_out = both["root"] / "passes"
     md = (passes_out / "report.md").read_text()
