@@ -12,10 +12,12 @@ permanent random numbers", 1995). A group estimates its flagged rate from its ow
 (`own_sample`), never from the documents other groups added, so the estimate is unbiased and
 its Clopper-Pearson interval holds (conservative: the sample is drawn without replacement).
 
-SAMPLE_DOCS documents give every group's flagged rate a 95% interval no wider than +-5 points
-(1.96^2 x 0.25 / 0.05^2 = 384.2 at a rate of 50%; narrower near 0% and 100%: 385 of 385
-flagged reads "99-100%"). A group of at most SAMPLE_DOCS documents is scored whole: its figure
-is exact, and says so.
+SAMPLE_DOCS = 120 documents decide a group's flagged rate against the dirty line (at least 20%
+flagged, forensics.cluster.verdict): all 120 flagged reads "97-100%", none "0-3%", a group at
+the scorers' usual 1% at most about 5%; the widest interval, at 50%, is +-9 points. A group
+whose interval reaches its dirty line is scored whole in pass 3 (forensics.spike.passes), so
+the interval's width costs documents, never a verdict. A group of at most SAMPLE_DOCS documents
+is scored whole: its figure is exact, and says so.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-SAMPLE_DOCS = 385
+SAMPLE_DOCS = 120
 SEED = 0x5EED_F0E5
 CONFIDENCE = 0.95
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)

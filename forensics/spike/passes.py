@@ -20,6 +20,7 @@ the exhaustive path, whose figures are all exact.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -111,6 +112,7 @@ def score_set(
     # exhaustive path's parts-<key>-<v>/, which is merged and removed
     folder = run.cache / f"evidence-{run.key}-{module_version('forensics.score')}"
     fresh = plan_named_parts(new, folder)
+    run.hits.setdefault(label, all(Path(i["out"]).is_file() for i in fresh))
     what = f"{new.height:,} documents on {opts.engine} ({opts.workers} workers)"
     with run.clock.stage(label, what):
         run_parts(run.config, fresh, opts.engine, opts.workers, opts.ray_address, opts.progress,

@@ -175,4 +175,4 @@ def test_clopper_pearson_intervals() -> None:
     row = {"docs": 31_000, "scored_docs": 120, "flagged_low": low[0], "flagged_high": high[0]}
     assert evidence_text(row) == "95% interval 97-100%, 120 of 31,000 documents scored"
     assert evidence_text({"docs": 17}) == "exact: all 17 documents scored"
-    assert SampleDesign().sample_docs == 385
+    assert SampleDesign().sample_docs == 120
