@@ -44,6 +44,17 @@ FACETS_DIFFER = (
 )
 
 
+@dataclass(frozen=True)
+class Engine:
+    """Where the passes' parts run (`--engine`, `--workers`, `--ray-address`) and whether a
+    progress bar shows them."""
+
+    name: str = "local"
+    workers: int = 1
+    address: str | None = None
+    progress: bool = False
+
+
 @dataclass
 class Evidence:
     """The sides' documents (every document, scores where scored), the design, the scored
@@ -60,9 +71,16 @@ class Evidence:
 
 
 def evidence_passes(
-    run: SpikeRun, replay: pl.DataFrame, census: pl.DataFrame, sample_docs: int
+    run: SpikeRun,
+    replay: pl.DataFrame,
+    census: pl.DataFrame,
+    sample_docs: int,
+    culprits: tuple[str, ...] | None,
+    engine: Engine,
 ) -> Evidence | None:
-    """Passes 2 and 3 (module docstring); None when the sample is every document."""
+    """Passes 2 and 3 (module docstring); None when the sample is every document (or the
+    census cannot stand for the documents: `census_agrees`). `culprits`: the groups named by
+    hand (`--culprit`), scored whole."""
     design = SampleDesign(sample_docs)
     chosen = choose_sample(census, sample_docs)
     distinct = census.select("dataset", "doc_id").unique().height
@@ -72,7 +90,7 @@ def evidence_passes(
         return None
     sampled = todo.height
     check_tokenizer(run.replayer, todo, run.config.tokenizer)
-    culprits = set(run.options.culprits or ())
+    named_by_hand = set(culprits or ())
     items: list[dict[str, Any]] = []
     scored_set = todo.head(0)
     notes_before = len(run.notes)
@@ -80,14 +98,14 @@ def evidence_passes(
     for round_number in range(MAX_PASSES + 1):
         label = "sample" if round_number == 0 else "exhaustive"
         scored_set = pl.concat([scored_set, todo]).sort("dataset", "doc_id")
-        scored, key = score_set(run, replay, todo, scored_set, items, label)
+        scored, key = score_set(run, replay, todo, scored_set, items, label, engine)
         if round_number == 0 and not census_agrees(chosen, scored):
             run.notes.append(FACETS_DIFFER)
             return None
         window_docs, baseline_docs = sampled_sides(chosen, scored)
         with run.clock.stage("verdicts", f"pass {round_number + 2}: source groups", spinner=True):
             ranked = source_verdicts(run, window_docs, baseline_docs, replay, design)
-        todo, names = named_documents(ranked, window_docs, culprits)
+        todo, names = named_documents(ranked, window_docs, named_by_hand)
         named = sorted(set(named) | set(names))
         if todo.height == 0:
             break
@@ -103,19 +121,19 @@ def score_set(
     scored_set: pl.DataFrame,
     items: list[dict[str, Any]],
     label: str,
+    engine: Engine,
 ) -> tuple[pl.DataFrame, str]:
     """Decode and score `new` in parts (added to `items`), then the whole scored set's table
     (the cross-document template signal recomputed over it, the repeated n-gram and token
     rules applied) and its name."""
-    opts = run.options
     # kept between passes and runs (each part named by its documents), apart from the
     # exhaustive path's parts-<key>-<v>/, which is merged and removed
     folder = run.cache / f"evidence-{run.key}-{module_version('forensics.score')}"
     fresh = plan_named_parts(new, folder)
     run.hits.setdefault(label, all(Path(i["out"]).is_file() for i in fresh))
-    what = f"{new.height:,} documents on {opts.engine} ({opts.workers} workers)"
+    what = f"{new.height:,} documents on {engine.name} ({engine.workers} workers)"
     with run.clock.stage(label, what):
-        run_parts(run.config, fresh, opts.engine, opts.workers, opts.ray_address, opts.progress,
+        run_parts(run.config, fresh, engine.name, engine.workers, engine.address, engine.progress,
                   run.replayer, f"{label}: decode+score")  # fmt: skip
     items.extend(fresh)
     key = keys_digest(scored_set)

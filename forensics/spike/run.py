@@ -15,7 +15,7 @@ from forensics.spike.blame import blame_stage, rollback_stage
 from forensics.spike.doc_census import census_stage
 from forensics.spike.exposure import exposure_stage
 from forensics.spike.options import SpikeOptions, SpikeResult
-from forensics.spike.passes import evidence_passes, figures_note
+from forensics.spike.passes import Engine, evidence_passes, figures_note
 from forensics.spike.reporting import log_evidence, report_stage
 from forensics.spike.run_context import SpikeRun, open_run
 from forensics.spike.skipping import plan_skip
@@ -33,11 +33,12 @@ def document_passes(run: SpikeRun, replay: pl.DataFrame) -> tuple[Any, Any, Clus
     """The window's and baseline's documents and their clusters: by the three passes (census,
     evidence from a sample, every document of what is named: forensics.spike.passes), or, with
     --exhaustive or when the sample would be every document, by scoring every document."""
-    evidence = None
-    if not run.options.exhaustive:
+    evidence, opts = None, run.options
+    if not opts.exhaustive:
         census_file = run.cache / f"census-{run.key}.parquet"
-        census = census_stage(replay, census_file, run.clock, run.hits, run.options.progress)
-        evidence = evidence_passes(run, replay, census, run.options.sample_docs)
+        census = census_stage(replay, census_file, run.clock, run.hits, opts.progress)
+        engine = Engine(opts.engine, opts.workers, opts.ray_address, opts.progress)
+        evidence = evidence_passes(run, replay, census, opts.sample_docs, opts.culprits, engine)
     if evidence is None:
         scored = document_stages(run, replay)
         window_docs, baseline_docs = split_sides(run, replay, scored)
