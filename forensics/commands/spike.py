@@ -29,6 +29,7 @@ from forensics.commands.rescore import (
     LossesOption,
     rescore_options,
 )
+from forensics.errors import ForensicsError
 from forensics.rollback import SPIKE_WINDOW
 
 StepOption = Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")]
@@ -177,6 +178,11 @@ def spike_command(
     from forensics.run_source import resolve_run_config
     from forensics.spike import SpikeOptions, run_spike
 
+    if exhaustive and sample_docs is not None:
+        raise ForensicsError(
+            f"--sample-docs {sample_docs} with --exhaustive: every document is scored then; "
+            "give one of them"
+        )
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     options = SpikeOptions(
         step=step,

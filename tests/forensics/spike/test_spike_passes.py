@@ -147,6 +147,16 @@ def test_bad_sample_size_is_refused(both: dict, tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
+def test_sample_docs_with_exhaustive_is_refused(tmp_path: Path) -> None:
+    from forensics_testing.small_run import cli
+
+    done = cli("spike", "--step", "10", "--exhaustive", "--sample-docs", "50", "--out",
+               str(tmp_path / "x"), cwd=tmp_path)  # fmt: skip
+    assert done.returncode != 0
+    assert "--sample-docs 50 with --exhaustive: every document is scored then" in done.stderr
+    assert not (tmp_path / "x").exists()
+
+
 def test_permanent_random_numbers_follow_the_document_not_the_row() -> None:
     docs = pl.DataFrame({"dataset": ["a", "a", "b", "b"], "doc_id": [1, 2, 1, 2]})
     u = permanent_random(docs).to_list()
