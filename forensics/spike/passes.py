@@ -19,7 +19,7 @@ the exhaustive path, whose figures are all exact.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,12 @@ import polars as pl
 
 from forensics.cluster.sample import CONFIDENCE, SampleDesign
 from forensics.cluster.source import DEFAULT_FACETS, cluster_sources
-from forensics.cluster.verdict import dirty_floor_expr
+from forensics.cluster.verdict import culprit_docs, dirty_floor_expr
 from forensics.pipeline import module_version
 from forensics.spike.doc_census import choose_sample
 from forensics.spike.parts import keys_digest, merge_parts, plan_named_parts, run_parts
 from forensics.spike.repeats import repeats_stage
+from forensics.spike.rule_members import cluster_causes
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import fit_verdicts
 from forensics.spike.tokcheck import check_tokenizer
@@ -68,6 +69,9 @@ class Evidence:
     scored: int  # distinct documents scored in all (sample and named groups)
     distinct: int  # distinct documents of window and baseline
     named: list[str]  # the source groups scored whole in pass 3
+    # what `rule_datasets_whole` continues from: the census with the sample, the parts scored
+    chosen: pl.DataFrame | None = None
+    items: list[dict[str, Any]] | None = None
 
 
 def evidence_passes(
@@ -111,7 +115,49 @@ def evidence_passes(
             break
     unique_notes(run.notes, notes_before)
     return Evidence(window_docs, baseline_docs, design, key, sampled, scored_set.height,
-                    distinct, named)  # fmt: skip
+                    distinct, named, chosen, items)  # fmt: skip
+
+
+def rule_datasets_whole(
+    run: SpikeRun,
+    replay: pl.DataFrame,
+    evidence: Evidence,
+    ranked: pl.DataFrame,
+    culprits: tuple[str, ...] | None,
+    engine: Engine,
+) -> Evidence:
+    """Every window document of the datasets where a blamed embedding cluster's document rule
+    takes its culprit documents from (forensics.spike.rule_members), scored: that rule's block
+    list is then exact. The clusters stand as judged; only the scores are added."""
+    todo = rule_documents_unscored(ranked, evidence.window_docs, culprits)
+    if todo.height == 0 or evidence.chosen is None or evidence.items is None:
+        return evidence
+    scored_set = pl.concat([scored_rows_keys(evidence.window_docs), scored_rows_keys(
+        evidence.baseline_docs), todo]).unique().sort("dataset", "doc_id")  # fmt: skip
+    scored, _ = score_set(run, replay, todo, scored_set, evidence.items, "exhaustive", engine)
+    window_docs, baseline_docs = sampled_sides(evidence.chosen, scored)
+    return replace(evidence, window_docs=window_docs, baseline_docs=baseline_docs,
+                   scored=scored_set.height)  # fmt: skip
+
+
+def rule_documents_unscored(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, culprits: tuple[str, ...] | None
+) -> pl.DataFrame:
+    """(dataset, doc_id) of the unscored window documents of each dataset a blamed embedding
+    cluster's document rule reaches into (forensics.spike.rule_members.cluster_causes)."""
+    empty = window_docs.head(0).select("dataset", "doc_id")
+    only = list(culprits) if culprits else None
+    seen = culprit_docs(ranked, window_docs, only=only)
+    if not seen.height or "garbage_rule" not in window_docs.columns:
+        return empty
+    datasets = cluster_causes(ranked, seen, window_docs)["dataset"].unique()
+    unscored = pl.col("dataset").is_in(datasets.implode()) & ~pl.col("_scored")
+    return window_docs.filter(unscored).select("dataset", "doc_id").sort("dataset", "doc_id")
+
+
+def scored_rows_keys(docs: pl.DataFrame) -> pl.DataFrame:
+    """(dataset, doc_id) of a sampled side's scored documents."""
+    return docs.filter(pl.col("_scored")).select("dataset", "doc_id")
 
 
 def score_set(

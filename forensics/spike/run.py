@@ -15,7 +15,12 @@ from forensics.spike.blame import blame_stage, rollback_stage
 from forensics.spike.doc_census import census_stage
 from forensics.spike.exposure import exposure_stage
 from forensics.spike.options import SpikeOptions, SpikeResult
-from forensics.spike.passes import Engine, evidence_passes, figures_note
+from forensics.spike.passes import (
+    Engine,
+    evidence_passes,
+    figures_note,
+    rule_datasets_whole,
+)
 from forensics.spike.reporting import log_evidence, report_stage
 from forensics.spike.run_context import SpikeRun, open_run
 from forensics.spike.skipping import plan_skip
@@ -43,9 +48,10 @@ def document_passes(run: SpikeRun, replay: pl.DataFrame) -> tuple[Any, Any, Clus
         scored = document_stages(run, replay)
         window_docs, baseline_docs = split_sides(run, replay, scored)
         return window_docs, baseline_docs, cluster_stage(run, window_docs, baseline_docs, replay)
-    run.notes.append(figures_note(evidence))
     clusters = cluster_stage(run, evidence.window_docs, evidence.baseline_docs, replay,
                              evidence.design, evidence.scored_key)  # fmt: skip
+    evidence = rule_datasets_whole(run, replay, evidence, clusters.ranked, opts.culprits, engine)
+    run.notes.append(figures_note(evidence))
     return evidence.window_docs, evidence.baseline_docs, clusters
 
 

@@ -157,6 +157,33 @@ def test_sample_docs_with_exhaustive_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
+def test_an_embedding_culprits_rule_dataset_is_scored_whole() -> None:
+    """A blamed embedding cluster dirty by the repeated n-gram rule takes every window document
+    that rule flags in its dataset (forensics.spike.rule_members): the dataset's unscored
+    documents are scored before the blame, so that list is exact; another dataset is not."""
+    from forensics.spike.passes import rule_documents_unscored
+
+    rule = "repeated_ngram"
+    window = pl.DataFrame({
+        "dataset": ["a"] * 5 + ["b"] * 3,
+        "doc_id": [0, 1, 2, 3, 4, 0, 1, 2],
+        "garbage_score": [1.0, 1.0, 0.0, None, None, 0.0, None, None],
+        "spam_score": [0.0, 0.0, 0.0, None, None, 0.0, None, None],
+        "garbage_rule": [rule, rule, "", None, None, "", None, None],
+        "_scored": [True, True, True, False, False, True, False, False],
+    })  # fmt: skip
+    ranked = pl.DataFrame({
+        "id": ["e1", "s1"],
+        "kind": ["embedding", "source"],
+        "verdict": ["culprit", "clean"],
+        "members": [[0, 1, 2], [5, 6, 7]],
+    })  # fmt: skip
+    todo = rule_documents_unscored(ranked, window, None)
+    assert todo.rows() == [("a", 3), ("a", 4)]
+    clean = ranked.with_columns(pl.lit("clean").alias("verdict"))
+    assert rule_documents_unscored(clean, window, None).height == 0
+
+
 def test_permanent_random_numbers_follow_the_document_not_the_row() -> None:
     docs = pl.DataFrame({"dataset": ["a", "a", "b", "b"], "doc_id": [1, 2, 1, 2]})
     u = permanent_random(docs).to_list()
