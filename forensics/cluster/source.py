@@ -289,21 +289,24 @@ def cluster_sources(
     )
     extra = []
     if design is not None:
-        low, high = flagged_interval(
-            out["_sample_flagged"].to_numpy(), out["scored_docs"].to_numpy()
-        )
-        exact = (out["scored_docs"] >= out["docs"]).to_numpy()
-        rate = out["flagged_rate"].to_numpy()
-        out = out.with_columns(
-            pl.Series("flagged_low", np.where(exact, rate, low)),
-            pl.Series("flagged_high", np.where(exact, rate, high)),
-            pl.col("scored_docs").cast(pl.Int64),
-        )
-        extra = ["scored_docs", "flagged_low", "flagged_high"]
+        out, extra = _with_intervals(out), ["scored_docs", "flagged_low", "flagged_high"]
     return out.select(*CLUSTER_COLUMNS, "main_dataset", *extra).with_columns(
         pl.col("docs").cast(pl.Int64),
         pl.col("baseline_docs").cast(pl.Int64),
         pl.col("flagged").cast(pl.Int64),
+    )
+
+
+def _with_intervals(out: pl.DataFrame) -> pl.DataFrame:
+    """`flagged_low` / `flagged_high`: each group's flagged rate's interval from its own sample
+    (`_sample_flagged` of `scored_docs`), or the rate itself where every document was scored."""
+    low, high = flagged_interval(out["_sample_flagged"].to_numpy(), out["scored_docs"].to_numpy())
+    exact = (out["scored_docs"] >= out["docs"]).to_numpy()
+    rate = out["flagged_rate"].to_numpy()
+    return out.with_columns(
+        pl.Series("flagged_low", np.where(exact, rate, low)),
+        pl.Series("flagged_high", np.where(exact, rate, high)),
+        pl.col("scored_docs").cast(pl.Int64),
     )
 
 

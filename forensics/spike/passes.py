@@ -104,6 +104,7 @@ def evidence_passes(
         scored_set = pl.concat([scored_set, todo]).sort("dataset", "doc_id")
         scored, key = score_set(run, replay, todo, scored_set, items, label, engine)
         if round_number == 0 and not census_agrees(chosen, scored):
+            del run.notes[notes_before:]  # the exhaustive path says its own
             run.notes.append(FACETS_DIFFER)
             return None
         window_docs, baseline_docs = sampled_sides(chosen, scored)
@@ -113,6 +114,11 @@ def evidence_passes(
         named = sorted(set(named) | set(names))
         if todo.height == 0:
             break
+    else:
+        run.notes.append(
+            f"pass 3 stopped after {MAX_PASSES} rounds with {todo.height:,} documents of newly "
+            "named groups unscored: their flagged rates are estimates (--exhaustive scores all)"
+        )
     unique_notes(run.notes, notes_before)
     return Evidence(window_docs, baseline_docs, design, key, sampled, scored_set.height,
                     distinct, named, chosen, items)  # fmt: skip

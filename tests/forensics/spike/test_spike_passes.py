@@ -209,6 +209,13 @@ def test_clopper_pearson_intervals() -> None:
     assert round(low[0], 4) == 0.9697 and high[0] == 1.0
     assert low[1] == 0.0 and round(high[1], 3) == 0.116
     assert (low[2], high[2]) == (0.0, 1.0)
+    from scipy.stats import binomtest
+
+    k, n = np.array([0, 1, 7, 60, 119, 120]), np.full(6, 120)
+    lows, highs = flagged_interval(k, n)
+    for i in range(6):  # the library's own interval, group by group
+        ci = binomtest(int(k[i]), int(n[i])).proportion_ci(0.95, method="exact")
+        assert abs(lows[i] - ci.low) < 1e-12 and abs(highs[i] - ci.high) < 1e-12
     row = {"docs": 31_000, "scored_docs": 120, "flagged_low": low[0], "flagged_high": high[0]}
     assert evidence_text(row) == "95% interval 97-100%, 120 of 31,000 documents scored"
     assert evidence_text({"docs": 17}) == "exact: all 17 documents scored"
