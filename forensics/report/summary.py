@@ -262,6 +262,23 @@ def flag_lines(skip: ReportSkip) -> list[Line]:
     return out
 
 
+def figures_lines(ranked: pl.DataFrame) -> list[Line]:
+    """Where the documents were sampled (forensics.spike.passes): which figures are exact and
+    which are estimates. Nothing where every document was scored (every figure is exact)."""
+    if "scored_docs" not in ranked.columns:
+        return []
+    sources = ranked.filter(pl.col("kind") == "source")
+    estimated = sources.filter(pl.col("scored_docs") < pl.col("docs")).height
+    return [
+        (
+            "FIGURES",
+            f"all exact except the flagged rates of {estimated:,} groups and of the window's "
+            "rest, and the embedding clusters: estimates from a seeded sample (95% intervals "
+            f"in the cluster table; {sources.height - estimated:,} groups scored whole)",
+        )
+    ]
+
+
 def reason_lines(report: SpikeReport) -> list[Line]:
     """The reasons under the commands, in every medium's order."""
     skip = report.skip
@@ -273,6 +290,7 @@ def reason_lines(report: SpikeReport) -> list[Line]:
         *rollback_lines(report),
         *(skip_lines(skip) if skip is not None else []),
         ("CLUSTERS", counts_text(cluster_counts(report.clusters))),
+        *figures_lines(report.clusters),
         *model_summary(report),
         ("WINDOW", f"iterations {first}-{last} replayed, baseline {b0}-{b1}"),
         *(flag_lines(skip) if skip is not None else []),

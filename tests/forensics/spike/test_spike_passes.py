@@ -105,6 +105,7 @@ def test_the_report_says_which_figures_are_exact(both: dict) -> None:
     assert "exact: all 17 documents scored" in md  # the culprit's flagged rate, scored whole
     assert f"% ({0}-" in md or "% (0-" in md  # an estimated rate with its interval
     assert "figures:" in (passes_out / "report.html").read_text()
+    assert "**FIGURES** all exact except " in md  # the first screen's line, the terminal's too
     exhaustive_md = (both["root"] / "exhaustive" / "report.md").read_text()
     assert "figures:" not in exhaustive_md and "exact: all 17 documents scored" in exhaustive_md
     docs = pl.read_parquet(next((passes_out / ".cache").glob("documents-*.parquet")))
