@@ -17,13 +17,20 @@ def progress_bar(enabled: bool, total: int, label: str) -> Iterator[Any]:
     if not (enabled and console.is_terminal):
         yield lambda n=1: None
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),
         console=console,
         transient=True,
     ) as bar:

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from forensics.cluster.sample import SampleDesign
+from forensics.cluster.source import estimated_flagged, prepare_docs
+
 
 def unexplained_groups(ranked: pl.DataFrame) -> pl.DataFrame:
     """Source groups over-represented (against the baseline, or against the blend where it
@@ -72,14 +75,20 @@ def looks_like_baseline(ranked: pl.DataFrame) -> bool:
     return dirty_in_window(ranked).height == 0 and unexplained_groups(ranked).height == 0
 
 
-def flagged_rates(window_docs: pl.DataFrame, baseline_docs: pl.DataFrame) -> dict[str, float]:
+def flagged_rates(
+    window_docs: pl.DataFrame, baseline_docs: pl.DataFrame, design: SampleDesign | None = None
+) -> dict[str, float]:
     """The figures the clean control quotes: each side's flagged share (garbage or spam score
-    >= the scorer's threshold) and document count."""
+    >= the scorer's threshold) and document count. `design`: the documents were sampled (the
+    share is then estimated as the source clusters estimate it: forensics.cluster.source)."""
     from forensics.score import FLAG_THRESHOLD
 
     def rate(docs: pl.DataFrame) -> float:
         if docs.height == 0 or "garbage_score" not in docs.columns:
             return 0.0
+        if design is not None:
+            prepared = prepare_docs(docs, "documents")
+            return estimated_flagged(prepared, design) / docs.height
         flagged = (pl.col("garbage_score").fill_null(0) >= FLAG_THRESHOLD) | (
             pl.col("spam_score").fill_null(0) >= FLAG_THRESHOLD
         )

@@ -17,6 +17,7 @@ import re
 import numpy as np
 import polars as pl
 
+from forensics.cluster.sample import SampleDesign, flagged_interval, own_sample
 from forensics.cluster.stats import FLAG_THRESHOLD, group_statistics
 from forensics.errors import ForensicsError
 
@@ -223,6 +224,7 @@ def cluster_sources(
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
     facets: list[str] | None = None,
+    design: SampleDesign | None = None,
 ) -> pl.DataFrame:
     """One row per (facet, value) present in the window, with its statistics (see stats.py).
 
@@ -233,6 +235,14 @@ def cluster_sources(
     documents / of those flagged; the verdict step reads them, the report does not print them.
     `main_dataset` is the dataset most of its documents come from. The `verdict` column is
     filled by `assign_verdicts`.
+
+    `design`: the documents were sampled (forensics.cluster.sample): both tables hold every
+    document of their side, `_u` its permanent random number and `_scored` whether it was
+    scored (the others have null scores). A group whose documents were all scored counts them
+    exactly; any other group estimates its flagged, garbage and spam counts from its own sample
+    (the `sample_docs` documents with the smallest `_u`), and so do the window's and the
+    baseline's flagged totals (summed over their datasets). Added columns: `scored_docs` and
+    `flagged_low` / `flagged_high`, the flagged rate's 95% interval (the rate itself where exact).
     """
     window = prepare_docs(window_docs, "window documents")
     baseline = prepare_docs(baseline_docs, "baseline documents")
@@ -251,9 +261,15 @@ def cluster_sources(
     window = window.with_columns(pl.Series("_s1", sig_w[0]), pl.Series("_s2", sig_w[1]))
     baseline = baseline.with_columns(pl.Series("_s1", sig_b[0]), pl.Series("_s2", sig_b[1]))
 
-    parts = [_facet_groups(window, baseline, facet) for facet in facets]
+    if design is not None:
+        window = _with_own_sample(window, facets, design)
+    parts = [_facet_groups(window, baseline, facet, design) for facet in facets]
     groups = pl.concat(parts, how="vertical_relaxed")
     groups = _merge_aliases(groups)
+    n_flagged_window, n_flagged_baseline = int(window["_flag"].sum()), int(baseline["_flag"].sum())
+    if design is not None:
+        n_flagged_window = estimated_flagged(window, design)
+        n_flagged_baseline = estimated_flagged(baseline, design)
 
     stats = group_statistics(
         docs=groups["docs"].to_numpy(),
@@ -263,27 +279,86 @@ def cluster_sources(
         baseline_docs=groups["baseline_docs"].to_numpy(),
         n_window=window.height,
         n_baseline=baseline.height,
-        n_flagged_window=int(window["_flag"].sum()),
-        n_flagged_baseline=int(baseline["_flag"].sum()),
+        n_flagged_window=n_flagged_window,
+        n_flagged_baseline=n_flagged_baseline,
     )
     out = groups.with_columns(
         pl.Series("id", [f"s{i}" for i in range(groups.height)]),
         pl.lit("source").alias("kind"),
         *[pl.Series(name, values) for name, values in stats.items()],
     )
-    return out.select(*CLUSTER_COLUMNS, "main_dataset").with_columns(
+    extra = []
+    if design is not None:
+        out, extra = _with_intervals(out), ["scored_docs", "flagged_low", "flagged_high"]
+    return out.select(*CLUSTER_COLUMNS, "main_dataset", *extra).with_columns(
         pl.col("docs").cast(pl.Int64),
         pl.col("baseline_docs").cast(pl.Int64),
         pl.col("flagged").cast(pl.Int64),
     )
 
 
-def _facet_groups(window: pl.DataFrame, baseline: pl.DataFrame, facet: str) -> pl.DataFrame:
+def _with_intervals(out: pl.DataFrame) -> pl.DataFrame:
+    """`flagged_low` / `flagged_high`: each group's flagged rate's interval from its own sample
+    (`_sample_flagged` of `scored_docs`), or the rate itself where every document was scored."""
+    low, high = flagged_interval(out["_sample_flagged"].to_numpy(), out["scored_docs"].to_numpy())
+    exact = (out["scored_docs"] >= out["docs"]).to_numpy()
+    rate = out["flagged_rate"].to_numpy()
+    return out.with_columns(
+        pl.Series("flagged_low", np.where(exact, rate, low)),
+        pl.Series("flagged_high", np.where(exact, rate, high)),
+        pl.col("scored_docs").cast(pl.Int64),
+    )
+
+
+def _with_own_sample(window: pl.DataFrame, facets: list[str], design: SampleDesign) -> pl.DataFrame:
+    """`_own_<facet>`: the row is in its group's own sample for that facet."""
+    return window.with_columns(
+        own_sample(design.sample_docs, _facet_key(facet)).alias(f"_own_{facet}") for facet in facets
+    )
+
+
+def estimated_flagged(table: pl.DataFrame, design: SampleDesign) -> int:
+    """The table's flagged documents: counted per dataset where all were scored, else its own
+    sample's flagged share times its documents."""
+    per = (
+        table.with_columns(own_sample(design.sample_docs, pl.col("dataset")).alias("_own"))
+        .group_by("dataset")
+        .agg(
+            pl.len().alias("n"),
+            pl.col("_scored").all().alias("complete"),
+            pl.col("_flag").sum().alias("all"),
+            pl.col("_own").sum().alias("own"),
+            (pl.col("_own") & pl.col("_flag")).sum().alias("own_flagged"),
+        )
+    )
+    total = 0.0
+    for n, complete, flagged, own, own_flagged in per.select(
+        "n", "complete", "all", "own", "own_flagged"
+    ).rows():
+        total += flagged if complete else own_flagged * n / max(own, 1)
+    return int(round(total))
+
+
+def _facet_groups(
+    window: pl.DataFrame, baseline: pl.DataFrame, facet: str, design: SampleDesign | None = None
+) -> pl.DataFrame:
     """One row per value of `facet` in the window: its window counts and members, its baseline
     documents, its top reasons, and the member signature sums (`_w1` ... `_b2`) that
-    `_merge_aliases` compares; biggest first."""
+    `_merge_aliases` compares; biggest first. With `design`, the counts of a group not scored
+    whole are its own sample's, scaled to its documents (`cluster_sources`)."""
     key = _facet_key(facet)
+    sampled = []
+    if design is not None:
+        own = pl.col(f"_own_{facet}")
+        sampled = [
+            pl.col("_scored").all().alias("_complete"),
+            own.sum().alias("_own"),
+            (own & pl.col("_flag")).sum().alias("_own_flagged"),
+            (own & pl.col("_garbage")).sum().alias("_own_garbage"),
+            (own & pl.col("_spam")).sum().alias("_own_spam"),
+        ]
     win = window.group_by(key).agg(
+        *sampled,
         pl.len().alias("docs"),
         pl.col("_flag").sum().alias("flagged"),
         pl.col("_garbage").sum().alias("garbage"),
@@ -294,6 +369,8 @@ def _facet_groups(window: pl.DataFrame, baseline: pl.DataFrame, facet: str) -> p
         pl.col("_s1").sum().alias("_w1"),
         pl.col("_s2").sum().alias("_w2"),
     )
+    if design is not None:
+        win = _scaled_counts(win)
     base = baseline.group_by(key).agg(
         pl.len().alias("baseline_docs"),
         pl.col("_s1").sum().alias("_b1"),
@@ -310,6 +387,31 @@ def _facet_groups(window: pl.DataFrame, baseline: pl.DataFrame, facet: str) -> p
             pl.col("top_reasons").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))),
         )
         .sort(["docs", "key"], descending=[True, False])
+    )
+
+
+def _scaled_counts(win: pl.DataFrame) -> pl.DataFrame:
+    """A group's flagged, garbage and spam counts: exact where all its documents were scored,
+    else its own sample's scaled to its documents; `scored_docs` and `_sample_flagged` (the
+    counts its interval is computed from)."""
+    complete = pl.col("_complete")
+    scale = pl.col("docs") / pl.max_horizontal(pl.col("_own"), pl.lit(1))
+
+    def count(name: str) -> pl.Expr:
+        estimate = (pl.col(f"_own_{name}") * scale).round(0).cast(pl.Int64)
+        return pl.when(complete).then(pl.col(name).cast(pl.Int64)).otherwise(estimate).alias(name)
+
+    return (
+        win.with_columns(
+            pl.when(complete).then(pl.col("docs")).otherwise(pl.col("_own")).alias("scored_docs"),
+            pl.when(complete)
+            .then(pl.col("flagged"))
+            .otherwise(pl.col("_own_flagged"))
+            .cast(pl.Int64)
+            .alias("_sample_flagged"),
+        )
+        .with_columns(count("flagged"), count("garbage"), count("spam"))
+        .drop("_complete", "_own", "_own_flagged", "_own_garbage", "_own_spam")
     )
 
 

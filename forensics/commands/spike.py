@@ -29,6 +29,7 @@ from forensics.commands.rescore import (
     LossesOption,
     rescore_options,
 )
+from forensics.errors import ForensicsError
 from forensics.rollback import SPIKE_WINDOW
 
 StepOption = Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")]
@@ -109,6 +110,26 @@ DeviceOption = Annotated[
     typer.Option("--device", help="Torch device for the embeddings and rescoring, e.g. cuda."),
 ]
 
+ExhaustiveOption = Annotated[
+    bool,
+    typer.Option(
+        "--exhaustive",
+        help="Decode and score every distinct document of window and baseline (the reference; "
+        "slow on a production window) instead of a sample of each group and every document "
+        "of the groups named culprit or suspect.",
+    ),
+]
+
+SampleDocsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--sample-docs",
+        help="Documents decoded and scored per group in the evidence pass (default 120: a 95% "
+        "interval of at most +-9 points on each group's flagged rate, 97-100% when all are "
+        "flagged; a smaller group is scored whole, a group near the dirty line in pass 3).",
+    ),
+]
+
 ForceOption = Annotated[
     bool,
     typer.Option(
@@ -146,6 +167,8 @@ def spike_command(
     batch_size: BatchOption = 8,
     rescore_cap: CapOption = 512,
     grad_norm: GradOption = False,
+    exhaustive: ExhaustiveOption = False,
+    sample_docs: SampleDocsOption = None,
     force: ForceOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -155,6 +178,11 @@ def spike_command(
     from forensics.run_source import resolve_run_config
     from forensics.spike import SpikeOptions, run_spike
 
+    if exhaustive and sample_docs is not None:
+        raise ForensicsError(
+            f"--sample-docs {sample_docs} with --exhaustive: every document is scored then; "
+            "give one of them"
+        )
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     options = SpikeOptions(
         step=step,
@@ -176,6 +204,8 @@ def spike_command(
         rescore=rescore_options(
             checkpoint, losses, device, dtype, batch_size, rescore_cap, grad_norm, not quiet
         ),
+        exhaustive=exhaustive,
+        **({} if sample_docs is None else {"sample_docs": sample_docs}),
         force=force,
         progress=not quiet,
     )

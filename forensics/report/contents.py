@@ -277,8 +277,11 @@ def build_report(
     rollback_note: str = "",
     notes: list[str] | None = None,
     model: dict[str, Any] | None = None,
+    design: Any = None,
 ) -> SpikeReport:
-    """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call)."""
+    """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call).
+    `design`: the documents were sampled (forensics.cluster.sample.SampleDesign): the score
+    distributions are then the scored documents', the control's rates estimates."""
     from forensics.cluster.baseline_fit import dirty_in_window
     from forensics.cluster.controls import flagged_rates, unexplained_groups
     from forensics.cluster.keywords import with_keywords
@@ -298,7 +301,7 @@ def build_report(
             first_seen = int(seen["iteration"].min()) if seen.height else None
     scores = pl.concat(
         [
-            docs.select(
+            (docs.filter(pl.col("_scored")) if "_scored" in docs.columns else docs).select(
                 pl.lit(side).alias("side"),
                 pl.col("garbage_score").cast(pl.Float64).fill_null(0.0),
                 pl.col("spam_score").cast(pl.Float64).fill_null(0.0),
@@ -330,7 +333,7 @@ def build_report(
         loss_fit=loss_explained(loss, culprit_share, (int(window[0]), int(window[1]))),
         dirty_groups=dirty_in_window(ranked),
         unexplained=unexplained_groups(ranked),
-        control=flagged_rates(window_docs, baseline_docs),
+        control=flagged_rates(window_docs, baseline_docs, design),
     )
 
 

@@ -72,6 +72,8 @@ def documents_table(
     )
     score = [c for c in ("garbage_score", "spam_score") if c in docs.columns]
     flagged = pl.any_horizontal([pl.col(c).fill_null(0.0) >= FLAG_THRESHOLD for c in score])
+    if "_scored" in docs.columns:  # a sampled window: an unscored document is neither
+        flagged = pl.when(pl.col("_scored")).then(flagged).otherwise(pl.lit(None, pl.Boolean))
     table = (
         docs.join(member, on="_row", how="left")
         .join(seen, on=["dataset", "doc_id"], how="left")
@@ -81,7 +83,7 @@ def documents_table(
             pl.col("verdict").fill_null("clean"),
             pl.col("samples").fill_null(0),
         )
-        .drop("_row")
+        .drop("_row", *[c for c in ("_u", "_scored") if c in docs.columns])
     )
     front = ["dataset", "doc_id", "verdict", "culprit", "flagged", *score]
     front += [c for c in ("garbage_reason", "spam_reason") if c in table.columns]

@@ -25,6 +25,7 @@ from forensics.report.contents import cluster_name, cluster_notes, format_p, for
 from forensics.report.drilldown import CSS as DRILL_CSS
 from forensics.report.drilldown import DrillGroup, drilldown_html
 from forensics.report.first_screen import Command, FirstScreen
+from forensics.report.numbers import flagged_cell
 from forensics.report.sections import ClusterTable, ExampleGroup, Section, SkipSection
 from forensics.report.summary import counts_text
 from forensics.report.why_shares import table_cell
@@ -152,7 +153,7 @@ def clusters_html(table: ClusterTable) -> str:
             f'<td class="num">{r["enrichment"]:.1f}',
             f'<td class="num">{_e(format_p(r["p_value"]))}',
             f'<td class="num">{_e(table_cell(r))}',
-            f'<td class="num">{100 * r["flagged_rate"]:.0f}%',
+            f'<td class="num">{_e(flagged_cell(r))}',
             f'<td class="num">{100 * r["garbage_rate"]:.0f}%',
             f'<td class="num">{100 * r["spam_rate"]:.0f}%',
             f'<td class="num">{r["suspicion"]:.3f}',

@@ -13,7 +13,9 @@ window_share, baseline_share, enrichment, p_value, new_in_window, flagged_rate, 
 spam_rate, rest_flagged_rate, flag_p_value, baseline_flagged_rate, baseline_flag_p_value,
 suspicion, verdict, label, explained_by, top_reasons, the window presence (density,
 iterations_with, peak_share, peak_iteration, sample_share) and the blend's expectation
-(expected_share, blend_ratio, blend_p_value, blend_stages; null where unknown), aliases,
+(expected_share, blend_ratio, blend_p_value, blend_stages; null where unknown), where the
+documents were sampled (forensics.spike.passes) the flagged rate's basis (scored_docs, and its
+95% interval flagged_low, flagged_high; the rate itself where every document was scored), aliases,
 dominant_sources (embedding), embedded (embedding), examples [doc_id, dataset, excerpt,
 reasons, scores]. Member lists are internal and left out.
 """

@@ -19,6 +19,7 @@ from forensics.report.checkpoint_view import markdown_section
 from forensics.report.contents import cluster_name, cluster_notes, format_p, format_value
 from forensics.report.drilldown import DrillGroup, iterations_text
 from forensics.report.first_screen import FirstScreen
+from forensics.report.numbers import flagged_cell
 from forensics.report.sections import (
     PLOT_NAMES,
     ClusterTable,
@@ -88,7 +89,7 @@ def clusters_md(table: ClusterTable) -> str:
             f"| {md_safe(r['id'])} | {label} | {md_safe(cluster_name(r), 80)} | "
             f"{r['docs']:,} | {100 * r['window_share']:.2f}% | {100 * r['baseline_share']:.2f}% | "
             f"{r['enrichment']:.1f} | {format_p(r['p_value'])} | {table_cell(r)} | "
-            f"{100 * r['flagged_rate']:.0f}% | "
+            f"{flagged_cell(r)} | "
             f"{100 * r['garbage_rate']:.0f}% | {100 * r['spam_rate']:.0f}% | "
             f"{r['suspicion']:.3f} | {md_safe('; '.join(note), 160)} |"
         )

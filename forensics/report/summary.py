@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics.cluster.sample import evidence_text
 from forensics.cluster.verdict import dirty_against
 from forensics.report.checkpoint_view import model_summary
 from forensics.report.confidence import confidence_lines, no_culprit_lines
@@ -69,7 +70,7 @@ def _why(report: SpikeReport, top: dict[str, Any]) -> list[str]:
     )
     if dirty_against(top) == "the baseline":  # the burst fills the window's rest too
         flagged += f"; baseline: {pct(top['baseline_flagged_rate'])}"
-    flagged += ")"
+    flagged += f"; {evidence_text(top)})"
     lines.append(flagged)
     if top.get("top_reasons"):
         lines.append("top reasons: " + "; ".join(top["top_reasons"]))
@@ -261,6 +262,23 @@ def flag_lines(skip: ReportSkip) -> list[Line]:
     return out
 
 
+def figures_lines(ranked: pl.DataFrame) -> list[Line]:
+    """Where the documents were sampled (forensics.spike.passes): which figures are exact and
+    which are estimates. Nothing where every document was scored (every figure is exact)."""
+    if "scored_docs" not in ranked.columns:
+        return []
+    sources = ranked.filter(pl.col("kind") == "source")
+    estimated = sources.filter(pl.col("scored_docs") < pl.col("docs")).height
+    return [
+        (
+            "FIGURES",
+            f"all exact except the flagged rates of {estimated:,} groups and of the window's "
+            "rest, and the embedding clusters: estimates from a seeded sample (95% intervals "
+            f"in the cluster table; {sources.height - estimated:,} groups scored whole)",
+        )
+    ]
+
+
 def reason_lines(report: SpikeReport) -> list[Line]:
     """The reasons under the commands, in every medium's order."""
     skip = report.skip
@@ -272,6 +290,7 @@ def reason_lines(report: SpikeReport) -> list[Line]:
         *rollback_lines(report),
         *(skip_lines(skip) if skip is not None else []),
         ("CLUSTERS", counts_text(cluster_counts(report.clusters))),
+        *figures_lines(report.clusters),
         *model_summary(report),
         ("WINDOW", f"iterations {first}-{last} replayed, baseline {b0}-{b1}"),
         *(flag_lines(skip) if skip is not None else []),

@@ -27,11 +27,13 @@ from dataloaders.console import make_console
 from forensics.report.contents import SpikeReport, cluster_name, cluster_rows
 from forensics.report.drilldown import group_label
 from forensics.report.first_screen import FirstScreen
+from forensics.report.numbers import flagged_cell
 from forensics.report.sections import CLUSTERS, FIRST_SCREEN, NOTES, Section, report_sections
 from forensics.safe_text import excerpt
 
 TERMINAL_LINES = 25  # rows the summary may take, the link included
 TERMINAL_CLUSTERS = 4  # non-clean cluster rows shown (the rest: report.html)
+TAIL_LABELS = ("CLUSTERS", "FIGURES")  # reasons shown with the cluster rows, whatever the room
 LABEL = 11  # the label column, its space included
 STYLE = {"culprit": "bold red", "suspect": "yellow", "clean": "green"}
 Row = tuple[str, str]  # (plain text, rich markup): the plain text measures the rows
@@ -99,7 +101,7 @@ def _clusters(report: SpikeReport, width: int) -> list[Row]:
         label = group_label(r)
         line = (
             f"  {_plain(r['id'], 12):<5} {label:<18} {_plain(cluster_name(r), 60)}: "
-            f"{r['docs']:,} docs, {100 * r['flagged_rate']:.0f}% flagged"
+            f"{r['docs']:,} docs, {flagged_cell(r)} flagged"
         )
         line = line if len(line) <= width else line[: width - 1] + "…"
         style = STYLE[r["verdict"]]
@@ -122,13 +124,14 @@ def _candidates(
     report: SpikeReport, screen: FirstScreen, notes: list[str], width: int
 ) -> list[list[Row]]:
     """The summary at decreasing detail; the first that fits a screen is printed. The cluster
-    counts (the CLUSTERS reason) always stand above the cluster rows."""
+    counts (the CLUSTERS reason) and, for a sampled window, which figures are exact (FIGURES,
+    one row) always stand above the cluster rows."""
     head = [
         (line, f"[bold]{escape(line)}[/]") for line in textwrap.wrap(_plain(screen.headline), width)
     ]
-    counts = [r for label, text in screen.reasons if label == "CLUSTERS"
-              for r in _grid(label, text, width)]  # fmt: skip
-    reasons = [(label, text) for label, text in screen.reasons if label != "CLUSTERS"]
+    counts = [r for label, text in screen.reasons if label in TAIL_LABELS
+              for r in _grid(label, text, width, label == "FIGURES")]  # fmt: skip
+    reasons = [(label, text) for label, text in screen.reasons if label not in TAIL_LABELS]
     tail = counts + _clusters(report, width)
     full = [r for label, text in reasons for r in _grid(label, text, width)]
     labelled = [r for label, text in reasons if label for r in _grid(label, text, width)]

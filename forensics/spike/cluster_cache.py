@@ -29,11 +29,14 @@ CODE = ("forensics", "dataloaders")  # the packages whose source the stage's out
 KEPT_KEYS = 4  # cluster outputs kept (embedding options or code versions a user goes between)
 
 
-def clusters_key(run_key: str, options: Any) -> str:
+def clusters_key(run_key: str, options: Any, scored: str | None = None) -> str:
     """The stage's inputs: the run key (config, data, window, baseline), the scorer's and the
-    code's versions, and the embedding options."""
+    code's versions, the embedding options, and (`scored`) the documents scored when they were
+    a sample (None: every document)."""
     model = options.embed_model
+    extra = {} if scored is None else {"scored": scored}
     return cache_key(
+        **extra,
         run=run_key,
         code=[module_version(p) for p in CODE],
         embed_cap=options.embed_cap,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.trainers import check_trainer
+from forensics.cluster.sample import SAMPLE_DOCS
 from forensics.errors import ForensicsError
 from forensics.rollback import SPIKE_WINDOW, Rollback
 from forensics.skip import check_threshold
@@ -38,6 +39,11 @@ class SpikeOptions:
     workers: int = 1
     ray_address: str | None = None
     rescore: Any = None  # forensics.rescore.RescoreOptions: the model's view (None: data only)
+    # Decode and score every distinct document (the reference), instead of the three passes:
+    # census of every sample, a sample of each group's documents, every document of the groups
+    # named culprit or suspect (forensics.spike.passes).
+    exhaustive: bool = False
+    sample_docs: int = SAMPLE_DOCS  # documents scored per group in the evidence pass
     force: bool = False
     progress: bool = True
 
@@ -52,6 +58,8 @@ class SpikeOptions:
         if not 0.0 <= self.ahead_share <= 1.0:
             raise ForensicsError(f"--ahead-share {self.ahead_share}: must be in [0, 1]")
         check_threshold(self.threshold)
+        if self.sample_docs < 1:
+            raise ForensicsError(f"--sample-docs {self.sample_docs}: must be >= 1")
         if self.trainer is not None:
             check_trainer(self.trainer)
         from forensics.pipeline.engines import check_engine

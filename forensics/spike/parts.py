@@ -25,15 +25,16 @@ from forensics.errors import ForensicsError
 PART_DOCUMENTS = 2_000  # documents per task: a few seconds of work, ~10 MB of text
 
 
-def score_part(config: Any, item: dict[str, Any]) -> dict[str, Any]:
-    """Worker: decode and score one part's documents into `item["out"]` (kept if present)."""
+def score_part(config: Any, item: dict[str, Any], replayer: Any = None) -> dict[str, Any]:
+    """Worker: decode and score one part's documents into `item["out"]` (kept if present);
+    `replayer`: the run's, when the part runs in the driver."""
     from forensics.replay import cached_replayer
     from forensics.score.batches import score_batch
 
     out = Path(item["out"])
     if not out.is_file():
         keys = pl.read_parquet(item["keys"])
-        docs = cached_replayer(config).documents(keys, progress=False)
+        docs = (replayer or cached_replayer(config)).documents(keys, progress=False)
         scores = score_batch(docs["text"]).to_frame()
         write_parquet_atomic(pl.concat([docs, scores], how="horizontal"), out)
     return {"part": int(item["part"]), "documents": int(item["documents"])}
@@ -54,6 +55,34 @@ def plan_parts(distinct: pl.DataFrame, folder: Path) -> list[dict[str, Any]]:
     return items
 
 
+def keys_digest(keys: pl.DataFrame) -> str:
+    """A short stable name for a set of (dataset, doc_id) rows, in their order."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    digest.update("\n".join(keys["dataset"].cast(pl.Utf8).to_list()).encode())
+    digest.update(keys["doc_id"].cast(pl.Int64).to_numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def plan_named_parts(docs: pl.DataFrame, folder: Path) -> list[dict[str, Any]]:
+    """`plan_parts` for a set that grows between passes: each part is named by its documents'
+    digest, so a part scored by an earlier pass (or an earlier run) is read back, never
+    mistaken for another set's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    items = []
+    for start in range(0, docs.height, PART_DOCUMENTS):
+        keys = docs.slice(start, PART_DOCUMENTS).select("dataset", "doc_id")
+        name = keys_digest(keys)
+        keys_file = folder / f"keys-{name}.parquet"
+        if not keys_file.is_file():
+            write_parquet_atomic(keys, keys_file)
+        out = str(folder / f"part-{name}.parquet")
+        part = start // PART_DOCUMENTS
+        items.append({"part": part, "keys": str(keys_file), "out": out, "documents": keys.height})
+    return items
+
+
 def run_parts(
     config: Any,
     items: list[dict[str, Any]],
@@ -61,15 +90,22 @@ def run_parts(
     workers: int,
     address: str | None,
     progress: bool,
+    replayer: Any = None,
+    label: str | None = None,
 ) -> None:
-    """Every part on the engine; a ForensicsError naming the parts that failed for good."""
+    """Every part on the engine; a ForensicsError naming the parts that failed for good.
+    `--engine local --workers 1` runs them in this process, with `replayer` (the run's)."""
     from forensics.pipeline.engines import map_parts
 
     todo = [i for i in items if not Path(i["out"]).is_file()]
     total = sum(i["documents"] for i in items)
-    label = f"decode+score ({engine}, {workers} workers)"
+    label = label or f"decode+score ({engine}, {workers} workers)"
     with progress_bar(progress, total, label) as advance:
         advance(total - sum(i["documents"] for i in todo))
+        if engine == "local" and workers == 1:  # in this process: no pool to start
+            for item in todo:
+                advance(int(score_part(config, item, replayer)["documents"]))
+            return
         failed = map_parts(
             engine,
             functools.partial(score_part, config),

@@ -78,9 +78,11 @@ def flag_repeats(scored: pl.DataFrame, repeats: pl.DataFrame) -> pl.DataFrame:
     ).drop("_reason")
 
 
-def repeats_stage(run: SpikeRun, distinct: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
+def repeats_stage(
+    run: SpikeRun, distinct: pl.DataFrame, scored: pl.DataFrame, key: str | None = None
+) -> pl.DataFrame:
     """The scored documents with the repeated-n-gram rule applied (its table cached beside the
-    scores, keyed by the rule's source)."""
+    scores, keyed by the rule's source and `key`: the run's, or the scored set's)."""
     if not run.replayer.document_token_ids:
         run.notes.append(
             "repeated n-grams were not checked: this data family cannot list a document's token ids"
@@ -91,7 +93,7 @@ def repeats_stage(run: SpikeRun, distinct: pl.DataFrame, scored: pl.DataFrame) -
         found = document_repeats(run.replayer, distinct)
         return pl.DataFrame(schema=REPEATS_SCHEMA) if found is None else found
 
-    name = f"ngrams-{run.key}-{module_version('forensics.score')}.parquet"
+    name = f"ngrams-{key or run.key}-{module_version('forensics.score')}.parquet"
     with run.clock.stage("repeats", f"{distinct.height:,} documents' token ids", spinner=True):
         table = cached_table(run.cache / name, compute, run.hits, "repeats")
     return flag_repeats(scored, table)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from dataloaders.run_config import RunConfig
+from forensics.cluster.sample import SampleDesign
 from forensics.errors import ForensicsError
 from forensics.rollback import Rollback
 from forensics.skip.plan import SkipPlan
@@ -178,6 +179,7 @@ def report_stage(
             rollback_note=rollback.note,
             notes=run.notes,
             model=clusters.model_view,
+            design=sample_design(run.options.sample_docs, window_docs),
         )
         report.documents, report.documents_file = documents_for_report(
             run, clusters, window_docs, replay
@@ -196,6 +198,11 @@ def report_stage(
         report.token_export = exports_tokens(run.replayer)
         sections = publish_outputs(report, skip, run.cache, run.out)
     return report, sections
+
+
+def sample_design(sample_docs: int, window_docs: pl.DataFrame) -> SampleDesign | None:
+    """How the documents were sampled (forensics.spike.passes), or None: all were scored."""
+    return SampleDesign(sample_docs) if "_scored" in window_docs.columns else None
 
 
 def exports_tokens(replayer: Any) -> bool:

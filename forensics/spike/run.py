@@ -1,25 +1,58 @@
-"""`forensics spike`, as the runbook reads: replay the window, decode and score its documents,
+"""`forensics spike`, as the runbook reads: replay the window, count its documents (census),
+decode and score a sample of each group and then every document of the groups it names,
 cluster them against the baseline, blame, roll back, measure the culprit's exposure, plan the
 skip, report."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import polars as pl
 
 from dataloaders.run_config import RunConfig
 from forensics.spike.blame import blame_stage, rollback_stage
+from forensics.spike.doc_census import census_stage
 from forensics.spike.exposure import exposure_stage
 from forensics.spike.options import SpikeOptions, SpikeResult
+from forensics.spike.passes import (
+    Engine,
+    evidence_passes,
+    figures_note,
+    rule_datasets_whole,
+)
 from forensics.spike.reporting import log_evidence, report_stage
-from forensics.spike.run_context import open_run
+from forensics.spike.run_context import SpikeRun, open_run
 from forensics.spike.skipping import plan_skip
 from forensics.spike.stages import (
+    Clusters,
     cluster_stage,
     document_stages,
     model_stage,
     replay_stage,
     split_sides,
 )
+
+
+def document_passes(run: SpikeRun, replay: pl.DataFrame) -> tuple[Any, Any, Clusters]:
+    """The window's and baseline's documents and their clusters: by the three passes (census,
+    evidence from a sample, every document of what is named: forensics.spike.passes), or, with
+    --exhaustive or when the sample would be every document, by scoring every document."""
+    evidence, opts = None, run.options
+    if not opts.exhaustive:
+        census_file = run.cache / f"census-{run.key}.parquet"
+        census = census_stage(replay, census_file, run.clock, run.hits, opts.progress)
+        engine = Engine(opts.engine, opts.workers, opts.ray_address, opts.progress)
+        evidence = evidence_passes(run, replay, census, opts.sample_docs, opts.culprits, engine)
+    if evidence is None:
+        scored = document_stages(run, replay)
+        window_docs, baseline_docs = split_sides(run, replay, scored)
+        return window_docs, baseline_docs, cluster_stage(run, window_docs, baseline_docs, replay)
+    clusters = cluster_stage(run, evidence.window_docs, evidence.baseline_docs, replay,
+                             evidence.design, evidence.scored_key)  # fmt: skip
+    evidence = rule_datasets_whole(run, replay, evidence, clusters.ranked, opts.culprits, engine)
+    run.notes.append(figures_note(evidence))
+    return evidence.window_docs, evidence.baseline_docs, clusters
 
 
 def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -> SpikeResult:
@@ -33,9 +66,7 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
     fetched.reset()  # report.json's object_storage: what this spike fetched
     with open_run(config, out, options) as run:
         replay = replay_stage(run)
-        scored = document_stages(run, replay)
-        window_docs, baseline_docs = split_sides(run, replay, scored)
-        clusters = cluster_stage(run, window_docs, baseline_docs, replay)
+        window_docs, baseline_docs, clusters = document_passes(run, replay)
         clusters = model_stage(run, replay, clusters, window_docs, baseline_docs)
         blame = blame_stage(run, clusters.ranked, window_docs)
         evidence = log_evidence(run.config, run.plan.window, run.notes)

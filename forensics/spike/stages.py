@@ -27,9 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
+from forensics.cluster.sample import SampleDesign
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
 from forensics.spike.drawn import distinct_documents, drawn_documents
@@ -179,17 +181,22 @@ def cluster_stage(
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
     replay: pl.DataFrame | None = None,
+    design: SampleDesign | None = None,
+    scored_key: str | None = None,
 ) -> Clusters:
     """Groups of window documents (by source facet, and by embedding k-means) compared with the
     baseline, ranked, with a verdict each that fits the baseline at hand (`replay`, the window's
     rows, gives each group's density over the window: forensics.cluster.baseline_fit). Kept
-    by its inputs (forensics.spike.cluster_cache): a rerun with cheap options reads it back."""
+    by its inputs (forensics.spike.cluster_cache): a rerun with cheap options reads it back.
+
+    `design`: the documents were sampled (forensics.spike.passes); `scored_key` names the set
+    scored, which the cache key then holds."""
     from forensics.spike.cluster_cache import cached_clusters, clusters_key
 
     def compute() -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
-        return compute_clusters(run, window_docs, baseline_docs, replay)
+        return compute_clusters(run, window_docs, baseline_docs, replay, design)
 
-    key = clusters_key(run.key, run.options)
+    key = clusters_key(run.key, run.options, scored_key)
     ranked, assignments, note = cached_clusters(
         run.cache, key, run.notes, run.hits, run.clock, compute
     )
@@ -206,22 +213,27 @@ def compute_clusters(
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
     replay: pl.DataFrame | None,
+    design: SampleDesign | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
     """The source-facet and embedding clusters, fitted to the baseline: (ranked, assignments,
-    the embedding sample's note)."""
+    the embedding sample's note). With `design` (sampled documents) the embedding sample is
+    drawn from the scored documents, its rows given back as the whole tables' rows."""
     from forensics.cluster import cluster_embeddings, cluster_sources, describe_sample
     from forensics.cluster.embedding import default_cap
 
     opts = run.options
     with run.clock.stage("cluster", "by source facet", spinner=True):
-        parts = [cluster_sources(window_docs, baseline_docs)]
+        parts = [cluster_sources(window_docs, baseline_docs, design=design)]
     cap = default_cap(opts.embed_model, opts.device) if opts.embed_cap is None else opts.embed_cap
     assignments, note = None, None
+    embed_window, embed_baseline = window_docs, baseline_docs
+    if design is not None:
+        embed_window, embed_baseline = scored_rows(window_docs), scored_rows(baseline_docs)
     if cap > 0:
         with run.clock.stage("embed", f"up to {cap:,} documents, then k-means"):
             embedded, assignments = cluster_embeddings(
-                window_docs,
-                baseline_docs,
+                embed_window,
+                embed_baseline,
                 cap=cap,
                 model=opts.embed_model,
                 device=opts.device,
@@ -229,6 +241,9 @@ def compute_clusters(
                 progress=opts.progress,
             )
             note = describe_sample(assignments, cap)
+            if design is not None:
+                embedded, assignments = whole_rows(embedded, assignments, embed_window,
+                                                   embed_baseline)  # fmt: skip
         parts.append(embedded)
     with run.clock.stage("fit", "verdicts against the baseline", spinner=True):
         ranked = fit_stage(run, pl.concat(parts, how="diagonal_relaxed"), window_docs,
@@ -245,22 +260,67 @@ def fit_stage(
 ) -> pl.DataFrame:
     """Verdicts that fit the baseline (a mixture switch between it and the window, a baseline
     too small to judge), with the notes saying which case applies."""
+    return fit_verdicts(clusters, window_docs, baseline_docs, replay, run.plan, run.config,
+                        run.replayer, run.notes)  # fmt: skip
+
+
+def fit_verdicts(
+    clusters: pl.DataFrame,
+    window_docs: pl.DataFrame,
+    baseline_docs: pl.DataFrame,
+    replay: pl.DataFrame | None,
+    plan: Any,
+    config: Any,
+    replayer: Any,
+    notes: list[str],
+) -> pl.DataFrame:
+    """`fit_stage` from the arguments it reads (`plan`: the run's WindowPlan); its notes go to
+    `notes`."""
     from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
     from forensics.cluster.expected import blend_note, no_blend_note, window_blend
     from forensics.window_plan import stage_starts
 
-    window, baseline = run.plan.window, run.plan.baseline
-    starts = stage_starts(run.config)
+    window, baseline = plan.window, plan.baseline
+    starts = stage_starts(config)
     fit = describe_fit(window, baseline, starts, baseline_docs.height, window_docs.height)
-    run.notes.extend(fit.notes)
+    notes.extend(fit.notes)
     rows = replay.filter(pl.col("side") == "window") if replay is not None else None
     if rows is None:
         rows = pl.DataFrame(schema={"iteration": pl.Int64, "dataset": pl.Utf8, "doc_id": pl.Int64})
-    blend = window_blend(run.replayer, rows, starts)
+    blend = window_blend(replayer, rows, starts)
     if fit.switch_between or fit.too_small:  # the blend then stands in for the baseline
-        note = blend_note(blend) if blend is not None else no_blend_note(run.replayer)
-        run.notes.extend([note] if note else [])
+        note = blend_note(blend) if blend is not None else no_blend_note(replayer)
+        notes.extend([note] if note else [])
     return fitted_verdicts(clusters, fit, window_docs, rows, window, blend)
+
+
+def scored_rows(docs: pl.DataFrame) -> pl.DataFrame:
+    """The scored documents of a sampled side, with `_whole` (their row in the whole table)."""
+    return docs.with_row_index("_whole").filter(pl.col("_scored"))
+
+
+def whole_rows(
+    embedded: pl.DataFrame, assignments: pl.DataFrame, window: pl.DataFrame, baseline: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Embedding clusters and assignments computed on `scored_rows`, with their row numbers
+    (`members`, `flagged_members`, `row`) turned into the whole tables' rows."""
+    w_rows = window["_whole"].cast(pl.Int64).to_numpy()
+    b_rows = baseline["_whole"].cast(pl.Int64).to_numpy()
+
+    def lists(column: str) -> pl.Series:
+        return pl.Series(column, [w_rows[m].tolist() if m is not None else None
+                                  for m in embedded[column].to_list()],
+                         dtype=pl.List(pl.Int64))  # fmt: skip
+
+    embedded = embedded.with_columns(lists("members"), lists("flagged_members"))
+    rows = assignments["row"].to_numpy().astype(np.int64)
+    window_side = (assignments["side"] == "window").to_numpy()
+    whole = rows.copy()
+    whole[window_side] = w_rows[rows[window_side]]
+    whole[~window_side] = b_rows[rows[~window_side]]
+    return embedded, assignments.with_columns(
+        pl.Series("row", whole, dtype=assignments["row"].dtype)
+    )
 
 
 def model_stage(

@@ -202,17 +202,21 @@ def flag_tokens(scored: pl.DataFrame, stats: pl.DataFrame) -> pl.DataFrame:
 
 
 def token_stage(
-    run: SpikeRun, replay: pl.DataFrame, distinct: pl.DataFrame, scored: pl.DataFrame
+    run: SpikeRun,
+    replay: pl.DataFrame,
+    distinct: pl.DataFrame,
+    scored: pl.DataFrame,
+    key: str | None = None,
 ) -> pl.DataFrame:
     """The scored documents with the token rule applied (its table cached beside the scores,
-    keyed by the run and the rule's source)."""
+    keyed by the rule's source and `key`: the run's, or the scored set's)."""
     if not run.replayer.document_token_ids or run_tokenizer(run.replayer) is None:
         run.notes.append(
             "token statistics were not checked: this data family cannot list a document's ids "
             "or give the run's tokenizer"
         )
         return scored
-    name = f"tokstats-{run.key}-{module_version('forensics.spike')}.parquet"
+    name = f"tokstats-{key or run.key}-{module_version('forensics.spike')}.parquet"
     with run.clock.stage("tokens", f"{distinct.height:,} documents against the baseline's"):
         table = cached_table(
             run.cache / name, lambda: token_table(run, replay, distinct), run.hits, "tokens"

@@ -291,7 +291,8 @@ def test_rerun_with_another_threshold_reuses_the_cache(run: dict, tmp_path: Path
         run_spike(cfg, out, opts)
     assert json.loads((out / "skip.json").read_text()) == before  # untouched
     again = run_spike(cfg, out, replace(opts, force=True))
-    assert all(again.cached[s] for s in ("replay", "decode", "score", "exposure-scope")), (
+    # the default run's expensive stages: the replay, the census and the sample's parts
+    assert all(again.cached[s] for s in ("replay", "census", "sample", "exposure-scope")), (
         again.cached
     )
     after = again.skip.to_dict()
@@ -568,6 +569,38 @@ def test_flagged_block_list_is_the_narrow_alternative(run: dict) -> None:
     assert len(flagged & dirty_seen) >= 0.8 * len(dirty_seen)
 
 
+@pytest.fixture(scope="module")
+def exhaustive(run: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The e2e run analysed --exhaustive (every distinct document decoded and scored, in this
+    process): the reference of the default run's three passes and of the engines' parts."""
+    import shutil
+
+    out = tmp_path_factory.mktemp("exhaustive") / "spike"
+    shutil.copytree(run["out"], out)  # the replay's cache read back
+    options = SpikeOptions(step=SPEC.spike_iteration, window=WINDOW, embed_cap=EMBED_CAP,
+                           exhaustive=True, force=True, progress=False)  # fmt: skip
+    return {"out": out, "result": run_spike(run["root"] / "run" / "forensics.yaml", out, options)}
+
+
+def test_the_three_passes_give_the_exhaustive_verdicts(run: dict, exhaustive: dict) -> None:
+    """The default run (census, a sample of each group, every document of the groups named)
+    against --exhaustive: the same source verdicts, culprit groups, block lists, skip ranges
+    and rollback (embedding clusters are k-means over another sample of documents)."""
+    ours, reference = run["result"], exhaustive["result"]
+    assert "census" in ours.timings and "decode" in reference.timings
+
+    def verdicts(result) -> list[tuple]:
+        ranked = result.report.clusters.filter(pl.col("kind") == "source")
+        return sorted(ranked.select("id", "facet", "key", "verdict", "explained_by").rows())
+
+    assert verdicts(ours) == verdicts(reference)
+    assert ours.skip.culprit_clusters == reference.skip.culprit_clusters
+    assert ours.skip.documents == reference.skip.documents
+    assert ours.skip.to_dict()["documents_flagged"] == reference.skip.to_dict()["documents_flagged"]
+    assert ours.skip.iterations == reference.skip.iterations
+    assert ours.rollback.iteration == reference.rollback.iteration
+
+
 def _scores(out: Path) -> pl.DataFrame:
     (path,) = sorted((out / ".cache").glob("scores-*.parquet"))
     return pl.read_parquet(path).sort("dataset", "doc_id")
@@ -575,7 +608,12 @@ def _scores(out: Path) -> pl.DataFrame:
 
 @pytest.mark.parametrize("engine", ["local", "ray"])
 def test_engines_decode_and_score_in_parts_with_the_same_result(
-    run: dict, engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request
+    run: dict,
+    exhaustive: dict,
+    engine: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request,
 ) -> None:
     """`--engine local --workers 2` (a process pool) and `--engine ray` (a Ray head on
     127.0.0.1 started here) decode and score the window in parts, and give the table the
@@ -595,15 +633,16 @@ def test_engines_decode_and_score_in_parts_with_the_same_result(
         engine=engine,
         workers=2,
         ray_address=address,
+        exhaustive=True,
         progress=False,
     )
     result = run_spike(run["root"] / "run" / "forensics.yaml", out, options)
-    ours, reference = _scores(out), _scores(run["out"])
+    ours, reference = _scores(out), _scores(exhaustive["out"])
     assert ours.height == reference.height > 600  # more than two parts' worth
     assert ours.equals(reference.select(ours.columns))
     assert not list((out / ".cache").glob("parts-*")), "the parts are merged and removed"
-    assert result.skip.iterations == run["result"].skip.iterations
-    assert result.skip.documents == run["result"].skip.documents
+    assert result.skip.iterations == exhaustive["result"].skip.iterations
+    assert result.skip.documents == exhaustive["result"].skip.documents
 
 
 def test_bad_engine_options_are_refused_before_any_work(run: dict, tmp_path: Path) -> None:

@@ -1,0 +1,105 @@
+"""The evidence pass's sample: which documents of each group are decoded and scored, and what
+the scored ones say about the whole group, with a stated interval.
+
+Design. Every document gets a permanent random number `_u` in [0, 1), a hash of (dataset,
+doc_id) with a fixed seed, the same on every run and on every side. A group (one value of one
+facet, on one side) of N documents is sampled by taking its n = min(N, sample_docs) documents
+with the smallest `_u`: a simple random sample without replacement of the group, seeded. Because
+every group reads the same numbers, the samples of nested groups (a domain inside a crawl batch
+inside a dataset) overlap as much as they can, so the union decoded is small (permanent random
+numbers, as survey statistics coordinates samples: Ohlsson, "Coordination of samples using
+permanent random numbers", 1995). A group estimates its flagged rate from its own sample only
+(`own_sample`), never from the documents other groups added, so the estimate is unbiased and
+its Clopper-Pearson interval holds (conservative: the sample is drawn without replacement).
+
+SAMPLE_DOCS = 120 documents decide a group's flagged rate against the dirty line (at least 20%
+flagged, forensics.cluster.verdict): all 120 flagged reads "97-100%", none "0-3%", a group at
+the scorers' usual 1% at most about 5%; the widest interval, at 50%, is +-9 points. A group
+whose interval reaches its dirty line is scored whole in pass 3 (forensics.spike.passes), so
+the interval's width costs documents, never a verdict. A group of at most SAMPLE_DOCS documents
+is scored whole: its figure is exact, and says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+SAMPLE_DOCS = 120
+SEED = 0x5EED_F0E5
+CONFIDENCE = 0.95
+_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class SampleDesign:
+    """How the evidence pass sampled: `sample_docs` documents per group, `_u` columns read by
+    `own_sample`; documents scored are marked `_scored`."""
+
+    sample_docs: int = SAMPLE_DOCS
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (Steele, Lea and Flood 2014): a well-mixed 64-bit hash of x."""
+    with np.errstate(over="ignore"):
+        z = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK
+        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK
+        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK
+        return z ^ (z >> np.uint64(31))
+
+
+def permanent_random(docs: pl.DataFrame, seed: int = SEED) -> pl.Series:
+    """`_u` in [0, 1) for each (dataset, doc_id) row: the same document, the same number, on
+    every run, every side and every machine (no dependence on row order or library version)."""
+    names = docs["dataset"].cast(pl.Utf8)
+    codes = {
+        name: int.from_bytes(hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest())
+        for name in names.unique().to_list()
+    }
+    name_code = names.replace_strict(codes, return_dtype=pl.UInt64).to_numpy()
+    doc = docs["doc_id"].cast(pl.Int64).to_numpy().astype(np.uint64)
+    mixed = _splitmix64(_splitmix64(doc) ^ name_code.astype(np.uint64))
+    return pl.Series("_u", (mixed >> np.uint64(11)).astype(np.float64) / float(2**53))
+
+
+def own_sample(sample_docs: int, *keys: pl.Expr) -> pl.Expr:
+    """True for the rows in their group's own sample (the group's `sample_docs` smallest `_u`);
+    `keys` name the group."""
+    return pl.col("_u").rank("ordinal").over(*keys) <= sample_docs
+
+
+def flagged_interval(flagged: np.ndarray, scored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper-Pearson (exact binomial) CONFIDENCE intervals of flagged / scored, per group, as
+    scipy.stats.binomtest(k, n).proportion_ci(method="exact") gives them (its beta quantiles,
+    here for every group at once). A group with nothing scored gets [0, 1]. Why
+    Clopper-Pearson: it never undercovers, even at 0 or all flagged, where the verdicts live
+    (a culprit is often 100% flagged), and scipy, already a dependency, has it."""
+    from scipy.stats import beta
+
+    k = np.asarray(flagged, dtype=np.float64)
+    n = np.asarray(scored, dtype=np.float64)
+    alpha = 1.0 - CONFIDENCE
+    with np.errstate(invalid="ignore", divide="ignore"):
+        low = np.where(k > 0, beta.ppf(alpha / 2, k, n - k + 1), 0.0)
+        high = np.where(k < n, beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0)
+    empty = n <= 0
+    return np.where(empty, 0.0, np.nan_to_num(low)), np.where(empty, 1.0, np.nan_to_num(high))
+
+
+def evidence_text(row: dict) -> str:
+    """What a group's flagged rate rests on: "exact: all 1,234 documents scored", or "95%
+    interval 97-100%, 120 of 31,000 documents scored" (rows without sample columns: exact)."""
+    docs = int(row.get("docs") or 0)
+    if row.get("kind") == "embedding":
+        return f"estimated from the {int(row.get('embedded') or 0):,} documents embedded"
+    scored = row.get("scored_docs")
+    if scored is None or int(scored) >= docs:
+        return f"exact: all {docs:,} documents scored"
+    low, high = 100 * float(row["flagged_low"]), 100 * float(row["flagged_high"])
+    return (
+        f"{CONFIDENCE:.0%} interval {low:.0f}-{high:.0f}%, {int(scored):,} of {docs:,} "
+        "documents scored"
+    )

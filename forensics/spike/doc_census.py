@@ -1,0 +1,111 @@
+"""The census: pass 1 of `forensics spike`, from the replay table alone (no decoding).
+
+The replay table (index arithmetic: which samples and document segments each iteration of the
+window and the baseline drew) carries each document's manifest facets, joined by document id.
+The census reduces it to one row per document per side (side, dataset, doc_id, facets), read
+in iteration ranges (a lazy scan each, so a streamed replay table is never held whole). These
+rows are the whole window's and baseline's documents the source clusters count
+(forensics.cluster.source: exact documents, shares and newness per dataset, source, crawl
+batch, domain and file), and with the replay rows their density per iteration
+(forensics.cluster.presence). Nothing is decoded.
+
+The evidence pass's sample is chosen here too (`choose_sample`): per side and group, the
+group's `sample_docs` documents with the smallest permanent random number
+(forensics.cluster.sample).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from dataloaders.progress import progress_bar
+from forensics.cluster.sample import own_sample, permanent_random
+from forensics.cluster.source import DEFAULT_FACETS, MISSING_KEY
+from forensics.pipeline import StageClock, cached_table
+
+CENSUS_ITERATIONS = 50  # iterations per census part: a few hundred thousand rows at most
+
+
+def census_facets(replay: pl.DataFrame | pl.LazyFrame) -> list[str]:
+    """The facets the source clusters group by that the replay table carries."""
+    names = replay.collect_schema().names() if isinstance(replay, pl.LazyFrame) else replay.columns
+    return [f for f in DEFAULT_FACETS if f in names and f != "dataset"]
+
+
+def _ranges(first: int, last: int, step: int) -> list[tuple[int, int]]:
+    return [(a, min(last, a + step - 1)) for a in range(first, last + 1, step)]
+
+
+def census_documents(
+    replay: pl.DataFrame | pl.LazyFrame, facets: list[str], progress: bool
+) -> pl.DataFrame:
+    """side, dataset, doc_id and `facets`: each document each side drew, once, sorted; read
+    CENSUS_ITERATIONS iterations at a time (a progress bar over them, on a terminal)."""
+    lazy = replay.lazy()
+    bounds = (
+        lazy.group_by("side")
+        .agg(pl.col("iteration").min().alias("lo"), pl.col("iteration").max().alias("hi"))
+        .sort("side")
+        .collect()
+    )
+    parts = [
+        (side, r) for side, lo, hi in bounds.rows() for r in _ranges(lo, hi, CENSUS_ITERATIONS)
+    ]
+    total = sum(b - a + 1 for _, (a, b) in parts)
+    keep = [pl.col(f).drop_nulls().first().alias(f) for f in facets]
+    found = []
+    with progress_bar(progress, total, "census (iterations)") as advance:
+        for side, (a, b) in parts:
+            rows = lazy.filter((pl.col("side") == side) & pl.col("iteration").is_between(a, b))
+            found.append(
+                rows.group_by("dataset", "doc_id")
+                .agg(*keep)
+                .with_columns(pl.lit(side).alias("side"))
+                .collect()
+            )
+            advance(b - a + 1)
+    schema = {"side": pl.Utf8, "dataset": pl.Utf8, "doc_id": pl.Int64}
+    if not found:
+        return pl.DataFrame(schema=schema | {f: pl.Utf8 for f in facets})
+    return (
+        pl.concat(found, how="diagonal_relaxed")
+        .group_by("side", "dataset", "doc_id")
+        .agg(*keep)
+        .select("side", "dataset", pl.col("doc_id").cast(pl.Int64), *facets)
+        .sort("side", "dataset", "doc_id")
+    )
+
+
+def census_stage(
+    replay: pl.DataFrame | pl.LazyFrame,
+    cache_file: object,
+    clock: StageClock,
+    hits: dict[str, bool],
+    progress: bool,
+) -> pl.DataFrame:
+    """The census of window and baseline, cached in `cache_file` (census-<key>.parquet)."""
+    facets = census_facets(replay)
+    with clock.stage("census", "every sample's documents, from the index"):
+        return cached_table(
+            cache_file,  # type: ignore[arg-type]
+            lambda: census_documents(replay, facets, progress),
+            hits,
+            "census",
+        )
+
+
+def choose_sample(census: pl.DataFrame, sample_docs: int) -> pl.DataFrame:
+    """The census with `_u` (forensics.cluster.sample.permanent_random) and `_chosen`: the
+    document is in its group's own sample, on its side, for at least one facet."""
+    facets = ["dataset", *[c for c in census.columns if c in DEFAULT_FACETS and c != "dataset"]]
+    docs = census.with_columns(permanent_random(census))
+    names = [f"_in_{i}" for i in range(len(facets))]
+    picks = [
+        own_sample(
+            sample_docs, pl.col("side"), pl.col(f).cast(pl.Utf8).fill_null(MISSING_KEY)
+        ).alias(name)
+        for f, name in zip(facets, names, strict=True)
+    ]
+    return (
+        docs.with_columns(picks).with_columns(pl.any_horizontal(names).alias("_chosen")).drop(names)
+    )

@@ -1,0 +1,304 @@
+"""Passes 2 and 3 of `forensics spike`: evidence from a sample, then every document of what is
+named.
+
+Pass 1, the census (forensics.spike.doc_census), counts every group over every sample from the
+index. Pass 2 decodes and scores a seeded sample of each group's documents
+(forensics.cluster.sample: `sample_docs` per group, coordinated across groups by permanent
+random numbers) and judges every source group on the census's exact counts and the sample's
+estimated flagged rate, with its 95% interval. Pass 3 decodes and scores every document of the
+groups that verdict names (culprits, suspects, groups named with `--culprit`) and of the groups
+whose interval crosses the dirty line, then judges again; until nothing new is named. A named
+group's figures, and so the block list, are then exact. Both passes run in parts on the chosen
+engine (forensics.spike.parts), each part named by its documents, so a rerun scores nothing
+twice.
+
+When the sample is already every document (a small window: every group at most `sample_docs`
+documents) there is nothing to estimate: `evidence_passes` returns None and the spike takes
+the exhaustive path, whose figures are all exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from forensics.cluster.sample import CONFIDENCE, SampleDesign
+from forensics.cluster.source import DEFAULT_FACETS, cluster_sources
+from forensics.cluster.verdict import culprit_docs, dirty_floor_expr
+from forensics.pipeline import module_version
+from forensics.spike.doc_census import choose_sample
+from forensics.spike.parts import keys_digest, merge_parts, plan_named_parts, run_parts
+from forensics.spike.repeats import repeats_stage
+from forensics.spike.rule_members import cluster_causes
+from forensics.spike.run_context import SpikeRun
+from forensics.spike.stages import fit_verdicts
+from forensics.spike.tokcheck import check_tokenizer
+from forensics.spike.token_signal import token_stage
+
+MAX_PASSES = 10  # rounds of pass 3; each adds the documents of newly named groups
+FACETS_DIFFER = (
+    "every document was scored: this data family's replay table does not carry the facets its "
+    "decoded documents do, so the groups could not be counted from the index alone"
+)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Where the passes' parts run (`--engine`, `--workers`, `--ray-address`) and whether a
+    progress bar shows them."""
+
+    name: str = "local"
+    workers: int = 1
+    address: str | None = None
+    progress: bool = False
+
+
+@dataclass
+class Evidence:
+    """The sides' documents (every document, scores where scored), the design, the scored
+    set's name (the cluster cache's key), and what was scored."""
+
+    window_docs: pl.DataFrame
+    baseline_docs: pl.DataFrame
+    design: SampleDesign
+    scored_key: str
+    sampled: int  # distinct documents in the evidence pass's sample
+    scored: int  # distinct documents scored in all (sample and named groups)
+    distinct: int  # distinct documents of window and baseline
+    named: list[str]  # the source groups scored whole in pass 3
+    # what `rule_datasets_whole` continues from: the census with the sample, the parts scored
+    chosen: pl.DataFrame | None = None
+    items: list[dict[str, Any]] | None = None
+
+
+def evidence_passes(
+    run: SpikeRun,
+    replay: pl.DataFrame,
+    census: pl.DataFrame,
+    sample_docs: int,
+    culprits: tuple[str, ...] | None,
+    engine: Engine,
+) -> Evidence | None:
+    """Passes 2 and 3 (module docstring); None when the sample is every document (or the
+    census cannot stand for the documents: `census_agrees`). `culprits`: the groups named by
+    hand (`--culprit`), scored whole."""
+    design = SampleDesign(sample_docs)
+    chosen = choose_sample(census, sample_docs)
+    distinct = census.select("dataset", "doc_id").unique().height
+    todo = chosen.filter(pl.col("_chosen")).select("dataset", "doc_id").unique()
+    todo = todo.sort("dataset", "doc_id")
+    if todo.height >= distinct:
+        return None
+    sampled = todo.height
+    check_tokenizer(run.replayer, todo, run.config.tokenizer)
+    named_by_hand = set(culprits or ())
+    items: list[dict[str, Any]] = []
+    scored_set = todo.head(0)
+    notes_before = len(run.notes)
+    named: list[str] = []
+    for round_number in range(MAX_PASSES + 1):
+        label = "sample" if round_number == 0 else "exhaustive"
+        scored_set = pl.concat([scored_set, todo]).sort("dataset", "doc_id")
+        scored, key = score_set(run, replay, todo, scored_set, items, label, engine)
+        if round_number == 0 and not census_agrees(chosen, scored):
+            del run.notes[notes_before:]  # the exhaustive path says its own
+            run.notes.append(FACETS_DIFFER)
+            return None
+        window_docs, baseline_docs = sampled_sides(chosen, scored)
+        with run.clock.stage("verdicts", f"pass {round_number + 2}: source groups", spinner=True):
+            ranked = source_verdicts(run, window_docs, baseline_docs, replay, design)
+        todo, names = named_documents(ranked, window_docs, named_by_hand)
+        named = sorted(set(named) | set(names))
+        if todo.height == 0:
+            break
+    else:
+        run.notes.append(
+            f"pass 3 stopped after {MAX_PASSES} rounds with {todo.height:,} documents of newly "
+            "named groups unscored: their flagged rates are estimates (--exhaustive scores all)"
+        )
+    unique_notes(run.notes, notes_before)
+    return Evidence(window_docs, baseline_docs, design, key, sampled, scored_set.height,
+                    distinct, named, chosen, items)  # fmt: skip
+
+
+def rule_datasets_whole(
+    run: SpikeRun,
+    replay: pl.DataFrame,
+    evidence: Evidence,
+    ranked: pl.DataFrame,
+    culprits: tuple[str, ...] | None,
+    engine: Engine,
+) -> Evidence:
+    """Every window document of the datasets where a blamed embedding cluster's document rule
+    takes its culprit documents from (forensics.spike.rule_members), scored: that rule's block
+    list is then exact. The clusters stand as judged; only the scores are added."""
+    todo = rule_documents_unscored(ranked, evidence.window_docs, culprits)
+    if todo.height == 0 or evidence.chosen is None or evidence.items is None:
+        return evidence
+    scored_set = pl.concat([scored_rows_keys(evidence.window_docs), scored_rows_keys(
+        evidence.baseline_docs), todo]).unique().sort("dataset", "doc_id")  # fmt: skip
+    scored, _ = score_set(run, replay, todo, scored_set, evidence.items, "exhaustive", engine)
+    window_docs, baseline_docs = sampled_sides(evidence.chosen, scored)
+    return replace(evidence, window_docs=window_docs, baseline_docs=baseline_docs,
+                   scored=scored_set.height)  # fmt: skip
+
+
+def rule_documents_unscored(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, culprits: tuple[str, ...] | None
+) -> pl.DataFrame:
+    """(dataset, doc_id) of the unscored window documents of each dataset a blamed embedding
+    cluster's document rule reaches into (forensics.spike.rule_members.cluster_causes)."""
+    empty = window_docs.head(0).select("dataset", "doc_id")
+    only = list(culprits) if culprits else None
+    seen = culprit_docs(ranked, window_docs, only=only)
+    if not seen.height or "garbage_rule" not in window_docs.columns:
+        return empty
+    datasets = cluster_causes(ranked, seen, window_docs)["dataset"].unique()
+    unscored = pl.col("dataset").is_in(datasets.implode()) & ~pl.col("_scored")
+    return window_docs.filter(unscored).select("dataset", "doc_id").sort("dataset", "doc_id")
+
+
+def scored_rows_keys(docs: pl.DataFrame) -> pl.DataFrame:
+    """(dataset, doc_id) of a sampled side's scored documents."""
+    return docs.filter(pl.col("_scored")).select("dataset", "doc_id")
+
+
+def score_set(
+    run: SpikeRun,
+    replay: pl.DataFrame,
+    new: pl.DataFrame,
+    scored_set: pl.DataFrame,
+    items: list[dict[str, Any]],
+    label: str,
+    engine: Engine,
+) -> tuple[pl.DataFrame, str]:
+    """Decode and score `new` in parts (added to `items`), then the whole scored set's table
+    (the cross-document template signal recomputed over it, the repeated n-gram and token
+    rules applied) and its name."""
+    # kept between passes and runs (each part named by its documents), apart from the
+    # exhaustive path's parts-<key>-<v>/, which is merged and removed
+    folder = run.cache / f"evidence-{run.key}-{module_version('forensics.score')}"
+    fresh = plan_named_parts(new, folder)
+    run.hits.setdefault(label, all(Path(i["out"]).is_file() for i in fresh))
+    what = f"{new.height:,} documents on {engine.name} ({engine.workers} workers)"
+    with run.clock.stage(label, what):
+        run_parts(run.config, fresh, engine.name, engine.workers, engine.address, engine.progress,
+                  run.replayer, f"{label}: decode+score")  # fmt: skip
+    items.extend(fresh)
+    key = keys_digest(scored_set)
+    with run.clock.stage("score", f"{scored_set.height:,} scored documents", spinner=True):
+        scored = merged_scores(items)
+    scored = repeats_stage(run, scored_set, scored, key=key)
+    return token_stage(run, replay, scored_set, scored, key=key), key
+
+
+def merged_scores(items: list[dict[str, Any]]) -> pl.DataFrame:
+    """The scored documents of every part in `items` (forensics.spike.parts.merge_parts: the
+    template clusters computed across all of them)."""
+    _, scored = merge_parts(items)
+    return scored
+
+
+def census_agrees(chosen: pl.DataFrame, scored: pl.DataFrame) -> bool:
+    """Whether the census (from the replay table) gives the scored documents the facets, and
+    the facet values, their decoded rows give: the groups the clusters count must be the same
+    either way, or the passes would judge other groups than --exhaustive does."""
+    facets = [c for c in DEFAULT_FACETS if c in scored.columns and c != "dataset"]
+    if any(f not in chosen.columns for f in facets):
+        return False
+    ours = chosen.select("dataset", "doc_id", *facets).unique(["dataset", "doc_id"])
+    theirs = scored.select("dataset", "doc_id", *facets)
+    joined = theirs.join(ours, on=["dataset", "doc_id"], how="left", suffix="_census")
+    if not facets:
+        return True
+    same = [
+        pl.col(f).cast(pl.Utf8).eq_missing(pl.col(f"{f}_census").cast(pl.Utf8)).all()
+        for f in facets
+    ]
+    return all(joined.select(same).row(0))
+
+
+def sampled_sides(chosen: pl.DataFrame, scored: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every document of each side (the census's rows, facets and `_u`) with its scores where
+    it was scored (`_scored`), sorted as the exhaustive path sorts them."""
+    facets = [c for c in chosen.columns if c not in ("side", "dataset", "doc_id", "_u", "_chosen")]
+    columns = [c for c in scored.columns if c not in facets]
+    marked = scored.select(columns).with_columns(pl.lit(True).alias("_scored"))
+
+    def side(name: str) -> pl.DataFrame:
+        rows = chosen.filter(pl.col("side") == name).drop("side", "_chosen")
+        joined = rows.join(marked, on=["dataset", "doc_id"], how="left")
+        return joined.with_columns(pl.col("_scored").fill_null(False)).sort("dataset", "doc_id")
+
+    return side("window"), side("baseline")
+
+
+def source_verdicts(
+    run: SpikeRun,
+    window_docs: pl.DataFrame,
+    baseline_docs: pl.DataFrame,
+    replay: pl.DataFrame,
+    design: SampleDesign,
+) -> pl.DataFrame:
+    """The source groups' verdicts as the final clusters will give them (source verdicts do not
+    depend on the embedding clusters: those are tested, nested and explained on their own)."""
+    clusters = cluster_sources(window_docs, baseline_docs, design=design)
+    return fit_verdicts(clusters, window_docs, baseline_docs, replay, run.plan, run.config,
+                        run.replayer, [])  # fmt: skip
+
+
+def named_groups(ranked: pl.DataFrame, culprits: set[str]) -> pl.DataFrame:
+    """The source groups pass 3 scores whole: culprits, suspects, `--culprit`'s, and those not
+    scored whole whose flagged-rate interval reaches the dirty line."""
+    if ranked.height == 0:
+        return ranked
+    sampled = pl.col("scored_docs") < pl.col("docs")
+    undecided = sampled & (pl.col("flagged_high") >= dirty_floor_expr())
+    return ranked.filter(
+        (pl.col("kind") == "source")
+        & (pl.col("verdict").is_in(["culprit", "suspect"]) | pl.col("id").is_in(culprits)
+           | undecided)
+    )  # fmt: skip
+
+
+def named_documents(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, culprits: set[str]
+) -> tuple[pl.DataFrame, list[str]]:
+    """(dataset, doc_id) of the named groups' window documents not scored yet, and the named
+    groups' ids."""
+    named = named_groups(ranked, culprits)
+    rows = named.select(pl.col("members").explode().drop_nulls().unique())["members"]
+    unscored = (
+        window_docs.select("dataset", "doc_id", "_scored")
+        .gather(rows.cast(pl.Int64).to_numpy())
+        .filter(~pl.col("_scored"))
+        .select("dataset", "doc_id")
+        .unique()
+        .sort("dataset", "doc_id")
+    )
+    return unscored, named["id"].to_list()
+
+
+def unique_notes(notes: list[str], start: int) -> None:
+    """The notes added since `start` once each (a stage that ran every round says it once)."""
+    seen: set[str] = set()
+    fresh = [n for n in notes[start:] if not (n in seen or seen.add(n))]
+    del notes[start:]
+    notes.extend(fresh)
+
+
+def figures_note(evidence: Evidence) -> str:
+    """What the report's figures rest on, for the report's notes and skip.json."""
+    return (
+        "figures: document counts, shares, newness, density and exposure are exact (the census "
+        f"of every sample, from the index); {evidence.scored:,} of the {evidence.distinct:,} "
+        f"distinct documents were decoded and scored (a seeded sample of up to "
+        f"{evidence.design.sample_docs:,} per group, {evidence.sampled:,} documents, then "
+        f"every document of the {len(evidence.named)} groups named); flagged rates are exact "
+        "for groups scored whole and otherwise estimates from their sample, with "
+        f"{CONFIDENCE:.0%} Clopper-Pearson intervals; the block list is exact; embedding "
+        "clusters are estimated from the scored documents. --exhaustive scores every document"
+    )
