@@ -1,12 +1,6 @@
-"""Megatron-core data: .bin/.idx files, GPT/Blended index arrays, and the exact replay."""
+"""Megatron-core data: .bin/.idx files, GPT/Blended index arrays, and the exact replay.
 
-from dataloaders.megatron.indexed import IndexedDataset, IndexedDatasetWriter, write_indexed_dataset
-from dataloaders.megatron.replayer import MegatronReplayer, open_megatron_replayer
-
-__all__ = [
-    "IndexedDataset",
-    "IndexedDatasetWriter",
-    "MegatronReplayer",
-    "open_megatron_replayer",
-    "write_indexed_dataset",
-]
+The package imports nothing at its top, so `dataloaders.data_sections` can import the Megatron
+config's helpers (remote.py) without loading the replayer: replayer.py, indexed.py and the
+others are imported by their module names.
+"""

@@ -14,6 +14,7 @@ from forensics.skip.plan import SkipPlan
 from forensics.spike.outdir import publish_outputs
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import Clusters
+from forensics.triage.readers import read_log
 
 KEPT_DOCUMENT_TABLES = 3  # documents.parquet of the latest blames (--culprit back and forth)
 
@@ -31,8 +32,6 @@ def log_evidence(
     if config.log is None:
         return None, []
     try:
-        from forensics.triage.readers import read_log
-
         frame = read_log(config.log)
     except ForensicsError as err:
         notes.append(f"training log not overlaid: {err}")
