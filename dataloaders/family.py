@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from dataloaders.storage.urls import is_remote
+
 if TYPE_CHECKING:
     from dataloaders.base import Replayer
 
@@ -58,7 +60,6 @@ def listed_unit(replayer: Any, dataset: str, facet: str, key: str, path: Path) -
     for the file's facet value (the same lists the spike's blame uses)."""
     docs = replayer.documents_by_facet(facet, key)
     ids = docs.filter(docs["dataset"] == dataset)["doc_id"].to_numpy().astype(np.int64)
-    from dataloaders.storage.urls import is_remote
 
     where = path if is_remote(path) else Path(path).resolve()  # a URL stays as it is
     return FileUnit(dataset, key, where, ids)

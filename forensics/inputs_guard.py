@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from forensics.errors import ForensicsError
+from forensics.outputs import run_inputs
 
 Stats = dict[str, tuple[int, int, int]]
 
@@ -70,8 +71,6 @@ def check_input_path(path: str | os.PathLike[str], label: str = "") -> None:
 
 def check_run_inputs(config: Any) -> None:
     """`check_input_path` on every file a run config names (its data, manifests, tokenizer)."""
-    from forensics.outputs import run_inputs
-
     for path in run_inputs(config):
         check_input_path(path)
 
@@ -95,8 +94,6 @@ def open_regular(path: str | os.PathLike[str], label: str = "") -> IO[bytes]:
 
 def input_stats(config: Any) -> Stats:
     """(size, mtime_ns, inode) of every data file, manifest and tokenizer the config names."""
-    from forensics.outputs import run_inputs
-
     log = getattr(config, "log", None)
     out: Stats = {}
     for path in run_inputs(config):

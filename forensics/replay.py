@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataloaders.base import check_iterations
+from dataloaders.families import family_of
 from dataloaders.run_config import RunConfig
 from forensics.errors import ForensicsError
+from forensics.inputs_guard import check_run_inputs
 
 if TYPE_CHECKING:
     import polars as pl
@@ -21,9 +23,6 @@ if TYPE_CHECKING:
 def open_replayer(config: RunConfig) -> Replayer:
     """The Replayer for this run: its family's (`dataloaders.families`). Every file the config
     names is checked first: a FIFO or device there is refused, never opened."""
-    from dataloaders.families import family_of
-    from forensics.inputs_guard import check_run_inputs
-
     check_run_inputs(config)
     return family_of(config).open(config)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from dataloaders.families import family_of
 from forensics.errors import ForensicsError
+from forensics.replay import check_window
 
 BASELINE_WINDOWS_BACK = 10  # default baseline: the same length, ending 10 windows earlier
 
@@ -88,8 +89,6 @@ def plan_windows(
 ) -> WindowPlan:
     """The window of `length` iterations ending at `step` (checked against the run), and its
     baseline."""
-    from forensics.replay import check_window
-
     window = check_window(replayer, step, length)
     starts = stage_starts(config)
     base, how = plan_baseline(window, starts, baseline, offset)

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from dataloaders.data_sections import MegatronData
 from dataloaders.family import Family, RestartFile
+from dataloaders.megatron.replayer import open_megatron_replayer
 
 
 class MegatronFamily(Family):
@@ -24,8 +25,6 @@ class MegatronFamily(Family):
     launch_per_stage = True
 
     def open(self, config: Any) -> Any:
-        from dataloaders.megatron.replayer import open_megatron_replayer
-
         return open_megatron_replayer(config)
 
     def stage_starts(self, data: Any) -> list[int]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dataloaders.data_sections import MosaicState
 from dataloaders.errors import ForensicsError
 from dataloaders.mosaic.order import World
 
@@ -71,8 +72,6 @@ def load_state(resume: Any) -> Any:
     """The resume's MosaicState: inline, or read from its state_file (one-line error), a JSON
     file of the state_dict or of Composer's dataset_state holding it under "train"
     (composer/core/state.py:_dataset_state_dict)."""
-    from dataloaders.data_sections import MosaicState
-
     if resume.state is not None:
         return resume.state
     path = Path(resume.state_file)

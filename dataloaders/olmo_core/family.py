@@ -19,6 +19,7 @@ from dataloaders.family import (
     data_without_resumes,
     listed_unit,
 )
+from dataloaders.olmo_core import open_olmo_core_replayer
 
 
 class OlmoCoreFamily(Family):
@@ -39,8 +40,6 @@ class OlmoCoreFamily(Family):
     )
 
     def open(self, config: Any) -> Any:
-        from dataloaders.olmo_core import open_olmo_core_replayer
-
         return open_olmo_core_replayer(config)
 
     def stage_starts(self, data: Any) -> list[int]:

@@ -7,6 +7,11 @@ from typing import Annotated
 
 import typer
 
+from dataloaders.console import make_console
+from forensics.errors import ForensicsError
+from forensics.manifest import build_manifest, null_notes
+from forensics.outputs import check_output_file
+
 
 def manifest_command(
     jsonl: Annotated[
@@ -38,11 +43,6 @@ def manifest_command(
 ) -> None:
     """Build a provenance manifest: doc_id plus the named string columns, one row per document."""
     from rich.markup import escape
-
-    from dataloaders.console import make_console
-    from forensics.errors import ForensicsError
-    from forensics.manifest import build_manifest, null_notes
-    from forensics.outputs import check_output_file
 
     names = [f.strip() for f in fields.split(",") if f.strip()]
     if out is None:

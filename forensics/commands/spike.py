@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from dataloaders.storage import fetched
 from forensics.commands.options import (
     ConfigOption,
     EngineOption,
@@ -29,7 +30,10 @@ from forensics.commands.rescore import (
     LossesOption,
     rescore_options,
 )
+from forensics.outputs import fresh_output
 from forensics.rollback import SPIKE_WINDOW
+from forensics.run_source import resolve_run_config
+from forensics.spike import SpikeOptions, run_spike
 
 StepOption = Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")]
 
@@ -151,10 +155,6 @@ def spike_command(
 ) -> None:
     """Replay the iterations before a loss spike, find the data to blame, and write the report,
     the rollback point and the skip list (skip.json, megatron_args.txt)."""
-    from forensics.outputs import fresh_output
-    from forensics.run_source import resolve_run_config
-    from forensics.spike import SpikeOptions, run_spike
-
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     options = SpikeOptions(
         step=step,
@@ -182,7 +182,6 @@ def spike_command(
     target = out or Path.cwd() / f"spike-{step}"
     with fresh_output(target, target / ".cache"):  # a failed first run leaves no directory
         run_spike(run, target, options)
-    from dataloaders.storage import fetched
 
     if fetched.line():
         print(fetched.line())

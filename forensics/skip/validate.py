@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError
+from forensics.replay import open_replayer
+from forensics.skip import json_fingerprint, sample_ranges
+from forensics.skip.runmatch import match_run, rollback_refusal
 
 if TYPE_CHECKING:
     from dataloaders.run_config import RunConfig
@@ -54,10 +57,6 @@ def validate_for_run(
 ) -> list[str]:
     """Raise ForensicsError (one line, naming `path`) unless `plan` fits the run; returns the
     notes to print for a skip file that still fits (the run moved, the checkpoints changed)."""
-    from forensics.replay import open_replayer
-    from forensics.skip import json_fingerprint, sample_ranges
-    from forensics.skip.runmatch import match_run, rollback_refusal
-
     replayer = replayer if replayer is not None else open_replayer(run)
     label = label or describe_config(run)
     match = match_run(plan.fingerprint, json_fingerprint(replayer), run)

@@ -8,6 +8,7 @@ from typing import Any
 
 from dataloaders.trainers import check_trainer
 from forensics.errors import ForensicsError
+from forensics.pipeline.engines import check_engine
 from forensics.rollback import SPIKE_WINDOW, Rollback
 from forensics.skip import check_threshold
 from forensics.skip.plan import SkipPlan
@@ -54,7 +55,6 @@ class SpikeOptions:
         check_threshold(self.threshold)
         if self.trainer is not None:
             check_trainer(self.trainer)
-        from forensics.pipeline.engines import check_engine
 
         check_engine(self.engine, self.workers, self.ray_address)
         if self.rescore is not None:  # a wrong checkpoint or losses path fails before any work

@@ -21,15 +21,16 @@ import polars as pl
 from dataloaders.atomic import write_parquet_atomic
 from dataloaders.progress import progress_bar
 from forensics.errors import ForensicsError
+from forensics.pipeline.engines import map_parts
+from forensics.replay import cached_replayer
+from forensics.score.batches import BATCH_COLUMNS, BatchScores, combine, score_batch
+from forensics.score.table import OUTPUT_COLUMNS, RULE_COLUMNS
 
 PART_DOCUMENTS = 2_000  # documents per task: a few seconds of work, ~10 MB of text
 
 
 def score_part(config: Any, item: dict[str, Any]) -> dict[str, Any]:
     """Worker: decode and score one part's documents into `item["out"]` (kept if present)."""
-    from forensics.replay import cached_replayer
-    from forensics.score.batches import score_batch
-
     out = Path(item["out"])
     if not out.is_file():
         keys = pl.read_parquet(item["keys"])
@@ -63,8 +64,6 @@ def run_parts(
     progress: bool,
 ) -> None:
     """Every part on the engine; a ForensicsError naming the parts that failed for good."""
-    from forensics.pipeline.engines import map_parts
-
     todo = [i for i in items if not Path(i["out"]).is_file()]
     total = sum(i["documents"] for i in items)
     label = f"decode+score ({engine}, {workers} workers)"
@@ -88,9 +87,6 @@ def run_parts(
 
 def merge_parts(items: list[dict[str, Any]]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(documents, scored documents) from the parts, in part order."""
-    from forensics.score.batches import BATCH_COLUMNS, BatchScores, combine
-    from forensics.score.table import OUTPUT_COLUMNS, RULE_COLUMNS
-
     parts = [pl.read_parquet(i["out"]) for i in items]
     merged = pl.concat(parts, how="diagonal_relaxed") if parts else None
     if merged is None:

@@ -30,11 +30,23 @@ from typing import Any
 import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
+from forensics.cluster import cluster_embeddings, cluster_sources, describe_sample
+from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
+from forensics.cluster.embedding import default_cap
+from forensics.cluster.expected import blend_note, no_blend_note, window_blend
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
+from forensics.replay import replay_sides
+from forensics.rescore import rescore_stage
+from forensics.score import score_table
+from forensics.spike.cluster_cache import cached_clusters, clusters_key
 from forensics.spike.drawn import distinct_documents, drawn_documents
+from forensics.spike.parts import merge_parts, plan_parts, run_parts
+from forensics.spike.repeats import repeats_stage
 from forensics.spike.run_context import SpikeRun
+from forensics.spike.tokcheck import check_tokenizer
 from forensics.spike.token_signal import token_stage
+from forensics.window_plan import stage_starts
 
 
 def replay_stage(run: SpikeRun) -> pl.DataFrame:
@@ -44,8 +56,6 @@ def replay_stage(run: SpikeRun) -> pl.DataFrame:
     progress = run.options.progress
 
     def replay() -> pl.DataFrame:
-        from forensics.replay import replay_sides
-
         sides = {"window": window, "baseline": baseline}
         return replay_sides(run.replayer, sides, progress)
 
@@ -73,8 +83,6 @@ def score_stage(run: SpikeRun, docs: Callable[[], pl.DataFrame]) -> pl.DataFrame
     """Garbage and spam scores with their reasons, once per document. `docs` gives the decoded
     documents; it is not called when the scores are cached (the scored table holds the text:
     a rerun reads one table, not two, and the decode stage counts as read from the cache)."""
-    from forensics.score import score_table
-
     cache, key = run.cache, run.key
     score_file = cache / f"scores-{key}-{module_version('forensics.score')}.parquet"
     decoded = None if score_file.is_file() else docs()  # decoded outside the score clock
@@ -107,9 +115,6 @@ def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     then score), or in parts on a process pool or a Ray cluster (`--engine`, `--workers`),
     which gives the same table; then checked for repeated n-grams on their token ids, and their
     token statistics against the baseline's (forensics.spike.token_signal)."""
-    from forensics.spike.repeats import repeats_stage
-    from forensics.spike.tokcheck import check_tokenizer
-
     opts = run.options
     distinct = distinct_documents(run, replay)
     check_tokenizer(run.replayer, distinct, run.config.tokenizer)
@@ -125,8 +130,6 @@ def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
     """Decode and score in parts on the chosen engine (forensics.spike.parts). Writes the same
     cache files as the in-process stages, so a rerun on either engine reads them back."""
     import shutil
-
-    from forensics.spike.parts import merge_parts, plan_parts, run_parts
 
     opts, cache, key = run.options, run.cache, run.key
     version = module_version("forensics.score")
@@ -184,7 +187,6 @@ def cluster_stage(
     baseline, ranked, with a verdict each that fits the baseline at hand (`replay`, the window's
     rows, gives each group's density over the window: forensics.cluster.baseline_fit). Kept
     by its inputs (forensics.spike.cluster_cache): a rerun with cheap options reads it back."""
-    from forensics.spike.cluster_cache import cached_clusters, clusters_key
 
     def compute() -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
         return compute_clusters(run, window_docs, baseline_docs, replay)
@@ -209,9 +211,6 @@ def compute_clusters(
 ) -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
     """The source-facet and embedding clusters, fitted to the baseline: (ranked, assignments,
     the embedding sample's note)."""
-    from forensics.cluster import cluster_embeddings, cluster_sources, describe_sample
-    from forensics.cluster.embedding import default_cap
-
     opts = run.options
     with run.clock.stage("cluster", "by source facet", spinner=True):
         parts = [cluster_sources(window_docs, baseline_docs)]
@@ -245,10 +244,6 @@ def fit_stage(
 ) -> pl.DataFrame:
     """Verdicts that fit the baseline (a mixture switch between it and the window, a baseline
     too small to judge), with the notes saying which case applies."""
-    from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
-    from forensics.cluster.expected import blend_note, no_blend_note, window_blend
-    from forensics.window_plan import stage_starts
-
     window, baseline = run.plan.window, run.plan.baseline
     starts = stage_starts(run.config)
     fit = describe_fit(window, baseline, starts, baseline_docs.height, window_docs.height)
@@ -276,7 +271,6 @@ def model_stage(
     without it."""
     if run.options.rescore is None:
         return clusters
-    from forensics.rescore import rescore_stage
 
     with run.clock.stage("rescore", "the window's samples with the checkpoint"):
         ranked, view = rescore_stage(

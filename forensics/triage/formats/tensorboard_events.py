@@ -17,6 +17,7 @@ import polars as pl
 
 from forensics.errors import ForensicsError
 from forensics.triage.formats.base import Head, LogFormat
+from forensics.triage.tfrecord import RecordScan, iter_records
 
 if TYPE_CHECKING:
     from forensics.triage.tfrecord import RecordScan
@@ -53,8 +54,6 @@ class TensorBoardLog(LogFormat):
         return bool(event_files(path))
 
     def read(self, path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
-        from forensics.triage.tfrecord import RecordScan, iter_records
-
         files = event_files(path) if path.is_dir() else [path]
         points: list[tuple[int, str, float]] = []
         for f in files:
