@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from dataloaders.data_sections import MegatronData
-from dataloaders.family import Family, RestartFile
+from dataloaders.family_base import Family, RestartFile
 from dataloaders.megatron.replayer import open_megatron_replayer
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dataloaders.data_section_mosaic import MosaicData
-from dataloaders.family import (
+from dataloaders.family_base import (
     Family,
     FileUnit,
     KeptFiles,

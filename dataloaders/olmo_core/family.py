@@ -11,7 +11,7 @@ import json
 from typing import Any, ClassVar
 
 from dataloaders.data_sections import OlmoCoreData
-from dataloaders.family import (
+from dataloaders.family_base import (
     Family,
     FileUnit,
     KeptFiles,
