@@ -8,7 +8,7 @@ calls the hooks the abstract `MegatronDataset` declares (megatron_dataset.py:
 OLMo-core's, where a config builds its object (ai2-olmo-core 3.0.0
 olmo_core/data/numpy_dataset.py:2677, `NumpyDatasetConfig.build()`). So a family answers every
 question that depends on the family, and the code that asks (replay, the skip plan's action,
-the rebuild, the window plan) is one builder for all of them:
+the rebuild, the spike window) is one builder for all of them:
 
 - its config model (`config_model`, the `data:` section; the discriminator is `format`) and how
   it opens its `Replayer` (`open`, importing its package only when used);

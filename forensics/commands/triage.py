@@ -34,7 +34,7 @@ from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.formats import FORMATS, detect_format, triage_help
 from forensics.triage.readers import LogWarning, read_log
 from forensics.triage.report import OUTPUT_NAMES, STATE_DIR, terminal_lines, write_outputs
-from forensics.window_plan import stage_starts
+from forensics.window import stage_starts
 
 
 def parse_checkpoints(spec: str | None) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from forensics.rescore.export import check_export_target, require_megatron, writ
 from forensics.run_source import resolve_run_config
 from forensics.safe_text import terminal_safe
 from forensics.skip import json_fingerprint
-from forensics.window_plan import plan_windows
+from forensics.window import choose_windows
 
 SHOWN = 10
 
@@ -48,7 +48,7 @@ def run_rescore_command(
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     replayer = open_replayer(run)
     require_megatron(replayer)
-    plan = plan_windows(replayer, run, step, window, baseline, None)
+    plan = choose_windows(replayer, run, step, window, baseline, None)
     span, base = plan.window, plan.baseline
     replay = replay_sides(replayer, {"window": span, "baseline": base}, progress)
     fingerprint = json_fingerprint(replayer)

@@ -14,7 +14,7 @@ from forensics.rollback import NEAR, Mark, Rollback, recommend_rollback
 from forensics.score import FLAG_THRESHOLD
 from forensics.spike.rule_members import rule_members
 from forensics.spike.run_context import SpikeRun
-from forensics.window_plan import stage_starts
+from forensics.window import stage_starts
 
 DOCS_SCHEMA = {"dataset": pl.Utf8, "doc_id": pl.Int64}
 

@@ -26,7 +26,7 @@ from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import Clusters
 from forensics.triage.analyze import triage
 from forensics.triage.readers import read_log
-from forensics.window_plan import stage_starts
+from forensics.window import stage_starts
 
 KEPT_DOCUMENT_TABLES = 3  # documents.parquet of the latest blames (--culprit back and forth)
 

@@ -15,7 +15,7 @@ from forensics.replay import open_replayer
 from forensics.skip import json_fingerprint
 from forensics.spike.options import SpikeOptions
 from forensics.spike.outdir import check_output_dir, write_marker
-from forensics.window_plan import WindowPlan, plan_windows
+from forensics.window import SpikeWindows, choose_windows
 
 
 @dataclass
@@ -31,7 +31,7 @@ class SpikeRun:
     options: SpikeOptions
     out: Path
     replayer: Any  # dataloaders.base.Replayer
-    plan: WindowPlan
+    plan: SpikeWindows
     fingerprint: dict[str, Any]
     clock: StageClock
     hits: dict[str, bool] = field(default_factory=dict)  # stage -> read from the cache
@@ -88,7 +88,7 @@ def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -
     clock = StageClock(options.progress)
     with clock.stage("open", f"config {origin}", spinner=True):
         replayer = open_replayer(config)
-        plan = plan_windows(
+        plan = choose_windows(
             replayer, config, options.step, options.window, options.baseline,
             options.baseline_offset,
         )  # fmt: skip

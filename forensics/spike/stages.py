@@ -46,7 +46,7 @@ from forensics.spike.repeats import repeats_stage
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.tokcheck import check_tokenizer
 from forensics.spike.token_signal import token_stage
-from forensics.window_plan import stage_starts
+from forensics.window import stage_starts
 
 
 def replay_stage(run: SpikeRun) -> pl.DataFrame:

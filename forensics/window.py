@@ -13,7 +13,7 @@ BASELINE_WINDOWS_BACK = 10  # default baseline: the same length, ending 10 windo
 
 
 @dataclass(frozen=True)
-class WindowPlan:
+class SpikeWindows:
     """The window (ending at the spike), the baseline, and how the baseline was chosen."""
 
     window: tuple[int, int]
@@ -39,7 +39,7 @@ def parse_range(text: str, what: str) -> tuple[int, int]:
     return first, last
 
 
-def plan_baseline(
+def choose_baseline(
     window: tuple[int, int], starts: list[int], baseline: str | None, offset: int | None
 ) -> tuple[tuple[int, int], str]:
     """The baseline window and a sentence saying how it was chosen.
@@ -84,12 +84,12 @@ def crossings(window: tuple[int, int], starts: list[int]) -> list[int]:
     return [s for s in starts if window[0] < s <= window[1]]
 
 
-def plan_windows(
+def choose_windows(
     replayer: Any, config: Any, step: int, length: int, baseline: str | None, offset: int | None
-) -> WindowPlan:
+) -> SpikeWindows:
     """The window of `length` iterations ending at `step` (checked against the run), and its
     baseline."""
     window = check_window(replayer, step, length)
     starts = stage_starts(config)
-    base, how = plan_baseline(window, starts, baseline, offset)
-    return WindowPlan(window, base, how, crossings(window, starts))
+    base, how = choose_baseline(window, starts, baseline, offset)
+    return SpikeWindows(window, base, how, crossings(window, starts))
