@@ -34,7 +34,8 @@ from dataloaders.megatron.indexed import write_idx  # noqa: E402
 from dataloaders.megatron.legacy_shuffle import legacy_shuffle
 from dataloaders.megatron.segments import fill_segments, sample_spans
 from dataloaders.run_config import config_from_dict  # noqa: E402
-from forensics.replay import check_window, open_replayer
+from forensics.replay import open_replayer
+from forensics.window import check_window
 
 
 def make_dataset(prefix: Path, docs: int, mean: int, seed: int) -> None:

@@ -16,11 +16,12 @@ from dataloaders.storage import fetched
 from forensics.commands.options import ConfigOption, FromCheckpointOption, MegatronArgsOption
 from forensics.errors import ForensicsError
 from forensics.outputs import check_output_file, run_inputs
-from forensics.replay import check_window, open_replayer
+from forensics.replay import open_replayer
 from forensics.rescore.export import check_export_target, require_megatron, write_export
 from forensics.run_source import resolve_run_config
 from forensics.skip import json_fingerprint
 from forensics.spike.tokcheck import check_tokenizer
+from forensics.window import check_window
 
 
 def replay_command(

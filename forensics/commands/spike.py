@@ -31,9 +31,9 @@ from forensics.commands.rescore import (
     rescore_options,
 )
 from forensics.outputs import fresh_output
-from forensics.rollback import SPIKE_WINDOW
 from forensics.run_source import resolve_run_config
 from forensics.spike import SpikeOptions, run_spike
+from forensics.window import SPIKE_WINDOW
 
 StepOption = Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")]
 

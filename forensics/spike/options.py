@@ -9,9 +9,10 @@ from typing import Any
 from dataloaders.trainers import check_trainer
 from forensics.errors import ForensicsError
 from forensics.pipeline.engines import check_engine
-from forensics.rollback import SPIKE_WINDOW, Rollback
+from forensics.rollback import Rollback
 from forensics.skip import check_threshold
 from forensics.skip.plan import SkipPlan
+from forensics.window import SPIKE_WINDOW
 
 
 @dataclass(frozen=True)

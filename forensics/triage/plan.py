@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from forensics.rollback import SPIKE_WINDOW, Mark, Rollback, recommend_rollback, spike_window
+from forensics.rollback import Mark, Rollback, recommend_rollback
 from forensics.triage.actions import CONFIG_PLACEHOLDER, cause_check
 from forensics.triage.alarms import Alarm
 from forensics.triage.causes import DATA, warning_chain
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.spikes import Spike
+from forensics.window import SPIKE_WINDOW, spike_window
 
 
 def new_data_stage(onset: int, run: RunInfo) -> int | None:
