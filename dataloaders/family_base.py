@@ -104,7 +104,6 @@ class Family(ABC):
     restart: ClassVar[RestartFile]  # what the restart takes from the rebuild's folder
     rebuilds_documents: ClassVar[bool] = False
     file_facet: ClassVar[str | None] = None  # the facet that names a data file ("file", "shard")
-    token_files: ClassVar[bool] = False  # .bin/.idx tokens: token export, rescoring, scan
     launch_per_stage: ClassVar[bool] = False  # the trainer reads one data stage per launch
     pins_rollback: ClassVar[bool] = False  # the restart loads the rollback by an instruction
     # How the trainer continues on the rebuilt files, a sentence with {resume}, {skipped} and

@@ -21,7 +21,6 @@ class MegatronFamily(Family):
         "restart-rebuilt.flags", "the checkpoint pin and the new --data-path", True
     )
     rebuilds_documents = True
-    token_files = True
     launch_per_stage = True
 
     def open(self, config: Any) -> Any:

@@ -37,7 +37,6 @@ import polars as pl
 
 from dataloaders.atomic import write_json_atomic
 from dataloaders.console import make_console
-from dataloaders.families import family_of
 from dataloaders.run_config import RunConfig, load_config
 from forensics.errors import ForensicsError
 from forensics.pipeline import module_version
@@ -251,12 +250,12 @@ def _check_options(opts: ScanOptions) -> None:
 def _open_run(config: Any, opts: ScanOptions) -> tuple[Any, Any]:
     """(RunConfig, Replayer) of a Megatron run whose iterations hold --from..--to."""
     run, origin = _load(config)
-    if not family_of(run).token_files:
+    replayer = open_replayer(run)
+    if not replayer.token_files:  # the replayer's capability (dataloaders.base.Replayer)
         raise ForensicsError(
             f"{origin}: forensics scan reads Megatron .bin/.idx runs; data.format is "
             f"{run.data.format!r}"
         )
-    replayer = open_replayer(run)
     check_range(opts.first, opts.last, replayer.last_iteration)
     if opts.engine == "ray" and opts.ray_address:
         check_engine(opts.engine, opts.workers, opts.ray_address)
