@@ -186,15 +186,15 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     opts = options
     t0 = time.perf_counter()
     _check_options(opts)
-    run, replayer = _open_run(config, opts)
-    gbs = run.training.global_batch_size
-    tokens_per_iteration = gbs * (run.data.seq_length + 1)
+    run_config, replayer = _open_run(config, opts)
+    gbs = run_config.training.global_batch_size
+    tokens_per_iteration = gbs * (run_config.data.seq_length + 1)
     per_shard = opts.shard_iterations or max(1, SHARD_TOKENS // tokens_per_iteration)
     out = Path(out)
     identity = {
         "first": opts.first,
         "last": opts.last,
-        "config_hash": run.config_hash(),
+        "config_hash": run_config.config_hash(),
         "shard_iterations": per_shard,
         "scorer": module_version("forensics.score"),
         "scan": module_version("forensics.scan"),
@@ -222,9 +222,9 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     if resumed:
         notes.append(f"resumed: {resumed} of {len(shards)} shards were done by an earlier run")
     if pending:
-        _run_pending(run, opts, parts, len(shards), pending, summaries)
+        _run_pending(run_config, opts, parts, len(shards), pending, summaries)
 
-    scan, skip = write_outputs(run, replayer, out, parts, shards, opts, fingerprint, notes)
+    scan, skip = write_outputs(run_config, replayer, out, parts, shards, opts, fingerprint, notes)
     return ScanResult(
         out=out,
         scan=scan,
@@ -249,21 +249,21 @@ def _check_options(opts: ScanOptions) -> None:
 
 def _open_run(config: Any, opts: ScanOptions) -> tuple[Any, Any]:
     """(RunConfig, Replayer) of a Megatron run whose iterations hold --from..--to."""
-    run, origin = _load(config)
-    replayer = open_replayer(run)
+    run_config, origin = _load(config)
+    replayer = open_replayer(run_config)
     if not replayer.token_files:  # the replayer's capability (dataloaders.base.Replayer)
         raise ForensicsError(
             f"{origin}: forensics scan reads Megatron .bin/.idx runs; data.format is "
-            f"{run.data.format!r}"
+            f"{run_config.data.format!r}"
         )
     check_range(opts.first, opts.last, replayer.last_iteration)
     if opts.engine == "ray" and opts.ray_address:
         check_engine(opts.engine, opts.workers, opts.ray_address)
-    return run, replayer
+    return run_config, replayer
 
 
 def _run_pending(
-    run: Any,
+    config: Any,
     opts: ScanOptions,
     parts: Path,
     n_shards: int,
@@ -286,7 +286,7 @@ def _run_pending(
         bar.start()
     try:
         failed = run_engine(
-            opts.engine, run, pending, parts, opts.workers, on_done, opts.ray_address
+            opts.engine, config, pending, parts, opts.workers, on_done, opts.ray_address
         )
     finally:
         if bar is not None:
