@@ -32,28 +32,28 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from dataloaders.megatron.indexed import IndexedDataset, optimal_dtype, write_indexed_dataset
-from dataloaders.run_config import load_config
-from forensics.cluster import assign_verdicts, cluster_sources, culprit_docs
-from forensics.cluster.controls import looks_like_baseline, unexplained_groups
-from forensics.replay import open_replayer
-from forensics.report.first_screen import first_screen
-from forensics.rescore import RescoreOptions
-from forensics.spike import SpikeOptions, run_spike
-from forensics.triage.analyze import triage
-from forensics.triage.readers import read_log
-from forensics_testing.demo.build import DemoSpec, build_run
-from forensics_testing.demo.train import (
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dataloaders.megatron.indexed import IndexedDataset, optimal_dtype, write_indexed_dataset  # noqa: E402
+from dataloaders.run_config import load_config  # noqa: E402
+from forensics.cluster import assign_verdicts, cluster_sources, culprit_docs  # noqa: E402
+from forensics.cluster.controls import looks_like_baseline, unexplained_groups  # noqa: E402
+from forensics.replay import open_replayer  # noqa: E402
+from forensics.report.first_screen import first_screen  # noqa: E402
+from forensics.rescore import RescoreOptions  # noqa: E402
+from forensics.spike import SpikeOptions, run_spike  # noqa: E402
+from forensics.triage.analyze import triage  # noqa: E402
+from forensics.triage.readers import read_log  # noqa: E402
+from forensics_testing.demo.build import DemoSpec, build_run  # noqa: E402
+from forensics_testing.demo.train import (  # noqa: E402
     TinyModel,
     iteration_batches,
     megatron_log_line,
     tiny_gpt2,
     train,
 )
-from forensics_testing.windows import generate_run
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from forensics_testing.windows import generate_run  # noqa: E402
 
 LR_BOOST, BOOST_STEPS = 200.0, 8
 
