@@ -11,7 +11,7 @@ other one, and prints what the chosen trainer's string drops.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -34,10 +34,6 @@ from forensics.skip.flags import verify_flag
 from forensics.skip.plan import SkipPlan
 from forensics.skip.tracker import read_tracker
 from forensics.skip.validate import describe_config, validate_for_run
-
-if TYPE_CHECKING:
-    from dataloaders.run_config import RunConfig
-    from forensics.skip.plan import SkipPlan
 
 
 def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None) -> SkipPlan:

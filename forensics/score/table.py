@@ -12,7 +12,6 @@ import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -25,6 +24,7 @@ from forensics.score.licence import is_licence
 from forensics.score.skeleton import (
     SHORT_MAX_SYMBOLS,
     Signatures,
+    SkeletonClusters,
     cluster_signatures,
     find_clusters,
     skeleton_scores,
@@ -32,10 +32,6 @@ from forensics.score.skeleton import (
 from forensics.score.spam import SpamSignals, spam_signals
 from forensics.score.spam_lines import line_stats
 from forensics.score.tokens import tokenize
-
-if TYPE_CHECKING:  # the scorers (numba, ftfy) load when a table is scored, not on import
-    from forensics.score.skeleton import Signatures, SkeletonClusters
-    from forensics.score.spam import SpamSignals
 
 FLAG_THRESHOLD = 0.5
 OUTPUT_COLUMNS = ("garbage_score", "spam_score", "garbage_reason", "spam_reason")

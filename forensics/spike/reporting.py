@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
@@ -29,9 +29,6 @@ from forensics.triage.readers import read_log
 from forensics.window import stage_starts
 
 KEPT_DOCUMENT_TABLES = 3  # documents.parquet of the latest blames (--culprit back and forth)
-
-if TYPE_CHECKING:
-    from forensics.report.incident import Incident
 
 
 def log_evidence(

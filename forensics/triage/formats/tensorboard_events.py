@@ -11,16 +11,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import polars as pl
 
 from forensics.errors import ForensicsError
 from forensics.triage.formats.base import Head, LogFormat
 from forensics.triage.tfrecord import RecordScan, iter_records
-
-if TYPE_CHECKING:
-    from forensics.triage.tfrecord import RecordScan
 
 
 def event_files(path: Path) -> list[Path]:
