@@ -1,6 +1,6 @@
 """`forensics rebuild`: the spike's block list removed from the data, and the restart's blend.
 
-Light at import time (typer and pathlib only); the writer loads when the command runs.
+Its dependencies are imported at the top; nothing heavy (torch, `datasets`) loads on import.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`forensics replay`: which documents did iterations S-W+1 .. S consume, as a Parquet table.
 
-Light at import time: the replayer (numpy, polars, numba) loads when the command runs.
+Its dependencies are imported at the top; a family's replayer (and `datasets` for HF runs)
+loads when the command opens it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`forensics rescore`: run the pre-spike checkpoint over the window's exact samples.
 
-Light at import time: the pipeline (polars, numpy) loads when the command runs, torch and
-transformers only when a checkpoint is actually run. The rescoring options are defined here once
+The pipeline is imported at the top; torch and transformers load only when a checkpoint is
+actually run. The rescoring options are defined here once
 and shared with `forensics spike`.
 """
 

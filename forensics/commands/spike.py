@@ -1,7 +1,7 @@
 """`forensics spike`: from a spike's iteration to the culprit, the rollback and the skip list.
 
-Light at import time (typer and pathlib only): the pipeline, polars, torch and friends load when
-the command runs.
+The pipeline is imported at the top; torch, transformers and sentence-transformers load only
+when a stage uses them.
 """
 
 from __future__ import annotations
