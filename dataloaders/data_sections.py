@@ -22,9 +22,6 @@ from dataloaders.data_section_mosaic import MosaicData as MosaicData
 from dataloaders.data_section_mosaic import MosaicResume as MosaicResume
 from dataloaders.data_section_mosaic import MosaicState as MosaicState
 from dataloaders.data_section_mosaic import MosaicStream as MosaicStream
-from dataloaders.megatron.remote import place_remote_prefixes
-from dataloaders.olmo_core.remote import check_scheme
-from dataloaders.storage.urls import scheme_of
 from dataloaders.trainers import OLMO_CORE
 
 
@@ -88,6 +85,8 @@ class MegatronData(DataSection):
     def _remote_prefixes(cls, raw: Any) -> Any:
         """Prefixes in object storage: the URL moves to `remote`, the prefix becomes its place
         in the object-storage cache (dataloaders/megatron/remote.py)."""
+        from dataloaders.megatron.remote import place_remote_prefixes
+
         return place_remote_prefixes(raw)
 
     @field_validator("split")
@@ -194,6 +193,8 @@ class HFData(DataSection):
     @field_validator("files", mode="before")
     @classmethod
     def _local_or_url(cls, value: Any) -> Any:
+        from dataloaders.storage.urls import scheme_of
+
         if not isinstance(value, list):
             return value
         return [Path(p) if isinstance(p, str) and not scheme_of(p) else p for p in value]
@@ -251,6 +252,8 @@ class OlmoCoreSource(StrictModel):
     def _local_or_url(cls, value: Any) -> Any:
         if not isinstance(value, list):
             return value
+        from dataloaders.olmo_core.remote import check_scheme
+        from dataloaders.storage.urls import scheme_of
 
         return [
             check_scheme(p, "data.sources.paths")

@@ -26,12 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dataloaders.olmo_core.saved_config import run_config_from_save_folder
-from dataloaders.run_config import RunConfig, config_from_dict
+from dataloaders.run_config import RunConfig
 from dataloaders.safe_pickle import load_torch_save, megatron_globals
 from forensics.errors import ForensicsError
 from forensics.from_checkpoint_bridge import config_from_bridge, is_bridge_save_folder
-from forensics.megatron_args import args_to_argv, raw_config_from_megatron_args
 from forensics.megatron_saved_run import describe, same_run
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -182,6 +180,9 @@ def _earlier_jobs(
 def _olmo_core(folder: Path, say: Callable[[str], None]) -> RunConfig:
     """The run from an OLMo-core save folder. Relative data paths resolve against the current
     directory, as they did for the training job (the same rule as Megatron's saved args)."""
+    from dataloaders.olmo_core.saved_config import run_config_from_save_folder
+    from dataloaders.run_config import config_from_dict
+
     raw = run_config_from_save_folder(folder)
     say(f"read the experiment's config and data paths from {folder}/step*/config.json")
     data = raw.get("data", {})
@@ -199,6 +200,8 @@ def config_from_saved_args(
     """`state['args']` as Megatron arguments, with what was read printed one field a line.
     Earlier jobs that trained on another blend (a restart with a new --data-path) become the
     config's data stages; any other difference between the jobs is refused."""
+    from dataloaders.run_config import config_from_dict
+
     raw = _raw(state, path)
     jobs = [(start, _raw(st, p), p) for start, st, p in earlier or []]
     this_start = getattr(state["args"], "iteration", 0)
@@ -228,6 +231,8 @@ def config_from_saved_args(
 
 
 def _raw(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    from forensics.megatron_args import args_to_argv, raw_config_from_megatron_args
+
     args = state["args"]
     try:
         return raw_config_from_megatron_args(

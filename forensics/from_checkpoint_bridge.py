@@ -26,11 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dataloaders.run_config import config_from_dict
-from dataloaders.safe_pickle import load_torch_save
 from dataloaders.trainers import MEGATRON_BRIDGE, get_trainer
 from forensics.errors import ForensicsError
-from forensics.megatron_args import raw_config_from_megatron_args
 from forensics.megatron_saved_run import describe, same_run
 
 RUN_CONFIG = "run_config.yaml"
@@ -111,6 +108,8 @@ def read_run_config(path: Path) -> dict[str, Any]:
 def read_train_state(path: Path) -> dict[str, Any]:
     """train_state.pt's counters as Python numbers (tensors only: any pickled global is
     refused by name before anything is unpickled)."""
+    from dataloaders.safe_pickle import load_torch_save
+
     # Bridge's TrainState.state_dict() holds tensors only (training/state.py): nothing beyond
     # torch's own defaults is allowed
     state = load_torch_save(path, [], "a Megatron-Bridge train state", mmap=False)
@@ -223,6 +222,8 @@ def _tokenizer_argv(tokenizer: dict[str, Any]) -> list[str]:
 
 def raw_from_run_config(run: dict[str, Any], path: Path) -> dict[str, Any]:
     """The project's raw Megatron run config for one Bridge job's run_config.yaml."""
+    from forensics.megatron_args import raw_config_from_megatron_args
+
     dataset = run["dataset"]
     argv = _dataset_argv(dataset, path) + _train_argv(run.get("train") or {}, path)
     argv += _tokenizer_argv(run.get("tokenizer") or {})
@@ -322,6 +323,8 @@ def applied_skips(jobs: list[tuple[int, dict[str, Any], Path]]) -> list[dict[str
 def config_from_bridge(folder: Path, step: int | None, say: Callable[[str], None]) -> Any:
     """The RunConfig a Bridge save folder describes; `say` gets what was read. Jobs that
     trained on another blend become data stages; any other difference is refused."""
+    from dataloaders.run_config import config_from_dict
+
     checkpoint, why = pick_bridge_checkpoint(folder, step)
     say(f"read the run's config from {checkpoint / RUN_CONFIG} ({why})")
     jobs = bridge_jobs(checkpoint, say)

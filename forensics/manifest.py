@@ -15,12 +15,8 @@ from typing import Any
 
 import polars as pl
 
-from dataloaders.atomic import write_parquet_atomic
 from dataloaders.base import RESERVED_COLUMNS
-from dataloaders.megatron.indexed import IndexedDataset
-from dataloaders.megatron.manifests import document_checks
 from forensics.errors import ForensicsError
-from forensics.manifest_lines import check_lines
 
 
 def _lookup(record: dict[str, Any], field: str) -> Any:
@@ -152,8 +148,13 @@ def build_manifest(
     equal the dataset's document count, the lines' lengths must follow the documents', and each
     row records its document's doc_tokens and doc_hash, which every reader checks; with
     `tokenizer` too, each line's text must encode to its own document's ids."""
+    from dataloaders.atomic import write_parquet_atomic
+
     table = read_jsonl_fields(jsonl, fields)
     if prefix is not None:
+        from dataloaders.megatron.indexed import IndexedDataset
+        from dataloaders.megatron.manifests import document_checks
+
         dataset = IndexedDataset(prefix)
         docs = dataset.num_documents
         if docs != table.height:
@@ -165,6 +166,8 @@ def build_manifest(
         if problem:
             raise ForensicsError(problem)
         if tokenizer is not None:
+            from forensics.manifest_lines import check_lines
+
             check_lines(jsonl, dataset, prefix, tokenizer)
         table = pl.concat([table, document_checks(dataset)], how="horizontal")
     elif tokenizer is not None:

@@ -21,9 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dataloaders.tokenizer import load_tokenizer
 from forensics.errors import ForensicsError
-from forensics.spike.tokcheck import special_ids
 
 BATCH = 1024  # lines encoded at once
 OPENING = 16  # ids compared at the start of a document encoded sentence by sentence
@@ -32,6 +30,9 @@ MATCH_SLACK = 0.02  # share of its length a sentence-split document may differ b
 
 def check_lines(jsonl: Path, dataset: Any, prefix: Path, tokenizer_path: Path) -> None:
     """Refuse, naming the first line, when a line's text does not encode to its document."""
+    from dataloaders.tokenizer import load_tokenizer
+    from forensics.spike.tokcheck import special_ids
+
     tokenizer = load_tokenizer(tokenizer_path)
     if not hasattr(tokenizer, "encode_batch"):
         raise ForensicsError(
