@@ -2,8 +2,8 @@
 
 Every question whose answer depends on the family (its config model, its replayer, its data
 stages, its files, its rebuild and restart files) is a method or attribute of its `Family`
-(`dataloaders.family`, which says why the answers live with the family). Replay, the window
-plan, the skip plan's action and the rebuild look the family up here by the config's
+(`dataloaders.family_base`, which says why the answers live with the family). Replay, the spike
+window, the skip plan's action and the rebuild look the family up here by the config's
 `data.format`. Adding a family is its package (with its `family.py`) and one line in `_ALL`
 (and its config model in the `data:` discriminator, `dataloaders.data_sections.DataConfig`).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from dataloaders.errors import ConfigError
-from dataloaders.family import Family, FileUnit, KeptFiles, RestartFile
+from dataloaders.family_base import Family, FileUnit, KeptFiles, RestartFile
 from dataloaders.hf.family import HFFamily
 from dataloaders.megatron.family import MegatronFamily
 from dataloaders.mosaic.family import MosaicFamily

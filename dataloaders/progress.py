@@ -6,13 +6,13 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from dataloaders.console import make_console
+
 
 @contextlib.contextmanager
 def progress_bar(enabled: bool, total: int, label: str) -> Iterator[Any]:
     """Yields advance(n=1); a no-op callable when disabled or off a terminal (a live display
     there leaves blank lines in the log)."""
-    from dataloaders.console import make_console
-
     console = make_console(stderr=True)
     if not (enabled and console.is_terminal):
         yield lambda n=1: None

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dataloaders import tokenizer_megatron as tm
 from dataloaders.errors import ForensicsError
 
 
@@ -75,8 +76,6 @@ def _megatron_decoder(path: Path, args: dict[str, Any]) -> Any:
     """The SentencePiece / TikTokenizer decoder `args` (or the file itself) asks for, else None.
     Without --tokenizer-type a `.model` decodes as megatron-core's SentencePiece types all do
     (legacy off), and a JSON list of ranks as its TikTokenizer with Megatron's defaults."""
-    from dataloaders import tokenizer_megatron as tm
-
     kind = args.get("tokenizer_type")
     if kind is None:
         if args.get("legacy_tokenizer"):  # its three SentencePiece classes decode differently

@@ -14,6 +14,8 @@ from typing import Any
 
 import typer
 
+from dataloaders.console import make_console
+from dataloaders.storage import fetched
 from forensics.commands import (
     check_skip,
     manifest,
@@ -27,6 +29,7 @@ from forensics.commands import (
     watch,
 )
 from forensics.errors import EnvironmentProblem, ForensicsError
+from forensics.inputs_guard import check_input_path
 
 app = typer.Typer(
     name="forensics",
@@ -53,8 +56,6 @@ def _options(
     ),
 ) -> None:
     """Find the data behind a malignant loss spike and write the skip list for the restart."""
-    from dataloaders.storage import fetched
-
     fetched.reset()  # bytes fetched from object storage are counted per command
 
 
@@ -160,8 +161,6 @@ def _report_error(err: ForensicsError) -> int:
     """One red line on stderr; the error's exit status."""
     from rich.markup import escape
 
-    from dataloaders.console import make_console
-
     make_console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(err))}")
     return err.exit_code
 
@@ -182,8 +181,6 @@ def _report_interrupt(err: Interrupted) -> int:
     """One line on stderr; the exit status is the shell's 128 + signal (130, 143)."""
     import signal
 
-    from dataloaders.console import make_console
-
     make_console(stderr=True, soft_wrap=True).print(
         f"[bold red]interrupted[/] ({signal.Signals(err.signum).name}): no output is left "
         "half-written (each is published whole or not at all, an unfinished first run leaves "
@@ -200,8 +197,6 @@ def _report_crash(err: Exception) -> int:
     from pathlib import Path
 
     from rich.markup import escape
-
-    from dataloaders.console import make_console
 
     folder = Path(tempfile.gettempdir()) / "forensics-crashes"
     path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{id(err):x}.log"

@@ -22,22 +22,19 @@ from typing import Any
 
 from dataloaders.regular_files import check_input_path
 from forensics.errors import ForensicsError
+from forensics.outputs import run_inputs
 
 Stats = dict[str, tuple[int, int, int]]
 
 
 def check_run_inputs(config: Any) -> None:
     """`check_input_path` on every file a run config names (its data, manifests, tokenizer)."""
-    from forensics.outputs import run_inputs
-
     for path in run_inputs(config):
         check_input_path(path)
 
 
 def input_stats(config: Any) -> Stats:
     """(size, mtime_ns, inode) of every data file, manifest and tokenizer the config names."""
-    from forensics.outputs import run_inputs
-
     log = getattr(config, "log", None)
     out: Stats = {}
     for path in run_inputs(config):

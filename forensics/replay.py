@@ -1,4 +1,4 @@
-"""Open the right replayer for a run config, and check a replay window against it.
+"""Open the right replayer for a run config, and replay iteration ranges with it.
 
 `open_replayer` asks the run's loader family (`dataloaders.families`) to open it; each family
 imports its package only when used, so a Megatron replay never imports `datasets` and vice versa.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataloaders.base import check_iterations
+from dataloaders.families import family_of
 from dataloaders.run_config import RunConfig
-from forensics.errors import ForensicsError
+from forensics.inputs_guard import check_run_inputs
 
 if TYPE_CHECKING:
     import polars as pl
@@ -21,9 +21,6 @@ if TYPE_CHECKING:
 def open_replayer(config: RunConfig) -> Replayer:
     """The Replayer for this run: its family's (`dataloaders.families`). Every file the config
     names is checked first: a FIFO or device there is refused, never opened."""
-    from dataloaders.families import family_of
-    from forensics.inputs_guard import check_run_inputs
-
     check_run_inputs(config)
     return family_of(config).open(config)
 
@@ -38,20 +35,6 @@ def cached_replayer(config: RunConfig) -> Replayer:
     if key not in _OPENED:
         _OPENED[key] = open_replayer(config)
     return _OPENED[key]
-
-
-def window_bounds(step: int, window: int) -> tuple[int, int]:
-    """Window W ending at step S: iterations S-W+1 .. S."""
-    if window < 1:
-        raise ForensicsError(f"--window must be at least 1, got {window}")
-    return step - window + 1, step
-
-
-def check_window(replayer: Replayer, step: int, window: int) -> tuple[int, int]:
-    """(first, last) iterations of the window; a ForensicsError when it leaves the run."""
-    first, last = window_bounds(step, window)
-    check_iterations(first, last, replayer.last_iteration, f"--window {window} at --step {step}: ")
-    return first, last
 
 
 def replay_sides(

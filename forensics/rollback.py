@@ -33,32 +33,6 @@ from dataloaders.checkpoints import megatron_folder
 
 NEAR = 50  # the rollback lands at least this many iterations before the spike ...
 FAR = 100  # ... and preferably no more than this many
-# Iterations `forensics spike` replays before the spike by default: three rollback distances, so
-# the window holds every batch trained since the rollback point and the data that came in
-# before it (a crawl batch can enter the mixture well before the loss shows it).
-SPIKE_WINDOW = 300
-
-
-def spike_window(step: int, rollback: int) -> tuple[int, str]:
-    """The `--window` for a spike at `step` with a restart from `rollback`, and why: triage and
-    the watcher suggest it and spike defaults to SPIKE_WINDOW, so they say the same thing.
-
-    Early in a run the window leaves at least half of the iterations before the spike for the
-    baseline (spike compares the window with iterations before it)."""
-    back = step - rollback
-    room = max(1, step // 2)  # iterations the window may take and still leave a baseline
-    if back > SPIKE_WINDOW:
-        return back, f"--window {back}: back to the rollback checkpoint {rollback}"
-    if room < SPIKE_WINDOW:
-        window = max(min(back, step - 1), room)
-        return window, (
-            f"--window {window}: spike's default {SPIKE_WINDOW} would reach before iteration 1; "
-            "the iterations before the window are the baseline"
-        )
-    return SPIKE_WINDOW, (
-        f"--window {SPIKE_WINDOW} (spike's default): the {back} iterations since the rollback "
-        f"checkpoint {rollback} and the data that came in before them"
-    )
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dataloaders.console import make_console
+from dataloaders.run_config import find_config, load_config
 from forensics.errors import ForensicsError
+from forensics.from_checkpoint import config_from_checkpoint
+from forensics.inputs_guard import check_input_path, check_run_inputs
+from forensics.megatron_args import config_from_megatron_args, split_megatron_args
+from forensics.publish_set import refuse_if_mid_publish
 
 if TYPE_CHECKING:
     from dataloaders.run_config import RunConfig
@@ -27,8 +33,6 @@ def resolve_run_config(
     from forensics.inputs_guard import check_run_inputs
 
     if config is None and megatron_args is None and from_checkpoint is None:
-        from dataloaders.run_config import find_config
-
         check_input_path(find_config(None), "$FORENSICS_CONFIG")
     run = _resolve(config, megatron_args, from_checkpoint, step)
     check_run_inputs(run)
@@ -44,8 +48,6 @@ def _resolve(
     """The config a command runs on: --config or --megatron-args when given (they win over
     --from-checkpoint, which is then not read), else the run described by the trainer's saved
     checkpoint (--from-checkpoint DIR; `step` picks the checkpoint), else the runbook rule."""
-    from dataloaders.run_config import find_config
-
     if megatron_args is not None:
         if config is not None:
             raise ForensicsError("give --config or --megatron-args, not both")
@@ -57,9 +59,6 @@ def _resolve(
         _say_ignored(from_checkpoint, "--config")
         return _load_whole(find_config(config))
     if from_checkpoint is not None:
-        from dataloaders.console import make_console
-        from forensics.from_checkpoint import config_from_checkpoint
-
         console = make_console(stderr=True, soft_wrap=True)
         return config_from_checkpoint(
             from_checkpoint, step, lambda line: console.print(line, markup=False)
@@ -70,17 +69,12 @@ def _resolve(
 def _load_whole(path: Path) -> RunConfig:
     """The config at `path`, unless its folder is a set a kill left mid-publish (a rebuild's
     rebuilt.yaml beside another run's data files)."""
-    from dataloaders.run_config import load_config
-    from forensics.publish_set import refuse_if_mid_publish
-
     refuse_if_mid_publish(Path(path).parent, Path(path).name)
     return load_config(path)
 
 
 def _say_ignored(from_checkpoint: Path | None, winner: str) -> None:
     if from_checkpoint is not None:
-        from dataloaders.console import make_console
-
         make_console(stderr=True, soft_wrap=True).print(
             f"{winner} given: --from-checkpoint {from_checkpoint} is not read", markup=False
         )

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from forensics_testing.demo.build import EOD, _train_tokenizer
 from forensics_testing.demo.dirty import dirty_page, site_name, web_page
 from forensics_testing.demo.texts import harvest
 from forensics_testing.mosaic_support import run_oracle, write_mds
@@ -146,8 +147,6 @@ def build_mosaic_run(folder: Path) -> tuple[Path, list[list[list[int]]], set[int
 def olmo_pages(folder: Path, n: int) -> tuple[dict[str, list[str]], object]:
     """n pages each of web, books and forum (mojibake), and a BPE tokenizer trained on them
     (folder/tokenizer.json)."""
-    from forensics_testing.demo.build import EOD, _train_tokenizer
-
     # A page quoting the end-of-document literal would be split there by the run's EOS id 0:
     # which packages' docstrings quote it depends on what is installed, so such pages are left out.
     prose = [t for t in harvest(3 * n, 0, seed=4)["prose"] if EOD not in t.text]

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from dataloaders.megatron.indexed import IndexedDataset, optimal_dtype, write_indexed_dataset
 from forensics_testing.demo.build import DemoSpec, build_run, refresh_manifest_checks
 
 FOREIGN, NUMERIC = "foreign", "numeric"
@@ -76,8 +77,6 @@ def build_foreign_run(out: Path, spec: DemoSpec, *, shuffled: bool = False) -> d
     baseline's unigrams and bytes per token, that no rule here sees and the model does."""
     from tokenizers import Tokenizer
 
-    from dataloaders.megatron.indexed import IndexedDataset, optimal_dtype, write_indexed_dataset
-
     truth = build_run(out, spec, progress=False)
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     eod = tok.token_to_id("<|endoftext|>")
@@ -116,8 +115,6 @@ def shuffle_batch(out: Path, tok: Any, rng: random.Random) -> tuple[str, list[in
     """Rewrite the second-to-last crawl batch of web_v2 (clean, new at the switch) with each
     document's words shuffled, tokenized by the run's tokenizer; (its name, its doc_ids)."""
     import polars as pl
-
-    from dataloaders.megatron.indexed import IndexedDataset, optimal_dtype, write_indexed_dataset
 
     manifest = pl.read_parquet(out / "data" / "web_v2.manifest.parquet")
     batches = sorted(b for b in manifest["crawl_batch"].unique().to_list() if b)

@@ -9,6 +9,9 @@ from types import SimpleNamespace
 
 import yaml
 
+from forensics_testing.file_runs import olmo_pages
+from forensics_testing.olmo_core_run import config_dict, write_config
+
 
 def remote_config(run: Path, s3: SimpleNamespace, folder: Path) -> Path:
     """Upload the run's datasets under `s3://<bucket>/run/data/` and write `folder/remote.yaml`:
@@ -33,9 +36,6 @@ def olmo_spike_run(folder: Path, s3: SimpleNamespace) -> tuple[Path, Path]:
     """A small OLMo-core run of three sources (forensics_testing/file_runs.py pages), on disk
     and on the S3 endpoint: (local config, remote config naming the token files by URL)."""
     import numpy as np
-
-    from forensics_testing.file_runs import olmo_pages
-    from forensics_testing.olmo_core_run import config_dict, write_config
 
     folder.mkdir(parents=True, exist_ok=True)
     texts, tok = olmo_pages(folder, 100)

@@ -13,6 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from dataloaders.storage import fetched
+
 _buckets = itertools.count()
 
 
@@ -20,8 +22,6 @@ _buckets = itertools.count()
 def _fresh_fetch_count() -> Iterator[None]:
     """The process-wide count of bytes fetched starts at zero in every test and is left at zero
     (a later in-process command on a local run reports none)."""
-    from dataloaders.storage import fetched
-
     fetched.reset()
     yield
     fetched.reset()

@@ -23,6 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from dataloaders.megatron.indexed import IndexedDataset, optimal_dtype, write_indexed_dataset
+from dataloaders.megatron.manifests import document_checks
+from forensics_testing.demo.dirty import mojibake, site_name, spam_page, web_page
+from forensics_testing.demo.texts import harvest
+
 EOD = "<|endoftext|>"
 NGRAM_UNITS = ("g4OD", "\u2581|", "=-", "ab", "\u65e5\u672c", "..")
 
@@ -49,8 +54,6 @@ class ScanRunSpec:
 
 
 def _dirty_pages(kind: str, n: int, clean: list[str], seed: int) -> list[str]:
-    from forensics_testing.demo.dirty import mojibake, site_name, spam_page, web_page
-
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -108,8 +111,6 @@ def build_scan_run(out: Path, spec: ScanRunSpec | None = None) -> dict[str, Any]
 
 def _texts(spec: ScanRunSpec) -> tuple[list[str], dict[str, list[str]]]:
     """(clean documents, dirty documents by kind), from the harvest."""
-    from forensics_testing.demo.texts import harvest
-
     found = harvest(spec.clean_docs + spec.dirty_docs, 0, seed=spec.seed)["prose"]
     clean = [t.text for t in found[: spec.clean_docs]]
     # Dirty pages wrap texts the clean dataset does not hold: a near-copy of a clean document
@@ -130,8 +131,6 @@ def _train_tokenizer(
     """A byte-level BPE trained on the clean text, saved to `path`; returns the encoder (token
     arrays with EOD appended, in the smallest dtype the vocabulary fits)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    from dataloaders.megatron.indexed import optimal_dtype
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -156,8 +155,6 @@ def _train_tokenizer(
 def _write_clean(clean_tokens: list[np.ndarray], spec: ScanRunSpec, data: Path) -> int:
     """The clean dataset and its manifest, grown to `spec.tokens_target`; returns its size."""
     import polars as pl
-
-    from dataloaders.megatron.indexed import write_indexed_dataset
 
     dtype = clean_tokens[0].dtype
     rng = np.random.default_rng(spec.seed)
@@ -185,8 +182,6 @@ def _write_dirty(
 ) -> dict[str, int]:
     """One dataset and manifest per dirty kind; returns each one's number of documents."""
     import polars as pl
-
-    from dataloaders.megatron.indexed import write_indexed_dataset
 
     dirty_ids: dict[str, int] = {}
     for kind, texts in dirty.items():
@@ -227,9 +222,6 @@ def _stages(spec: ScanRunSpec) -> list[dict[str, Any]]:
 def _manifest(path: Path, n: int, source: str, pl: Any) -> None:
     """One row per document: the source (what the report ranks) and a crawl batch, then the
     doc_tokens and doc_hash `forensics manifest --prefix` writes (of the dataset beside it)."""
-    from dataloaders.megatron.indexed import IndexedDataset
-    from dataloaders.megatron.manifests import document_checks
-
     table = pl.DataFrame(
         {
             "doc_id": pl.Series(range(n), dtype=pl.Int64),

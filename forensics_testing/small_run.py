@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from forensics_testing.demo.build import DemoSpec
+from forensics.spike import SpikeOptions, run_spike
+from forensics_testing.demo.build import DemoSpec, build_run
 
 SMALL = DemoSpec(
     name="small",
@@ -39,9 +40,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 def build_small_run(root: Path) -> Path:
     """The run in `root/run` with a complete `root/run/spike/` (returns the run directory)."""
-    from forensics.spike import SpikeOptions, run_spike
-    from forensics_testing.demo.build import build_run
-
     run = root / "run"
     build_run(run, SMALL, progress=False)
     options = SpikeOptions(step=SMALL.spike_iteration, window=WINDOW, embed_cap=0, progress=False)

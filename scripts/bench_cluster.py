@@ -16,6 +16,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from forensics.cluster import (
+    DEFAULT_CAP,
+    assign_verdicts,
+    cluster_embeddings,
+    cluster_sources,
+    describe_sample,
+    headline_culprit,
+)
+from forensics.report import build_report, write_report
+from forensics_testing.windows import generate_run
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -24,15 +35,6 @@ def run_once(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Wall and process-CPU seconds per stage (CPU / cores = wall on an idle machine)."""
     import polars as pl
-
-    from forensics.cluster import (
-        assign_verdicts,
-        cluster_embeddings,
-        cluster_sources,
-        describe_sample,
-        headline_culprit,
-    )
-    from forensics.report import build_report, write_report
 
     times: dict[str, float] = {}
     cpu: dict[str, float] = {}
@@ -78,9 +80,6 @@ def main() -> None:
 
     from rich.console import Console
     from rich.table import Table
-
-    from forensics.cluster import DEFAULT_CAP
-    from forensics_testing.windows import generate_run
 
     cap = args.cap or DEFAULT_CAP
     t = time.perf_counter()

@@ -35,15 +35,31 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dataloaders.megatron.indexed import IndexedDataset, optimal_dtype, write_indexed_dataset  # noqa: E402
+from dataloaders.run_config import load_config  # noqa: E402
+from forensics.cluster import assign_verdicts, cluster_sources, culprit_docs  # noqa: E402
+from forensics.cluster.controls import looks_like_baseline, unexplained_groups  # noqa: E402
+from forensics.replay import open_replayer  # noqa: E402
+from forensics.report.first_screen import first_screen  # noqa: E402
+from forensics.rescore import RescoreOptions  # noqa: E402
+from forensics.spike import SpikeOptions, run_spike  # noqa: E402
+from forensics.triage.analyze import triage  # noqa: E402
+from forensics.triage.readers import read_log  # noqa: E402
+from forensics_testing.demo.build import DemoSpec, build_run  # noqa: E402
+from forensics_testing.demo.train import (  # noqa: E402
+    TinyModel,
+    iteration_batches,
+    megatron_log_line,
+    tiny_gpt2,
+    train,
+)
+from forensics_testing.windows import generate_run  # noqa: E402
+
 LR_BOOST, BOOST_STEPS = 200.0, 8
 
 
 def generated(seeds: int) -> list[dict]:
     """Part 1: per kind of window, runs, false culprits, false blocks."""
-    from forensics.cluster import assign_verdicts, cluster_sources, culprit_docs
-    from forensics.cluster.controls import looks_like_baseline, unexplained_groups
-    from forensics_testing.windows import generate_run
-
     rows = []
     for kind, kw in (
         ("clean, 1% scorer FP", {"dirty_share": 0.0, "false_positive_rate": 0.01}),
@@ -77,8 +93,6 @@ def clean_crawl(out: Path, truth: dict, seed: int) -> None:
     re-tokenized by the run's own tokenizer."""
     from tokenizers import Tokenizer
 
-    from dataloaders.megatron.indexed import IndexedDataset, optimal_dtype, write_indexed_dataset
-
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     prose = IndexedDataset(out / "data" / "prose_text_document")
     texts = [tok.decode(prose[i].tolist()) for i in range(prose.sequence_count)]
@@ -101,8 +115,6 @@ ITERS, SWITCH, BOOST = 300, 201, 226
 def control_spec(seed: int) -> object:
     """The run: a clean crawl batch enters at the switch; the lr boost comes 25 iterations
     later (`spike_iteration` only places the builder's simulated log, replaced here)."""
-    from forensics_testing.demo.build import DemoSpec
-
     return DemoSpec(
         name=f"lr-control-{seed}",
         seed=100 + seed,
@@ -128,17 +140,6 @@ def train_with_boost(seed: int, run_dir: Path) -> dict[int, float]:
     """Build the run, train over its exact batches with the lr boost, write the trainer's own
     Megatron-format log and its checkpoints; returns the loss per iteration."""
     import torch
-
-    from dataloaders.run_config import load_config
-    from forensics.replay import open_replayer
-    from forensics_testing.demo.build import build_run
-    from forensics_testing.demo.train import (
-        TinyModel,
-        iteration_batches,
-        megatron_log_line,
-        tiny_gpt2,
-        train,
-    )
 
     torch.set_num_threads(1)
     spec = control_spec(seed)
@@ -170,10 +171,6 @@ def train_with_boost(seed: int, run_dir: Path) -> dict[int, float]:
 
 def analyse(run_dir: Path, step: int, label: str, checkpoint: Path | None) -> dict:
     """`forensics spike` at `step`: culprits, skipped iterations, blocked documents, headline."""
-    from forensics.report.first_screen import first_screen
-    from forensics.rescore import RescoreOptions
-    from forensics.spike import SpikeOptions, run_spike
-
     rescore = None if checkpoint is None else RescoreOptions(checkpoint=checkpoint, progress=False)
     opts = SpikeOptions(step=step, window=30, baseline="150-179", embed_cap=0, rescore=rescore,
                         progress=False, force=True)  # fmt: skip
@@ -190,9 +187,6 @@ def analyse(run_dir: Path, step: int, label: str, checkpoint: Path | None) -> di
 def real_loop(seed: int, out: Path) -> dict:
     """Part 2, one seed: train with the lr boost, then analyse the peak without and with the
     checkpoint saved just before the boost."""
-    from forensics.triage.analyze import triage
-    from forensics.triage.readers import read_log
-
     run_dir = out / f"seed{seed}"
     t0 = time.perf_counter()
     loss = train_with_boost(seed, run_dir)

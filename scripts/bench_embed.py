@@ -33,6 +33,8 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from bench_spike import SPEC, WINDOW, ensure_run  # noqa: E402
 
+import forensics.cluster.embedding as E
+from forensics.cluster.embedder import make_embedder
 from forensics.spike import SpikeOptions, run_spike  # noqa: E402
 
 ONNX = "onnx-int8"
@@ -110,8 +112,6 @@ class OnnxInt8Embedder:
 
 
 def _embedder(name: str, work: Path):
-    from forensics.cluster.embedder import make_embedder
-
     return OnnxInt8Embedder(work) if name == ONNX else make_embedder(name)
 
 
@@ -128,8 +128,6 @@ def _speed(name: str, texts: list[str], work: Path) -> tuple[float, float]:
 def _run(run: Path, out: Path, name: str, cap: int | None, work: Path):
     """One pipeline run with `name` as the embedder (ONNX patched in: the CLI has no such
     option). Returns (result, labels frame)."""
-    import forensics.cluster.embedding as E  # where cluster_embeddings looks make_embedder up
-
     original = E.make_embedder
     if name == ONNX:
         E.make_embedder = lambda model=None, device="cpu": OnnxInt8Embedder(work)

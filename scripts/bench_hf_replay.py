@@ -23,6 +23,9 @@ import pyarrow.parquet as pq  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from dataloaders.hf import open_hf_replayer
+from dataloaders.run_config import config_from_dict
+
 WORDS = np.array("the of and to in data model loss batch token shard web crawl page".split())
 
 
@@ -49,9 +52,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import datasets
-
-    from dataloaders.hf import open_hf_replayer
-    from dataloaders.run_config import config_from_dict
 
     datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN = 0  # the real stream's 5 s Arrow workaround
     rows = []

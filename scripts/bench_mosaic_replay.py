@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from forensics_testing.mds import write_mds
+
 ROOT = Path(__file__).resolve().parents[1]
 
 import numpy as np  # noqa: E402
@@ -46,8 +48,6 @@ print(json.dumps({{"seconds": t1 - t0, "rows": t.height, "uids": uids}}))
 
 
 def _write(folder: Path, samples: int, shards: int) -> None:
-    from forensics_testing.mds import write_mds
-
     if (folder / "index.json").is_file():
         return
     rng = np.random.default_rng(0)

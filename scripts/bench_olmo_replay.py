@@ -24,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from dataloaders.run_config import load_config
+from forensics.replay import open_replayer
+
 ROOT = Path(__file__).resolve().parents[1]
 
 import numpy as np  # noqa: E402
@@ -71,9 +74,6 @@ def write_files(folder: Path, files: int, tokens: int, rng: np.random.Generator)
 
 
 def timed_replay(config: Path, first: int, last: int) -> tuple[float, object]:
-    from dataloaders.run_config import load_config
-    from forensics.replay import open_replayer
-
     t0 = time.perf_counter()
     table = open_replayer(load_config(config)).replay(first, last, progress=False)
     return time.perf_counter() - t0, table

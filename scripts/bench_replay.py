@@ -28,8 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
+from dataloaders.megatron.blending import build_blending_indices
+from dataloaders.megatron.gpt_indices import document_ends
 from dataloaders.megatron.indexed import write_idx  # noqa: E402
+from dataloaders.megatron.legacy_shuffle import legacy_shuffle
+from dataloaders.megatron.segments import fill_segments, sample_spans
 from dataloaders.run_config import config_from_dict  # noqa: E402
+from forensics.replay import open_replayer
+from forensics.window import check_window
 
 
 def make_dataset(prefix: Path, docs: int, mean: int, seed: int) -> None:
@@ -43,8 +49,6 @@ def make_dataset(prefix: Path, docs: int, mean: int, seed: int) -> None:
 def warm_fill_kernels() -> None:
     """Load the replay table's compiled loops for the arrays a build and a cache hand them
     (writable and read-only), as the row above does for the index builders."""
-    from dataloaders.megatron.segments import fill_segments, sample_spans
-
     one = np.zeros(1, dtype=np.int64)
     for writable in (True, False):
         doc = np.zeros(2, dtype=np.int32)
@@ -127,11 +131,6 @@ def main() -> None:
             data["cache_path"] = str(cache)
         training = {"global_batch_size": args.gbs, "train_iters": args.iters}
         return config_from_dict({"data": data, "training": training}, base_dir=work, source=None)
-
-    from dataloaders.megatron.blending import build_blending_indices
-    from dataloaders.megatron.gpt_indices import document_ends
-    from dataloaders.megatron.legacy_shuffle import legacy_shuffle
-    from forensics.replay import check_window, open_replayer
 
     rows: list[tuple[str, float, str]] = []
     t0 = time.perf_counter()

@@ -32,6 +32,9 @@ import numpy as np
 
 from dataloaders.megatron.indexed import write_idx  # noqa: E402
 from dataloaders.run_config import config_from_dict  # noqa: E402
+from forensics.replay import open_replayer
+from forensics.rescore.checkpoint import grad_norms, token_losses
+from forensics.rescore.export import write_export
 
 
 def make_dataset(prefix: Path, docs: int, mean: int, seed: int) -> None:
@@ -44,9 +47,6 @@ def make_dataset(prefix: Path, docs: int, mean: int, seed: int) -> None:
 
 def bench_export(work: Path, iters: int, gbs: int, seq: int) -> list[tuple[str, float, str]]:
     import polars as pl
-
-    from forensics.replay import open_replayer
-    from forensics.rescore.export import write_export
 
     os.environ["FORENSICS_CACHE"] = str(work / "forensics-cache")
     specs = [("web", 2_000_000, 800, 0.5), ("code", 500_000, 2000, 0.3),
@@ -97,8 +97,6 @@ def bench_export(work: Path, iters: int, gbs: int, seq: int) -> list[tuple[str, 
 def bench_model(name: str, config, samples: int, batch: int, seq: int, grad: bool) -> list:
     import torch
     from transformers import GPT2LMHeadModel
-
-    from forensics.rescore.checkpoint import grad_norms, token_losses
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config).eval()

@@ -30,14 +30,19 @@ import sys
 import time
 from pathlib import Path
 
+from dataloaders.run_config import load_config
+from forensics.replay import open_replayer
+from forensics.scan.memory import AnonPeak
+from forensics.scan.run import ScanOptions, plan_shards, run_scan
+from forensics.scan.shard import scan_shard
+from forensics_testing.scan_run import ScanRunSpec, build_scan_run
+
 SEQ = 2048
 GBS = 128
 CONFIGS = [("plain", 1), ("local", 1), ("local", 2), ("ray", 1), ("ray", 2)]
 
 
 def build(run: Path, tokens: float) -> dict:
-    from forensics_testing.scan_run import ScanRunSpec, build_scan_run
-
     truth_file = run / "truth.json"
     if truth_file.is_file():
         truth = json.loads(truth_file.read_text())
@@ -65,17 +70,10 @@ def build(run: Path, tokens: float) -> dict:
 
 def one(engine: str, workers: int, run: Path, out: Path, iterations: int, shard: int) -> dict:
     """Run one configuration here (called in a fresh process); returns its numbers."""
-    from dataloaders.run_config import load_config
-    from forensics.scan.memory import AnonPeak
-    from forensics.scan.run import ScanOptions, plan_shards, run_scan
-    from forensics.scan.shard import scan_shard
-
     config = load_config(run / "forensics.yaml")
     peak = AnonPeak().__enter__()
     t0 = time.perf_counter()
     if engine == "plain":
-        from forensics.replay import open_replayer
-
         rep = open_replayer(config)  # build the indices once, as run_scan does
         for stage in range(len(config.data.data_stages)):
             rep.stage(stage)
@@ -131,8 +129,6 @@ def main() -> None:
     from rich.table import Table
 
     truth = build(run, args.tokens)
-    from dataloaders.run_config import load_config
-    from forensics.replay import open_replayer
 
     rep = open_replayer(load_config(run / "forensics.yaml"))
     total = sum(ds.bin_size // ds.dtype.itemsize for ds in rep.datasets.values())

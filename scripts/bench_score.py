@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from forensics.report.drilldown import marked_spans
 from forensics.score import FLAG_THRESHOLD, score_table  # noqa: E402
 
 
@@ -245,8 +246,6 @@ def _located(df, flagged: np.ndarray) -> dict[str, float]:
     """Per sentence-level kind: the share of damaged sentences (over all pages of the kind)
     that a span of `forensics.report.drilldown.marked_spans` overlaps, on flagged pages: what
     the report's highlighting shows a reader."""
-    from forensics.report.drilldown import marked_spans
-
     if "spans" not in df.columns:
         return {}
     out: dict[str, list[int]] = {}

@@ -39,7 +39,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from forensics.pipeline import module_version  # noqa: E402
 from forensics.spike import SpikeOptions, run_spike  # noqa: E402
-from forensics_testing.demo.build import DemoSpec, build_run  # noqa: E402
+from forensics_testing.demo.build import DemoSpec, build_run, config_dict, megatron_log_lines  # noqa: E402
 
 SPEC = DemoSpec(
     name="bench",
@@ -91,8 +91,6 @@ def derive_run(base: Path, spec: DemoSpec, run: Path) -> Path:
     counts, not on the batch shape) under `spec`'s config, log and checkpoints, written by the
     demo builder's own functions."""
     import yaml
-
-    from forensics_testing.demo.build import config_dict, megatron_log_lines
 
     shutil.copytree(base / "data", run / "data", copy_function=os.link)
     shutil.copy2(base / "tokenizer.json", run / "tokenizer.json")

@@ -34,6 +34,11 @@ import tarfile
 import time
 from pathlib import Path
 
+from dataloaders.run_config import load_config
+from forensics.replay import open_replayer
+from forensics.score import score_table
+from forensics_testing.scan_run import ScanRunSpec, build_scan_run
+
 ROOT = Path(__file__).resolve().parents[1]
 TREES = ("forensics", "dataloaders", "forensics_testing")
 SCORE_COLUMNS = (
@@ -43,8 +48,6 @@ SCORE_COLUMNS = (
 
 def _score_worker(corpus: Path, out: Path) -> dict:
     import polars as pl
-
-    from forensics.score import score_table
 
     docs = pl.read_parquet(corpus).select("text")
     score_table(docs.head(300), "text", keys=True)  # imports, numba, regexes, char tables
@@ -58,9 +61,6 @@ def _score_worker(corpus: Path, out: Path) -> dict:
 
 def _decode_worker(run: Path, out: Path) -> dict:
     import polars as pl
-
-    from dataloaders.run_config import load_config
-    from forensics.replay import open_replayer
 
     rep = open_replayer(load_config(run / "forensics.yaml"))
     ds = rep.datasets[rep.specs["clean"].prefix]
@@ -100,8 +100,6 @@ def _eval_corpus(path: Path) -> None:
 
 
 def _decode_run(run: Path, tokens: float) -> None:
-    from forensics_testing.scan_run import ScanRunSpec, build_scan_run
-
     spec = ScanRunSpec(clean_docs=3000, dirty_docs=100, vocab_size=16000, tokens_target=int(tokens))
     build_scan_run(run, spec)
 

@@ -33,9 +33,11 @@ from rich.console import Console
 from rich.table import Table
 
 from forensics.triage.analyze import triage
+from forensics.triage.config import TriageConfig
 from forensics.triage.readers import read_log
 from forensics.watch.loop import Watcher, WatchOptions
 from forensics_testing import loss_curves
+from forensics_testing.demo.build import TINY, build_run
 
 
 def main() -> None:
@@ -131,9 +133,6 @@ def plan_latency(console: Console, interval: float, lines_per_s: float) -> None:
     """Spike line written -> provisional plan posted, on the demo's small run (see the module
     docstring)."""
     import threading
-
-    from forensics.triage.config import TriageConfig
-    from forensics_testing.demo.build import TINY, build_run
 
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"

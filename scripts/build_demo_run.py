@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from dataloaders.atomic import write_text_atomic
 from forensics_testing.demo.build import DemoSpec, build_run, relocated_config  # noqa: E402
 from forensics_testing.demo.dirty import DIRTY_KINDS  # noqa: E402
 
@@ -36,7 +37,6 @@ def main() -> None:
         import os
 
         rel = os.path.relpath(args.out.resolve(), args.config_copy.resolve().parent)
-        from dataloaders.atomic import write_text_atomic
 
         write_text_atomic(args.config_copy, relocated_config(spec, rel))
     print(

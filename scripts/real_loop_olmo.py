@@ -41,6 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from dataloaders.olmo_core.saved_config import run_config_from_save_folder
+from forensics.skip import expand
+from forensics.triage.formats.olmo_core import skipped_steps
+from forensics.triage.readers import read_log
+
 ROOT = Path(__file__).resolve().parents[1]
 OLMO_PY = ROOT / ".venv-olmo" / "bin" / "python"
 TRAIN = ROOT / "scripts" / "olmo_loop_train.py"
@@ -228,8 +233,6 @@ def train_watched(out: Path, run: str, spec: Path) -> tuple[float, Path]:
 
 def curve(log: Path) -> dict[int, float]:
     """The trainer's own per-step training loss (train/CE loss), read from its console log."""
-    from forensics.triage.readers import read_log
-
     table = read_log(log)
     pairs = zip(table["step"].to_list(), table["loss"].to_list(), strict=True)
     return {s: v for s, v in pairs if v is not None}  # a skipped step logs no loss
@@ -272,8 +275,6 @@ def analyse(out: Path, save: Path, onset: int, event: dict[str, Any]) -> dict[st
     ahead added to the skip. The run config is read from the save folder. The culprit is the
     spike analysis's own: a run where it names none stops here."""
     import yaml
-
-    from dataloaders.olmo_core.saved_config import run_config_from_save_folder
 
     config = run_config_from_save_folder(save)
     byte_tokenizer(out / "tokenizer.json")
@@ -378,9 +379,6 @@ def summarise(
 ) -> dict[str, Any]:
     """What each step of the loop found: the watcher's and triage's spike, the blamed clusters
     and the model's loss z on them, the planned and the trainer's skipped steps, the peaks."""
-    from forensics.skip import expand
-    from forensics.triage.formats.olmo_core import skipped_steps
-
     skip = found["skip"]
     said = skipped_steps((a.out / "restart" / "train.log").read_text().splitlines())
     planned = sorted(expand(skip["iterations"]))

@@ -28,6 +28,18 @@ import sys
 import time
 from pathlib import Path
 
+from dataloaders.run_config import load_config
+from forensics.replay import open_replayer
+from forensics.rescore import RescoreOptions
+from forensics.spike import SpikeOptions, run_spike
+from forensics_testing.demo.train import (
+    TinyModel,
+    iteration_batches,
+    megatron_log_line,
+    tiny_gpt2,
+    train,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 from forensics_testing.demo.build import DemoSpec, build_run  # noqa: E402
@@ -90,18 +102,6 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-
-    from dataloaders.run_config import load_config
-    from forensics.replay import open_replayer
-    from forensics.rescore import RescoreOptions
-    from forensics.spike import SpikeOptions, run_spike
-    from forensics_testing.demo.train import (
-        TinyModel,
-        iteration_batches,
-        megatron_log_line,
-        tiny_gpt2,
-        train,
-    )
 
     torch.set_num_threads(1)  # 2 shared cores: more threads only contend
     out: Path = args.out

@@ -19,6 +19,8 @@ from dataloaders.family import (
     listed_unit,
 )
 from dataloaders.hf.config import HFData
+from dataloaders.hf import open_hf_replayer
+from dataloaders.hf import record_shards
 
 
 class HFFamily(Family):
@@ -35,8 +37,6 @@ class HFFamily(Family):
     )
 
     def open(self, config: Any) -> Any:
-        from dataloaders.hf import open_hf_replayer
-
         return open_hf_replayer(config)
 
     def file_units(self, config: Any, replayer: Any) -> list[FileUnit]:
@@ -61,8 +61,6 @@ class HFFamily(Family):
         paths = [u.path for u in files.kept[config.data.name]]
         data["files"] = [str(p) for p in paths]
         if config.data.shards is not None and not any(isinstance(p, str) for p in paths):
-            from dataloaders.hf import record_shards
-
             data["shards"] = record_shards(paths)
         return data
 

@@ -30,8 +30,10 @@ import numpy as np
 import polars as pl
 
 from dataloaders.base import REPLAY_KEY_COLUMNS, Replayer, check_iterations, exposure_counts
+from dataloaders.console import make_console
 from dataloaders.errors import ForensicsError
 from dataloaders.hf import cache, order, packing, rows
+from dataloaders.hf.remote import local_copy
 from dataloaders.hf.shards import (
     infer_format,
     open_shards,
@@ -41,6 +43,7 @@ from dataloaders.hf.shards import (
     verify_shards,
 )
 from dataloaders.schedule import Schedule
+from dataloaders.tokenizer import load_tokenizer
 
 FILE_FACET = "file"
 
@@ -67,8 +70,6 @@ class HFReplayer(Replayer):
         if data.files is not None:
             files = resolve_files(list(data.files), config=self.source)
             if any(isinstance(f, str) for f in files):
-                from dataloaders.hf.remote import local_copy
-
                 for url in (f for f in files if isinstance(f, str)):
                     urls[local_copy(url, data.storage_options)] = url
                 local = {u: p for p, u in urls.items()}
@@ -108,8 +109,6 @@ class HFReplayer(Replayer):
 
     @cached_property
     def _tokenizer(self) -> Any:
-        from dataloaders.tokenizer import load_tokenizer
-
         path = self.config.tokenizer
         tok = load_tokenizer(path, self.config.tokenizer_merges)
         if not hasattr(tok, "encode_batch"):  # Megatron's SentencePiece / tiktoken decoders
@@ -153,8 +152,6 @@ class HFReplayer(Replayer):
 
     def _build_plan(self) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         from rich.progress import Progress
-
-        from dataloaders.console import make_console
 
         console = make_console(stderr=True)
         total = self.data.epochs * (self.data.world_size if self.data.streaming else 1)

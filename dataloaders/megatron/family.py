@@ -20,6 +20,10 @@ from dataloaders.megatron.saved_run import (
     is_megatron_save_folder,
 )
 from dataloaders.run_config import RunConfig
+from dataloaders.data_sections import MegatronData
+from dataloaders.family_base import Family
+from dataloaders.family_base import RestartFile
+from dataloaders.megatron.replayer import open_megatron_replayer
 
 
 class MegatronFamily(Family):
@@ -29,13 +33,10 @@ class MegatronFamily(Family):
         "restart-rebuilt.flags", "the checkpoint pin and the new --data-path", True
     )
     rebuilds_documents = True
-    token_files = True
     launch_per_stage = True
     save_files = f"iter_NNNNNNN/ checkpoints or {TRACKER}"
 
     def open(self, config: Any) -> Any:
-        from dataloaders.megatron.replayer import open_megatron_replayer
-
         return open_megatron_replayer(config)
 
     def stage_starts(self, data: Any) -> list[int]:

@@ -33,6 +33,10 @@ from typing import Any
 import numpy as np
 
 from dataloaders.errors import DataError
+from dataloaders.megatron.checked import checked_once
+from dataloaders.megatron.remote import open_remote
+from dataloaders.storage.arrays import RemoteArray
+from dataloaders.storage.urls import shown
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -100,8 +104,6 @@ class IndexedDataset:
         if remote is not None:
             # megatron-core's object-storage path (dataloaders/megatron/remote.py): the .idx
             # cached at `prefix`, the .bin read by ranges; `bin_file` is then its identity stamp.
-            from dataloaders.megatron.remote import open_remote
-
             self._remote_bin, self.bin_file = open_remote(remote, self.prefix)
         for path in (self.idx_file, self.bin_file):
             if not path.is_file():
@@ -179,7 +181,6 @@ class IndexedDataset:
             )
         if s == 0:
             return
-        from dataloaders.megatron.checked import checked_once
 
         checked_once("idx-check", [self.idx_file, self.bin_file], self._check_arrays)
 
@@ -223,8 +224,6 @@ class IndexedDataset:
     @property
     def bin_name(self) -> str:
         """The `.bin` as messages name it: its URL when it is in object storage."""
-        from dataloaders.storage.urls import shown
-
         return shown(f"{self.remote}.bin") if self.remote else str(self.bin_file)
 
     # -- sizes -----------------------------------------------------------------------------
@@ -249,8 +248,6 @@ class IndexedDataset:
     def tokens(self) -> np.ndarray:
         """The whole `.bin` as one memory-mapped 1-D array of the dataset's dtype."""
         if self._remote_bin is not None:
-            from dataloaders.storage.arrays import RemoteArray
-
             if self._bin_map is None:
                 count = self.bin_size // self.dtype.itemsize
                 self._bin_map = RemoteArray(
@@ -308,8 +305,6 @@ class IndexedDataset:
                 for block in iter(lambda: stream.read(1 << 22), b""):
                     digest.update(block)
             return {"sha256": digest.hexdigest()}
-
-        from dataloaders.megatron.checked import checked_once
 
         self._idx_digest: str = str(checked_once("idx-sha256", [self.idx_file], sha256)["sha256"])
         return self._idx_digest

@@ -21,6 +21,7 @@ from typing import Any
 
 from dataloaders.errors import ConfigError
 from dataloaders.storage.faults import StorageError
+from dataloaders.storage.objects import cached_copy, head
 from dataloaders.storage.urls import scheme_of, shown
 
 SCHEMES = ("s3", "msc")  # object_storage_utils.py:16-17
@@ -81,8 +82,6 @@ def open_remote(url: str, prefix: Path) -> tuple[Any, Path]:
     stamp file `prefix.bin.object.json` whose contents change when the `.bin` object does (so
     the checks cached per file version are made again for a new object)."""
     import json
-
-    from dataloaders.storage.objects import cached_copy, head
 
     _, idx = cached_copy(f"{url}.idx", Path(f"{prefix}.idx"), "default-session")
     info = head(f"{url}.bin", "default-session")

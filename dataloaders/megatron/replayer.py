@@ -24,10 +24,13 @@ from dataloaders.megatron.gpt_indices import split_range
 from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.megatron.manifests import Manifests
 from dataloaders.megatron.segments import fill_segments, sample_spans
+from dataloaders.megatron.shares import split_token_shares, stage_blend_shares
 from dataloaders.megatron.sources import GPTSource, Stage
 from dataloaders.progress import progress_bar as _progress
 from dataloaders.run_config import RunConfig
 from dataloaders.schedule import Schedule
+from dataloaders.token_bytes import decode_arrays
+from dataloaders.tokenizer import load_tokenizer
 
 EXPOSURE_CHUNK = 4_000_000  # samples per vectorised chunk when scanning long ranges
 FILL_PART = 65_536  # samples per compiled fill of the replay table (fills run in threads)
@@ -108,14 +111,10 @@ class MegatronReplayer(Replayer):
 
     def blend_shares(self, stage: int) -> tuple[dict[str, float], str]:
         """Each dataset's share of data stage `stage`'s samples, and what it comes from."""
-        from dataloaders.megatron.shares import stage_blend_shares
-
         return stage_blend_shares(self, stage), "blend"
 
     def facet_shares(self, facet: str) -> pl.DataFrame | None:
         """dataset, key, share: each facet value's share of its dataset's samples."""
-        from dataloaders.megatron.shares import split_token_shares
-
         return split_token_shares(self, facet)
 
     def save_cache(self) -> None:
@@ -290,8 +289,6 @@ class MegatronReplayer(Replayer):
 
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from dataloaders.tokenizer import load_tokenizer
-
             args = self.config.tokenizer_args
             self._tokenizer = load_tokenizer(
                 self.config.tokenizer,
@@ -336,8 +333,6 @@ class MegatronReplayer(Replayer):
         tokenizer or dtype code that does not belong to the data would decode them to nothing).
         `token_bytes.decode_arrays`: the library's decoding, through a byte table where that
         is the same."""
-        from dataloaders.token_bytes import decode_arrays
-
         top = int(np.concatenate(ids).max()) if any(len(x) for x in ids) else -1
         if top >= self.vocab_size():
             raise ForensicsError(

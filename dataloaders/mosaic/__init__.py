@@ -14,6 +14,7 @@ __all__ = ["open_mosaic_replayer"]
 
 def open_mosaic_replayer(config: Any) -> Any:
     """The Replayer of a `format: mosaic-streaming` run config (checks shards up front)."""
+    # lazy: the package stays light, so its config model can be imported below the replayer
     from dataloaders.mosaic.replayer import MosaicReplayer
 
     return MosaicReplayer(config)

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from dataloaders.atomic import write_parquet_atomic
+from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from dataloaders.cache_dir import forensics_cache
 
 LAYOUT = 2  # bump when the transcription or the table layout changes
@@ -61,8 +61,6 @@ def load_sizes(key: str) -> list[dict[str, Any]] | None:
 
 
 def save_sizes(key: str, segments: list[dict[str, Any]]) -> None:
-    from dataloaders.atomic import write_json_atomic
-
     folder = cache_root()
     try:
         folder.mkdir(parents=True, exist_ok=True)

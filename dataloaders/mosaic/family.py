@@ -21,6 +21,8 @@ from dataloaders.family import (
     listed_unit,
 )
 from dataloaders.mosaic.config import MosaicData
+from dataloaders.mosaic import open_mosaic_replayer
+from dataloaders.mosaic.mds import INDEX
 
 REBUILT_SUFFIX = "_rebuilt"  # a rebuilt stream's folder: <stream>_rebuilt/ in the output
 
@@ -40,8 +42,6 @@ class MosaicFamily(Family):
     )
 
     def open(self, config: Any) -> Any:
-        from dataloaders.mosaic import open_mosaic_replayer
-
         return open_mosaic_replayer(config)
 
     def file_units(self, config: Any, replayer: Any) -> list[FileUnit]:
@@ -81,8 +81,6 @@ class MosaicFamily(Family):
     def stage_folders(self, config: Any, files: KeptFiles, staging: Path) -> None:
         """Each rebuilt stream's folder: index.json listing its kept shards (the original
         entries, in order) and a link to each kept shard file."""
-        from dataloaders.mosaic.mds import INDEX
-
         for spec in config.data.streams:
             name = spec.display_name
             if name not in files.folders:

@@ -25,6 +25,7 @@ import numpy as np
 
 from dataloaders.errors import ForensicsError
 from dataloaders.mosaic.compression import decompress, require_codec
+from dataloaders.mosaic.remote import fetch
 
 INDEX = "index.json"
 
@@ -81,8 +82,6 @@ def open_stream(local: Path, remote: str | None = None) -> MDSStream:
     `remote`, is downloaded into `local` when a sample of it is first read (remote.py)."""
     index = local / INDEX
     if remote is not None and not index.is_file():
-        from dataloaders.mosaic.remote import fetch
-
         fetch(remote, INDEX, index)
     if not index.is_file():
         raise ForensicsError(f"{index}: not found (a MosaicML streaming directory has index.json)")
@@ -195,8 +194,6 @@ def shard_buffer(shard: Shard) -> Any:
 def _download(shard: Shard) -> None:
     """Bring a shard from its stream's remote into `local` (the compressed file when the index
     lists one, else the raw file; stream.py:376-399), checked against the index's size."""
-    from dataloaders.mosaic.remote import fetch
-
     target = shard.zip_path if shard.zip_path is not None else shard.path
     if shard.path.is_file() or target.is_file():
         return

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dataloaders.storage import cached_copy
 from dataloaders.storage.urls import join, scheme_of, shown
 
 SCHEMES = ("s3",)
@@ -41,7 +42,5 @@ def check_remote(remote: str) -> str:
 
 def fetch(remote: str, basename: str, dest: Path) -> Path:
     """`remote/basename` downloaded to `dest` (kept by its ETag and size: fetched once)."""
-    from dataloaders.storage import cached_copy
-
     path, _ = cached_copy(join(remote, basename), dest, "s3-endpoint-env")
     return path

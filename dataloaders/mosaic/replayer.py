@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from dataloaders.base import REPLAY_KEY_COLUMNS, Replayer, check_iterations, exposure_counts
+from dataloaders.console import make_console
 from dataloaders.errors import ForensicsError
 from dataloaders.mosaic import cache, mds
 from dataloaders.mosaic.order import (
@@ -33,6 +34,7 @@ from dataloaders.mosaic.order import (
     choose_per_stream,
     default_block_size,
     default_canonical_nodes,
+    epoch_partition,
     loader_steps,
     partition_positions,
 )
@@ -283,8 +285,6 @@ class MosaicReplayer(Replayer):
         return frame
 
     def _build_segment(self, seg: Segment) -> pl.DataFrame:
-        from dataloaders.mosaic.order import epoch_partition
-
         plan, world = self._plan(seg.setting)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -305,8 +305,6 @@ class MosaicReplayer(Replayer):
         """iteration, position, sample rows of iterations first..last; segments not yet in
         memory are built (or read from the cache) under a progress bar."""
         from rich.progress import Progress
-
-        from dataloaders.console import make_console
 
         wanted = [s for s in self.segments if s.last >= first and s.first <= last]
         console = make_console(stderr=True)

@@ -17,6 +17,8 @@ from dataloaders.errors import ForensicsError
 from dataloaders.olmo_core import files
 from dataloaders.olmo_core.repetition import masked_instances
 from dataloaders.progress import progress_bar as _progress
+from dataloaders.token_bytes import decode_arrays
+from dataloaders.tokenizer import load_tokenizer
 
 FILE_FACET = "file"
 
@@ -93,8 +95,6 @@ class OlmoCoreDocuments:
 
     @cached_property
     def _tokenizer(self) -> Any:
-        from dataloaders.tokenizer import load_tokenizer
-
         if self.config.tokenizer is None:
             raise ForensicsError(
                 f"{self._where}decoding text needs the run's tokenizer (tokenizer:)"
@@ -108,8 +108,6 @@ class OlmoCoreDocuments:
 
     def _decode(self, seg: dict[str, np.ndarray]) -> list[str]:
         """Text of document pieces (file, doc, token_start, token_end within the document)."""
-        from dataloaders.token_bytes import decode_arrays  # numba: loaded when text is needed
-
         ids = []
         keys = ("file", "doc", "token_start", "token_end")
         for k, d, a, b in zip(*(seg[key].tolist() for key in keys), strict=True):

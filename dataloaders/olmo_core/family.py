@@ -24,6 +24,7 @@ from dataloaders.family import (
 from dataloaders.olmo_core.config import OlmoCoreData
 from dataloaders.olmo_core.saved_config import is_olmo_core_save_folder, saved_run_config
 from dataloaders.run_config import RunConfig
+from dataloaders.olmo_core import open_olmo_core_replayer
 
 
 class OlmoCoreFamily(Family):
@@ -51,8 +52,6 @@ class OlmoCoreFamily(Family):
         return saved_run_config(folder, say)
 
     def open(self, config: Any) -> Any:
-        from dataloaders.olmo_core import open_olmo_core_replayer
-
         return open_olmo_core_replayer(config)
 
     def stage_starts(self, data: Any) -> list[int]:

@@ -28,6 +28,10 @@ from typing import Any
 import numpy as np
 
 from dataloaders.errors import ForensicsError
+from dataloaders.olmo_core import cache
+from dataloaders.olmo_core.remote import metadata_copy
+from dataloaders.storage import head
+from dataloaders.storage.arrays import RemoteArray
 from dataloaders.storage.urls import is_remote
 
 # OLMo-core's dataset fingerprint format (NumpyDatasetBase.fingerprint_version).
@@ -54,8 +58,6 @@ def token_array(f: TokenFile, dtype: Any) -> Any:
     ranges (dataloaders/storage/arrays.py), made once per file."""
     if f._array is None:
         if f.remote is not None:
-            from dataloaders.storage.arrays import RemoteArray
-
             f._array = RemoteArray(f.remote, dtype, f.tokens, rules="scheme-profiles")
         else:
             f._array = np.memmap(f.path, mode="r", dtype=dtype, shape=(f.tokens,))
@@ -196,8 +198,6 @@ def _ends_from_metadata(f: TokenFile) -> np.ndarray:
 def document_ends(f: TokenFile, data: Any) -> np.ndarray:
     """Exclusive end token of every document of the file (file coordinates), the last = tokens."""
     if f._doc_ends is None:
-        from dataloaders.olmo_core import cache
-
         key = {"eos": data.eos_token_id, "bos": data.bos_token_id, "dtype": data.dtype}
         if f.remote is not None:  # keyed by the objects' identity
             if f.metadata is not None:
@@ -246,9 +246,6 @@ def open_remote_file(name: str, url: str, data: Any, item: int) -> TokenFile:
     """A token file in object storage, read as OLMo-core's io.py reads it (its size by HEAD,
     `get_file_size`; its tokens by byte ranges, `get_bytes_range`), with the Dolma metadata
     beside it (`x.csv.gz`) copied into the cache when it exists."""
-    from dataloaders.olmo_core.remote import metadata_copy
-    from dataloaders.storage import head
-
     info = head(url, "scheme-profiles")
     if info.size % item:
         raise ForensicsError(

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dataloaders.cache_dir import forensics_cache
+from dataloaders.storage import cached_copy
 from dataloaders.storage.faults import StorageError
 from dataloaders.storage.urls import parse, scheme_of, shown
 
@@ -39,8 +40,6 @@ def check_scheme(url: str, where: str) -> str:
 
 def metadata_copy(url: str) -> Path | None:
     """A local copy of the Dolma metadata beside the token file `url`, or None without one."""
-    from dataloaders.storage import cached_copy
-
     meta = url.replace(".npy", ".csv.gz")  # OLMo-core's rule, as for local files
     if meta == url:
         return None

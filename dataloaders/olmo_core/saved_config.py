@@ -21,6 +21,10 @@ from typing import Any
 
 from dataloaders.errors import ForensicsError
 from dataloaders.run_config import RunConfig, config_from_dict
+from dataloaders.olmo_core.remote import SCHEMES
+from dataloaders.olmo_core.state import load_trainer_state
+from dataloaders.storage.urls import scheme_of
+from dataloaders.storage.urls import shown
 from dataloaders.trainers.olmo_core import OLMoCore
 
 CONFIG_NAME = "config.json"
@@ -102,9 +106,6 @@ def _whole(section: dict[str, Any], key: str, where: Path, name: str, least: int
 def _local(path: str, where: Path) -> str:
     """A saved token-file path as the config names it: a URL in a scheme OLMo-core's io reads
     stays a URL (read through the storage layer, dataloaders/olmo_core/remote.py)."""
-    from dataloaders.olmo_core.remote import SCHEMES
-    from dataloaders.storage.urls import scheme_of, shown
-
     if path.startswith(_REMOTE) and scheme_of(path) not in SCHEMES:
         raise ForensicsError(
             f"{where}: the run read token files from {shown(path)}, a scheme this tool does "
@@ -173,8 +174,6 @@ def _dataset_fields(dataset: dict[str, Any], where: Path) -> dict[str, Any]:
 
 
 def _trainer_state(step_dir: Path) -> dict[str, Any]:
-    from dataloaders.olmo_core.state import load_trainer_state
-
     path = step_dir / "train" / "rank0.pt"
     if not path.is_file():
         raise ForensicsError(f"{path}: trainer state not found")

@@ -29,6 +29,16 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from forensics.cluster.expected import expected_shares
+from forensics.cluster.presence import window_presence
+from forensics.cluster.verdict import (
+    MIN_ENRICHMENT,
+    P_MAX,
+    assign_verdicts,
+    baseline_rule,
+    window_dirty_rule,
+)
+
 if TYPE_CHECKING:
     from forensics.cluster.expected import Blend
 
@@ -94,16 +104,6 @@ def fitted_verdicts(
     Nesting then names the most specific group, as always.
     A new group that is not dirty is "new, clean" (verdict clean), never a suspect.
     """
-    from forensics.cluster.expected import expected_shares
-    from forensics.cluster.presence import window_presence
-    from forensics.cluster.verdict import (
-        MIN_ENRICHMENT,
-        P_MAX,
-        assign_verdicts,
-        baseline_rule,
-        window_dirty_rule,
-    )
-
     if clusters.height:
         clusters = clusters.join(window_presence(clusters, window_docs, replay, window), on="id")
         clusters = clusters.join(expected_shares(clusters, blend), on="id")

@@ -25,6 +25,9 @@ import polars as pl
 
 from forensics.cluster.sample import SampleDesign
 from forensics.cluster.source import estimated_flagged, prepare_docs
+from forensics.cluster.baseline_fit import dirty_in_window
+from forensics.cluster.verdict import P_MAX
+from forensics.score import FLAG_THRESHOLD
 
 
 def unexplained_groups(ranked: pl.DataFrame) -> pl.DataFrame:
@@ -48,8 +51,6 @@ def new_unchecked(ranked: pl.DataFrame) -> pl.DataFrame:
     """Source groups new in the window (significantly: the baseline test's p < P_MAX) whose
     share the blend explains and that no scorer flags: not evidence against the data, but
     content only the model's view can check. Outside any culprit, largest first."""
-    from forensics.cluster.verdict import P_MAX
-
     needed = {"new_in_window", "dirty", "kind", "verdict", "explained_by", "p_value"}
     if ranked.height == 0 or not needed <= set(ranked.columns):
         return ranked.head(0)
@@ -67,8 +68,6 @@ def new_unchecked(ranked: pl.DataFrame) -> pl.DataFrame:
 def looks_like_baseline(ranked: pl.DataFrame) -> bool:
     """The clean control's verdict: no culprit, no dirty group outside a culprit, and no
     unexplained over-representation."""
-    from forensics.cluster.baseline_fit import dirty_in_window
-
     if ranked.height and "verdict" in ranked.columns:
         if ranked.filter(pl.col("verdict") == "culprit").height:
             return False

@@ -16,6 +16,9 @@ from typing import Protocol
 import numpy as np
 import polars as pl
 
+from dataloaders.atomic import write_parquet_atomic
+from dataloaders.console import make_console
+from forensics.cluster.static_model import StaticEmbedder, is_static_model_dir
 from forensics.errors import ForensicsError
 
 # Documents embedded per run (window + baseline). The default static model (model2vec distilled
@@ -106,8 +109,6 @@ def default_cap(model: str | os.PathLike[str] | None = None, device: str = "cpu"
 
 
 def _uses_static(model: str | os.PathLike[str] | None, device: str) -> bool:
-    from forensics.cluster.static_model import is_static_model_dir
-
     if model is None:
         # On a GPU the transformer is fast: the default there is MiniLM itself.
         return not device.startswith("cuda")
@@ -128,8 +129,6 @@ def make_embedder(
     sentence-transformers model.
     """
     if _uses_static(model, device):
-        from forensics.cluster.static_model import StaticEmbedder
-
         if device.startswith("cuda"):
             raise ForensicsError(
                 f"--device {device}: the static model runs on the CPU; use --embed-model minilm "
@@ -184,8 +183,6 @@ class EmbeddingCache:
         return dict(zip(found["hash"].to_list(), matrix, strict=True))
 
     def put(self, hashes: list[str], vectors: np.ndarray) -> None:
-        from dataloaders.atomic import write_parquet_atomic
-
         if not hashes:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -219,8 +216,6 @@ def embed_texts(
     new: dict[str, np.ndarray] = {}
     if todo:
         from rich.progress import Progress
-
-        from dataloaders.console import make_console
 
         console = make_console(stderr=True)  # off a terminal a bar only leaves blank lines
         shown = progress and len(todo) > chunk and console.is_terminal

@@ -31,6 +31,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from forensics.cluster.source import MISSING_KEY
+from forensics.cluster.stats import P_FLOOR, holm
+from forensics.cluster.verdict import MIN_ENRICHMENT, P_MAX
+
 EXPECTED_COLUMNS = {
     "expected_share": pl.Float64,  # of the window's samples, per the blend (null: unknown)
     "blend_ratio": pl.Float64,  # observed sample share / expected share
@@ -93,7 +97,6 @@ def _group_expectation(blend: Blend, facet: str, keys: list[str]) -> dict[str, f
     """key -> expected share of the window's samples for the groups of one facet."""
     if facet == "dataset":
         return {k: blend.shares.get(k, 0.0) for k in keys}
-    from forensics.cluster.source import MISSING_KEY
 
     table = blend.facet_shares(facet)
     if table is None:
@@ -117,8 +120,6 @@ def expected_shares(clusters: pl.DataFrame, blend: Blend | None) -> pl.DataFrame
     groups whose share of their dataset the replayer cannot tell). `clusters` needs `id`,
     `kind`, `facet`, `key` and `sample_share` (presence.py)."""
     from scipy.stats import binom
-
-    from forensics.cluster.stats import P_FLOOR, holm
 
     expected: list[float | None] = [None] * clusters.height
     if blend is not None:
@@ -152,8 +153,6 @@ def expected_shares(clusters: pl.DataFrame, blend: Blend | None) -> pl.DataFrame
 
 def blend_note(blend: Blend) -> str:
     """A note for the report: where the expected shares come from."""
-    from forensics.cluster.verdict import MIN_ENRICHMENT, P_MAX
-
     stages = ", ".join(f"stage {n} (from iteration {first})" for n, first in blend.stages)
     return (
         f"expected shares: the {blend.basis} of data {stages}, over the window's "

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dataloaders.megatron.checked import checked_once
 from forensics.errors import ForensicsError
 
 PCA_DIMS = 256
@@ -110,8 +111,6 @@ def weights_digest(weights: Path) -> str:
             for block in iter(lambda: stream.read(1 << 22), b""):
                 digest.update(block)
         return {"blake2b": digest.hexdigest()}
-
-    from dataloaders.megatron.checked import checked_once
 
     return str(checked_once("model-weights", [weights], content)["blake2b"])
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from forensics.cluster.stats import SUSPICION_FORMULA
+from forensics.errors import ForensicsError
 
 P_MAX = 1e-3  # corrected p-value below which a test counts
 MIN_ENRICHMENT = 1.5  # over-representation must also be large, not merely significant
@@ -301,7 +302,5 @@ def culprit_docs(
     positions = rows["members"].to_numpy()
     docs = window_docs.select("dataset", "doc_id")
     if positions.size and positions.max() >= docs.height:
-        from forensics.errors import ForensicsError
-
         raise ForensicsError("culprit_docs: cluster members do not match these window documents")
     return docs.gather(positions).with_columns(pl.Series("cluster", rows["id"]))

@@ -11,10 +11,13 @@ other one, and prints what the chosen trainer's string drops.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from dataloaders.console import make_console
+from dataloaders.run_config import RunConfig, load_config
+from dataloaders.trainers import check_trainer, get_trainer
 from forensics.commands.options import (
     ConfigOption,
     FromCheckpointOption,
@@ -22,11 +25,15 @@ from forensics.commands.options import (
     TrainerOption,
 )
 from forensics.errors import ForensicsError
-from forensics.skip.validate import describe_config
-
-if TYPE_CHECKING:
-    from dataloaders.run_config import RunConfig
-    from forensics.skip.plan import SkipPlan
+from forensics.from_checkpoint import step_of_skip_file
+from forensics.replay import open_replayer
+from forensics.run_source import resolve_run_config
+from forensics.skip import expand
+from forensics.skip.action import REBUILD, REMOVE
+from forensics.skip.flags import verify_flag
+from forensics.skip.plan import SkipPlan
+from forensics.skip.tracker import read_tracker
+from forensics.skip.validate import describe_config, validate_for_run
 
 
 def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None) -> SkipPlan:
@@ -40,14 +47,6 @@ def verify_skip(
 ) -> tuple[SkipPlan, list[str]]:
     """check_skip, also returning notes for the user (the run directory moved, the checkpoint
     list changed) on a skip file that still fits."""
-    from dataloaders.run_config import RunConfig, load_config
-    from dataloaders.trainers import check_trainer, get_trainer
-    from forensics.replay import open_replayer
-    from forensics.skip.flags import verify_flag
-    from forensics.skip.plan import SkipPlan
-    from forensics.skip.tracker import read_tracker
-    from forensics.skip.validate import validate_for_run
-
     plan = SkipPlan.read(path)
     if isinstance(config, RunConfig):
         run, label = config, describe_config(config)
@@ -86,8 +85,6 @@ def verify_skip(
 def ahead_line(action: dict) -> str | None:
     """When the plan leads with removing the culprit (rebuild or remove), the reason and the
     command again: a valid skip file is still only the stopgap. None for a skip-only plan."""
-    from forensics.skip.action import REBUILD, REMOVE
-
     if action.get("kind") not in (REBUILD, REMOVE):
         return None
     return f"{action['why']}. First: {action['command']}"
@@ -103,11 +100,6 @@ def check_skip_command(
     """Refuse a skip file made for another run (config, blend or data files changed); run each
     trainer's loop on its string and show what the chosen trainer's string drops."""
     from rich.markup import escape
-
-    from dataloaders.console import make_console
-    from forensics.from_checkpoint import step_of_skip_file
-    from forensics.run_source import resolve_run_config
-    from forensics.skip import expand
 
     step = step_of_skip_file(skip_file) if from_checkpoint is not None else None
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)

@@ -7,6 +7,11 @@ from typing import Annotated
 
 import typer
 
+from dataloaders.console import make_console
+from forensics.errors import ForensicsError
+from forensics.manifest import build_manifest, null_notes
+from forensics.outputs import check_output_file
+
 
 def manifest_command(
     jsonl: Annotated[

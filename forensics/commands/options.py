@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from dataloaders.trainers import trainer_help
+from forensics.errors import ForensicsError
 
 ConfigOption = Annotated[
     Path | None,
@@ -67,8 +68,6 @@ def check_steps(recovery_window: int, plateau_steps: int, **thresholds: float) -
     thresholds (`grad_factor`, `z_threshold`, the half-lives) finite, a factor over 1 and the
     rest positive: nan compares false with everything, so a nan threshold never fires."""
     import math
-
-    from forensics.errors import ForensicsError
 
     for name, value in (("--recovery-window", recovery_window), ("--plateau-steps", plateau_steps)):
         if value <= 0:

@@ -1,6 +1,6 @@
 """`forensics rebuild`: the spike's block list removed from the data, and the restart's blend.
 
-Light at import time (typer and pathlib only); the writer loads when the command runs.
+Its dependencies are imported at the top; nothing heavy (torch, `datasets`) loads on import.
 """
 
 from __future__ import annotations
@@ -10,7 +10,13 @@ from typing import Annotated, Any
 
 import typer
 
+from dataloaders.storage import fetched
 from forensics.commands.options import ConfigOption, FromCheckpointOption, MegatronArgsOption
+from forensics.from_checkpoint import step_of_skip_file
+from forensics.rebuild import run_rebuild
+from forensics.rebuild.launches import paste_form
+from forensics.report.terminal import make_console
+from forensics.run_source import resolve_run_config
 
 
 def rebuild_command(
@@ -52,18 +58,12 @@ def rebuild_command(
     part of a file is refused) and the restart's new file list."""
     from rich.markup import escape
 
-    from forensics.rebuild import run_rebuild
-    from forensics.report.terminal import make_console
-    from forensics.run_source import resolve_run_config
-
     skip_file = spike_dir / "skip.json" if spike_dir.is_dir() else spike_dir
-    from forensics.from_checkpoint import step_of_skip_file
 
     step = step_of_skip_file(skip_file) if from_checkpoint is not None else None
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     result = run_rebuild(skip_file, run, out, force=force, keep=keep, upload_to=upload_to)
     console = make_console()
-    from dataloaders.storage import fetched
 
     if fetched.line():
         console.print(escape(fetched.line() or ""), soft_wrap=True)
@@ -86,8 +86,6 @@ def show_launches(console: Any, result: Any) -> None:
     """The restart, one launch per data stage from the rollback on, each with its flags file
     (the whole line, shell-quoted, for $(cat FILE)), then the recipe and the order notes."""
     from rich.markup import escape
-
-    from forensics.rebuild.launches import paste_form
 
     summary = result.summary
     launches = summary["launches"]

@@ -1,6 +1,7 @@
 """`forensics replay`: which documents did iterations S-W+1 .. S consume, as a Parquet table.
 
-Light at import time: the replayer (numpy, polars, numba) loads when the command runs.
+Its dependencies are imported at the top; a family's replayer (and `datasets` for HF runs)
+loads when the command opens it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,18 @@ from typing import Annotated, Any
 
 import typer
 
+from dataloaders.atomic import write_parquet_atomic
+from dataloaders.console import make_console
+from dataloaders.storage import fetched
 from forensics.commands.options import ConfigOption, FromCheckpointOption, MegatronArgsOption
+from forensics.errors import ForensicsError
+from forensics.outputs import check_output_file, run_inputs
+from forensics.replay import open_replayer
+from forensics.rescore.export import check_export_target, require_megatron, write_export
+from forensics.run_source import resolve_run_config
+from forensics.skip import json_fingerprint
+from forensics.spike.tokcheck import check_tokenizer
+from forensics.window import check_window
 
 
 def replay_command(
@@ -44,13 +56,6 @@ def replay_command(
     """Replay the run's data order: one row per (iteration, batch position, document segment)."""
     from rich.markup import escape
 
-    from dataloaders.atomic import write_parquet_atomic
-    from dataloaders.console import make_console
-    from forensics.errors import ForensicsError
-    from forensics.outputs import check_output_file, run_inputs
-    from forensics.replay import check_window, open_replayer
-    from forensics.run_source import resolve_run_config
-
     if out.suffix != ".parquet":
         raise ForensicsError(f"{out}: --out must be a .parquet file")
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
@@ -58,22 +63,15 @@ def replay_command(
     replayer = open_replayer(run)
     first, last = check_window(replayer, step, window)
     if tokens is not None:  # refuse before the replay: a wrong path costs nothing
-        from forensics.rescore.export import check_export_target, require_megatron
-
         require_megatron(replayer)
         check_export_target(tokens, force)
     table = replayer.replay(first, last, text=text, progress=progress)
     if text:  # decoded with a tokenizer that is not the data's, every text is fluent nonsense
-        from forensics.spike.tokcheck import check_tokenizer
-
         drawn = table.select("dataset", "doc_id").unique(maintain_order=True)
         check_tokenizer(replayer, drawn, run.tokenizer)
     write_parquet_atomic(table, out, overwrite=True)
     console = make_console(stderr=True)
     if tokens is not None:
-        from forensics.rescore.export import write_export
-        from forensics.skip import json_fingerprint
-
         fingerprint = json_fingerprint(replayer)
         meta = {"step": step, "window": [first, last], "fingerprint": fingerprint}
         info = write_export(replayer, table, tokens, meta, force=force, progress=progress)
@@ -86,7 +84,6 @@ def replay_command(
         f"iterations {first}-{last}: {samples} samples, {table.height} document segments "
         f"-> {escape(str(out))}"
     )
-    from dataloaders.storage import fetched
 
     if fetched.line():
         console.print(escape(fetched.line() or ""))

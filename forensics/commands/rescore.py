@@ -1,7 +1,7 @@
 """`forensics rescore`: run the pre-spike checkpoint over the window's exact samples.
 
-Light at import time: the pipeline (polars, numpy) loads when the command runs, torch and
-transformers only when a checkpoint is actually run. The rescoring options are defined here once
+The pipeline is imported at the top; torch and transformers load only when a checkpoint is
+actually run. The rescoring options are defined here once
 and shared with `forensics spike`.
 """
 
@@ -13,6 +13,8 @@ from typing import Annotated, Any
 import typer
 
 from forensics.commands.options import ConfigOption, FromCheckpointOption, MegatronArgsOption
+from forensics.rescore import RescoreOptions
+from forensics.rescore.command import run_rescore_command
 
 CheckpointOption = Annotated[
     Path | None,
@@ -61,7 +63,6 @@ def rescore_options(
     """RescoreOptions from the command line, or None when neither source was given."""
     if checkpoint is None and losses is None:
         return None
-    from forensics.rescore import RescoreOptions
 
     return RescoreOptions(
         checkpoint=checkpoint,
@@ -111,8 +112,6 @@ def rescore_command(
 ) -> None:
     """Rescore the window before a spike with a checkpoint (or losses computed elsewhere):
     rescore.parquet holds per-sample and per-segment losses as z-scores against a baseline."""
-    from forensics.rescore.command import run_rescore_command
-
     run_rescore_command(
         config=config,
         megatron_args=megatron_args,

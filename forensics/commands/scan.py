@@ -11,7 +11,11 @@ from typing import Annotated, Any
 
 import typer
 
+from dataloaders.console import make_console
+from dataloaders.storage import fetched
 from forensics.commands.options import ConfigOption, FromCheckpointOption, MegatronArgsOption
+from forensics.run_source import resolve_run_config
+from forensics.scan.run import STATE_DIR, ScanOptions, run_scan
 
 
 def scan_command(
@@ -52,9 +56,6 @@ def scan_command(
     """Replay iterations FROM..TO ahead of training, score every document (encoding garbage,
     template spam, OLMo 2's repeated n-grams per document and per instance), and write
     scan.parquet, a report, a block list and a preemptive skip.json for the dense stretches."""
-    from forensics.run_source import resolve_run_config
-    from forensics.scan.run import ScanOptions, run_scan
-
     run = resolve_run_config(config, megatron_args, from_checkpoint)
     options = ScanOptions(
         first=first,
@@ -71,7 +72,6 @@ def scan_command(
         result = run_scan(run, out, options)
     if not quiet:
         _print_summary(result, first, last, threshold, out)
-    from dataloaders.storage import fetched
 
     here = os.getpid()  # shards run here are in this process's count already
     remote = fetched.total() + sum(
@@ -90,8 +90,6 @@ def _first_scan_leaves_nothing(out: Path) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        from forensics.scan.run import STATE_DIR
-
         parts = out / STATE_DIR / "parts"
         done = parts.is_dir() and any(parts.iterdir())
         if not existed and out.is_dir() and not done:
@@ -103,8 +101,6 @@ def _first_scan_leaves_nothing(out: Path) -> Iterator[None]:
 def _print_summary(result: Any, first: int, last: int, threshold: float, out: Path) -> None:
     """What the scan found, on stdout: the flagged share, the dense stretches, the notes."""
     from rich.markup import escape
-
-    from dataloaders.console import make_console
 
     console = make_console()
     scan = result.scan

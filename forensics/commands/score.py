@@ -7,7 +7,11 @@ from typing import Annotated
 
 import typer
 
+from dataloaders.atomic import write_parquet_atomic
+from dataloaders.console import make_console
 from forensics.errors import ForensicsError
+from forensics.outputs import check_output_file
+from forensics.score import FLAG_THRESHOLD, score_table
 
 
 def _first_bad_json_line(path: Path) -> tuple[int, str] | None:
@@ -91,10 +95,6 @@ def score_command(
     flagged) with a short garbage_reason / spam_reason for flagged rows. Template spam is found
     across all rows of INPUT, so score a whole batch at once.
     """
-    from dataloaders.atomic import write_parquet_atomic
-    from forensics.outputs import check_output_file
-    from forensics.score import FLAG_THRESHOLD, score_table
-
     check_output_file(out, force=force, inputs=[input])
     df = _read_table(input)
     if df.width == 0:
@@ -112,7 +112,6 @@ def score_command(
     write_parquet_atomic(scored, out, overwrite=True)
     if quiet:
         return
-    from dataloaders.console import make_console
 
     n = scored.height - blank - number
     g = int((scored["garbage_score"] >= FLAG_THRESHOLD).sum())

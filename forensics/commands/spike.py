@@ -1,7 +1,7 @@
 """`forensics spike`: from a spike's iteration to the culprit, the rollback and the skip list.
 
-Light at import time (typer and pathlib only): the pipeline, polars, torch and friends load when
-the command runs.
+The pipeline is imported at the top; torch, transformers and sentence-transformers load only
+when a stage uses them.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from dataloaders.storage import fetched
 from forensics.commands.options import (
     ConfigOption,
     EngineOption,
@@ -31,6 +32,11 @@ from forensics.commands.rescore import (
 )
 from forensics.errors import ForensicsError
 from forensics.rollback import SPIKE_WINDOW
+from forensics.outputs import fresh_output
+from forensics.run_source import resolve_run_config
+from forensics.spike import SpikeOptions
+from forensics.spike import run_spike
+from forensics.window import SPIKE_WINDOW
 
 StepOption = Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")]
 
@@ -212,7 +218,6 @@ def spike_command(
     target = out or Path.cwd() / f"spike-{step}"
     with fresh_output(target, target / ".cache"):  # a failed first run leaves no directory
         run_spike(run, target, options)
-    from dataloaders.storage import fetched
 
     if fetched.line():
         print(fetched.line())

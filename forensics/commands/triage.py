@@ -16,6 +16,9 @@ from typing import Annotated, Any
 import typer
 
 from dataloaders.trainers import REGISTRY as TRAINERS
+from dataloaders.checkpoints import checkpoint_iterations
+from dataloaders.console import make_console
+from dataloaders.run_config import load_config
 from forensics.commands.options import (
     CheckpointsOption,
     GradFactorOption,
@@ -25,7 +28,15 @@ from forensics.commands.options import (
     check_steps,
 )
 from forensics.errors import ForensicsError
-from forensics.triage.formats import triage_help
+from forensics.inputs_guard import check_input_path
+from forensics.outputs import check_output_dir, fresh_output, hold_lock
+from forensics.publish_set import finish_before_writing
+from forensics.triage.analyze import triage
+from forensics.triage.config import RunInfo, TriageConfig
+from forensics.triage.formats import FORMATS, detect_format, triage_help
+from forensics.triage.readers import LogWarning, read_log
+from forensics.triage.report import OUTPUT_NAMES, STATE_DIR, terminal_lines, write_outputs
+from forensics.window import stage_starts
 
 
 def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
@@ -100,14 +111,6 @@ def triage_command(
     """Triage a loss curve: spikes (benign/malignant/undecided), alarms, divergence, plateaus."""
     from rich.markup import escape
 
-    from dataloaders.console import make_console
-    from forensics.outputs import check_output_dir
-    from forensics.publish_set import finish_before_writing
-    from forensics.triage.analyze import triage
-    from forensics.triage.config import RunInfo
-    from forensics.triage.formats import FORMATS, detect_format
-    from forensics.triage.report import OUTPUT_NAMES, STATE_DIR, terminal_lines
-
     if format not in FORMATS:
         raise ForensicsError(f"--format {format}: unknown; choose one of {', '.join(FORMATS)}")
     cfg = detector_settings(
@@ -148,8 +151,6 @@ def detector_settings(
     plateau_steps: int,
 ) -> Any:
     """The detectors' TriageConfig from the command line, each number checked first."""
-    from forensics.triage.config import TriageConfig
-
     check_steps(
         recovery_window,
         plateau_steps,
@@ -174,9 +175,6 @@ def read_run_config(run: Any, err: Any) -> Any:
     filled into the spike command, and a yellow line says its stages were not read; one that is
     here but does not load is refused (load_config's one-line error)."""
     from rich.markup import escape
-
-    from dataloaders.run_config import load_config
-    from forensics.window_plan import stage_starts
 
     if run.config_path is None:
         return run
@@ -205,9 +203,6 @@ def _publish(result: Any, out: Path, source: str, fmt: str, force: bool) -> list
     here (a full disk, a signal) removes a directory this run created, or else the lock folder
     it added to an existing one."""
     import shutil
-
-    from forensics.outputs import check_output_dir, fresh_output, hold_lock
-    from forensics.triage.report import OUTPUT_NAMES, STATE_DIR, write_outputs
 
     state = out / STATE_DIR
     had_state = state.exists()
@@ -239,8 +234,6 @@ def _read_log(log: Path, format: str, err: Any) -> Any:
     import warnings
 
     from rich.markup import escape
-
-    from forensics.triage.readers import LogWarning, read_log
 
     check_log_file(log)
     with warnings.catch_warnings(record=True) as caught:

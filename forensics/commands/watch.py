@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from dataloaders.console import make_console
 from forensics.commands.options import (
     CheckpointsOption,
     GradFactorOption,
@@ -23,8 +24,14 @@ from forensics.commands.options import (
     ZThresholdOption,
     check_steps,
 )
+from forensics.commands.triage import parse_checkpoints
 from forensics.errors import ForensicsError
+from forensics.outputs import fresh_output
+from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.formats import watch_help
+from forensics.watch.loop import LOCK_FILE, Watcher, WatchOptions
+from forensics.watch.sinks import WEBHOOK_FORMATS
+from forensics.watch.terminal import Terminal
 
 # The watcher's own options (the detectors' are triage's, in options.py).
 LogArgument = Annotated[
@@ -101,13 +108,6 @@ def watch_command(
     live: Annotated[bool, typer.Option(help="Live view when stdout is a terminal.")] = True,
 ) -> None:
     """Follow a training log as it grows: alarms, spike verdicts, divergence, plateaus."""
-    from dataloaders.console import make_console
-    from forensics.commands.triage import parse_checkpoints
-    from forensics.outputs import fresh_output
-    from forensics.triage.config import RunInfo, TriageConfig
-    from forensics.watch.loop import LOCK_FILE, Watcher, WatchOptions
-    from forensics.watch.terminal import Terminal
-
     on_malignant = _on_malignant(on_malignant, config, from_checkpoint)
     _check_seconds(interval=interval, stall_after=stall_after)
     check_steps(
@@ -195,8 +195,6 @@ def _absolute(path: str | None) -> str | None:
 
 def _check_webhook(webhook: str | None, webhook_format: str) -> None:
     """--webhook is an http(s) URL; --webhook-format one the watcher writes."""
-    from forensics.watch.sinks import WEBHOOK_FORMATS
-
     if webhook and not webhook.startswith(("http://", "https://")):
         raise ForensicsError(f"--webhook {webhook}: not an http(s) URL")
     if webhook_format not in WEBHOOK_FORMATS:

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from dataloaders.atomic import write_parquet_atomic
+from dataloaders.atomic import write_bytes_atomic, write_parquet_atomic
 
 FLOAT_DIGITS = 12  # significant digits of a float in content_digest
 
@@ -110,8 +110,6 @@ def cached_bytes(path: Path, compute: Callable[[], bytes | None]) -> bytes | Non
         pass
     data = compute()
     if data is not None:
-        from dataloaders.atomic import write_bytes_atomic
-
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_bytes_atomic(path, data)

@@ -7,6 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from dataloaders.console import make_console
+from forensics.fault_points import fault_point
+
 
 class StageClock:
     """Times stages (`timings[name]`, seconds, summed over repeats) and shows each on stderr."""
@@ -22,14 +25,10 @@ class StageClock:
         is the summary's): stages whose work shows its own progress bar (replay, decode, score,
         embed) get none here, rich cannot nest live displays; the others get a spinner. Off a
         terminal (a log) each stage is one line when done, with its time."""
-        from forensics.fault_points import fault_point
-
         fault_point(f"stage:{name}")  # tests only: FORENSICS_FAULT_AT (forensics/outputs.py)
         t0 = time.perf_counter()
         if self.progress:
             from rich.markup import escape
-
-            from dataloaders.console import make_console
 
             self._console = self._console or make_console(stderr=True)
             if not self._console.is_terminal:

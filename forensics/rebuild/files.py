@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.families import family_of, get_family
-from dataloaders.family import KeptFiles
+from dataloaders.family_base import KeptFiles
 from dataloaders.run_config import RunConfig
 from forensics.errors import ForensicsError
 from forensics.skip.plan import SkipPlan

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from dataloaders.megatron.config import DatasetSpec
+from dataloaders.data_sections import DatasetSpec
+from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.run_config import RunConfig
 from forensics.errors import ForensicsError
 from forensics.rebuild.launches import Launch, plan_launches
@@ -100,8 +102,6 @@ def plan_rebuild(
     upload_to: str | None = None,
 ) -> RebuildPlan:
     """Decide the datasets to filter and the stages of the rebuilt run (no files touched)."""
-    from dataloaders.megatron.indexed import IndexedDataset
-
     if keep not in RECIPES:
         raise ForensicsError(f"--keep {keep!r}: give one of {', '.join(RECIPES)}")
     stages = config.data.data_stages

@@ -39,13 +39,23 @@ import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
 from dataloaders.families import family_of
-from dataloaders.run_config import RunConfig, config_from_dict
+from dataloaders.megatron.filtered import write_without_documents
+from dataloaders.megatron.indexed import IndexedDataset
+from dataloaders.megatron.manifests import CHECK_COLUMNS, document_checks
+from dataloaders.run_config import RunConfig, config_from_dict, load_config
+from dataloaders.storage import upload
+from dataloaders.storage.urls import scheme_of
 from forensics.errors import ForensicsError
-from forensics.inputs_guard import check_unchanged
+from forensics.inputs_guard import check_unchanged, input_stats
 from forensics.outputs import check_output_dir, hold_lock, publish, run_inputs
 from forensics.publish_set import finish_before_writing
-from forensics.rebuild.plan import RebuildPlan, plan_rebuild
+from forensics.rebuild.files import plan_files, rebuilt_file_config, stage_files
+from forensics.rebuild.launches import data_path_file
+from forensics.rebuild.plan import RECIPES, RebuildPlan, plan_rebuild, rebuilt_config
+from forensics.rebuild.texts import write_file_texts, write_texts
+from forensics.replay import open_replayer
 from forensics.skip.plan import SkipPlan
+from forensics.skip.validate import validate_for_run
 
 SUMMARY_FILE = "rebuild.json"
 NOTE_FILE = "rebuild.md"
@@ -73,8 +83,6 @@ class RebuildResult:
 def output_names(plan: RebuildPlan) -> list[str]:
     """Every file name the rebuild publishes into --out (one flags and one data_path file per
     launch of the restart)."""
-    from forensics.rebuild.launches import data_path_file
-
     names = [SUMMARY_FILE, NOTE_FILE, CONFIG_FILE]
     for i, launch in enumerate(plan.launches):
         names += [launch.file, data_path_file(i, launch.first)]
@@ -113,10 +121,6 @@ def filtered_manifest(spec: Any, kept: np.ndarray) -> pl.DataFrame:
 
 def write_datasets(plan: RebuildPlan, staging: Path) -> dict[str, dict[str, Any]]:
     """The filtered `.bin/.idx` and manifest of each blocked dataset, into `staging`."""
-    from dataloaders.megatron.filtered import write_without_documents
-    from dataloaders.megatron.indexed import IndexedDataset
-    from dataloaders.megatron.manifests import CHECK_COLUMNS, document_checks
-
     counts = {}
     for name, (spec, prefix) in plan.datasets.items():
         drop = np.asarray(plan.skip.documents[name], dtype=np.int64)
@@ -151,10 +155,6 @@ def run_rebuild(
 ) -> RebuildResult:
     """The whole command; every refusal comes before anything is written. `keep`: the weight
     recipe of a rebuilt dataset (forensics.rebuild.plan.RECIPES)."""
-    from forensics.inputs_guard import input_stats
-    from forensics.rebuild.plan import RECIPES
-    from forensics.skip.validate import validate_for_run
-
     if keep not in RECIPES:
         raise ForensicsError(f"--keep {keep!r}: give one of {', '.join(RECIPES)}")
     inputs = input_stats(config)
@@ -173,7 +173,6 @@ def run_rebuild(
     raw = rebuilt_config_checked(config, plan, out)
     names = output_names(plan)
     check_outputs(out, config, names, force)
-    from forensics.rebuild.texts import write_texts
 
     result = RebuildResult(out=out, plan=plan, notes=result_notes)
     with staged(out) as staging:
@@ -189,8 +188,6 @@ def run_rebuild(
 
 def check_upload_to(upload_to: str, config: RunConfig) -> None:
     """`--upload-to`: an s3:// prefix, for a Megatron run (the file families rebuild lists)."""
-    from dataloaders.storage.urls import scheme_of
-
     if scheme_of(upload_to) != "s3":
         raise ForensicsError(f"--upload-to {upload_to}: give an s3:// prefix")
     if not family_of(config).rebuilds_documents:
@@ -203,8 +200,6 @@ def check_upload_to(upload_to: str, config: RunConfig) -> None:
 def upload_copies(plan: RebuildPlan, staging: Path, force: bool) -> None:
     """Each filtered copy's .bin and .idx under `plan.upload_to` (an existing object is kept
     unless --force), before anything is published."""
-    from dataloaders.storage import upload
-
     assert plan.upload_to is not None
     for _spec, prefix in plan.datasets.values():
         for suffix in (".bin", ".idx"):
@@ -236,10 +231,6 @@ def run_file_rebuild(
 ) -> RebuildResult:
     """A file-based run (forensics.rebuild.files): the rebuilt config without the blocked files,
     the new stream folders, the restart lines; refused in one line for part of a file."""
-    from forensics.rebuild.files import plan_files, rebuilt_file_config, stage_files
-    from forensics.rebuild.texts import write_file_texts
-    from forensics.replay import open_replayer
-
     plan = plan_files(config, skip, open_replayer(config), out)
     raw = rebuilt_file_config(config, plan)
     config_from_dict(json.loads(json.dumps(raw)), base_dir=out, source=None)
@@ -259,8 +250,6 @@ def run_file_rebuild(
 
 def rebuilt_config_checked(config: RunConfig, plan: RebuildPlan, out: Path) -> dict[str, Any]:
     """The rebuilt config as a mapping, validated as a config before anything is written."""
-    from forensics.rebuild.plan import rebuilt_config
-
     raw = rebuilt_config(config, plan)
     config_from_dict(json.loads(json.dumps(raw)), base_dir=out, source=None)
     return raw
@@ -278,7 +267,4 @@ def previous_outputs(out: Path) -> list[str]:
 
 def verify_published(config_path: Path) -> None:
     """Open the rebuilt run as replay will (every `.bin/.idx` pair checked, manifests sized)."""
-    from dataloaders.run_config import load_config
-    from forensics.replay import open_replayer
-
     open_replayer(load_config(config_path))

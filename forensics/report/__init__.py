@@ -11,8 +11,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dataloaders.atomic import (
+    atomic_path,
+    write_bytes_atomic,
+    write_parquet_atomic,
+    write_text_atomic,
+)
+from forensics.errors import ForensicsError
 from forensics.report.contents import SpikeReport, build_report
+from forensics.report.documents import DOCUMENTS_FILE
 from forensics.report.first_screen import summary_lines
+from forensics.report.plots import render_plots
+from forensics.report.render_html import render_html
+from forensics.report.render_json import render_json
+from forensics.report.render_md import render_markdown
 from forensics.report.sections import Section, report_sections
 from forensics.report.skip_view import ReportSkip
 from forensics.report.terminal import print_summary
@@ -39,18 +51,10 @@ def write_report(
     `cache`: a folder where plots are kept by their inputs (render_plots), so a rerun that
     changed nothing a plot shows reads it back.
     """
-    from dataloaders.atomic import write_bytes_atomic, write_text_atomic
-    from forensics.report.plots import render_plots
-    from forensics.report.render_html import render_html
-    from forensics.report.render_json import render_json
-    from forensics.report.render_md import render_markdown
-
     out = Path(out_dir)
     if not overwrite:
         for name in ("report.json", "report.md", "report.html"):
             if (out / name).exists():
-                from forensics.errors import ForensicsError
-
                 raise ForensicsError(f"{out / name}: already exists; pass --force to overwrite it")
     plots = render_plots(report, cache)
     plot_files = {name: PLOT_FILE.format(name=name) for name in plots}
@@ -75,9 +79,6 @@ def write_report(
 def write_documents(report: SpikeReport, out: Path, overwrite: bool) -> Path:
     """documents.parquet: a copy of the stage cache's file when the pipeline kept one (the
     same bytes on every run that reads it), else written from the frame."""
-    from dataloaders.atomic import atomic_path, write_parquet_atomic
-    from forensics.report.documents import DOCUMENTS_FILE
-
     target = out / DOCUMENTS_FILE
     if report.documents_file is None:
         return write_parquet_atomic(report.documents, target, overwrite=overwrite)

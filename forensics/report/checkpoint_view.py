@@ -11,6 +11,7 @@ import html
 import math
 from typing import Any
 
+from forensics.report.control_view import unchecked_lines
 from forensics.safe_text import html_safe, md_code, md_safe
 
 NO_MODEL = (
@@ -31,8 +32,6 @@ def model_summary(report: Any) -> list[tuple[str, str]]:
     """The first screen's MODEL line(s)."""
     view = report.model
     if not view:
-        from forensics.report.control_view import unchecked_lines
-
         return [("MODEL", NO_MODEL), *unchecked_lines(report)]
     scored = (
         f"{view['window_samples']:,} of {view['window_samples_total']:,} window samples and "

@@ -19,6 +19,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from forensics.cluster.verdict import background_rate, dirty_against
+from forensics.report.control_view import clean_control_lines, unexplained_lines
+from forensics.report.why_shares import blend_lines
+
 STRONG_P = 1e-10  # over-representation this significant counts as strong evidence
 STRONG_RATIO = 10.0  # flagged rate at least this multiple of the rest of the window's
 MIN_LOSS_POINTS = 10  # logged window iterations needed to say anything about the loss
@@ -27,8 +31,6 @@ NOISE_SIGMAS = 3.0  # loss within this many robust sigmas of the clean level is 
 
 def data_grade(top: dict[str, Any]) -> str:
     """strong / moderate / weak, from the culprit's two halves of the evidence."""
-    from forensics.cluster.verdict import background_rate
-
     rest = max(background_rate(top), 1e-3)
     dirt = float(top.get("flagged_rate") or 0.0) / rest
     unusual = float(top.get("p_value") or 1.0) < STRONG_P or bool(top.get("new_in_window"))
@@ -117,7 +119,6 @@ def confidence_lines(report: Any) -> list[tuple[str, str]]:
     top = report.culprit
     if top is None:
         return []
-    from forensics.cluster.verdict import background_rate, dirty_against
 
     grade = data_grade(top)
     how = "over-represented"
@@ -142,9 +143,6 @@ def no_culprit_lines(report: Any, advice: str) -> list[tuple[str, str]]:
     when no dirty group is in the window and no group's change is unexplained; NO CULPRIT with
     the unexplained groups and the --checkpoint command when some changed unflagged; otherwise
     the dirty groups are named and the spike is not cleared."""
-    from forensics.report.control_view import clean_control_lines, unexplained_lines
-    from forensics.report.why_shares import blend_lines
-
     dirty = report.dirty_groups
     if dirty is None or dirty.height == 0:
         if getattr(report, "unexplained", None) is not None and report.unexplained.height:

@@ -16,7 +16,11 @@ from typing import Any
 
 import polars as pl
 
+from forensics.cluster.baseline_fit import dirty_in_window
+from forensics.cluster.controls import flagged_rates, unexplained_groups
+from forensics.cluster.keywords import with_keywords
 from forensics.cluster.verdict import culprit_docs, headline_culprit, rule_text
+from forensics.report.confidence import loss_explained
 from forensics.report.incident import Incident
 from forensics.report.numbers import pct
 from forensics.report.skip_view import ReportSkip

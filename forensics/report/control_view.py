@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from forensics.cluster.controls import new_unchecked
 from forensics.report.numbers import pct
 
 Line = tuple[str, str]
@@ -94,8 +95,6 @@ def unchecked_lines(report: Any) -> list[Line]:
     """Under the MODEL line when no checkpoint was rescored: groups new in the window at the
     share the blend gives them that no scorer flags (their content is only the model's to
     judge), and the command that asks the checkpoint."""
-    from forensics.cluster.controls import new_unchecked
-
     if report.model:
         return []
     groups = new_unchecked(report.clusters)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from forensics.score import FLAG_THRESHOLD
+
 DOCUMENTS_FILE = "documents.parquet"
 VERDICT_ORDER = {"culprit": 0, "suspect": 1, "clean": 2}
 
@@ -59,8 +61,6 @@ def documents_table(
     window_docs: pl.DataFrame, ranked: pl.DataFrame, replay: pl.DataFrame, culprit: pl.DataFrame
 ) -> pl.DataFrame:
     """The documents.parquet table (see the module docstring), sorted by dataset, doc_id."""
-    from forensics.score import FLAG_THRESHOLD
-
     docs = window_docs.with_row_index("_row")
     member = cluster_membership(ranked, docs.height)
     seen = replay.group_by("dataset", "doc_id").agg(

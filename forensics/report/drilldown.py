@@ -24,7 +24,12 @@ from typing import Any
 
 import polars as pl
 
+from forensics.pipeline import cache_key, cached_bytes, content_digest, module_version
+from forensics.pipeline.cache import keep_latest
+from forensics.report.contents import cluster_name, corroborating_rows
 from forensics.safe_text import _ANSI
+from forensics.score import patterns as P
+from forensics.score.locate import damage_spans
 
 DOC_CHARS = 20_000  # a longer document is cut (whole in documents.parquet)
 DOCS_PER_CLUSTER = 40  # flagged first; the rest are in documents.parquet
@@ -82,8 +87,6 @@ class DrillGroup:
 def span_patterns() -> list[re.Pattern[str]]:
     """Mojibake (UTF-8 read as cp1252 / latin-1; ftfy's badness), replacement and private-use
     characters: the spans a garbage reason is about."""
-    from forensics.score import patterns as P
-
     found = [re.compile(f"(?:{P.UTF8_AS_CP1252})+"), re.compile("[\ufffd\ue000-\uf8ff]+")]
     try:
         from ftfy.badness import BADNESS_RE
@@ -107,8 +110,6 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def marked_spans(text: str) -> list[tuple[int, int]]:
     """Sorted, merged (start, end) spans of `text` that any span pattern matches, with the
     control characters and legacy-codec mojibake `forensics.score.locate` finds."""
-    from forensics.score.locate import damage_spans
-
     return _merge(
         [
             (m.start(), m.end())
@@ -187,8 +188,6 @@ def cached_spans(texts: list[str], cache: Path | None, code: str = "") -> list[l
     marks them): the shingles of every shown document are most of the drill-down's cost."""
     if cache is None:
         return document_spans(texts)
-    from forensics.pipeline import cache_key, cached_bytes, content_digest
-    from forensics.pipeline.cache import keep_latest
 
     key = cache_key(texts=content_digest(texts), code=code)
 
@@ -224,8 +223,6 @@ def _doc(row: dict[str, Any], spans: list[Span], config: str | None, tokens: boo
 def chosen_clusters(report: Any) -> pl.DataFrame:
     """Culprits, suspects that are not inside a culprit, and the embedding clusters the summary
     names as corroborating the culprit: the clusters worth opening."""
-    from forensics.report.contents import corroborating_rows
-
     clusters = report.clusters
     if clusters.height == 0:
         return clusters
@@ -251,13 +248,10 @@ def group_label(row: dict[str, Any]) -> str:
 def drill_groups(report: Any, cache: Path | None = None) -> list[DrillGroup]:
     """The drill-down's content, computed: one group per chosen cluster. `cache`: a folder
     where each group's marked spans are kept (cached_spans)."""
-    from forensics.report.contents import cluster_name
-
     docs = report.documents
     chosen = chosen_clusters(report)
     if docs is None or chosen.height == 0:
         return []
-    from forensics.pipeline import module_version
 
     config = report.run_config
     code = module_version("forensics") if cache is not None else ""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from forensics.report.confidence import data_grade
 from forensics.report.contents import SpikeReport, cluster_name
+from forensics.report.control_view import no_culprit_headline
 from forensics.report.skip_view import ReportSkip
 from forensics.report.summary import (
     Line,
@@ -162,8 +163,6 @@ def headline(report: SpikeReport, action: str) -> str:
     top = report.culprit
     head = f"Spike at iteration {report.step}: "
     if top is None:
-        from forensics.report.control_view import no_culprit_headline
-
         head += no_culprit_headline(report)
     else:
         dataset = _dominant_dataset(top)

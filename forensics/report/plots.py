@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from forensics.pipeline import cache_key, cached_bytes, content_digest, module_version
+from forensics.pipeline.cache import keep_latest
 from forensics.report.contents import SpikeReport, cluster_name
 from forensics.report.plot_base import (
     OKABE_ITO,
@@ -29,6 +31,7 @@ from forensics.report.plot_base import (
     steps_past,
     tag_lines,
 )
+from forensics.report.timeline import plot_timeline
 
 # one per culprit cluster (Okabe-Ito: plot_base.OKABE_ITO)
 CULPRIT_COLOURS = (OKABE_ITO["vermillion"], OKABE_ITO["orange"], OKABE_ITO["reddish_purple"],
@@ -273,10 +276,6 @@ def render_plots(report: SpikeReport, cache: Path | None = None) -> dict[str, by
     `cache`: a folder of earlier renders, each named by a hash of the fields the plot reads
     (PLOT_INPUTS) and of the report code; a rerun that changed none of them (another
     threshold that leaves the scores alone, `--culprit`) reads the PNG instead of drawing it."""
-    from forensics.pipeline import cache_key, cached_bytes, content_digest, module_version
-    from forensics.pipeline.cache import keep_latest
-    from forensics.report.timeline import plot_timeline
-
     out = {}
     code = module_version("forensics.report") if cache is not None else ""
     versions = [pl.__version__, _version("matplotlib")] if cache is not None else []

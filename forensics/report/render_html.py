@@ -20,6 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from forensics.pipeline import cache_key, cached_bytes, module_version
+from forensics.pipeline.cache import keep_latest
+from forensics.provenance import provenance_line
 from forensics.report.checkpoint_view import html_section
 from forensics.report.contents import cluster_name, cluster_notes, format_p, format_value
 from forensics.report.drilldown import CSS as DRILL_CSS
@@ -112,8 +115,6 @@ def first_screen_html(screen: FirstScreen, culprit: bool) -> str:
 
 def _stamp(report: Any) -> str:
     """Who wrote the report: run name, version, timestamp, command line."""
-    from forensics.provenance import provenance_line
-
     line = provenance_line(report.provenance)
     return f'<p class="muted">{html_safe(line, 2000)}</p>' if line else ""
 
@@ -239,9 +240,6 @@ def documents_html(groups: list[DrillGroup], cache: Path | None = None) -> str:
     if cache is None:
         return drilldown_html(groups)
     import hashlib
-
-    from forensics.pipeline import cache_key, cached_bytes, module_version
-    from forensics.pipeline.cache import keep_latest
 
     # the groups' repr: every field, floats exact (content_digest walks 0.1M span tuples)
     shown = hashlib.sha256(repr(groups).encode()).hexdigest()

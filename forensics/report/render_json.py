@@ -30,6 +30,9 @@ from typing import Any
 
 import polars as pl
 
+from dataloaders.storage import fetched
+from forensics.pipeline import cache_key, cached_bytes, content_digest, module_version
+from forensics.pipeline.cache import keep_latest
 from forensics.report.contents import cluster_name
 from forensics.report.first_screen import FirstScreen
 from forensics.report.sections import Section
@@ -111,7 +114,6 @@ def report_dict(report: Any, sections: list[Section], clusters: bool = True) -> 
     for s in sections:
         out |= layout[s.key](s.data)
     out |= {"embedding_sample": report.embedding_note, "culprit_share": share}
-    from dataloaders.storage import fetched
 
     if fetched.summary()["requests"]:  # data in object storage: what this command read of it
         out["object_storage"] = fetched.summary()
@@ -140,8 +142,6 @@ def _clusters_text(report: Any, cache: Path | None) -> str:
 
     if cache is None:
         return encode().decode()
-    from forensics.pipeline import cache_key, cached_bytes, content_digest, module_version
-    from forensics.pipeline.cache import keep_latest
 
     inputs = content_digest(report.clusters, report.examples)
     key = cache_key(inputs=inputs, code=module_version("forensics.report"))

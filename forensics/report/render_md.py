@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from forensics.provenance import provenance_line
 from forensics.report.checkpoint_view import markdown_section
 from forensics.report.contents import cluster_name, cluster_notes, format_p, format_value
 from forensics.report.drilldown import DrillGroup, iterations_text
@@ -171,8 +172,6 @@ def render_markdown(
     report: Any, sections: list[Section], plot_files: dict[str, str] | None = None
 ) -> str:
     """The whole report.md; `plot_files` maps plot name -> file name beside report.md."""
-    from forensics.provenance import provenance_line
-
     layout: dict[str, Callable[[Any], str]] = {
         "first_screen": first_screen_md,
         "notes": notes_md,

@@ -16,7 +16,7 @@ import polars as pl
 
 from forensics.cluster.sample import evidence_text
 from forensics.cluster.verdict import dirty_against
-from forensics.report.checkpoint_view import model_summary
+from forensics.report.checkpoint_view import model_summary, span_text
 from forensics.report.confidence import confidence_lines, no_culprit_lines
 from forensics.report.contents import (
     SpikeReport,
@@ -106,7 +106,6 @@ def model_named_lines(report: SpikeReport, top: dict[str, Any], shown: int = 3) 
     its highest-loss documents (text raw; renderers escape it)."""
     if top.get("named_by") != "model":
         return []
-    from forensics.report.checkpoint_view import span_text
 
     versus = "its own baseline documents" if top.get("model_reference") == "own" else "the baseline"
     lines = [

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from forensics.cluster.baseline_fit import BURST_FACTOR
+from forensics.cluster.verdict import MIN_ENRICHMENT
 from forensics.report.numbers import pct
 
 
@@ -41,8 +43,6 @@ def ratio_words(ratio: float) -> str:
     """What observed / expected means: "sampled at its blend weight" within the band the
     over-representation test does not call (1 / MIN_ENRICHMENT to MIN_ENRICHMENT), else
     "sampled at 2.3x its blend weight"."""
-    from forensics.cluster.verdict import MIN_ENRICHMENT
-
     if 1.0 / MIN_ENRICHMENT < ratio < MIN_ENRICHMENT:
         return f"sampled at its blend weight ({ratio:.1f}x)"
     return f"sampled at {ratio:.1f}x its blend weight"
@@ -66,8 +66,6 @@ def density_line(
     step and how long before the spike, and whether that makes a burst. A group new in the
     window after a data stage starts in it is dense at the window's end because the stage
     began there: that is the stage start, said as such, not a burst."""
-    from forensics.cluster.baseline_fit import BURST_FACTOR
-
     hits = row.get("iterations_with")
     if not hits or row.get("peak_iteration") is None:
         return None

@@ -17,7 +17,10 @@ from typing import Any
 
 import polars as pl
 
+from dataloaders.atomic import write_parquet_atomic
+from forensics.rescore.naming import model_naming
 from forensics.rescore.stage import DEFAULT_CAP, Rescore, RescoreOptions, rescore, rescore_parquet
+from forensics.rescore.verdict import cluster_evidence, model_view
 
 RESCORE_FILE = "rescore.parquet"
 
@@ -56,10 +59,6 @@ def rescore_stage(
     clusters (and combine the verdicts), name the groups whose loss stands out that no scorer
     flags (forensics.rescore.naming; `baseline_docs` gives each group its own baseline), and
     build the report's model section."""
-    from dataloaders.atomic import write_parquet_atomic
-    from forensics.rescore.naming import model_naming
-    from forensics.rescore.verdict import cluster_evidence, model_view
-
     result = rescore(replayer, replay, options, cache_dir=cache, fingerprint=fingerprint, hits=hits)
     write_parquet_atomic(rescore_parquet(result), Path(out) / RESCORE_FILE)
     ranked = cluster_evidence(ranked, window_docs, result)

@@ -7,7 +7,16 @@ from typing import Any
 
 import polars as pl
 
+from dataloaders.atomic import write_parquet_atomic
+from dataloaders.console import make_console
 from forensics.errors import ForensicsError
+from forensics.replay import open_replayer, replay_sides
+from forensics.rescore import rescore, rescore_parquet
+from forensics.rescore.export import check_export_target, require_megatron, write_export
+from forensics.run_source import resolve_run_config
+from forensics.safe_text import terminal_safe
+from forensics.skip import json_fingerprint
+from forensics.window import choose_windows
 
 SHOWN = 10
 
@@ -28,12 +37,6 @@ def run_rescore_command(
 ) -> None:
     """Replay window + baseline, then export their tokens or rescore them."""
 
-    from forensics.replay import open_replayer, replay_sides
-    from forensics.rescore.export import check_export_target, require_megatron
-    from forensics.run_source import resolve_run_config
-    from forensics.skip import json_fingerprint
-    from forensics.window_plan import plan_windows
-
     if export_tokens is None and options is None:
         raise ForensicsError("pass --checkpoint DIR, --losses FILE or --export-tokens DIR")
     if export_tokens is not None:
@@ -45,16 +48,13 @@ def run_rescore_command(
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     replayer = open_replayer(run)
     require_megatron(replayer)
-    plan = plan_windows(replayer, run, step, window, baseline, None)
+    plan = choose_windows(replayer, run, step, window, baseline, None)
     span, base = plan.window, plan.baseline
     replay = replay_sides(replayer, {"window": span, "baseline": base}, progress)
     fingerprint = json_fingerprint(replayer)
-    from dataloaders.console import make_console
 
     console = make_console(stderr=True)
     if export_tokens is not None:
-        from forensics.rescore.export import write_export
-
         meta = {"step": step, "window": list(span), "baseline": list(base),
                 "fingerprint": fingerprint}  # fmt: skip
         info = write_export(replayer, replay, export_tokens, meta, force=force, progress=progress)
@@ -63,8 +63,6 @@ def run_rescore_command(
             f"{span[1]}, baseline {base[0]}-{base[1]}) -> {export_tokens}"
         )
         return
-    from dataloaders.atomic import write_parquet_atomic
-    from forensics.rescore import rescore, rescore_parquet
 
     cache = out / ".cache"
     result = rescore(replayer, replay, options, cache_dir=cache, fingerprint=fingerprint)
@@ -77,8 +75,6 @@ def run_rescore_command(
 def _print_summary(result: Any, console: Any) -> None:
     """Per dataset: mean loss z of its segments; then the top samples (numbers only)."""
     from rich.table import Table
-
-    from forensics.safe_text import terminal_safe
 
     window = result.samples.filter(pl.col("side") == "window")
     segs = result.segments.join(window.select("row", "loss_z").rename({"loss_z": "sz"}), on="row")

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.megatron.tokens import gather_samples
+from dataloaders.progress import progress_bar as _progress
 from forensics.errors import ForensicsError
 
 EXPORT_FORMAT = "forensics-tokens-v1"
@@ -117,9 +119,6 @@ def gather_tokens(
     replayer: Any, segments: pl.DataFrame, out: np.ndarray | None = None, progress: bool = False
 ) -> np.ndarray:
     """tokens[n_samples, sample_length] for the segments table (rows 0..n-1, in order)."""
-    from dataloaders.megatron.tokens import gather_samples
-    from dataloaders.progress import progress_bar as _progress
-
     if is_olmo_core(replayer):
         return _instance_rows(replayer, segments)
     require_megatron(replayer)

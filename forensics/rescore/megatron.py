@@ -34,9 +34,16 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dataloaders.safe_pickle import (
+    check_torch_save,
+    dcp_tensors,
+    load_torch_save,
+    megatron_globals,
+    read_dcp_metadata,
+)
 from dataloaders.trainers import MEGATRON_OUTPUT
 from forensics.errors import ForensicsError
-from forensics.rescore.gpt import GPTSpec
+from forensics.rescore.gpt import GPTSpec, build_gpt
 from forensics.rescore.reader import CheckpointReader
 
 LEGACY_FILE = "model_optim_rng.pt"
@@ -161,8 +168,6 @@ def check_pickles(path: Path, kind: str) -> None:
     rank's torch.save file or common.pt holds only what Megatron's checkpoints hold, and the
     torch_dist .metadata unpickles with only torch.distributed.checkpoint's classes. A planted
     global is refused here, in one line, before the window is even replayed."""
-    from dataloaders.safe_pickle import check_torch_save, megatron_globals, read_dcp_metadata
-
     files = [path / "common.pt"] if kind == "torch_dist" else _legacy_files(path).values()
     for file in sorted(files):
         check_torch_save(file, megatron_globals(), "a Megatron checkpoint")
@@ -193,8 +198,6 @@ def _torch_load(file: Path) -> dict[str, Any]:
     """A file Megatron-LM wrote with torch.save, read with only the globals its checkpoints hold
     (`args` is an argparse Namespace with torch dtypes and megatron-core enums:
     dataloaders.safe_pickle.megatron_globals); anything else is refused unread."""
-    from dataloaders.safe_pickle import load_torch_save, megatron_globals
-
     state = load_torch_save(file, megatron_globals(), "a Megatron checkpoint")
     if not isinstance(state, dict):
         raise ForensicsError(f"{file}: not a Megatron checkpoint (a {type(state).__name__})")
@@ -333,8 +336,6 @@ def load_legacy(path: Path) -> tuple[Any, dict[str, Any]]:
 
 def load_torch_dist(path: Path) -> tuple[Any, dict[str, Any]]:
     """(args, canonical float tensors) from a torch_dist directory, no process group."""
-    from dataloaders.safe_pickle import dcp_tensors
-
     args = _args(_torch_load(path / "common.pt"), path / "common.pt")
 
     def wanted(key: str) -> bool:
@@ -353,8 +354,6 @@ def load_torch_dist(path: Path) -> tuple[Any, dict[str, Any]]:
 def load_megatron(path: Path, dtype: str) -> Any:
     """The model of one Megatron iteration directory as a forensics.rescore.gpt module."""
     import torch
-
-    from forensics.rescore.gpt import build_gpt
 
     kind = check_megatron(path)
     args, weights = load_torch_dist(path) if kind == "torch_dist" else load_legacy(path)

@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from forensics.cluster.source import MISSING_KEY
+from forensics.cluster.stats import holm
 from forensics.rescore.stage import Rescore
 
 MODEL_EFFECT = 0.5  # mean loss z above the reference (baseline sds) a named group must reach
@@ -69,8 +71,6 @@ def _baseline_members(
     row: dict[str, Any], baseline_units: pl.DataFrame, baseline_docs: pl.DataFrame | None
 ) -> np.ndarray:
     """The baseline units of a source group (its facet's value among the baseline documents)."""
-    from forensics.cluster.source import MISSING_KEY
-
     facet = row.get("facet")
     if baseline_docs is None or facet is None or facet not in baseline_docs.columns:
         return np.empty(0)
@@ -113,8 +113,6 @@ def model_naming(
     """`ranked` plus model_effect, model_reference ("own" / "baseline"), model_holm_p and
     named_by ("data" for the data side's culprits, "model" for the groups the model names);
     a named group's verdict becomes culprit (label "culprit")."""
-    from forensics.cluster.stats import holm
-
     units = scored_units(result)
     window_units = units.filter(pl.col("side") == "window")
     baseline_units = units.filter(pl.col("side") == "baseline")

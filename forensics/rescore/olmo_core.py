@@ -30,6 +30,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dataloaders.safe_pickle import dcp_tensors, read_dcp_metadata
 from dataloaders.trainers import OLMO_CORE_OUTPUT
 from forensics.errors import ForensicsError
 from forensics.rescore.reader import CheckpointReader
@@ -147,8 +148,6 @@ def check_olmo_core(path: Path) -> dict[str, Any]:
 def check_metadata(path: Path) -> None:
     """The .metadata unpickles with only torch.distributed.checkpoint's classes (and OLMo-core's
     _StorageInfo) and holds a Metadata: a planted global is refused before any work."""
-    from dataloaders.safe_pickle import read_dcp_metadata
-
     read_dcp_metadata(_step_dir(path) / "model_and_optim" / ".metadata")
 
 
@@ -166,8 +165,6 @@ def load_olmo_core(path: Path, dtype: str) -> Any:
     """Olmo2ForCausalLM holding the checkpoint's model weights (optimizer state is not read)."""
     import torch
     from transformers import Olmo2Config, Olmo2ForCausalLM
-
-    from dataloaders.safe_pickle import dcp_tensors
 
     config = Olmo2Config(**check_olmo_core(path)["hf_config"])
     directory = _step_dir(path) / "model_and_optim"

@@ -25,13 +25,24 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.atomic import atomic_path
+from dataloaders.progress import progress_bar as _progress
 from forensics.errors import ForensicsError
+from forensics.rescore.checkpoint import (
+    check_checkpoint,
+    check_vocab,
+    checkpoint_digest,
+    grad_norms,
+    load_causal_lm,
+    token_losses,
+)
 from forensics.rescore.export import (
     gather_tokens,
     require_token_files,
     sample_length,
     sample_tables,
 )
+from forensics.rescore.losses import read_losses
 from forensics.rescore.metrics import sample_metrics, segment_metrics, zscore
 
 DEFAULT_CAP = 512  # window samples scored on a CPU in a few minutes with a small model
@@ -62,8 +73,6 @@ class RescoreOptions:
         if self.losses is not None and self.grad_norm:
             raise ForensicsError("--grad-norm needs --checkpoint (a losses file carries its own)")
         if self.checkpoint is not None:
-            from forensics.rescore.checkpoint import check_checkpoint
-
             check_checkpoint(self.checkpoint)
         elif not Path(self.losses).is_file():  # type: ignore[arg-type]
             raise ForensicsError(f"{self.losses}: losses file not found")
@@ -165,8 +174,6 @@ def _model_losses(
                 return losses, norms
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache file is recomputed, never trusted
-    from dataloaders.progress import progress_bar as _progress
-    from forensics.rescore.checkpoint import check_vocab, grad_norms, load_causal_lm, token_losses
 
     model = load_causal_lm(options.checkpoint, options.device, options.dtype)  # type: ignore[arg-type]
     check_vocab(model, tokens, str(options.checkpoint))
@@ -179,8 +186,6 @@ def _model_losses(
         with _progress(options.progress, len(tokens), "per-sample gradient norms") as advance:
             norms = grad_norms(model, tokens, device=options.device, advance=advance)
     if cache_file is not None:
-        from dataloaders.atomic import atomic_path
-
         with atomic_path(cache_file) as tmp:
             with open(tmp, "wb") as stream:
                 arrays = {"losses": losses} | ({"grad_norm": norms} if norms is not None else {})
@@ -271,8 +276,6 @@ def _losses_from_file(
     length: int,
 ) -> _Losses:
     """Losses computed elsewhere over the exported samples (`read_losses`)."""
-    from forensics.rescore.losses import read_losses
-
     loaded = read_losses(Path(options.losses), samples, length - 1)  # type: ignore[arg-type]
     samples, segments = _renumber(samples, segments, loaded.rows)
     return _Losses(
@@ -297,8 +300,6 @@ def _losses_from_checkpoint(
 ) -> _Losses:
     """Per-token losses (and gradient norms when asked) of the chosen samples, from the
     checkpoint run here, or from the cache keyed by its content digest."""
-    from forensics.rescore.checkpoint import checkpoint_digest
-
     rows = choose_samples(samples, segments, options.cap, options.seed)
     samples, segments = _renumber(samples, segments, rows)
     tokens = gather_tokens(replayer, segments)

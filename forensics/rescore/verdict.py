@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from forensics.report.contents import cluster_name, format_p
+from forensics.rescore.naming import NAMING_RULE
 from forensics.rescore.stage import Rescore
 
 MODEL_Z = 0.5  # the cluster's mean z must be at least this (half a baseline sd) ...
@@ -172,8 +174,6 @@ def model_view(
 ) -> dict[str, Any]:
     """The report's "what the model choked on" section, as plain data (text raw). `named`:
     per group the model named (forensics.rescore.naming), its highest-loss documents."""
-    from forensics.rescore.naming import NAMING_RULE
-
     clusters = _model_clusters(ranked)
     window = result.samples.filter(pl.col("side") == "window")
     rank, agreement = _agreement(ranked, clusters)
@@ -198,8 +198,6 @@ def _model_clusters(ranked: pl.DataFrame) -> list[dict[str, Any]]:
     """The clusters the model scored, ranked by the strength of the model's evidence (the test's
     p), then by loss z, clusters with too few scored segments last: a small cluster's mean z is
     noise."""
-    from forensics.report.contents import cluster_name
-
     scored = (
         ranked.filter(pl.col("model_units") > 0)
         .with_columns((pl.col("model_units") < MIN_UNITS).alias("_few"))
@@ -300,8 +298,6 @@ def _named_documents(
 def _agreement(ranked: pl.DataFrame, clusters: list[dict[str, Any]]) -> tuple[int | None, str]:
     """(the data-side culprit's rank by model evidence alone, a sentence on whether the model
     agrees with the data-side verdict)."""
-    from forensics.report.contents import cluster_name, format_p
-
     culprits = ranked.filter(pl.col("data_verdict") == "culprit")
     named = (
         ranked.filter(pl.col("named_by") == "model") if "named_by" in ranked.columns

@@ -36,8 +36,16 @@ from typing import Any
 import polars as pl
 
 from dataloaders.atomic import write_json_atomic
+from dataloaders.console import make_console
+from dataloaders.run_config import RunConfig, load_config
 from forensics.errors import ForensicsError
+from forensics.pipeline import module_version
+from forensics.pipeline.engines import check_engine
+from forensics.replay import open_replayer
+from forensics.scan.merge import write_outputs
 from forensics.scan.shard import KINDS, ShardSummary, read_done
+from forensics.scan.shard_runner import run_engine
+from forensics.skip import check_threshold, json_fingerprint
 
 # Training tokens per shard by default. A worker's private memory grows with its shard: about
 # 0.15 GB of indices and libraries plus 0.4 GB per million tokens (scripts/bench_scan.py: 0.57 GB
@@ -158,8 +166,6 @@ def _progress(enabled: bool, total_iterations: int, done_iterations: int):
         TimeRemainingColumn,
     )
 
-    from dataloaders.console import make_console
-
     bar = Progress(
         TextColumn("[bold]scan[/]"),
         BarColumn(),
@@ -177,21 +183,18 @@ def _progress(enabled: bool, total_iterations: int, done_iterations: int):
 
 def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     """The whole command (see module doc). Bad input raises ForensicsError before any work."""
-    from forensics.pipeline import module_version
-    from forensics.skip import json_fingerprint
-
     opts = options
     t0 = time.perf_counter()
     _check_options(opts)
-    run, replayer = _open_run(config, opts)
-    gbs = run.training.global_batch_size
-    tokens_per_iteration = gbs * (run.data.seq_length + 1)
+    run_config, replayer = _open_run(config, opts)
+    gbs = run_config.training.global_batch_size
+    tokens_per_iteration = gbs * (run_config.data.seq_length + 1)
     per_shard = opts.shard_iterations or max(1, SHARD_TOKENS // tokens_per_iteration)
     out = Path(out)
     identity = {
         "first": opts.first,
         "last": opts.last,
-        "config_hash": run.config_hash(),
+        "config_hash": run_config.config_hash(),
         "shard_iterations": per_shard,
         "scorer": module_version("forensics.score"),
         "scan": module_version("forensics.scan"),
@@ -219,11 +222,9 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
     if resumed:
         notes.append(f"resumed: {resumed} of {len(shards)} shards were done by an earlier run")
     if pending:
-        _run_pending(run, opts, parts, len(shards), pending, summaries)
+        _run_pending(run_config, opts, parts, len(shards), pending, summaries)
 
-    from forensics.scan.merge import write_outputs
-
-    scan, skip = write_outputs(run, replayer, out, parts, shards, opts, fingerprint, notes)
+    scan, skip = write_outputs(run_config, replayer, out, parts, shards, opts, fingerprint, notes)
     return ScanResult(
         out=out,
         scan=scan,
@@ -238,9 +239,6 @@ def run_scan(config: Any, out: Path, options: ScanOptions) -> ScanResult:
 
 def _check_options(opts: ScanOptions) -> None:
     """The options that need no run: a ForensicsError naming the flag."""
-    from forensics.pipeline.engines import check_engine
-    from forensics.skip import check_threshold
-
     check_threshold(opts.threshold)
     check_engine(opts.engine, opts.workers, None)  # the address once the range is known good
     if opts.shard_iterations is not None and opts.shard_iterations < 1:
@@ -251,25 +249,21 @@ def _check_options(opts: ScanOptions) -> None:
 
 def _open_run(config: Any, opts: ScanOptions) -> tuple[Any, Any]:
     """(RunConfig, Replayer) of a Megatron run whose iterations hold --from..--to."""
-    from dataloaders.families import family_of
-    from forensics.pipeline.engines import check_engine
-    from forensics.replay import open_replayer
-
-    run, origin = _load(config)
-    if not family_of(run).token_files:
+    run_config, origin = _load(config)
+    replayer = open_replayer(run_config)
+    if not replayer.token_files:  # the replayer's capability (dataloaders.base.Replayer)
         raise ForensicsError(
             f"{origin}: forensics scan reads Megatron .bin/.idx runs; data.format is "
-            f"{run.data.format!r}"
+            f"{run_config.data.format!r}"
         )
-    replayer = open_replayer(run)
     check_range(opts.first, opts.last, replayer.last_iteration)
     if opts.engine == "ray" and opts.ray_address:
         check_engine(opts.engine, opts.workers, opts.ray_address)
-    return run, replayer
+    return run_config, replayer
 
 
 def _run_pending(
-    run: Any,
+    config: Any,
     opts: ScanOptions,
     parts: Path,
     n_shards: int,
@@ -278,8 +272,6 @@ def _run_pending(
 ) -> None:
     """Scan the pending shards on the chosen engine under the progress bar, appending their
     summaries; a ForensicsError naming the shards that still failed after retries."""
-    from forensics.scan.shard_runner import run_engine
-
     total = opts.last - opts.first + 1
     bar, task = _progress(opts.progress, total, sum(s.last - s.first + 1 for s in summaries))
     errors: list[str] = []
@@ -294,7 +286,7 @@ def _run_pending(
         bar.start()
     try:
         failed = run_engine(
-            opts.engine, run, pending, parts, opts.workers, on_done, opts.ray_address
+            opts.engine, config, pending, parts, opts.workers, on_done, opts.ray_address
         )
     finally:
         if bar is not None:
@@ -316,7 +308,6 @@ def _status(enabled: bool, what: str) -> Iterator[None]:
     if not enabled:
         yield
         return
-    from dataloaders.console import make_console
 
     with make_console(stderr=True).status(what):
         yield
@@ -324,8 +315,6 @@ def _status(enabled: bool, what: str) -> Iterator[None]:
 
 def _load(config: Any) -> tuple[Any, str]:
     """(RunConfig, where it came from): a YAML path is loaded, a RunConfig taken as is."""
-    from dataloaders.run_config import RunConfig, load_config
-
     if isinstance(config, RunConfig):
         if config.origin:
             return config, config.origin

@@ -41,8 +41,11 @@ import numpy as np
 import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
+from dataloaders.storage import fetched
 from forensics.errors import ForensicsError
-from forensics.score import FLAG_THRESHOLD
+from forensics.replay import open_replayer
+from forensics.scan.memory import AnonPeak
+from forensics.score import FLAG_THRESHOLD, score_table
 from forensics.score.repeats import MAX_COUNT, Repeats, find_repeats
 
 KINDS = ("garbage", "spam", "ngram", "instance_ngram")
@@ -107,8 +110,6 @@ _REPLAYERS: dict[str, Any] = {}  # one replayer per run config per worker proces
 def _replayer(config: Any) -> Any:
     key = config.config_hash()
     if key not in _REPLAYERS:
-        from forensics.replay import open_replayer
-
         _REPLAYERS[key] = open_replayer(config)
     return _REPLAYERS[key]
 
@@ -210,14 +211,11 @@ def scan_shard(
 ) -> ShardSummary:
     """Scan iterations first..last and write the shard's parts (see module doc); a shard with a
     done marker is not redone (its recorded summary is returned)."""
-    from forensics.scan.memory import AnonPeak
-
     parts = Path(parts)
     done = read_done(parts, first, last)
     if done is not None:
         return done
     _maybe_fail(first)
-    from dataloaders.storage import fetched
 
     cpu0, fetched0 = time.process_time(), fetched.total()
     with AnonPeak() as peak:
@@ -296,8 +294,6 @@ def _document_flags(
     """Each distinct document decoded whole, scored once and checked for repeats: (one row per
     document with its scores, ngram_* and the kind flags garbage/spam/ngram and severity; the
     facet columns; the tokens of the whole documents decoded)."""
-    from forensics.score import score_table
-
     distinct = table.select("dataset", "doc_id").unique().sort("dataset", "doc_id")
     docs = rep.documents(distinct, progress=False)
     scored = score_table(docs.select("dataset", "doc_id", "text"), "text", workers=score_threads)

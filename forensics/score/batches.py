@@ -16,7 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from forensics.score.skeleton import Signatures
+from forensics.score.garbage import score_garbage
+from forensics.score.skeleton import Signatures, cluster_signatures
+from forensics.score.spam import SpamSignals, spam_signals
+from forensics.score.table import assemble_scores
+from forensics.score.tokens import tokenize
 
 BATCH_COLUMNS = (
     "garbage_score", "garbage_reason", "garbage_rule",
@@ -67,10 +71,6 @@ class BatchScores:
 def score_batch(texts: pl.Series) -> BatchScores:
     """Every per-document score of `texts` (one process, no threads: the engines parallelise
     over batches)."""
-    from forensics.score.garbage import score_garbage
-    from forensics.score.spam import spam_signals
-    from forensics.score.tokens import tokenize
-
     texts = texts.cast(pl.Utf8).rename("text")
     tok = tokenize(texts)
     spam = spam_signals(texts, tok)
@@ -84,10 +84,6 @@ def combine(parts: list[BatchScores], texts: pl.Series) -> pl.DataFrame:
     per-document scores, and the skeleton signal computed over all of them at once.
 
     Returns garbage_score, spam_score, garbage_reason, spam_reason, garbage_rule, spam_rule."""
-    from forensics.score.skeleton import cluster_signatures
-    from forensics.score.spam import SpamSignals
-    from forensics.score.table import assemble_scores
-
     texts = texts.cast(pl.Utf8)
     if not parts:
         parts = [score_batch(texts.slice(0, 0))]

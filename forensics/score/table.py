@@ -12,16 +12,26 @@ import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
+from dataloaders.console import make_console
 from forensics.errors import ForensicsError
-
-if TYPE_CHECKING:  # the scorers (numba, ftfy) load when a table is scored, not on import
-    from forensics.score.skeleton import Signatures, SkeletonClusters
-    from forensics.score.spam import SpamSignals
+from forensics.score.code import SYMBOLS
+from forensics.score.garbage import score_garbage
+from forensics.score.licence import is_licence
+from forensics.score.skeleton import (
+    SHORT_MAX_SYMBOLS,
+    Signatures,
+    SkeletonClusters,
+    cluster_signatures,
+    find_clusters,
+    skeleton_scores,
+)
+from forensics.score.spam import SpamSignals, spam_signals
+from forensics.score.spam_lines import line_stats
+from forensics.score.tokens import tokenize
 
 FLAG_THRESHOLD = 0.5
 OUTPUT_COLUMNS = ("garbage_score", "spam_score", "garbage_reason", "spam_reason")
@@ -98,8 +108,6 @@ class _Parts:
 
     def skeleton_clusters(self, text_hash: np.ndarray) -> SkeletonClusters:
         """The template clusters of the whole table, whatever the batching."""
-        from forensics.score.skeleton import Signatures, cluster_signatures
-
         if isinstance(self.clusters, Future):
             return self.clusters.result()
         if self.clusters is not None:
@@ -117,12 +125,6 @@ def _score_batch(
     in a thread while this one does tokens, n-grams and keywords. All of them spend most of their
     time in polars, numpy and compiled loops, which release the GIL.
     """
-    from forensics.score.garbage import score_garbage
-    from forensics.score.skeleton import Signatures, find_clusters
-    from forensics.score.spam import spam_signals
-    from forensics.score.spam_lines import line_stats
-    from forensics.score.tokens import tokenize
-
     if pool is None:
         tok = tokenize(batch)
         parts.spam.append(spam_signals(batch, tok))
@@ -151,10 +153,6 @@ def _waive_skeleton(
     """Clear, in place, the skeleton score and reason of licence and copyright notices (they
     share a skeleton by nature: one licence, other names and years; `licence.py`) and of short
     pages laid out as code (`skeleton.SHORT_MAX_SYMBOLS`)."""
-    from forensics.score.code import SYMBOLS
-    from forensics.score.licence import is_licence
-    from forensics.score.skeleton import SHORT_MAX_SYMBOLS
-
     shared = np.flatnonzero(skel_score > 0)
     waive = shared[is_licence(texts, shared)]
     if clusters.short is not None:
@@ -180,8 +178,6 @@ def assemble_scores(
     clusters of the whole table: a page's spam score is the larger of its rules' and its
     skeleton's, with both reasons; an empty text scores 0. Shared by `score_texts` and by the
     parts of a window scored elsewhere (`batches.combine`), so both give one table."""
-    from forensics.score.skeleton import skeleton_scores
-
     skel_score, skel_reason = skeleton_scores(clusters)
     _waive_skeleton(texts, clusters, skel_score, skel_reason)
     score = np.maximum(spam.score, skel_score)
@@ -236,7 +232,6 @@ def score_texts(
     finally:
         if pool is not None:
             pool.shutdown()
-    from forensics.score.spam import SpamSignals
 
     garbage = pl.concat(parts.garbage) if parts.garbage else _EMPTY_GARBAGE
     return assemble_scores(texts, garbage, SpamSignals.concat(parts.spam), clusters, keys)
@@ -294,6 +289,4 @@ def score_table(
 
 def _on_terminal() -> bool:
     """Whether a progress bar would show: off a terminal it only leaves blank lines."""
-    from dataloaders.console import make_console
-
     return make_console(stderr=True).is_terminal

@@ -16,6 +16,8 @@ from typing import Any
 
 from dataloaders.families import DEFAULT_FAMILY, family_of
 from dataloaders.trainers import get_trainer
+from forensics.skip.ranges import expand
+from forensics.skip.units import refusal
 
 # The culprit's share of the rest of the run's samples from which removing it leads. At 1% of
 # every remaining batch the run trains on about as much of it again as the window held in the
@@ -120,8 +122,6 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
     """decide_action for a SkipPlan of a run: the rebuild command where `forensics rebuild` can
     write the data without the block list (Megatron .bin/.idx; for the file-based families when
     the block list is whole files, `forensics.skip.units`), the user's own removal otherwise."""
-    from forensics.skip.ranges import expand
-
     out = shown_path(out)
     command = None
     if rebuildable(skip, config, replayer):
@@ -201,8 +201,6 @@ def rebuildable(skip: Any, config: Any, replayer: Any) -> bool:
     """Whether `forensics rebuild` can remove this block list: any run of a family that rebuilds
     documents (Megatron); a file-based run (with its replayer) when every blocked document set
     is whole files."""
-    from forensics.skip.units import refusal
-
     family = family_of(config)
     if family.rebuilds_documents:
         return True

@@ -17,6 +17,7 @@ import numpy as np
 from dataloaders.schedule import Schedule
 from dataloaders.trainers import Trainer
 from forensics.errors import ForensicsError
+from forensics.publish_set import refuse_if_mid_publish
 from forensics.skip.flags import TrainerFlag, representable, write_all
 from forensics.skip.ranges import Range, collateral, expand, merge_ranges, sample_ranges
 
@@ -105,8 +106,6 @@ class SkipPlan:
 
     @classmethod
     def read(cls, path: Path) -> SkipPlan:
-        from forensics.publish_set import refuse_if_mid_publish
-
         refuse_if_mid_publish(path.parent, path.name)  # before "not found": a kill may leave none
         if not path.is_file():
             raise ForensicsError(f"{path}: skip file not found")

@@ -62,7 +62,7 @@ def _moved_back(value: Any, new_root: str, old_root: str) -> Any:
     return value
 
 
-def match_run(recorded: dict[str, Any], now: dict[str, Any], run: RunConfig) -> RunMatch:
+def match_run(recorded: dict[str, Any], now: dict[str, Any], config: RunConfig) -> RunMatch:
     """Compare a skip file's fingerprint with the run's; see the module docstring."""
     items = diff_items(recorded, now)
     # A skip file older than order_hash simply lacks it.
@@ -97,12 +97,12 @@ def match_run(recorded: dict[str, Any], now: dict[str, Any], run: RunConfig) -> 
     if "order_hash" in by_name:
         return RunMatch(_order_refusal(by_name), notes)
     if "config_hash" in by_name and "order_hash" not in recorded:
-        payload = run.hash_payload()
+        payload = config.hash_payload()
         if moved is not None:
             payload = _moved_back(payload, moved[1], moved[0])
         if payload_hash(payload) == recorded.get("config_hash"):
             return RunMatch(None, notes)
-        note = _outside_order_note(run, payload, recorded.get("config_hash"))
+        note = _outside_order_note(config, payload, recorded.get("config_hash"))
         if note.startswith("the checkpoint list changed"):
             notes.append(note)
         else:
@@ -114,18 +114,18 @@ def match_run(recorded: dict[str, Any], now: dict[str, Any], run: RunConfig) -> 
                 notes,
             )
     elif "config_hash" in by_name:
-        payload = run.hash_payload()
+        payload = config.hash_payload()
         if moved is not None:
             payload = _moved_back(payload, moved[1], moved[0])
         if payload_hash(payload) != recorded.get("config_hash"):
-            notes.append(_outside_order_note(run, payload, recorded.get("config_hash")))
+            notes.append(_outside_order_note(config, payload, recorded.get("config_hash")))
     return RunMatch(None, notes)
 
 
-def _outside_order_note(run: RunConfig, payload: dict[str, Any], recorded: Any) -> str:
+def _outside_order_note(config: RunConfig, payload: dict[str, Any], recorded: Any) -> str:
     """What changed when the data order did not: the checkpoint list when putting an earlier
     one back explains the hash, else the tokenizer or a path."""
-    if any(payload_hash(p) == recorded for p in _checkpoint_variants(run, payload)):
+    if any(payload_hash(p) == recorded for p in _checkpoint_variants(config, payload)):
         return "the checkpoint list changed since the skip file was made; the batches are the same"
     return (
         "the config changed outside the data order (the checkpoint list, the tokenizer or a "
@@ -133,11 +133,11 @@ def _outside_order_note(run: RunConfig, payload: dict[str, Any], recorded: Any) 
     )
 
 
-def _checkpoint_variants(run: RunConfig, payload: dict[str, Any]) -> list[dict[str, Any]]:
+def _checkpoint_variants(config: RunConfig, payload: dict[str, Any]) -> list[dict[str, Any]]:
     """`payload` with the checkpoint settings a skip file made before order_hash may have been
     written with: no list, the iter_N directories found now, with or without checkpoint_dir."""
-    found = run.available_checkpoints()
-    lists = [[], found, sorted(set(found) - set(run.checkpoints))]
+    found = config.available_checkpoints()
+    lists = [[], found, sorted(set(found) - set(config.checkpoints))]
     dirs = [payload.get("checkpoint_dir"), None]
     return [{**payload, "checkpoints": c, "checkpoint_dir": d} for c in lists for d in dirs]
 
@@ -151,10 +151,10 @@ def _order_refusal(by_name: dict[str, tuple[str, Any, Any]]) -> str:
     )
 
 
-def rollback_refusal(run: RunConfig, iteration: int | None) -> str | None:
+def rollback_refusal(config: RunConfig, iteration: int | None) -> str | None:
     """A refusal when the rollback checkpoint is no longer among the run's checkpoints (only
     when the run lists any: a config without them cannot say)."""
-    available = run.available_checkpoints()
+    available = config.available_checkpoints()
     if iteration is None or iteration <= 0 or not available or iteration in available:
         return None
     near = ", ".join(str(c) for c in available[-5:])

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from dataloaders.families import family_of
-from dataloaders.family import FileUnit
+from dataloaders.family_base import FileUnit
 
 
 @dataclass

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError
+from forensics.replay import open_replayer
+from forensics.skip import json_fingerprint, sample_ranges
+from forensics.skip.runmatch import match_run, rollback_refusal
 
 if TYPE_CHECKING:
     from dataloaders.run_config import RunConfig
@@ -50,19 +53,15 @@ def rollback_problem(plan: SkipPlan, last_iteration: int) -> str | None:
 
 
 def validate_for_run(
-    path: Path, plan: SkipPlan, run: RunConfig, replayer: Any = None, label: str | None = None
+    path: Path, plan: SkipPlan, config: RunConfig, replayer: Any = None, label: str | None = None
 ) -> list[str]:
     """Raise ForensicsError (one line, naming `path`) unless `plan` fits the run; returns the
     notes to print for a skip file that still fits (the run moved, the checkpoints changed)."""
-    from forensics.replay import open_replayer
-    from forensics.skip import json_fingerprint, sample_ranges
-    from forensics.skip.runmatch import match_run, rollback_refusal
-
-    replayer = replayer if replayer is not None else open_replayer(run)
-    label = label or describe_config(run)
-    match = match_run(plan.fingerprint, json_fingerprint(replayer), run)
+    replayer = replayer if replayer is not None else open_replayer(config)
+    label = label or describe_config(config)
+    match = match_run(plan.fingerprint, json_fingerprint(replayer), config)
     checkpoint = int(plan.rollback["iteration"])
-    stale = rollback_refusal(run, checkpoint)
+    stale = rollback_refusal(config, checkpoint)
     # Same data but a missing rollback checkpoint: say that, it is the actionable part.
     if stale is not None and match.data_same:
         raise ForensicsError(f"{path}: {stale}")

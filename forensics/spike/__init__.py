@@ -19,7 +19,7 @@ from forensics.spike.exposure import ahead_advice, ahead_summary
 from forensics.spike.options import SpikeOptions, SpikeResult
 from forensics.spike.outdir import MARKER, check_output_dir
 from forensics.spike.run import run_spike
-from forensics.window_plan import crossings, plan_baseline, stage_starts
+from forensics.window import choose_baseline, crossings, stage_starts
 
 __all__ = [
     "MARKER",
@@ -31,7 +31,7 @@ __all__ = [
     "crossings",
     "documents_by_dataset",
     "onset_iteration",
-    "plan_baseline",
+    "choose_baseline",
     "run_spike",
     "stage_starts",
 ]

@@ -10,7 +10,13 @@ import polars as pl
 
 from dataloaders.trainers import REGISTRY
 from forensics.rollback import Mark, Rollback, recommend_rollback
+from forensics.cluster import culprit_docs
+from forensics.cluster.source import MISSING_KEY
+from forensics.rollback import NEAR
+from forensics.score import FLAG_THRESHOLD
+from forensics.spike.rule_members import rule_members
 from forensics.spike.run_context import SpikeRun
+from forensics.window import stage_starts
 
 DOCS_SCHEMA = {"dataset": pl.Utf8, "doc_id": pl.Int64}
 
@@ -41,8 +47,6 @@ def documents_by_dataset(culprit: pl.DataFrame) -> dict[str, list[int]]:
 
 def flagged_documents(seen: pl.DataFrame, window_docs: pl.DataFrame) -> pl.DataFrame:
     """The culprit documents of the window whose garbage or spam score is flagged."""
-    from forensics.score import FLAG_THRESHOLD
-
     if not seen.height:
         return seen.select("dataset", "doc_id")
     scores = window_docs.select("dataset", "doc_id", "garbage_score", "spam_score")
@@ -66,8 +70,6 @@ def source_documents(
     (`documents_by_facet`); a family that cannot says so in `notes`. Embedding clusters have no
     such definition and add nothing here. Returns dataset, doc_id, cluster.
     """
-    from forensics.cluster.source import MISSING_KEY
-
     frames = []
     chosen = ranked.filter(pl.col("id").is_in(ids) & (pl.col("kind") == "source"))
     for row in chosen.select("id", "facet", "key").iter_rows(named=True):
@@ -88,9 +90,6 @@ def source_documents(
 def blame_stage(run: SpikeRun, ranked: pl.DataFrame, window_docs: pl.DataFrame) -> Blame:
     """The culprit documents, from the verdicts (or `--culprit`), with the window documents of
     a blamed embedding cluster's document rule (forensics.spike.rule_members)."""
-    from forensics.cluster import culprit_docs
-    from forensics.spike.rule_members import rule_members
-
     only = list(run.options.culprits) if run.options.culprits else None
     seen = culprit_docs(ranked, window_docs, only=only)
     seen = rule_members(ranked, seen, window_docs, run.notes)
@@ -109,8 +108,6 @@ def warning_marks(
     """Earlier signs of trouble in the window the rollback must go before: a grad-norm alarm
     in the window that triage tied to this spike (the loss event it announced starts no later
     than NEAR iterations past `step`), and a data stage that began inside the window."""
-    from forensics.rollback import NEAR
-
     marks = [
         Mark(int(e["step"]), "the grad-norm alarm")
         for e in events
@@ -133,8 +130,6 @@ def rollback_stage(
     """The checkpoint to restart from (forensics.rollback's rule): before the culprit's first
     document when the blamed data is new in the window (data that was always there has no onset
     to roll back before), and before any earlier warning (`events`: triage's, from the log)."""
-    from forensics.window_plan import stage_starts
-
     window_replay = replay.filter(pl.col("side") == "window")
     onset = onset_iteration(window_replay, blame.culprit) if blame.culprit.height else None
     new = bool(ranked.filter(pl.col("id").is_in(blame.clusters))["new_in_window"].any())

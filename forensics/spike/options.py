@@ -9,9 +9,11 @@ from typing import Any
 from dataloaders.trainers import check_trainer
 from forensics.cluster.sample import SAMPLE_DOCS
 from forensics.errors import ForensicsError
-from forensics.rollback import SPIKE_WINDOW, Rollback
+from forensics.pipeline.engines import check_engine
+from forensics.rollback import Rollback
 from forensics.skip import check_threshold
 from forensics.skip.plan import SkipPlan
+from forensics.window import SPIKE_WINDOW
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,6 @@ class SpikeOptions:
             raise ForensicsError(f"--sample-docs {self.sample_docs}: must be >= 1")
         if self.trainer is not None:
             check_trainer(self.trainer)
-        from forensics.pipeline.engines import check_engine
 
         check_engine(self.engine, self.workers, self.ray_address)
         if self.rescore is not None:  # a wrong checkpoint or losses path fails before any work

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from dataloaders.atomic import write_json_atomic, write_text_atomic
 from forensics.errors import ForensicsError
-from forensics.outputs import publish
+from forensics.outputs import check_printable_path, publish
+from forensics.report import write_report
 from forensics.skip.plan import SkipPlan
 from forensics.skip.tracker import TRACKER_FILE, tracker_text
 from forensics.spike.restart_files import megatron_args_text, restart_flag_files
@@ -34,8 +35,6 @@ ARGS_FILE = "megatron_args.txt"
 def check_output_dir(out: Path, config_hash: str, step: int, force: bool) -> None:
     """Refuse a directory holding another run or foreign files (unless force), and an existing
     skip.json (unless force). Called before any work, so a refusal costs nothing."""
-    from forensics.outputs import check_printable_path
-
     check_printable_path(out)
     if out.exists() and not out.is_dir():
         raise ForensicsError(f"{out}: exists and is not a directory")
@@ -74,8 +73,6 @@ def publish_outputs(report: object, skip: SkipPlan, cache: Path, out: Path) -> l
     """Write the report, skip.json, the flag files and the tracker into a staging folder, then
     publish them into `out` as one step. Returns the report's sections (the terminal summary
     lays out the same ones)."""
-    from forensics.report import write_report
-
     staging = cache / "staging"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()

@@ -21,6 +21,10 @@ import polars as pl
 from dataloaders.atomic import write_parquet_atomic
 from dataloaders.progress import progress_bar
 from forensics.errors import ForensicsError
+from forensics.pipeline.engines import map_parts
+from forensics.replay import cached_replayer
+from forensics.score.batches import BATCH_COLUMNS, BatchScores, combine, score_batch
+from forensics.score.table import OUTPUT_COLUMNS, RULE_COLUMNS
 
 PART_DOCUMENTS = 2_000  # documents per task: a few seconds of work, ~10 MB of text
 
@@ -124,9 +128,6 @@ def run_parts(
 
 def merge_parts(items: list[dict[str, Any]]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(documents, scored documents) from the parts, in part order."""
-    from forensics.score.batches import BATCH_COLUMNS, BatchScores, combine
-    from forensics.score.table import OUTPUT_COLUMNS, RULE_COLUMNS
-
     parts = [pl.read_parquet(i["out"]) for i in items]
     merged = pl.concat(parts, how="diagonal_relaxed") if parts else None
     if merged is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataloaders.trainers import get_trainer
+from forensics.provenance import provenance_line
 from forensics.skip import expand
 from forensics.skip.flags import pin_leads, restart_line
 from forensics.skip.plan import SkipPlan
@@ -36,8 +37,6 @@ def megatron_args_text(skip: SkipPlan) -> str:
         "# Valid only for the run fingerprinted in skip.json (check: forensics check-skip).",
     ]
     if skip.provenance:
-        from forensics.provenance import provenance_line
-
         lines.insert(0, "# " + provenance_line(skip.provenance))
     if skip.iterations:
         lines.append(PASTE_AT_END)

@@ -11,6 +11,8 @@ from typing import Any
 import polars as pl
 
 from dataloaders.run_config import RunConfig
+from dataloaders.storage import fetched
+from forensics.report import print_summary
 from forensics.spike.blame import blame_stage, rollback_stage
 from forensics.spike.doc_census import census_stage
 from forensics.spike.exposure import exposure_stage
@@ -61,7 +63,6 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
     `config`: a YAML config path, or a RunConfig built elsewhere (the training job's Megatron
     arguments, `forensics.run_source.resolve_run_config`)."""
     options.check()
-    from dataloaders.storage import fetched
 
     fetched.reset()  # report.json's object_storage: what this spike fetched
     with open_run(config, out, options) as run:
@@ -78,8 +79,6 @@ def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) 
             evidence,
         )  # fmt: skip
     if options.progress:
-        from forensics.report import print_summary
-
         print_summary(report, sections=sections, html=run.out / "report.html")
     return SpikeResult(
         out=run.out,

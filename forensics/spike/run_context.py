@@ -7,13 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.run_config import RunConfig, load_config
+from forensics.inputs_guard import input_stats
 from forensics.outputs import hold_lock
 from forensics.pipeline import StageClock, cache_key
 from forensics.publish_set import finish_before_writing
+from forensics.replay import open_replayer
 from forensics.skip import json_fingerprint
 from forensics.spike.options import SpikeOptions
 from forensics.spike.outdir import check_output_dir, write_marker
-from forensics.window_plan import WindowPlan, plan_windows
+from forensics.window import SpikeWindows, choose_windows
 
 
 @dataclass
@@ -29,7 +31,7 @@ class SpikeRun:
     options: SpikeOptions
     out: Path
     replayer: Any  # dataloaders.base.Replayer
-    plan: WindowPlan
+    plan: SpikeWindows
     fingerprint: dict[str, Any]
     clock: StageClock
     hits: dict[str, bool] = field(default_factory=dict)  # stage -> read from the cache
@@ -78,9 +80,6 @@ def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -
 
     Bad input raises ForensicsError before anything is written (the lock and the marker come
     last), so a refusal leaves the output directory as it was."""
-    from forensics.inputs_guard import input_stats
-    from forensics.replay import open_replayer
-
     config, origin = _config_and_origin(config)
     inputs = input_stats(config)  # before anything reads the data
     out = Path(out)
@@ -89,7 +88,7 @@ def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -
     clock = StageClock(options.progress)
     with clock.stage("open", f"config {origin}", spinner=True):
         replayer = open_replayer(config)
-        plan = plan_windows(
+        plan = choose_windows(
             replayer, config, options.step, options.window, options.baseline,
             options.baseline_offset,
         )  # fmt: skip

@@ -32,11 +32,28 @@ import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
 from forensics.cluster.sample import SampleDesign
+from forensics.cluster import cluster_embeddings
+from forensics.cluster import cluster_sources
+from forensics.cluster import describe_sample
+from forensics.cluster.baseline_fit import describe_fit
+from forensics.cluster.baseline_fit import fitted_verdicts
+from forensics.cluster.embedding import default_cap
+from forensics.cluster.expected import blend_note
+from forensics.cluster.expected import no_blend_note
+from forensics.cluster.expected import window_blend
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
+from forensics.replay import replay_sides
+from forensics.rescore import rescore_stage
+from forensics.score import score_table
+from forensics.spike.cluster_cache import cached_clusters, clusters_key
 from forensics.spike.drawn import distinct_documents, drawn_documents
+from forensics.spike.parts import merge_parts, plan_parts, run_parts
+from forensics.spike.repeats import repeats_stage
 from forensics.spike.run_context import SpikeRun
+from forensics.spike.tokcheck import check_tokenizer
 from forensics.spike.token_signal import token_stage
+from forensics.window import stage_starts
 
 
 def replay_stage(run: SpikeRun) -> pl.DataFrame:
@@ -46,8 +63,6 @@ def replay_stage(run: SpikeRun) -> pl.DataFrame:
     progress = run.options.progress
 
     def replay() -> pl.DataFrame:
-        from forensics.replay import replay_sides
-
         sides = {"window": window, "baseline": baseline}
         return replay_sides(run.replayer, sides, progress)
 
@@ -75,8 +90,6 @@ def score_stage(run: SpikeRun, docs: Callable[[], pl.DataFrame]) -> pl.DataFrame
     """Garbage and spam scores with their reasons, once per document. `docs` gives the decoded
     documents; it is not called when the scores are cached (the scored table holds the text:
     a rerun reads one table, not two, and the decode stage counts as read from the cache)."""
-    from forensics.score import score_table
-
     cache, key = run.cache, run.key
     score_file = cache / f"scores-{key}-{module_version('forensics.score')}.parquet"
     decoded = None if score_file.is_file() else docs()  # decoded outside the score clock
@@ -109,9 +122,6 @@ def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     then score), or in parts on a process pool or a Ray cluster (`--engine`, `--workers`),
     which gives the same table; then checked for repeated n-grams on their token ids, and their
     token statistics against the baseline's (forensics.spike.token_signal)."""
-    from forensics.spike.repeats import repeats_stage
-    from forensics.spike.tokcheck import check_tokenizer
-
     opts = run.options
     distinct = distinct_documents(run, replay)
     check_tokenizer(run.replayer, distinct, run.config.tokenizer)
@@ -127,8 +137,6 @@ def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
     """Decode and score in parts on the chosen engine (forensics.spike.parts). Writes the same
     cache files as the in-process stages, so a rerun on either engine reads them back."""
     import shutil
-
-    from forensics.spike.parts import merge_parts, plan_parts, run_parts
 
     opts, cache, key = run.options, run.cache, run.key
     version = module_version("forensics.score")
@@ -336,7 +344,6 @@ def model_stage(
     without it."""
     if run.options.rescore is None:
         return clusters
-    from forensics.rescore import rescore_stage
 
     with run.clock.stage("rescore", "the window's samples with the checkpoint"):
         ranked, view = rescore_stage(

@@ -40,9 +40,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
 from forensics.spike.drawn import drawn_documents
 from forensics.spike.run_context import SpikeRun
+from forensics.spike.tokcheck import round_trips, special_ids
 
 TOKENS_RULE = "token_stats"
 ROBUST_Z = 5.0  # a statistic this many robust sds beyond the reference median flags the document
@@ -138,8 +140,6 @@ def token_reasons(stats: pl.DataFrame, baseline: np.ndarray) -> list[str]:
 def run_tokenizer(replayer: Any) -> Any:
     """The run's tokenizer (a `tokenizers.Tokenizer`), or None where the family has none to
     give (the rule then needs what it cannot have: the decoded text and the round trip)."""
-    from forensics.errors import ForensicsError
-
     get = getattr(replayer, "tokenizer", None)
     if get is None:
         return None

@@ -6,9 +6,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from forensics.triage.actions import event_action
 from forensics.triage.alarms import Alarm
+from forensics.triage.causes import (
+    clipping_cause,
+    device_cause,
+    lasting_data_cause,
+    loss_scale_cause,
+    lr_cause,
+    numeric_cause,
+    rank_causes,
+    warning_chain,
+)
 from forensics.triage.climb import Climb
 from forensics.triage.config import RunInfo, TriageConfig
+from forensics.triage.plan import data_cause, decide_rule, plan_fields
 from forensics.triage.runlevel import in_time
 from forensics.triage.shapes import Columns, CurveResult, Divergence, Plateau
 from forensics.triage.spikes import Spike
@@ -38,9 +50,6 @@ def spike_event(
     """A spike's event. One that has not come back (undecided or malignant) carries the plan at
     once: rollback point, spike command, causes ranked from the evidence; an undecided one says
     what will decide it (forensics.triage.plan)."""
-    from forensics.triage.actions import event_action
-    from forensics.triage.plan import decide_rule, plan_fields
-
     speed, meaning = recovery_speed(s, cfg)
     lookback = s.onset_step - cfg.alarm_lookahead_steps
     before = [a for a in alarms if a.step <= s.peak_step and a.end_step >= lookback]
@@ -75,8 +84,6 @@ def spike_event(
         },
     }
     if s.verdict == "benign":
-        from forensics.triage.causes import numeric_cause
-
         # It came back: nothing to roll back; the cause is named for what came back.
         ev["likely_causes"] = [numeric_cause(before)]
         ev["action"] = "nothing: it came back to its trajectory (numerical); keep training"
@@ -103,17 +110,6 @@ def spike_causes(
     """The causes of a spike that has not come back, ranked from the evidence and the field's
     priors (forensics.triage.causes): a lasting step is the data first; a device only on
     device evidence; the numeric causes as the log shows them."""
-    from forensics.triage.causes import (
-        clipping_cause,
-        device_cause,
-        lasting_data_cause,
-        loss_scale_cause,
-        lr_cause,
-        rank_causes,
-        warning_chain,
-    )
-    from forensics.triage.plan import data_cause
-
     as_rise = Divergence(
         step=s.onset_step,
         end_step=s.peak_step,
@@ -151,10 +147,6 @@ def divergence_event(
     """A divergence: an emergency. Stop now, roll back to the last stable checkpoint before the
     first warning, and check the supported cause (the data replay only where the data is
     supported or nothing else is)."""
-    from forensics.triage.actions import event_action
-    from forensics.triage.causes import rank_causes
-    from forensics.triage.plan import data_cause, plan_fields
-
     causes = rank_causes([data_cause(d.step, run), *d.likely_causes])
     plan = plan_fields(d.step, d.step, alarms, run, cfg, causes, chain=True)
     evidence = {

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from forensics.triage.actions import cause_check, event_action
 from forensics.triage.causes import DATA, NUMERICS, cause, rank_causes
+from forensics.triage.config import RunInfo
 
 GROUPED = ("spike", "divergence")
 
@@ -75,8 +77,6 @@ def group_incidents(
 
 def _one_domain(ev: dict[str, Any], curve: str, held: list[str]) -> None:
     """One domain alone: that domain's data."""
-    from forensics.triage.actions import event_action
-
     domain = _domain(curve)
     ev["scope"], ev["domain"], ev["curve"] = "one domain", domain, curve
     others = ", ".join(_domain(h) for h in held) or "the total without it"
@@ -106,9 +106,6 @@ def _one_domain(ev: dict[str, Any], curve: str, held: list[str]) -> None:
 
 def _all_domains(ev: dict[str, Any], moved: list[str]) -> None:
     """Every domain at once: one incident, numerics or the optimizer first."""
-    from forensics.triage.actions import cause_check, event_action
-    from forensics.triage.config import RunInfo
-
     ev["scope"] = "all domains"
     numerics = cause(
         NUMERICS,

@@ -17,6 +17,7 @@ from forensics.triage.alarms import Alarm
 from forensics.triage.causes import DATA, warning_chain
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.spikes import Spike
+from forensics.window import SPIKE_WINDOW, spike_window
 
 
 def new_data_stage(onset: int, run: RunInfo) -> int | None:
@@ -158,8 +159,6 @@ def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | Non
     """The `forensics spike` call that replays the window's documents, and a note: why this
     window, and whether the user must fill in the config."""
     import shlex
-
-    from forensics.rollback import spike_window
 
     window, why = spike_window(step, rollback)
     if run.window is not None:

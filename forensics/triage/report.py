@@ -16,6 +16,7 @@ import numpy as np
 from rich.markup import escape
 
 from dataloaders.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from forensics.outputs import publish
 from forensics.safe_text import excerpt, terminal_safe
 from forensics.triage.analyze import TriageResult
 from forensics.triage.plot import event_counts, render_png
@@ -31,8 +32,6 @@ def write_outputs(result: TriageResult, out: Path, source: str, fmt: str) -> lis
     Everything is rendered in memory, written into `out/.triage/staging` and moved into place
     as one step (forensics.outputs.publish), so a full disk or a signal leaves the old set or
     the new one, never a mix."""
-    from forensics.outputs import publish
-
     summary = json_safe({"source": source, "format": fmt, **result.summary})
     events = json_safe(result.events)
     png = render_png(result)

@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from forensics.triage.config import RunInfo, TriageConfig
+from forensics.triage.plan import next_command
 
 DAY_S = 86400.0
 
@@ -124,8 +125,6 @@ def run_recurrence(
 ) -> dict[str, Any] | None:
     """The recurrence finding for a log (`first`: the run's first step when the table is only a
     window of it, as in `forensics watch`)."""
-    from forensics.triage.plan import next_command
-
     if len(benign_steps) < cfg.recur_min_count or not len(steps):
         return None
     last_spike = int(benign_steps[-1])

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forensics.inputs_guard import open_regular
+
 _MASK_DELTA = 0xA282EAD8
 # A record longer than this is not an event (Megatron's scalars are ~100 bytes; images ~MBs).
 _MAX_RECORD = 1 << 30

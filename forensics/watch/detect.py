@@ -22,6 +22,7 @@ from forensics.errors import ForensicsError
 from forensics.triage.analyze import TriageResult, triage
 from forensics.triage.canonical import order_steps, resolve_restarts
 from forensics.triage.config import RunInfo, TriageConfig
+from forensics.triage.trend import ema_by_step, trailing_median
 
 
 def window_steps(cfg: TriageConfig) -> int:
@@ -110,8 +111,6 @@ class WindowDetector:
     def grad_ratio(self) -> float | None:
         """The grad norm's fast EMA over its trailing-median baseline now (the alarm's ratio),
         for the live view and the Prometheus file; None with under four logged norms."""
-        from forensics.triage.trend import ema_by_step, trailing_median
-
         table = self.table
         if table is None or "grad_norm" not in table.columns:
             return None

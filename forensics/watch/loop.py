@@ -25,6 +25,7 @@ from forensics.errors import ForensicsError
 from forensics.triage.analyze import TriageResult
 from forensics.triage.config import RunInfo, TriageConfig
 from forensics.triage.formats import get_format
+from forensics.triage.runlevel import run_recurrence
 from forensics.watch.book import EventBook
 from forensics.watch.detect import WindowDetector
 from forensics.watch.follow import LogFollower, Position
@@ -357,8 +358,6 @@ class Watcher(PlanRunner):
     def _run_level(self, result: TriageResult) -> list[dict[str, Any]]:
         """Recurring benign spikes, counted over every spike this watcher judged benign (the
         window holds only the last few): raised once, as `forensics triage` finds it."""
-        from forensics.triage.runlevel import run_recurrence
-
         if self.book.has("raised", kind="recurring_spikes") or self.detector.table is None:
             return []
         benign = sorted(

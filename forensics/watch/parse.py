@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.errors import ForensicsError
+from forensics.inputs_guard import open_regular
 from forensics.triage import canonical
 from forensics.triage.formats import AUTO, REGISTRY, LineState, detect_format, get_format
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from forensics.rollback import FAR
 from forensics.watch.plans import PlanState, event_verdict, next_status, plan_message
 from forensics.watch.spikejob import (
     SpikeJob,
@@ -20,6 +21,7 @@ from forensics.watch.spikejob import (
     start_spike,
     started_message,
 )
+from forensics.window import spike_window
 
 MAX_ANALYSES = 2  # background spike runs at once; in a burst of spikes the rest get triage's plan
 
@@ -76,7 +78,6 @@ class PlanRunner:
             if self.book.has("forensics_not_started", step=key):
                 return []
             return [self._emit(not_started_message(key, source))]
-        from forensics.rollback import FAR, spike_window
 
         window, _why = spike_window(key, int(ev.get("rollback_iteration", key - FAR)))
         window = self.opts.run.window or window  # --spike-args '--window N' wins

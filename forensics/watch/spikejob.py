@@ -21,6 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forensics.from_checkpoint import holds_checkpoint
+from forensics.skip.action import rebuild_restart
+from forensics.skip.flags import restart_line
+
 
 @dataclass
 class SpikeJob:
@@ -68,7 +72,6 @@ def source_saved(source: tuple[str, ...]) -> bool:
     """False while a save folder holds no checkpoint yet (the trainer has not saved)."""
     if source[0] != "--from-checkpoint":
         return True
-    from forensics.from_checkpoint import holds_checkpoint
 
     return holds_checkpoint(Path(source[1]))
 
@@ -153,7 +156,6 @@ def paste_line(skip_file: Path) -> str | None:
     """The chosen trainer's restart line from skip.json (checkpoint pin and skip flag)."""
     if not skip_file.exists():
         return None
-    from forensics.skip.flags import restart_line
 
     plan = json.loads(skip_file.read_text())
     return restart_line(plan.get("flags", {}).get(plan.get("trainer")) or {})
@@ -179,8 +181,6 @@ def action_words(out: Path, plan: dict[str, Any], rollback: int | None) -> dict[
     body: dict[str, Any] = {"action": kind, "flags_file": flags_file}
     if kind in ("rebuild", "remove"):
         if kind == "rebuild":
-            from forensics.skip.action import rebuild_restart
-
             where = action.get("rebuild_out") or out.parent / f"rebuild-{plan.get('step')}"
             action = {"rebuild_out": str(where), **action}
             text = f"ACTION remove and rebuild: {action['command']}, then {restart} "

@@ -15,6 +15,9 @@ from typing import Any
 
 import yaml
 
+from dataloaders.run_config import load_config
+from forensics.replay import open_replayer
+
 
 @dataclass
 class Accident:
@@ -206,9 +209,6 @@ def manifest_rows(run: Path, manifest: str, rows: int) -> None:
 def short_shuffle(run: Path) -> None:
     """Megatron's cache for the first dataset, with shuffle_index.npy cut to half."""
     import numpy as np
-
-    from dataloaders.run_config import load_config
-    from forensics.replay import open_replayer
 
     cache = run / "data-cache"
     cache.mkdir()

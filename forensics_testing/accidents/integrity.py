@@ -13,7 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dataloaders.megatron.indexed import IndexedDataset
+from dataloaders.tokenizer import load_tokenizer
+from forensics.publish_set import publish
+from forensics.spike.tokcheck import special_ids
 from forensics_testing.accidents.case import Accident
+from forensics_testing.mosaic_support import write_mds
 
 # -- an output set a kill left half published ------------------------------------------------
 
@@ -28,8 +33,6 @@ def killed_publish(folder: str, state: str, renames: int = 4) -> Callable[[Path]
     left, as a SIGKILL leaves them."""
 
     def apply(run: Path) -> None:
-        from forensics.publish_set import publish
-
         out = run / folder
         staging = out / state / "staging"
         staging.mkdir(parents=True)
@@ -263,8 +266,6 @@ def mds_stream(damage: Callable[[Path], None] | None = None) -> Callable[[Path],
 
     def apply(run: Path) -> None:
         import yaml
-
-        from forensics_testing.mosaic_support import write_mds
 
         rows = [{"text": f"page {i}", "uid": i, "source": "web"} for i in range(50)]
         write_mds(run / "mds" / "web", rows, [20, 20, 10])

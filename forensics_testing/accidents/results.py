@@ -11,6 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dataloaders.run_config import config_from_dict
+from forensics.replay import open_replayer
+
 Check = Callable[[Path, subprocess.CompletedProcess], "str | None"]
 _ITERATION = re.compile(r"^\s*iteration\s+(\d+)/\s*\d+ \|.*lm loss: [0-9.E+-]+ \|", re.M)
 
@@ -40,9 +43,6 @@ def triage_healthy_run(run: Path, proc: subprocess.CompletedProcess) -> str | No
 def _library_replay(run: Path, first: int, last: int, edit: Callable[[dict], None] | None = None):
     """The replay table of the run copy's config (edited in memory), from the library."""
     import yaml
-
-    from dataloaders.run_config import config_from_dict
-    from forensics.replay import open_replayer
 
     raw = yaml.safe_load((run / "forensics.yaml").read_text())
     if edit is not None:

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from forensics_testing.accidents.case import Accident, Verdict, stage0
-from forensics_testing.demo.build import DemoSpec
+from forensics_testing.demo.build import DemoSpec, build_run
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 90  # generous for a loaded 2-core machine; the commands answer in seconds
@@ -184,8 +184,6 @@ def prepare_base(source: Path | DemoSpec, work: Path, cache: Path) -> Path:
     base = work / "base"
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), FORENSICS_CACHE=str(cache))
     if isinstance(source, DemoSpec):
-        from forensics_testing.demo.build import build_run
-
         build_run(base, source, progress=False)
     else:
         shutil.copytree(

@@ -29,6 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from dataloaders.atomic import write_json_atomic, write_parquet_atomic, write_text_atomic
+from dataloaders.megatron.indexed import IndexedDataset, optimal_dtype, write_indexed_dataset
+from dataloaders.megatron.manifests import CHECK_COLUMNS, document_checks
+from forensics.errors import ForensicsError
+from forensics.pipeline import module_version
 from forensics_testing.demo.dirty import DIRTY_KINDS, dirty_page, site_name, web_page
 from forensics_testing.demo.texts import Text, harvest
 
@@ -186,8 +191,6 @@ def _train_tokenizer(texts: list[str], vocab_size: int, path: Path) -> Any:
 
 
 def _write_dataset(prefix: Path, token_lists: list[list[int]], vocab: int) -> None:
-    from dataloaders.megatron.indexed import optimal_dtype, write_indexed_dataset
-
     write_indexed_dataset(prefix, (np.asarray(t) for t in token_lists), optimal_dtype(vocab))
 
 
@@ -197,10 +200,6 @@ def refresh_manifest_checks(run: Path) -> None:
     dataset's documents after the build (another tokenizer, dirt of its own), as a user re-runs
     `forensics manifest --prefix` after re-tokenizing."""
     import polars as pl
-
-    from dataloaders.atomic import write_parquet_atomic
-    from dataloaders.megatron.indexed import IndexedDataset
-    from dataloaders.megatron.manifests import CHECK_COLUMNS, document_checks
 
     for path in sorted((run / "data").glob("*.manifest.parquet")):
         prefix = path.with_name(path.name.removesuffix(".manifest.parquet") + "_text_document")
@@ -213,10 +212,6 @@ def _write_manifest(path: Path, docs: list[_Doc], prefix: Path) -> None:
     """The manifest `forensics manifest --prefix` writes: facets, then doc_tokens and doc_hash
     of the dataset at `prefix`."""
     import polars as pl
-
-    from dataloaders.atomic import write_parquet_atomic
-    from dataloaders.megatron.indexed import IndexedDataset
-    from dataloaders.megatron.manifests import document_checks
 
     table = pl.DataFrame(
         {
@@ -324,10 +319,6 @@ def build_run(out: Path, spec: DemoSpec | None = None, *, progress: bool = True)
     Refuses to write into a non-empty directory that is not a previous demo run.
     """
     import yaml
-
-    from dataloaders.atomic import write_json_atomic, write_text_atomic
-    from forensics.errors import ForensicsError
-    from forensics.pipeline import module_version
 
     spec = spec or DemoSpec()
     out = Path(out)

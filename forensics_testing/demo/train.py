@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from forensics.rescore.export import gather_tokens, sample_tables
+
 
 @dataclass(frozen=True)
 class TinyModel:
@@ -125,8 +127,6 @@ def iteration_batches(
     replayer: Any, first: int, last: int, chunk: int = 50
 ) -> Iterator[tuple[int, np.ndarray]]:
     """(iteration, tokens[gbs, seq_length + 1]) for first..last, replayed `chunk` at a time."""
-    from forensics.rescore.export import gather_tokens, sample_tables
-
     for lo in range(first, last + 1, chunk):
         hi = min(last, lo + chunk - 1)
         samples, segments = sample_tables(replayer.replay(lo, hi, progress=False))

@@ -78,8 +78,8 @@ def test_evidence_without_a_checkpoint_before_it_is_a_target() -> None:
 
 def test_triage_and_spike_agree_on_the_window() -> None:
     """triage's `next_command`, the watcher and spike's default use one rule (spike_window)."""
-    from forensics.rollback import SPIKE_WINDOW, spike_window
     from forensics.spike import SpikeOptions
+    from forensics.window import SPIKE_WINDOW, spike_window
 
     assert SpikeOptions(step=5000).window == SPIKE_WINDOW
     window, why = spike_window(5000, 4940)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forensics.errors import ForensicsError
+from forensics.inputs_guard import open_regular
 from forensics.triage.formats.base import Head, LineState, LogFormat
 from forensics.triage.formats.csv_log import CsvLog, WandbCsvLog
 from forensics.triage.formats.jsonl import HFTrainerStateLog, JsonlLog

@@ -1,7 +1,7 @@
 """What a training-log format is to `forensics triage` and `forensics watch`: one `LogFormat`
 object per format, each in its own module here, listed once in `forensics.triage.formats`.
 
-The shape is the loader families' (`dataloaders.family`): the code that reads a log (triage's
+The shape is the loader families' (`dataloaders.family_base`): the code that reads a log (triage's
 `read_log`, watch's `ChunkParser`, format detection) names no format; it asks the format object.
 A format answers:
 

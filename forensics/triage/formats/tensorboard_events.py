@@ -11,15 +11,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import polars as pl
 
 from forensics.errors import ForensicsError
 from forensics.triage.formats.base import Head, LogFormat
-
-if TYPE_CHECKING:
-    from forensics.triage.tfrecord import RecordScan
+from forensics.triage.tfrecord import RecordScan, iter_records
 
 
 def event_files(path: Path) -> list[Path]:
@@ -53,8 +51,6 @@ class TensorBoardLog(LogFormat):
         return bool(event_files(path))
 
     def read(self, path: Path, notes: list[str]) -> tuple[pl.DataFrame, str]:
-        from forensics.triage.tfrecord import RecordScan, iter_records
-
         files = event_files(path) if path.is_dir() else [path]
         points: list[tuple[int, str, float]] = []
         for f in files:

@@ -16,35 +16,35 @@ from forensics.spike import (
     ahead_advice,
     ahead_summary,
     check_output_dir,
+    choose_baseline,
     crossings,
     documents_by_dataset,
     onset_iteration,
-    plan_baseline,
 )
 
 
 def test_default_baseline_is_ten_windows_back() -> None:
-    (b, how) = plan_baseline((81001, 81300), [1], None, None)
+    (b, how) = choose_baseline((81001, 81300), [1], None, None)
     assert b == (77701, 78000) and "3000 iterations before" in how
 
 
 def test_baseline_clamps_at_iteration_one_and_never_overlaps() -> None:
-    assert plan_baseline((1961, 2260), [1, 2201], None, None)[0] == (1, 300)
-    assert plan_baseline((101, 400), [1], None, None)[0] == (1, 100)  # only 100 before the window
+    assert choose_baseline((1961, 2260), [1, 2201], None, None)[0] == (1, 300)
+    assert choose_baseline((101, 400), [1], None, None)[0] == (1, 100)  # only 100 before the window
     with pytest.raises(ForensicsError, match="nothing before it"):
-        plan_baseline((1, 300), [1], None, None)
+        choose_baseline((1, 300), [1], None, None)
 
 
 def test_baseline_options() -> None:
-    assert plan_baseline((1001, 1300), [1], None, 50)[0] == (651, 950)
-    assert plan_baseline((1001, 1300), [1], "100-399", None)[0] == (100, 399)
-    assert plan_baseline((5001, 5300), [1, 4001], "stage", None)[0] == (4001, 4300)
+    assert choose_baseline((1001, 1300), [1], None, 50)[0] == (651, 950)
+    assert choose_baseline((1001, 1300), [1], "100-399", None)[0] == (100, 399)
+    assert choose_baseline((5001, 5300), [1, 4001], "stage", None)[0] == (4001, 4300)
     with pytest.raises(ForensicsError, match="overlaps"):
-        plan_baseline((1001, 1300), [1], "1200-1400", None)
+        choose_baseline((1001, 1300), [1], "1200-1400", None)
     with pytest.raises(ForensicsError, match="FIRST-LAST"):
-        plan_baseline((1001, 1300), [1], "12OO-1400", None)
+        choose_baseline((1001, 1300), [1], "12OO-1400", None)
     with pytest.raises(ForensicsError, match="inside the window"):
-        plan_baseline((1001, 1300), [1, 1100], "stage", None)
+        choose_baseline((1001, 1300), [1, 1100], "stage", None)
 
 
 def test_crossings_name_stage_starts_inside_the_window() -> None:

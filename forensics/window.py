@@ -1,18 +1,63 @@
-"""Which iterations the spike is judged on (the window) and against (the baseline)."""
+"""The spike's window: its default length, its bounds in the run, and the iterations it is
+judged against (the baseline). Triage, the watcher and spike take the window from here, so
+they say the same thing."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from dataloaders.base import Replayer, check_iterations
 from dataloaders.families import family_of
 from forensics.errors import ForensicsError
 
 BASELINE_WINDOWS_BACK = 10  # default baseline: the same length, ending 10 windows earlier
 
 
+# Iterations `forensics spike` replays before the spike by default: three rollback distances, so
+# the window holds every batch trained since the rollback point and the data that came in
+# before it (a crawl batch can enter the mixture well before the loss shows it).
+SPIKE_WINDOW = 300
+
+
+def spike_window(step: int, rollback: int) -> tuple[int, str]:
+    """The `--window` for a spike at `step` with a restart from `rollback`, and why: triage and
+    the watcher suggest it and spike defaults to SPIKE_WINDOW, so they say the same thing.
+
+    Early in a run the window leaves at least half of the iterations before the spike for the
+    baseline (spike compares the window with iterations before it)."""
+    back = step - rollback
+    room = max(1, step // 2)  # iterations the window may take and still leave a baseline
+    if back > SPIKE_WINDOW:
+        return back, f"--window {back}: back to the rollback checkpoint {rollback}"
+    if room < SPIKE_WINDOW:
+        window = max(min(back, step - 1), room)
+        return window, (
+            f"--window {window}: spike's default {SPIKE_WINDOW} would reach before iteration 1; "
+            "the iterations before the window are the baseline"
+        )
+    return SPIKE_WINDOW, (
+        f"--window {SPIKE_WINDOW} (spike's default): the {back} iterations since the rollback "
+        f"checkpoint {rollback} and the data that came in before them"
+    )
+
+
+def window_bounds(step: int, window: int) -> tuple[int, int]:
+    """Window W ending at step S: iterations S-W+1 .. S."""
+    if window < 1:
+        raise ForensicsError(f"--window must be at least 1, got {window}")
+    return step - window + 1, step
+
+
+def check_window(replayer: Replayer, step: int, window: int) -> tuple[int, int]:
+    """(first, last) iterations of the window; a ForensicsError when it leaves the run."""
+    first, last = window_bounds(step, window)
+    check_iterations(first, last, replayer.last_iteration, f"--window {window} at --step {step}: ")
+    return first, last
+
+
 @dataclass(frozen=True)
-class WindowPlan:
+class SpikeWindows:
     """The window (ending at the spike), the baseline, and how the baseline was chosen."""
 
     window: tuple[int, int]
@@ -38,7 +83,7 @@ def parse_range(text: str, what: str) -> tuple[int, int]:
     return first, last
 
 
-def plan_baseline(
+def choose_baseline(
     window: tuple[int, int], starts: list[int], baseline: str | None, offset: int | None
 ) -> tuple[tuple[int, int], str]:
     """The baseline window and a sentence saying how it was chosen.
@@ -83,14 +128,12 @@ def crossings(window: tuple[int, int], starts: list[int]) -> list[int]:
     return [s for s in starts if window[0] < s <= window[1]]
 
 
-def plan_windows(
+def choose_windows(
     replayer: Any, config: Any, step: int, length: int, baseline: str | None, offset: int | None
-) -> WindowPlan:
+) -> SpikeWindows:
     """The window of `length` iterations ending at `step` (checked against the run), and its
     baseline."""
-    from forensics.replay import check_window
-
     window = check_window(replayer, step, length)
     starts = stage_starts(config)
-    base, how = plan_baseline(window, starts, baseline, offset)
-    return WindowPlan(window, base, how, crossings(window, starts))
+    base, how = choose_baseline(window, starts, baseline, offset)
+    return SpikeWindows(window, base, how, crossings(window, starts))

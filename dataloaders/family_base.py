@@ -8,7 +8,7 @@ calls the hooks the abstract `MegatronDataset` declares (megatron_dataset.py:
 OLMo-core's, where a config builds its object (ai2-olmo-core 3.0.0
 olmo_core/data/numpy_dataset.py:2677, `NumpyDatasetConfig.build()`). So a family answers every
 question that depends on the family, and the code that asks (replay, the skip plan's action,
-the rebuild, the window plan) is one builder for all of them:
+the rebuild, the spike window) is one builder for all of them:
 
 - its config model (`config_model`, the `data:` section; the discriminator is `format`) and how
   it opens its `Replayer` (`open`, importing its package only when used);
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from dataloaders.run_config import RunConfig
+from dataloaders.storage.urls import is_remote
 
 if TYPE_CHECKING:
     from dataloaders.base import Replayer
@@ -64,7 +65,6 @@ def listed_unit(replayer: Any, dataset: str, facet: str, key: str, path: Path) -
     for the file's facet value (the same lists the spike's blame uses)."""
     docs = replayer.documents_by_facet(facet, key)
     ids = docs.filter(docs["dataset"] == dataset)["doc_id"].to_numpy().astype(np.int64)
-    from dataloaders.storage.urls import is_remote
 
     where = path if is_remote(path) else Path(path).resolve()  # a URL stays as it is
     return FileUnit(dataset, key, where, ids)
@@ -109,7 +109,6 @@ class Family(ABC):
     restart: ClassVar[RestartFile]  # what the restart takes from the rebuild's folder
     rebuilds_documents: ClassVar[bool] = False
     file_facet: ClassVar[str | None] = None  # the facet that names a data file ("file", "shard")
-    token_files: ClassVar[bool] = False  # .bin/.idx tokens: token export, rescoring, scan
     launch_per_stage: ClassVar[bool] = False  # the trainer reads one data stage per launch
     pins_rollback: ClassVar[bool] = False  # the restart loads the rollback by an instruction
     # How the trainer continues on the rebuilt files, a sentence with {resume}, {skipped} and
