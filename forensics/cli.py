@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from dataloaders.console import make_console
+from dataloaders.regular_files import check_input_path
 from dataloaders.storage import fetched
 from forensics.commands import (
     check_skip,
@@ -29,7 +30,6 @@ from forensics.commands import (
     watch,
 )
 from forensics.errors import EnvironmentProblem, ForensicsError
-from forensics.inputs_guard import check_input_path
 
 app = typer.Typer(
     name="forensics",
@@ -95,8 +95,6 @@ def _guard_paths(command: Any) -> None:
     """Every path on the command line goes through `check_input_path` as it is parsed: a FIFO,
     device or socket is refused in one line before any command opens it (an output path too:
     writing into a FIFO blocks just the same)."""
-    from dataloaders.regular_files import check_input_path
-
     for param in getattr(command, "params", []):
         if not (_typed_path(param) or param.name in _PATH_STRINGS):
             continue

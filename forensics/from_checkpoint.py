@@ -1,7 +1,7 @@
 """The run read back from what the trainer saved beside the weights: `--from-checkpoint DIR`.
 
 Each loader family reads the save folders of its own trainers (`Family.recognises_save` and
-`Family.saved_run`, dataloaders/family.py): which files a trainer keeps beside its weights, and
+`Family.saved_run`, dataloaders/family_base.py): which files a trainer keeps beside its weights, and
 how they become a run config, is knowledge of that family's package. This module asks every
 family of the registry whether the folder is its own, hands the folder to the one that says so,
 and refuses in one line when none does or when two do (reading it as either would be a guess).

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dataloaders.console import make_console
+from dataloaders.megatron.launch_args import config_from_megatron_args, split_megatron_args
+from dataloaders.regular_files import check_input_path
 from dataloaders.run_config import find_config, load_config
 from forensics.errors import ForensicsError
 from forensics.from_checkpoint import config_from_checkpoint
-from forensics.inputs_guard import check_input_path, check_run_inputs
-from forensics.megatron_args import config_from_megatron_args, split_megatron_args
+from forensics.inputs_guard import check_run_inputs
 from forensics.publish_set import refuse_if_mid_publish
 
 if TYPE_CHECKING:
@@ -29,9 +30,6 @@ def resolve_run_config(
 ) -> RunConfig:
     """`_resolve`, then every file the config names checked (`check_run_inputs`): a FIFO or
     device among them is refused before any reader opens it."""
-    from dataloaders.regular_files import check_input_path
-    from forensics.inputs_guard import check_run_inputs
-
     if config is None and megatron_args is None and from_checkpoint is None:
         check_input_path(find_config(None), "$FORENSICS_CONFIG")
     run = _resolve(config, megatron_args, from_checkpoint, step)
@@ -52,7 +50,6 @@ def _resolve(
         if config is not None:
             raise ForensicsError("give --config or --megatron-args, not both")
         _say_ignored(from_checkpoint, "--megatron-args")
-        from dataloaders.megatron.launch_args import config_from_megatron_args, split_megatron_args
 
         return config_from_megatron_args(split_megatron_args(megatron_args))
     if config is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from dataloaders.family import (
+from dataloaders.family_base import (
     Family,
     FileUnit,
     KeptFiles,
@@ -18,9 +18,8 @@ from dataloaders.family import (
     data_without_resumes,
     listed_unit,
 )
+from dataloaders.hf import open_hf_replayer, record_shards
 from dataloaders.hf.config import HFData
-from dataloaders.hf import open_hf_replayer
-from dataloaders.hf import record_shards
 
 
 class HFFamily(Family):

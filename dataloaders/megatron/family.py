@@ -12,18 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dataloaders.family import Family, RestartFile
+from dataloaders.family_base import Family, RestartFile
 from dataloaders.megatron.config import MegatronData
+from dataloaders.megatron.replayer import open_megatron_replayer
 from dataloaders.megatron.saved_run import (
     TRACKER,
     config_from_megatron_save,
     is_megatron_save_folder,
 )
 from dataloaders.run_config import RunConfig
-from dataloaders.data_sections import MegatronData
-from dataloaders.family_base import Family
-from dataloaders.family_base import RestartFile
-from dataloaders.megatron.replayer import open_megatron_replayer
 
 
 class MegatronFamily(Family):

@@ -1,5 +1,5 @@
 """The run read back from a Megatron save folder (`--from-checkpoint DIR`): the Megatron
-family's answer to `Family.saved_run` (dataloaders/family.py). A Megatron-Bridge folder goes to
+family's answer to `Family.saved_run` (dataloaders/family_base.py). A Megatron-Bridge folder goes to
 its own reader (bridge_save.py); everything else here is Megatron-LM's.
 
 Megatron-LM keeps the job's whole `args` Namespace in every checkpoint (NVIDIA/Megatron-LM

@@ -29,6 +29,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from dataloaders.config_base import DataSection, PrintableName, StrictModel, check_resume_order
+from dataloaders.mosaic.numbers import epoch_size_value
+from dataloaders.mosaic.remote import check_remote
 
 # Fields accepted for an llm-foundry / StreamingDataset config that do not change the order.
 IGNORED_FIELDS = (
@@ -150,8 +152,6 @@ def _normalise_streams(raw: dict[str, Any]) -> dict[str, Any]:
                 f"(stream {stream.get('name') or stream.get('remote')!r})"
             )
         if stream.get("remote") is not None:
-            from dataloaders.mosaic.remote import check_remote
-
             check_remote(str(stream["remote"]))
         if sub:
             # named for its folder, not for the split every stream shares
@@ -226,8 +226,6 @@ class MosaicData(DataSection):
     @field_validator("epoch_size", mode="before")
     @classmethod
     def _epoch_size(cls, value: int | float | str | None) -> int | None:
-        from dataloaders.mosaic.numbers import epoch_size_value
-
         return epoch_size_value(value)
 
     @model_validator(mode="after")

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dataloaders.family import (
+from dataloaders.family_base import (
     Family,
     FileUnit,
     KeptFiles,
@@ -20,8 +20,8 @@ from dataloaders.family import (
     data_without_resumes,
     listed_unit,
 )
-from dataloaders.mosaic.config import MosaicData
 from dataloaders.mosaic import open_mosaic_replayer
+from dataloaders.mosaic.config import MosaicData
 from dataloaders.mosaic.mds import INDEX
 
 REBUILT_SUFFIX = "_rebuilt"  # a rebuilt stream's folder: <stream>_rebuilt/ in the output

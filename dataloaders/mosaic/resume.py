@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dataloaders.data_sections import MosaicState
 from dataloaders.errors import ForensicsError
 from dataloaders.mosaic.config import MosaicState
 from dataloaders.mosaic.order import World

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dataloaders.family import (
+from dataloaders.family_base import (
     Family,
     FileUnit,
     KeptFiles,
@@ -21,10 +21,10 @@ from dataloaders.family import (
     data_without_resumes,
     listed_unit,
 )
+from dataloaders.olmo_core import open_olmo_core_replayer
 from dataloaders.olmo_core.config import OlmoCoreData
 from dataloaders.olmo_core.saved_config import is_olmo_core_save_folder, saved_run_config
 from dataloaders.run_config import RunConfig
-from dataloaders.olmo_core import open_olmo_core_replayer
 
 
 class OlmoCoreFamily(Family):

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.errors import ForensicsError
-from dataloaders.run_config import RunConfig, config_from_dict
 from dataloaders.olmo_core.remote import SCHEMES
 from dataloaders.olmo_core.state import load_trainer_state
-from dataloaders.storage.urls import scheme_of
-from dataloaders.storage.urls import shown
+from dataloaders.run_config import RunConfig, config_from_dict
+from dataloaders.storage.urls import scheme_of, shown
 from dataloaders.trainers.olmo_core import OLMoCore
 
 CONFIG_NAME = "config.json"

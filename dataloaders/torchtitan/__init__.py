@@ -22,6 +22,7 @@ __all__ = ["open_titan_replayer", "recognises_save", "resume_entry", "saved_load
 
 def open_titan_replayer(config: Any) -> Any:
     """The Replayer of a `format: torchtitan` run config (files and fields checked up front)."""
+    # lazy: the package stays light, so its config model can be imported below the replayer
     from dataloaders.torchtitan.replayer import TitanReplayer
 
     return TitanReplayer(config)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dataloaders.errors import ForensicsError
-from dataloaders.family import (
+from dataloaders.family_base import (
     Family,
     FileUnit,
     KeptFiles,
@@ -23,6 +23,7 @@ from dataloaders.family import (
     data_without_resumes,
     listed_unit,
 )
+from dataloaders.torchtitan import open_titan_replayer
 from dataloaders.torchtitan.config import TorchtitanData
 from dataloaders.torchtitan.state import resume_entry, step_folder
 
@@ -68,8 +69,6 @@ class TorchtitanFamily(Family):
         )
 
     def open(self, config: Any) -> Any:
-        from dataloaders.torchtitan import open_titan_replayer
-
         return open_titan_replayer(config)
 
     def file_units(self, config: Any, replayer: Any) -> list[FileUnit]:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from forensics.cluster.baseline_fit import dirty_in_window
 from forensics.cluster.sample import SampleDesign
 from forensics.cluster.source import estimated_flagged, prepare_docs
-from forensics.cluster.baseline_fit import dirty_in_window
 from forensics.cluster.verdict import P_MAX
 from forensics.score import FLAG_THRESHOLD
 
@@ -80,7 +80,6 @@ def flagged_rates(
     """The figures the clean control quotes: each side's flagged share (garbage or spam score
     >= the scorer's threshold) and document count. `design`: the documents were sampled (the
     share is then estimated as the source clusters estimate it: forensics.cluster.source)."""
-    from forensics.score import FLAG_THRESHOLD
 
     def rate(docs: pl.DataFrame) -> float:
         if docs.height == 0 or "garbage_score" not in docs.columns:

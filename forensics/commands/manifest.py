@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from dataloaders.console import make_console
+from dataloaders.megatron.manifest_writer import build_manifest, null_notes
 from forensics.errors import ForensicsError
-from forensics.manifest import build_manifest, null_notes
 from forensics.outputs import check_output_file
 
 
@@ -43,11 +43,6 @@ def manifest_command(
 ) -> None:
     """Build a provenance manifest: doc_id plus the named string columns, one row per document."""
     from rich.markup import escape
-
-    from dataloaders.console import make_console
-    from dataloaders.megatron.manifest_writer import build_manifest, null_notes
-    from forensics.errors import ForensicsError
-    from forensics.outputs import check_output_file
 
     names = [f.strip() for f in fields.split(",") if f.strip()]
     if out is None:

@@ -31,11 +31,9 @@ from forensics.commands.rescore import (
     rescore_options,
 )
 from forensics.errors import ForensicsError
-from forensics.rollback import SPIKE_WINDOW
 from forensics.outputs import fresh_output
 from forensics.run_source import resolve_run_config
-from forensics.spike import SpikeOptions
-from forensics.spike import run_spike
+from forensics.spike import SpikeOptions, run_spike
 from forensics.window import SPIKE_WINDOW
 
 StepOption = Annotated[int, typer.Option("--step", help="Iteration of the loss spike (1-indexed).")]
@@ -180,10 +178,6 @@ def spike_command(
 ) -> None:
     """Replay the iterations before a loss spike, find the data to blame, and write the report,
     the rollback point and the skip list (skip.json, megatron_args.txt)."""
-    from forensics.outputs import fresh_output
-    from forensics.run_source import resolve_run_config
-    from forensics.spike import SpikeOptions, run_spike
-
     if exhaustive and sample_docs is not None:
         raise ForensicsError(
             f"--sample-docs {sample_docs} with --exhaustive: every document is scored then; "

@@ -15,10 +15,10 @@ from typing import Annotated, Any
 
 import typer
 
-from dataloaders.trainers import REGISTRY as TRAINERS
-from dataloaders.checkpoints import checkpoint_iterations
 from dataloaders.console import make_console
+from dataloaders.regular_files import check_input_path
 from dataloaders.run_config import load_config
+from dataloaders.trainers import REGISTRY as TRAINERS
 from forensics.commands.options import (
     CheckpointsOption,
     GradFactorOption,
@@ -28,7 +28,6 @@ from forensics.commands.options import (
     check_steps,
 )
 from forensics.errors import ForensicsError
-from forensics.inputs_guard import check_input_path
 from forensics.outputs import check_output_dir, fresh_output, hold_lock
 from forensics.publish_set import finish_before_writing
 from forensics.triage.analyze import triage
@@ -223,8 +222,6 @@ def check_log_file(log: Path) -> None:
     """A log must be a file (or a TensorBoard directory) that can be read twice: a FIFO blocks
     until a writer comes, a pipe (`<(...)`, /dev/stdin) can be read only once. Refused in one
     line (the one check every input goes through); a missing path is the reader's to say."""
-    from dataloaders.regular_files import check_input_path
-
     check_input_path(log)
 
 

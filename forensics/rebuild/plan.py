@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from dataloaders.megatron.config import DatasetSpec
-from dataloaders.data_sections import DatasetSpec
 from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.run_config import RunConfig
 from forensics.errors import ForensicsError

@@ -286,11 +286,6 @@ def build_report(
     """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call).
     `design`: the documents were sampled (forensics.cluster.sample.SampleDesign): the score
     distributions are then the scored documents', the control's rates estimates."""
-    from forensics.cluster.baseline_fit import dirty_in_window
-    from forensics.cluster.controls import flagged_rates, unexplained_groups
-    from forensics.cluster.keywords import with_keywords
-    from forensics.report.confidence import loss_explained
-
     ranked = with_keywords(ranked, window_docs)  # embedding clusters get keyword labels
     examples = pick_examples(ranked, window_docs)
     culprit_share = None

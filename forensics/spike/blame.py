@@ -9,10 +9,9 @@ from typing import Any
 import polars as pl
 
 from dataloaders.trainers import REGISTRY
-from forensics.rollback import Mark, Rollback, recommend_rollback
 from forensics.cluster import culprit_docs
 from forensics.cluster.source import MISSING_KEY
-from forensics.rollback import NEAR
+from forensics.rollback import NEAR, Mark, Rollback, recommend_rollback
 from forensics.score import FLAG_THRESHOLD
 from forensics.spike.rule_members import rule_members
 from forensics.spike.run_context import SpikeRun

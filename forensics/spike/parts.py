@@ -32,9 +32,6 @@ PART_DOCUMENTS = 2_000  # documents per task: a few seconds of work, ~10 MB of t
 def score_part(config: Any, item: dict[str, Any], replayer: Any = None) -> dict[str, Any]:
     """Worker: decode and score one part's documents into `item["out"]` (kept if present);
     `replayer`: the run's, when the part runs in the driver."""
-    from forensics.replay import cached_replayer
-    from forensics.score.batches import score_batch
-
     out = Path(item["out"])
     if not out.is_file():
         keys = pl.read_parquet(item["keys"])
@@ -99,8 +96,6 @@ def run_parts(
 ) -> None:
     """Every part on the engine; a ForensicsError naming the parts that failed for good.
     `--engine local --workers 1` runs them in this process, with `replayer` (the run's)."""
-    from forensics.pipeline.engines import map_parts
-
     todo = [i for i in items if not Path(i["out"]).is_file()]
     total = sum(i["documents"] for i in items)
     label = label or f"decode+score ({engine}, {workers} workers)"

@@ -31,16 +31,11 @@ import numpy as np
 import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
-from forensics.cluster.sample import SampleDesign
-from forensics.cluster import cluster_embeddings
-from forensics.cluster import cluster_sources
-from forensics.cluster import describe_sample
-from forensics.cluster.baseline_fit import describe_fit
-from forensics.cluster.baseline_fit import fitted_verdicts
+from forensics.cluster import cluster_embeddings, cluster_sources, describe_sample
+from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
 from forensics.cluster.embedding import default_cap
-from forensics.cluster.expected import blend_note
-from forensics.cluster.expected import no_blend_note
-from forensics.cluster.expected import window_blend
+from forensics.cluster.expected import blend_note, no_blend_note, window_blend
+from forensics.cluster.sample import SampleDesign
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
 from forensics.replay import replay_sides
@@ -199,7 +194,6 @@ def cluster_stage(
 
     `design`: the documents were sampled (forensics.spike.passes); `scored_key` names the set
     scored, which the cache key then holds."""
-    from forensics.spike.cluster_cache import cached_clusters, clusters_key
 
     def compute() -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
         return compute_clusters(run, window_docs, baseline_docs, replay, design)
@@ -226,9 +220,6 @@ def compute_clusters(
     """The source-facet and embedding clusters, fitted to the baseline: (ranked, assignments,
     the embedding sample's note). With `design` (sampled documents) the embedding sample is
     drawn from the scored documents, its rows given back as the whole tables' rows."""
-    from forensics.cluster import cluster_embeddings, cluster_sources, describe_sample
-    from forensics.cluster.embedding import default_cap
-
     opts = run.options
     with run.clock.stage("cluster", "by source facet", spinner=True):
         parts = [cluster_sources(window_docs, baseline_docs, design=design)]
@@ -282,12 +273,8 @@ def fit_verdicts(
     replayer: Any,
     notes: list[str],
 ) -> pl.DataFrame:
-    """`fit_stage` from the arguments it reads (`plan`: the run's WindowPlan); its notes go to
+    """`fit_stage` from the arguments it reads (`plan`: the run's SpikeWindows); its notes go to
     `notes`."""
-    from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
-    from forensics.cluster.expected import blend_note, no_blend_note, window_blend
-    from forensics.window_plan import stage_starts
-
     window, baseline = plan.window, plan.baseline
     starts = stage_starts(config)
     fit = describe_fit(window, baseline, starts, baseline_docs.height, window_docs.height)

@@ -40,11 +40,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.tokenizer import special_ids
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
 from forensics.spike.drawn import drawn_documents
 from forensics.spike.run_context import SpikeRun
-from forensics.spike.tokcheck import round_trips, special_ids
+from forensics.spike.tokcheck import round_trips
 
 TOKENS_RULE = "token_stats"
 ROBUST_Z = 5.0  # a statistic this many robust sds beyond the reference median flags the document
@@ -68,9 +69,6 @@ def document_token_stats(
 ) -> dict[str, np.ndarray]:
     """n_tokens, bytes_per_token, unigram_bits, rare_token_share, round_trip per document;
     `baseline` marks the documents whose ids make the unigram distribution."""
-    from dataloaders.tokenizer import special_ids
-    from forensics.spike.tokcheck import round_trips
-
     special = special_ids(tokenizer)
     drop = np.fromiter(special, dtype=np.int64) if special else np.empty(0, np.int64)
     rows = [np.asarray(t, dtype=np.int64) for t in tokens]

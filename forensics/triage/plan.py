@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from dataloaders.trainers import REGISTRY as TRAINERS
-from forensics.rollback import SPIKE_WINDOW, Mark, Rollback, recommend_rollback
+from forensics.rollback import Mark, Rollback, recommend_rollback
 from forensics.triage.actions import CONFIG_PLACEHOLDER, cause_check
 from forensics.triage.alarms import Alarm
 from forensics.triage.causes import DATA, warning_chain

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forensics.inputs_guard import open_regular
+from dataloaders.regular_files import open_regular
 
 _MASK_DELTA = 0xA282EAD8
 # A record longer than this is not an event (Megatron's scalars are ~100 bytes; images ~MBs).
@@ -80,8 +80,6 @@ def _header_ok(buf: bytes | memoryview, off: int, size: int) -> int | None:
 def iter_records(path: Path, scan: RecordScan, start: int = 0) -> Iterator[bytes]:
     """Yield the data of every record from byte `start` whose CRCs check out; count the rest in
     `scan`; `scan.end` is where the next read resumes (a truncated tail is read again then)."""
-    from dataloaders.regular_files import open_regular
-
     with open_regular(path) as fh:  # an events file is never a FIFO we would wait on
         fh.seek(start)
         buf = memoryview(fh.read())

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
+from dataloaders.regular_files import open_regular
 from forensics.errors import ForensicsError
-from forensics.inputs_guard import open_regular
 from forensics.triage import canonical
 from forensics.triage.formats import AUTO, REGISTRY, LineState, detect_format, get_format
 
@@ -45,8 +45,6 @@ def detect_line_format(path: Path, requested: str) -> str | None:
 def _has_csv_row(path: Path) -> bool:
     """True when a row with as many cells as the first line follows it (a CSV's header and a
     first row, not a preamble line that happens to hold a comma)."""
-    from dataloaders.regular_files import open_regular
-
     with open_regular(path) as handle:
         head = handle.read(1 << 16).decode("utf-8", errors="replace")
     rows = [ln for ln in head.split("\n")[:-1] if ln.strip() and not ln.startswith("#")]

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.megatron.indexed import IndexedDataset
-from dataloaders.tokenizer import load_tokenizer
+from dataloaders.tokenizer import load_tokenizer, special_ids
 from forensics.publish_set import publish
-from forensics.spike.tokcheck import special_ids
 from forensics_testing.accidents.case import Accident
 from forensics_testing.mosaic_support import write_mds
 
@@ -115,9 +114,6 @@ def publish_leftovers(
 def _own_texts(run: Path, prefix: str) -> list[str]:
     """The dataset's documents decoded with the run's tokenizer (its EOD left out): the JSONL
     preprocess_data.py read, as far as the battery can rebuild it."""
-    from dataloaders.megatron.indexed import IndexedDataset
-    from dataloaders.tokenizer import load_tokenizer, special_ids
-
     tokenizer = load_tokenizer(run / "tokenizer.json")
     special = special_ids(tokenizer)
     dataset = IndexedDataset(run / prefix)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import pytest
 
 from dataloaders.families import REGISTRY
-from dataloaders.family import Family, RestartFile
+from dataloaders.family_base import Family, RestartFile
 from dataloaders.run_config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
 from forensics.from_checkpoint import config_from_checkpoint, holds_checkpoint

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dataloaders.regular_files import open_regular
 from forensics.errors import ForensicsError
-from forensics.inputs_guard import open_regular
 from forensics.triage.formats.base import Head, LineState, LogFormat
 from forensics.triage.formats.csv_log import CsvLog, WandbCsvLog
 from forensics.triage.formats.jsonl import HFTrainerStateLog, JsonlLog
@@ -73,7 +73,6 @@ def detect_format(path: Path) -> str:
     for fmt in _DETECTION:
         if fmt.named(path.name.lower()):
             return fmt.name
-    from dataloaders.regular_files import open_regular
 
     with open_regular(path) as fh:
         head = Head(path, fh.read(HEAD_BYTES))

@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 import torch
 
-from dataloaders.olmo_core.config import olmo_core_dtype
 from dataloaders.olmo_core import paths as olmo_paths
+from dataloaders.olmo_core.config import olmo_core_dtype
 from dataloaders.olmo_core.saved_config import run_config_from_save_folder
 from dataloaders.run_config import config_from_dict
 from dataloaders.safe_pickle import globals_beyond_torch_defaults

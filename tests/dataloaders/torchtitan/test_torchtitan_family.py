@@ -22,7 +22,7 @@ import yaml
 
 from dataloaders.errors import ForensicsError
 from dataloaders.families import get_family
-from dataloaders.family import KeptFiles
+from dataloaders.family_base import KeptFiles
 from dataloaders.run_config import load_config
 from dataloaders.torchtitan import cache, order, recognises_save, resume_entry, saved_loader_state
 from dataloaders.torchtitan.state import read_loader_states
