@@ -9,12 +9,13 @@ module level: this command must start fast and never import torch.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from dataloaders.checkpoints import checkpoint_iterations
+from dataloaders.trainers import DEFAULT_TRAINER, Trainer, get_trainer
 from forensics.commands.options import (
     CheckpointsOption,
     GradFactorOption,
@@ -27,8 +28,9 @@ from forensics.errors import ForensicsError
 from forensics.triage.formats import triage_help
 
 
-def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
-    """`--checkpoints 1000,2000` or a directory holding Megatron `iter_NNNNNNN` subdirectories."""
+def parse_checkpoints(spec: str | None, trainer: Trainer) -> tuple[int, ...]:
+    """`--checkpoints 1000,2000`, or a save folder: the checkpoints `trainer` (the run's) saved
+    in it (Megatron's `iter_NNNNNNN` subdirectories, OLMo-core's `stepN`)."""
     if not spec:
         return ()
     if re.fullmatch(r"[\d,\s]+", spec):  # a list, however long: never tried as a path
@@ -41,9 +43,12 @@ def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
             f"--checkpoints {spec[:60]}: not a directory ({err.strerror})"
         ) from None
     if is_dir:
-        iters = checkpoint_iterations(p)
+        iters = trainer.checkpoints(p)
         if not iters:
-            raise ForensicsError(f"--checkpoints {spec}: no iter_NNNNNNN subdirectories found")
+            example = trainer.checkpoint_name(0).rstrip("0") + "N"
+            raise ForensicsError(
+                f"--checkpoints {spec}: no {trainer.name} checkpoint folders ({example}) found"
+            )
         return tuple(sorted(iters))
     try:
         return tuple(sorted(int(x) for x in spec.replace(" ", "").split(",") if x))
@@ -114,7 +119,6 @@ def triage_command(
     console = make_console()
     err = make_console(stderr=True, soft_wrap=True)  # a warning names a path: never cut it
     run = RunInfo(
-        checkpoints=parse_checkpoints(checkpoints),
         config_path=config,
         from_checkpoint=from_checkpoint,
         corpus_tokens=corpus_tokens,
@@ -122,6 +126,8 @@ def triage_command(
         seq_length=seq_length,
     )
     run = read_run_config(run, err)
+    if checkpoints:  # given: they win over the config's
+        run = replace(run, checkpoints=parse_checkpoints(checkpoints, run.trainer))
     table = _read_log(log, format, err)
     fmt = detect_format(log) if format == "auto" else format
     with console.status("triaging"):
@@ -161,13 +167,22 @@ def detector_settings(
     )
 
 
-def read_run_config(run: Any, err: Any) -> Any:
-    """The config's data stages (a stage switch before a spike is the first suspect) and, when
-    --checkpoints is not given, its checkpoints. A config that is not on this machine is only
-    filled into the spike command, and a yellow line says its stages were not read; one that is
-    here but does not load is refused (load_config's one-line error)."""
-    from dataclasses import replace
+def config_trainer(config_path: str | None) -> Trainer:
+    """The run's trainer, which names its checkpoint folders: the config's training.trainer
+    when --config is a file here, else Megatron-LM's (the default trainer)."""
+    from dataloaders.run_config import load_config
 
+    if config_path is None or not Path(config_path).is_file():
+        return get_trainer(DEFAULT_TRAINER)
+    return load_config(config_path).training.registered_trainer
+
+
+def read_run_config(run: Any, err: Any) -> Any:
+    """The config's data stages (a stage switch before a spike is the first suspect), its
+    trainer and its checkpoints (--checkpoints, when given, replaces them). A config that is not
+    on this machine is only filled into the spike command, and a yellow line says its stages
+    were not read; one that is here but does not load is refused (load_config's one-line
+    error)."""
     from rich.markup import escape
 
     from dataloaders.run_config import load_config
@@ -182,11 +197,12 @@ def read_run_config(run: Any, err: Any) -> Any:
         )
         return run
     config = load_config(run.config_path)
-    checkpoints = run.checkpoints or tuple(sorted(config.available_checkpoints()))
+    trainer = config.training.registered_trainer
     return replace(
         run,
         stage_starts=tuple(stage_starts(config)),
-        checkpoints=checkpoints,
+        trainer=trainer,
+        checkpoints=tuple(config.available_checkpoints(trainer)),
         config_read=True,
         train_iters=config.training.iterations(config.training.global_batch_size),
     )

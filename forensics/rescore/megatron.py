@@ -34,12 +34,21 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dataloaders.trainers import MEGATRON_OUTPUT
+from dataloaders.safe_pickle import (
+    check_torch_save,
+    dcp_tensors,
+    load_torch_save,
+    megatron_globals,
+    read_dcp_metadata,
+)
+from dataloaders.trainers import MEGATRON_OUTPUT, REGISTRY
 from forensics.errors import ForensicsError
-from forensics.rescore.gpt import GPTSpec
+from forensics.rescore.gpt import GPTSpec, build_gpt
 from forensics.rescore.reader import CheckpointReader
 
 LEGACY_FILE = "model_optim_rng.pt"
+# The trainer that writes this format names its checkpoint folders (`iter_NNNNNNN`).
+_SAVER = next(t for t in REGISTRY.values() if t.output_format == MEGATRON_OUTPUT)
 RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
 # Megatron names (local and TransformerEngine layer specs) -> canonical names in gpt.build_gpt.
 LAYER_NAMES = {
@@ -109,7 +118,8 @@ def megatron_kind(path: Path) -> str | None:
         return "torch_dist"
     if any(RANK_DIR.match(p.name) and (p / LEGACY_FILE).is_file() for p in path.glob("mp_rank_*")):
         return "legacy"
-    if (path / "latest_checkpointed_iteration.txt").is_file() or any(path.glob("iter_*")):
+    tracked = (path / "latest_checkpointed_iteration.txt").is_file()
+    if tracked or (path.is_dir() and _SAVER.checkpoints(path)):
         return "root"
     return None
 
@@ -119,7 +129,7 @@ def check_megatron(path: Path) -> str:
     the pre-spike one is the user's call, not the newest by default) and missing rank files."""
     kind = megatron_kind(path)
     if kind == "root":
-        iters = sorted(p.name for p in path.glob("iter_*") if p.is_dir())
+        iters = [_SAVER.checkpoint_name(i) for i in _SAVER.checkpoints(path)]
         shown = ", ".join(iters[-3:]) or "none found"
         raise ForensicsError(
             f"{path}: a Megatron checkpoint root; pass the iteration directory of the checkpoint "
@@ -161,8 +171,6 @@ def check_pickles(path: Path, kind: str) -> None:
     rank's torch.save file or common.pt holds only what Megatron's checkpoints hold, and the
     torch_dist .metadata unpickles with only torch.distributed.checkpoint's classes. A planted
     global is refused here, in one line, before the window is even replayed."""
-    from dataloaders.safe_pickle import check_torch_save, megatron_globals, read_dcp_metadata
-
     files = [path / "common.pt"] if kind == "torch_dist" else _legacy_files(path).values()
     for file in sorted(files):
         check_torch_save(file, megatron_globals(), "a Megatron checkpoint")
@@ -193,8 +201,6 @@ def _torch_load(file: Path) -> dict[str, Any]:
     """A file Megatron-LM wrote with torch.save, read with only the globals its checkpoints hold
     (`args` is an argparse Namespace with torch dtypes and megatron-core enums:
     dataloaders.safe_pickle.megatron_globals); anything else is refused unread."""
-    from dataloaders.safe_pickle import load_torch_save, megatron_globals
-
     state = load_torch_save(file, megatron_globals(), "a Megatron checkpoint")
     if not isinstance(state, dict):
         raise ForensicsError(f"{file}: not a Megatron checkpoint (a {type(state).__name__})")
@@ -333,8 +339,6 @@ def load_legacy(path: Path) -> tuple[Any, dict[str, Any]]:
 
 def load_torch_dist(path: Path) -> tuple[Any, dict[str, Any]]:
     """(args, canonical float tensors) from a torch_dist directory, no process group."""
-    from dataloaders.safe_pickle import dcp_tensors
-
     args = _args(_torch_load(path / "common.pt"), path / "common.pt")
 
     def wanted(key: str) -> bool:
@@ -353,8 +357,6 @@ def load_torch_dist(path: Path) -> tuple[Any, dict[str, Any]]:
 def load_megatron(path: Path, dtype: str) -> Any:
     """The model of one Megatron iteration directory as a forensics.rescore.gpt module."""
     import torch
-
-    from forensics.rescore.gpt import build_gpt
 
     kind = check_megatron(path)
     args, weights = load_torch_dist(path) if kind == "torch_dist" else load_legacy(path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forensics.rollback import SPIKE_WINDOW, Mark, Rollback, recommend_rollback
+from forensics.rollback import SPIKE_WINDOW, Mark, Rollback, recommend_rollback, spike_window
 from forensics.triage.actions import CONFIG_PLACEHOLDER, cause_check
 from forensics.triage.alarms import Alarm
 from forensics.triage.causes import DATA, warning_chain
@@ -58,7 +58,9 @@ def event_rollback(
         warnings += [
             Mark(a.step, names.get(a.kind, a.kind)) for a in warning_chain(alarms, onset, cfg)
         ]
-    return recommend_rollback(onset, run.checkpoints, onset=mark, warnings=warnings)
+    return recommend_rollback(
+        onset, run.checkpoints, onset=mark, warnings=warnings, trainer=run.trainer
+    )
 
 
 def data_cause(onset: int, run: RunInfo) -> dict[str, object]:
@@ -156,8 +158,6 @@ def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | Non
     """The `forensics spike` call that replays the window's documents, and a note: why this
     window, and whether the user must fill in the config."""
     import shlex
-
-    from forensics.rollback import spike_window
 
     window, why = spike_window(step, rollback)
     if run.window is not None:
