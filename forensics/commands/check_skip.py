@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from dataloaders.trainers import Trainer
 from forensics.commands.options import (
     ConfigOption,
     FromCheckpointOption,
@@ -29,21 +30,21 @@ if TYPE_CHECKING:
     from forensics.skip.plan import SkipPlan
 
 
-def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None) -> SkipPlan:
+def check_skip(path: Path, config: Path | RunConfig, trainer: Trainer | None = None) -> SkipPlan:
     """Raise ForensicsError unless `path` fits the run of `config` (a YAML path, or a RunConfig
     such as one from --megatron-args) and every written flag drops exactly its batches."""
     return verify_skip(path, config, trainer)[0]
 
 
 def verify_skip(
-    path: Path, config: Path | RunConfig, trainer: str | None = None
+    path: Path, config: Path | RunConfig, trainer: Trainer | None = None
 ) -> tuple[SkipPlan, list[str]]:
     """check_skip, also returning notes for the user (the run directory moved, the checkpoint
-    list changed) on a skip file that still fits."""
+    list changed) on a skip file that still fits. `trainer`: the one whose flag must be exact
+    (--trainer; default the plan's)."""
     from dataloaders.run_config import RunConfig, load_config
-    from dataloaders.trainers import check_trainer, get_trainer
     from forensics.replay import open_replayer
-    from forensics.skip.flags import verify_flag
+    from forensics.skip.flags import flag_trainer, verify_flag
     from forensics.skip.plan import SkipPlan
     from forensics.skip.tracker import read_tracker
     from forensics.skip.validate import validate_for_run
@@ -58,7 +59,7 @@ def verify_skip(
     checkpoint = int(plan.rollback["iteration"])
     ranges = plan.ranges
     schedule = replayer.schedule
-    wanted = check_trainer(trainer) if trainer else plan.trainer
+    wanted = trainer.name if trainer else plan.trainer
     if wanted not in plan.flags:
         raise ForensicsError(f"{path}: has no flag for trainer {wanted}")
     if ranges and plan.flags[wanted].flag is None:
@@ -69,7 +70,7 @@ def verify_skip(
     for name, flag in plan.flags.items():
         if flag.flag is None:
             continue
-        problem = verify_flag(get_trainer(name), flag.flag, ranges, schedule, checkpoint)
+        problem = verify_flag(flag_trainer(flag), flag.flag, ranges, schedule, checkpoint)
         if problem:
             raise ForensicsError(f"{path}: the {name} flag is wrong for this run: {problem}")
     tracker = path.parent / plan.tracker_file if plan.tracker_file else None
@@ -109,7 +110,7 @@ def check_skip_command(
     step = step_of_skip_file(skip_file) if from_checkpoint is not None else None
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     plan, notes = verify_skip(skip_file, run, trainer)
-    name = trainer or plan.trainer
+    name = trainer.name if trainer else plan.trainer
     n = len(expand(plan.ranges))
     rb = plan.rollback.get("iteration")
     where = escape(describe_config(run))

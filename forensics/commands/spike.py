@@ -153,7 +153,8 @@ def spike_command(
     the rollback point and the skip list (skip.json, megatron_args.txt)."""
     from forensics.outputs import fresh_output
     from forensics.run_source import resolve_run_config
-    from forensics.spike import SpikeOptions, run_spike
+    from forensics.spike.options import SpikeOptions
+    from forensics.spike.run import run_spike
 
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     options = SpikeOptions(
@@ -169,7 +170,6 @@ def spike_command(
         embed_cap=embed_cap,
         embed_model=embed_model,
         device=device,
-        trainer=trainer,
         engine=engine,
         workers=workers,
         ray_address=ray_address,
@@ -181,7 +181,7 @@ def spike_command(
     )
     target = out or Path.cwd() / f"spike-{step}"
     with fresh_output(target, target / ".cache"):  # a failed first run leaves no directory
-        run_spike(run, target, options)
+        run_spike(run, target, options, trainer)
     from dataloaders.storage import fetched
 
     if fetched.line():

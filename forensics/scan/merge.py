@@ -14,7 +14,10 @@ from typing import Any
 import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
+from forensics.scan.report import write_report
 from forensics.scan.shard import KINDS, part_name
+from forensics.skip import merge_ranges, select_iterations
+from forensics.skip.plan import build_skip_plan, choose_flags
 
 TOP_SOURCES = 10
 DOC_KINDS = ("garbage", "spam", "ngram")
@@ -147,24 +150,21 @@ def skip_plan(
     A scan has no spike: `step` and `window` are the scanned range's last iteration and the
     range; the restart it plans is from the latest checkpoint before the range (else from the
     iteration before it, noted), which is where the flags are proven from."""
-    from dataloaders.trainers import get_trainer
-    from forensics.skip import merge_ranges, select_iterations
-    from forensics.skip.plan import build_skip_plan, choose_flags
-
     exposure = scan.select("iteration", "samples", "flagged_samples")
     chosen = select_iterations(exposure, opts.threshold)
-    before = [c for c in run.available_checkpoints() if c < opts.first]
+    trainer = run.training.registered_trainer
+    before = [c for c in run.available_checkpoints(trainer) if c < opts.first]
     checkpoint = before[-1] if before else opts.first - 1
     if not before:
         notes.append(
             f"no checkpoint before iteration {opts.first} is known; the flags assume a restart "
             f"from iteration {checkpoint}"
         )
-    trainer = run.training.trainer
-    choice = choose_flags(get_trainer(trainer), chosen, replayer, checkpoint)
+    choice = choose_flags(trainer, chosen, replayer, checkpoint)
     if not choice.exact:
+        refusal = choice.flags[trainer.name].refusal
         notes.append(
-            f"no exact {trainer} skip flag for these stretches ({choice.flags[trainer].refusal}); "
+            f"no exact {trainer.name} skip flag for these stretches ({refusal}); "
             "remove the block list's documents instead"
         )
     if choice.composed:
@@ -211,8 +211,6 @@ def write_outputs(
     notes: list[str],
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Write every output of the scan; returns (scan table, skip dict)."""
-    from forensics.scan.report import write_report
-
     scan = iteration_table(parts, shards)
     docs = flagged_documents(parts, shards)
     sources = top_sources(parts, shards)

@@ -8,8 +8,14 @@ from typing import Any
 
 import polars as pl
 
-from forensics.rollback import Mark, Rollback, recommend_rollback
+from dataloaders.trainers import Trainer
+from forensics.cluster import culprit_docs
+from forensics.cluster.source import MISSING_KEY
+from forensics.rollback import NEAR, Mark, Rollback, recommend_rollback
+from forensics.score import FLAG_THRESHOLD
+from forensics.spike.rule_members import rule_members
 from forensics.spike.run_context import SpikeRun
+from forensics.window_plan import stage_starts
 
 DOCS_SCHEMA = {"dataset": pl.Utf8, "doc_id": pl.Int64}
 
@@ -40,8 +46,6 @@ def documents_by_dataset(culprit: pl.DataFrame) -> dict[str, list[int]]:
 
 def flagged_documents(seen: pl.DataFrame, window_docs: pl.DataFrame) -> pl.DataFrame:
     """The culprit documents of the window whose garbage or spam score is flagged."""
-    from forensics.score import FLAG_THRESHOLD
-
     if not seen.height:
         return seen.select("dataset", "doc_id")
     scores = window_docs.select("dataset", "doc_id", "garbage_score", "spam_score")
@@ -65,8 +69,6 @@ def source_documents(
     (`documents_by_facet`); a family that cannot says so in `notes`. Embedding clusters have no
     such definition and add nothing here. Returns dataset, doc_id, cluster.
     """
-    from forensics.cluster.source import MISSING_KEY
-
     frames = []
     chosen = ranked.filter(pl.col("id").is_in(ids) & (pl.col("kind") == "source"))
     for row in chosen.select("id", "facet", "key").iter_rows(named=True):
@@ -87,9 +89,6 @@ def source_documents(
 def blame_stage(run: SpikeRun, ranked: pl.DataFrame, window_docs: pl.DataFrame) -> Blame:
     """The culprit documents, from the verdicts (or `--culprit`), with the window documents of
     a blamed embedding cluster's document rule (forensics.spike.rule_members)."""
-    from forensics.cluster import culprit_docs
-    from forensics.spike.rule_members import rule_members
-
     only = list(run.options.culprits) if run.options.culprits else None
     seen = culprit_docs(ranked, window_docs, only=only)
     seen = rule_members(ranked, seen, window_docs, run.notes)
@@ -108,8 +107,6 @@ def warning_marks(
     """Earlier signs of trouble in the window the rollback must go before: a grad-norm alarm
     in the window that triage tied to this spike (the loss event it announced starts no later
     than NEAR iterations past `step`), and a data stage that began inside the window."""
-    from forensics.rollback import NEAR
-
     marks = [
         Mark(int(e["step"]), "the grad-norm alarm")
         for e in events
@@ -127,13 +124,13 @@ def rollback_stage(
     ranked: pl.DataFrame,
     blame: Blame,
     replay: pl.DataFrame,
-    events: list[dict[str, Any]] | None = None,
+    events: list[dict[str, Any]] | None,
+    trainer: Trainer,
 ) -> Rollback:
     """The checkpoint to restart from (forensics.rollback's rule): before the culprit's first
     document when the blamed data is new in the window (data that was always there has no onset
-    to roll back before), and before any earlier warning (`events`: triage's, from the log)."""
-    from forensics.window_plan import stage_starts
-
+    to roll back before), and before any earlier warning (`events`: triage's, from the log).
+    `trainer` names the checkpoints of the run's save folder."""
     window_replay = replay.filter(pl.col("side") == "window")
     onset = onset_iteration(window_replay, blame.culprit) if blame.culprit.height else None
     new = bool(ranked.filter(pl.col("id").is_in(blame.clusters))["new_in_window"].any())
@@ -141,7 +138,8 @@ def rollback_stage(
     marks = warning_marks(step, run.plan.window, events or [], stage_starts(run.config))
     return recommend_rollback(
         step,
-        run.config.available_checkpoints(),
+        run.config.available_checkpoints(trainer),
         onset=Mark(onset, "the culprit's first document") if new and onset is not None else None,
         warnings=marks,
+        trainer=trainer,
     )

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataloaders.trainers import check_trainer
 from forensics.errors import ForensicsError
+from forensics.pipeline.engines import check_engine
 from forensics.rollback import SPIKE_WINDOW, Rollback
 from forensics.skip import check_threshold
 from forensics.skip.plan import SkipPlan
@@ -31,7 +31,6 @@ class SpikeOptions:
     # model2vec / sentence-transformers directory (None: static on a CPU, MiniLM on a GPU)
     embed_model: str | None = None
     device: str = "cpu"  # torch device for the embeddings ("cuda" on a GPU machine)
-    trainer: str | None = None  # the loop that reads the skip flags (None: training.trainer)
     # Where decode and score run: "local" (this process with workers=1, else a process pool of
     # `workers`) or "ray" (Ray Data; `ray_address` HOST:PORT, None: a local Ray instance).
     engine: str = "local"
@@ -52,9 +51,6 @@ class SpikeOptions:
         if not 0.0 <= self.ahead_share <= 1.0:
             raise ForensicsError(f"--ahead-share {self.ahead_share}: must be in [0, 1]")
         check_threshold(self.threshold)
-        if self.trainer is not None:
-            check_trainer(self.trainer)
-        from forensics.pipeline.engines import check_engine
 
         check_engine(self.engine, self.workers, self.ray_address)
         if self.rescore is not None:  # a wrong checkpoint or losses path fails before any work

@@ -8,12 +8,25 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from dataloaders.run_config import RunConfig
+from forensics.cluster.verdict import culprit_docs
 from forensics.errors import ForensicsError
+from forensics.inputs_guard import check_unchanged
+from forensics.pipeline import cache_key, cached_table, content_digest, module_version
+from forensics.pipeline.cache import keep_latest
+from forensics.report import ReportSkip, build_report
+from forensics.report.control_view import next_causes
+from forensics.report.documents import documents_table
+from forensics.report.incident import Incident, share_past_spike
+from forensics.rescore.export import require_megatron
 from forensics.rollback import Rollback
+from forensics.skip.action import shown_path
 from forensics.skip.plan import SkipPlan
 from forensics.spike.outdir import publish_outputs
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import Clusters
+from forensics.triage.analyze import triage
+from forensics.triage.readers import read_log
+from forensics.window_plan import stage_starts
 
 KEPT_DOCUMENT_TABLES = 3  # documents.parquet of the latest blames (--culprit back and forth)
 
@@ -31,8 +44,6 @@ def log_evidence(
     if config.log is None:
         return None, []
     try:
-        from forensics.triage.readers import read_log
-
         frame = read_log(config.log)
     except ForensicsError as err:
         notes.append(f"training log not overlaid: {err}")
@@ -57,8 +68,6 @@ def triage_events(
 ) -> list[dict[str, Any]]:
     """triage's events from the window's start to `late` iterations past the spike; a failed
     triage is a note and no events."""
-    from forensics.triage.analyze import triage
-
     try:
         result = triage(frame)
     except ForensicsError as err:
@@ -92,9 +101,6 @@ def incident_for_report(
     """The incident timeline's marks: triage's events, the data stages, the checkpoints, and
     (when a block list exists) the culprit's share of each iteration after the spike, from the
     exposure the skip plan measured (skip scope and ahead: to the end of training)."""
-    from forensics.report.incident import Incident, share_past_spike
-    from forensics.window_plan import stage_starts
-
     spans = pl.concat([exposure, ahead], how="vertical_relaxed")
     share = share_past_spike(spans, run.options.step) if blocked else None
     return Incident(
@@ -102,7 +108,7 @@ def incident_for_report(
             {k: e[k] for k in ("kind", "step", "end_step", "verdict") if k in e} for e in events
         ],
         stage_starts=stage_starts(run.config),
-        checkpoints=run.config.available_checkpoints(),
+        checkpoints=run.config.available_checkpoints(run.trainer),
         culprit_ahead=share,
         last_iteration=run.replayer.last_iteration,
     )
@@ -116,10 +122,6 @@ def documents_for_report(
     stage cache's file that holds it, keyed by what it is built from: the window's documents
     and rows (the run key), the ranked clusters and the blamed documents (so --culprit naming
     the clusters the verdicts blame reads the same file back)."""
-    from forensics.cluster.verdict import culprit_docs
-    from forensics.pipeline import cache_key, cached_table, content_digest, module_version
-    from forensics.pipeline.cache import keep_latest
-
     only = list(run.options.culprits) if run.options.culprits else None
     blamed = culprit_docs(clusters.ranked, window_docs, only=only)
     key = cache_key(run=run.key, ranked=content_digest(clusters.ranked),
@@ -127,8 +129,6 @@ def documents_for_report(
                     code=[module_version("forensics"), module_version("dataloaders")])  # fmt: skip
 
     def compute() -> pl.DataFrame:
-        from forensics.report.documents import documents_table
-
         window_rows = replay.filter(pl.col("side") == "window")
         return documents_table(window_docs, clusters.ranked, window_rows, blamed)
 
@@ -156,8 +156,6 @@ def report_stage(
 
     `evidence`: log_evidence's loss and triage events, when the caller already read the log
     (the rollback stage needs its alarms)."""
-    from forensics.report import ReportSkip, build_report
-
     if evidence is None:
         evidence = log_evidence(run.config, run.plan.window, run.notes)
     loss, events = evidence
@@ -183,14 +181,10 @@ def report_stage(
             run, clusters, window_docs, replay
         )
         report.provenance = skip.provenance or None
-        from forensics.report.control_view import next_causes
-
         report.next_causes = next_causes(events, run.options.step)
         report.checkpoint_command = checkpoint_command(run, rollback.iteration)
         blocked = sum(len(v) for v in skip.documents.values())
         report.incident = incident_for_report(run, events, exposure, ahead, blocked)
-        from forensics.inputs_guard import check_unchanged
-
         check_unchanged(run.config, run.inputs, "spike")
         report.run_config = config_argument(run.config)
         report.token_export = exports_tokens(run.replayer)
@@ -201,8 +195,6 @@ def report_stage(
 def exports_tokens(replayer: Any) -> bool:
     """Whether `forensics replay --tokens` writes this run's exact token ids (the drill-down's
     command); otherwise the drill-down offers the replay rows with their token ranges."""
-    from forensics.rescore.export import require_megatron
-
     try:
         require_megatron(replayer)
     except ForensicsError:
@@ -214,8 +206,6 @@ def config_argument(config: RunConfig) -> str | None:
     """The run's config as a command line names it: None for the runbook's ./forensics.yaml
     (the default) or a config built from Megatron arguments, else its path."""
     from pathlib import Path
-
-    from forensics.skip.action import shown_path
 
     source = config.source
     if source is None or Path(source) == (Path.cwd() / "forensics.yaml").resolve():
@@ -229,14 +219,17 @@ def checkpoint_command(run: SpikeRun, rollback: int | None) -> str | None:
     None when this analysis already had a checkpoint or losses file."""
     import shlex
 
-    from forensics.skip.action import shown_path
-
     opts = run.options
     if opts.rescore is not None:
         return None
     folder = run.config.checkpoint_dir
-    if rollback is not None and folder is not None and (folder / f"iter_{rollback:07d}").is_dir():
-        ckpt = str(shown_path(folder / f"iter_{rollback:07d}"))
+    saved = (
+        None
+        if rollback is None or folder is None
+        else folder / run.trainer.checkpoint_name(rollback)
+    )
+    if saved is not None and saved.is_dir():
+        ckpt = str(shown_path(saved))
     else:
         ckpt = "<pre-spike checkpoint: Hugging Face, Megatron torch_dist or OLMo-core folder>"
     parts = ["forensics", "spike", "--step", str(opts.step), "--window", str(opts.window)]

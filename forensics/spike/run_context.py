@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.run_config import RunConfig, load_config
+from dataloaders.trainers import Trainer
+from forensics.inputs_guard import input_stats
 from forensics.outputs import hold_lock
 from forensics.pipeline import StageClock, cache_key
 from forensics.publish_set import finish_before_writing
+from forensics.replay import open_replayer
 from forensics.skip import json_fingerprint
 from forensics.spike.options import SpikeOptions
 from forensics.spike.outdir import check_output_dir, write_marker
@@ -18,7 +21,8 @@ from forensics.window_plan import WindowPlan, plan_windows
 
 @dataclass
 class SpikeRun:
-    """The config, the opened replayer, the windows, and the run's cache, clock and notes.
+    """The config, the opened replayer, the windows, the run's trainer, and the run's cache,
+    clock and notes.
 
     `key` names the expensive stages' cache files: everything their tables depend on (config,
     data fingerprint, window, baseline); the cheap options (threshold, --after) are not in it.
@@ -32,6 +36,7 @@ class SpikeRun:
     plan: WindowPlan
     fingerprint: dict[str, Any]
     clock: StageClock
+    trainer: Trainer  # the loop that reads the skip flags and names the checkpoints
     hits: dict[str, bool] = field(default_factory=dict)  # stage -> read from the cache
     notes: list[str] = field(default_factory=list)  # said in the report and skip.json
     inputs: dict[str, Any] = field(default_factory=dict)  # the data files' stats at the start
@@ -73,14 +78,17 @@ def _config_and_origin(config: Path | str | RunConfig) -> tuple[RunConfig, str]:
     return load_config(config), str(Path(config).resolve())
 
 
-def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -> SpikeRun:
-    """Load and check everything, then take the output directory's lock.
+def open_run(
+    config: Path | str | RunConfig,
+    out: Path,
+    options: SpikeOptions,
+    trainer: Trainer | None = None,
+) -> SpikeRun:
+    """Load and check everything, then take the output directory's lock. `trainer`: the one
+    the command resolved (--trainer); None for the config's training.trainer.
 
     Bad input raises ForensicsError before anything is written (the lock and the marker come
     last), so a refusal leaves the output directory as it was."""
-    from forensics.inputs_guard import input_stats
-    from forensics.replay import open_replayer
-
     config, origin = _config_and_origin(config)
     inputs = input_stats(config)  # before anything reads the data
     out = Path(out)
@@ -94,7 +102,8 @@ def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -
             options.baseline_offset,
         )  # fmt: skip
         fingerprint = json_fingerprint(replayer)
-    run = SpikeRun(config, origin, options, out, replayer, plan, fingerprint, clock)
+    trainer = trainer or config.training.registered_trainer
+    run = SpikeRun(config, origin, options, out, replayer, plan, fingerprint, clock, trainer)
     run.inputs = inputs
     run.notes += [f"the window crosses the start of a data stage at iteration {s}"
                   for s in plan.crossings]  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from dataloaders.trainers import DEFAULT_TRAINER, get_trainer
+from dataloaders.trainers import DEFAULT_TRAINER, Trainer
 from forensics.errors import ForensicsError
 from forensics.provenance import provenance
 from forensics.rollback import Rollback
@@ -41,6 +41,7 @@ def chosen_iterations(run: SpikeRun, exposure: pl.DataFrame, ahead: pl.DataFrame
 
 def plan_skip(
     run: SpikeRun,
+    trainer: Trainer,
     rollback: Rollback,
     blame: Blame,
     exposure: pl.DataFrame,
@@ -48,10 +49,9 @@ def plan_skip(
     scope: tuple[int, int],
     window_docs: pl.DataFrame,
 ) -> SkipPlan:
-    """The whole skip plan. Refuses (ForensicsError) when the run's trainer has no exact flag
-    for the ranges: a wrong flag would cost a restart."""
+    """The whole skip plan, with `trainer`'s flag chosen. Refuses (ForensicsError) when it has
+    no exact flag for the ranges: a wrong flag would cost a restart."""
     opts, replayer = run.options, run.replayer
-    trainer = get_trainer(opts.trainer or run.config.training.trainer)
     choice = choose_flags(
         trainer, chosen_iterations(run, exposure, ahead), replayer, rollback.iteration
     )
