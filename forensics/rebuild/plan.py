@@ -15,15 +15,19 @@ iteration on with each blocked dataset replaced by its filtered copy.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dataloaders.data_sections import DatasetSpec
+from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.run_config import RunConfig
+from dataloaders.trainers import Trainer
 from forensics.errors import ForensicsError
 from forensics.rebuild.launches import Launch, plan_launches
+from forensics.skip.flags import flag_trainer
 from forensics.skip.plan import SkipPlan
 
 REBUILT_SUFFIX = "_rebuilt"  # a rebuilt dataset's name: a name must mean one prefix in a config
@@ -61,6 +65,11 @@ class RebuildPlan:
     launches: list[Launch] = field(default_factory=list)
     upload_to: str | None = None  # an s3:// prefix the filtered copies are uploaded under
     out_cache: Path | None = None  # the rebuilt config's object-storage cache (upload_to)
+
+    @cached_property
+    def trainer(self) -> Trainer:
+        """The trainer the skip plan was written for (skip.json names it): its launch words."""
+        return flag_trainer(self.skip.chosen)
 
     def data_path_lines(self) -> list[tuple[int, str]]:
         """(first iteration, `--data-path ...`) of every launch of the restart."""
@@ -100,8 +109,6 @@ def plan_rebuild(
     upload_to: str | None = None,
 ) -> RebuildPlan:
     """Decide the datasets to filter and the stages of the rebuilt run (no files touched)."""
-    from dataloaders.megatron.indexed import IndexedDataset
-
     if keep not in RECIPES:
         raise ForensicsError(f"--keep {keep!r}: give one of {', '.join(RECIPES)}")
     stages = config.data.data_stages
@@ -152,7 +159,7 @@ def plan_rebuild(
     plan.out_cache = out / "object-cache"
     plan.stages = rebuilt_stages(stages, resume, plan)
     plan.launches = plan_launches(
-        plan.stages, stages, resume, int(skip.rollback["iteration"]), skip.trainer
+        plan.stages, stages, resume, int(skip.rollback["iteration"]), plan.trainer
     )
     return plan
 

@@ -20,6 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from forensics.pipeline import cache_key, cached_bytes, module_version
+from forensics.pipeline.cache import keep_latest
+from forensics.provenance import provenance_line
 from forensics.report.checkpoint_view import html_section
 from forensics.report.contents import cluster_name, cluster_notes, format_p, format_value
 from forensics.report.drilldown import CSS as DRILL_CSS
@@ -29,7 +32,6 @@ from forensics.report.sections import ClusterTable, ExampleGroup, Section, SkipS
 from forensics.report.summary import counts_text
 from forensics.report.why_shares import table_cell
 from forensics.safe_text import html_safe
-from forensics.skip.flags import pin_leads
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
@@ -111,8 +113,6 @@ def first_screen_html(screen: FirstScreen, culprit: bool) -> str:
 
 def _stamp(report: Any) -> str:
     """Who wrote the report: run name, version, timestamp, command line."""
-    from forensics.provenance import provenance_line
-
     line = provenance_line(report.provenance)
     return f'<p class="muted">{html_safe(line, 2000)}</p>' if line else ""
 
@@ -219,9 +219,9 @@ def skip_html(s: SkipSection) -> str:
         parts.append(f"<h3>{_e(t.name)}{_e(chosen)}: restart-{_e(t.name)}.flags</h3>")
         if t.line:  # whole, as the file holds it, wrapped at spaces: at the end of the launch line
             parts.append(f'<pre class="flags">{html_safe(t.line, len(t.line) + 1)}</pre>')
-            if t.pin and not pin_leads(t.name, t.pin):
+            if t.load_first:
                 parts.append(
-                    f"<p>Load the rollback checkpoint: <code>{html_safe(t.pin)}</code></p>"
+                    f"<p>Load the rollback checkpoint: <code>{html_safe(t.load_first)}</code></p>"
                 )
             parts.append(f'<p class="muted">{html_safe(t.consequence, 2000)}</p>')
         else:
@@ -238,9 +238,6 @@ def documents_html(groups: list[DrillGroup], cache: Path | None = None) -> str:
     if cache is None:
         return drilldown_html(groups)
     import hashlib
-
-    from forensics.pipeline import cache_key, cached_bytes, module_version
-    from forensics.pipeline.cache import keep_latest
 
     # the groups' repr: every field, floats exact (content_digest walks 0.1M span tuples)
     shown = hashlib.sha256(repr(groups).encode()).hexdigest()
