@@ -1,9 +1,11 @@
 """The trainers whose skip flags forensics writes and reads: one module each, listed once here.
 
-Every question about a trainer (its flag, parser, loop, spelling, checkpoint pin, consequence,
-tracker file) is a method of its `Trainer` (`dataloaders.trainers.base`); the CLI's --trainer
-help, the config's validation, the replay of applied skips, the skip plan and check-skip all
-look the trainer up here. Adding a trainer is one module and one line in `_ALL`.
+Every question about a trainer (its flag, parser, loop, spelling, checkpoint pin, checkpoint
+folders, consequence, tracker file) is a method of its `Trainer` (`dataloaders.trainers.base`).
+A name is looked up here once, where it enters: the CLI's --trainer (its parser), the config's
+training.trainer (validated, then `TrainingSpec.registered_trainer`), a skip plan read back
+(`forensics.skip.flags.flag_trainer`), the replay of applied skips; the Trainer then goes down
+as an object. Adding a trainer is one module and one line in `_ALL`.
 """
 
 from __future__ import annotations
