@@ -62,6 +62,12 @@ def get_trainer(name: str) -> Trainer:
     return REGISTRY[check_trainer(name)]
 
 
+def writer_of(output_format: str) -> Trainer | None:
+    """The first trainer that writes logs and checkpoints in `output_format` (forks share one:
+    they name their checkpoints alike), or None when no trainer writes it."""
+    return next((t for t in _ALL if t.output_format == output_format), None)
+
+
 def trainer_help() -> str:
     """--trainer's help: every trainer, with what tells the look-alikes apart."""
     names = ", ".join(t.help_entry() for t in _ALL)
@@ -104,4 +110,5 @@ __all__ = [
     "parse_skip_flag",
     "run_loop",
     "trainer_help",
+    "writer_of",
 ]

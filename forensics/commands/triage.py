@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dataloaders.trainers import DEFAULT_TRAINER, Trainer, get_trainer
+from dataloaders.trainers import DEFAULT_TRAINER, Trainer, get_trainer, writer_of
 from forensics.commands.options import (
     CheckpointsOption,
     GradFactorOption,
@@ -126,10 +126,10 @@ def triage_command(
         seq_length=seq_length,
     )
     run = read_run_config(run, err)
-    if checkpoints:  # given: they win over the config's
-        run = replace(run, checkpoints=parse_checkpoints(checkpoints, run.trainer))
     table = _read_log(log, format, err)
     fmt = detect_format(log) if format == "auto" else format
+    if checkpoints:  # given: they win over the config's
+        run = _with_checkpoints(run, checkpoints, fmt)
     with console.status("triaging"):
         result = triage(table, cfg, run)
         paths = _publish(result, out, str(log), fmt, force)
@@ -165,6 +165,14 @@ def detector_settings(
         z_threshold=z_threshold,
         plateau_steps=plateau_steps,
     )
+
+
+def _with_checkpoints(run: Any, spec: str, fmt: str) -> Any:
+    """`run` with --checkpoints as the checkpoint list, a save folder read for the run's
+    trainer's folders: the config's, else the trainer whose log format the log is in (an
+    OLMo-core log: `stepN`), else Megatron-LM's."""
+    trainer = run.trainer if run.config_read else (writer_of(fmt) or run.trainer)
+    return replace(run, trainer=trainer, checkpoints=parse_checkpoints(spec, trainer))
 
 
 def config_trainer(config_path: str | None) -> Trainer:
