@@ -179,6 +179,11 @@ def test_checkpoint_folders_are_named_as_the_trainer_names_them(name: str, tmp_p
     for iteration in (0, 500, 12_345_678):
         assert trainer.checkpoint_name(iteration) == pattern.format(iteration)
         (tmp_path / trainer.checkpoint_name(iteration)).mkdir()
+        # Bridge writes it when the save finalizes (megatron/bridge/training/checkpointing.py
+        # :1430-1496); Megatron-LM's folder is its checkpoint
+        (tmp_path / trainer.checkpoint_name(iteration) / "train_state.pt").write_bytes(b"")
+    (tmp_path / "iter_0000900").mkdir()  # a save still in progress (no train_state.pt yet)
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("12345678")
     (tmp_path / "latest_train_state.pt").write_bytes(b"")
-    assert trainer.checkpoints(tmp_path) == [0, 500, 12_345_678]
+    unfinished = [900] if name == MEGATRON_LM else []
+    assert trainer.checkpoints(tmp_path) == sorted([0, 500, 12_345_678, *unfinished])
