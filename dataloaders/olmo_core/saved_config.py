@@ -38,6 +38,17 @@ def _step_dir(save_folder: Path, step: int) -> Path:
     return save_folder / _TRAINER.checkpoint_name(step)
 
 
+def _saved_steps(save_folder: Path) -> list[int]:
+    """The steps of the checkpoint folders that hold a trainer state folder (`train/`), sorted.
+    Not the trainer's `checkpoints` (OLMo-core's rule for a checkpoint to load): the run is read
+    from the trainer state, and a folder whose `train/rank0.pt` is missing is refused by name
+    when read, not passed over for an older one."""
+    steps = (_TRAINER.checkpoint_iteration(p.name) for p in save_folder.iterdir())
+    return sorted(
+        s for s in steps if s is not None and (_step_dir(save_folder, s) / "train").is_dir()
+    )
+
+
 def _section(config: dict[str, Any], key: str, where: Path) -> dict[str, Any]:
     value = config.get(key)
     if isinstance(value, list):  # olmo_core/internal/experiment.py:100, the composable API
@@ -186,7 +197,7 @@ def _find_step_dirs(save_folder: Path) -> tuple[Path, list[int]]:
     named_step = _TRAINER.checkpoint_iteration(save_folder.name) is not None
     if named_step and (save_folder / CONFIG_NAME).is_file():
         save_folder = save_folder.parent
-    steps = _TRAINER.checkpoints(save_folder)
+    steps = _saved_steps(save_folder)
     with_config = [s for s in steps if (_step_dir(save_folder, s) / CONFIG_NAME).is_file()]
     if not with_config:
         raise ForensicsError(
