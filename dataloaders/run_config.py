@@ -32,7 +32,7 @@ Example (configs/demo.yaml is a complete one)::
     tokenizer: data/tokenizer.json
     tokenizer_args:                          # optional: Megatron's tokenizer flags, named as in
       tokenizer_type: TikTokenizer           #   its args (docs/tokenizers.md)
-    checkpoint_dir: /checkpoints/7b          # scanned for iter_NNNNNNN
+    checkpoint_dir: /checkpoints/7b          # its checkpoint folders (Megatron: iter_NNNNNNN)
     log: logs/train.log                      # optional, overlays the loss on the report
 """
 
@@ -51,7 +51,7 @@ from dataloaders.config_base import PrintableName, StrictModel
 from dataloaders.data_sections import DataConfig, data_model
 from dataloaders.errors import ConfigError
 from dataloaders.storage.urls import is_remote
-from dataloaders.trainers import DEFAULT_TRAINER, REGISTRY, unknown_trainer
+from dataloaders.trainers import DEFAULT_TRAINER, REGISTRY, Trainer, unknown_trainer
 
 CONFIG_ENV_VAR = "FORENSICS_CONFIG"
 DEFAULT_CONFIG_NAME = "forensics.yaml"
@@ -91,6 +91,11 @@ class AppliedSkip(StrictModel):
     def _known_trainer(cls, value: str) -> str:
         return _known_trainer(value)
 
+    @property
+    def registered_trainer(self) -> Trainer:
+        """The Trainer that `trainer` names (validated when the config was read)."""
+        return REGISTRY[self.trainer]
+
 
 class TrainingSpec(StrictModel):
     """The batch-size schedule, the length of training, and the loop that consumes skip flags."""
@@ -110,6 +115,11 @@ class TrainingSpec(StrictModel):
     @classmethod
     def _known_trainer(cls, value: str) -> str:
         return _known_trainer(value)
+
+    @property
+    def registered_trainer(self) -> Trainer:
+        """The Trainer that `trainer` names (validated when the config was read)."""
+        return REGISTRY[self.trainer]
 
     def iterations(self, batch: int) -> int:
         """How many iterations the run trains: train_iters, else the whole batches of `batch`
@@ -236,7 +246,7 @@ class RunConfig(StrictModel):
     # Megatron's tokenizer flags (SentencePiece, TikTokenizer; dataloaders/tokenizer_megatron.py)
     tokenizer_args: TokenizerArgs | None = None
     checkpoints: list[int] = Field(default_factory=list)
-    checkpoint_dir: Path | None = None  # scanned for the trainer's checkpoints (iter_N, step-N)
+    checkpoint_dir: Path | None = None  # the save folder, read for the trainer's checkpoints
     log: Path | None = None  # the training log, to overlay the loss on the report
     source: Path | None = Field(default=None, exclude=True)  # where this config was read from
     # How a config that no file holds was given (e.g. "--from-checkpoint /ckpt"), for messages
@@ -296,12 +306,13 @@ class RunConfig(StrictModel):
             payload["training"].pop("applied_skips", None)
         return payload_hash(_without_paths(payload))
 
-    def available_checkpoints(self) -> list[int]:
-        """Checkpoint iterations from the list and from the checkpoint directory as the run's
-        trainer saves them (Megatron's `iter_NNNNNNN`, torchtitan's `step-N`), sorted."""
+    def available_checkpoints(self, trainer: Trainer | None = None) -> list[int]:
+        """Checkpoint iterations from the list and from the checkpoint folders in checkpoint_dir,
+        sorted: the folders `trainer` saves (the run's trainer; default training.trainer)."""
         found = set(self.checkpoints)
         if self.checkpoint_dir is not None and self.checkpoint_dir.is_dir():
-            found.update(REGISTRY[self.training.trainer].checkpoints(self.checkpoint_dir))
+            saver = trainer or self.training.registered_trainer
+            found.update(saver.checkpoints(self.checkpoint_dir))
         return sorted(found)
 
 

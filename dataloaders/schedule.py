@@ -37,7 +37,7 @@ import polars as pl
 from dataloaders.base import check_iterations
 from dataloaders.errors import ForensicsError
 from dataloaders.run_config import TrainingSpec
-from dataloaders.trainers import Draw, LoopStart, get_trainer, run_loop
+from dataloaders.trainers import Draw, LoopStart, get_trainer
 
 
 class Schedule:
@@ -183,7 +183,7 @@ class Schedule:
             spec = trainer.parse(applied.flag)
         except ForensicsError as err:
             raise ForensicsError(f"training.applied_skips ({applied.trainer}): {err}") from None
-        result = run_loop(applied.trainer, start, spec, until=end - 1)
+        result = trainer.run(start, spec, until=end - 1)
         for draw in result.draws:
             if trainer.drains_uncounted and not draw.trained:
                 self.drains.append(draw)

@@ -1,6 +1,7 @@
 """Where to restart after a spike: the rollback checkpoint, from evidence when there is some.
 
-A checkpoint `iter_C` holds the state after iteration C; the restarted job runs C+1 first, so a
+A checkpoint C (Megatron's `iter_C`; each trainer names its folders, `Trainer.checkpoint_name`)
+holds the state after iteration C; the restarted job runs C+1 first, so a
 checkpoint is clean of data that first entered at iteration X when C < X, and the skip ranges
 start at C+1.
 
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dataloaders.checkpoints import megatron_folder
+from dataloaders.trainers import DEFAULT_TRAINER, REGISTRY, Trainer
 
 NEAR = 50  # the rollback lands at least this many iterations before the spike ...
 FAR = 100  # ... and preferably no more than this many
@@ -84,14 +85,16 @@ def recommend_rollback(
     warnings: Iterable[Mark] = (),
     near: int = NEAR,
     far: int = FAR,
-    folder_name: Callable[[int], str] = megatron_folder,
+    trainer: Trainer | None = None,
 ) -> Rollback:
     """Pick the rollback checkpoint for a spike at `step` (see the module docstring).
 
+    `checkpoints`: the iterations saved (`Trainer.checkpoints` of the save folder, or a list).
     `onset`: where the culprit (or the new data) first entered, if known (an int is "the
     culprit's first document"). `warnings`: earlier signs of trouble tied to this spike (the
-    caller keeps only those that belong to it); only those before `step` count. `folder_name`:
-    how the run's trainer names checkpoint C's folder in the notes (`Trainer.checkpoint_folder`)."""
+    caller keeps only those that belong to it); only those before `step` count. `trainer`: the
+    run's, which names the checkpoint folder in the note (default: Megatron-LM's)."""
+    name = (trainer or REGISTRY[DEFAULT_TRAINER]).checkpoint_name
     available = sorted({int(c) for c in checkpoints if 0 <= int(c) < step})
     if isinstance(onset, int):
         onset = Mark(onset, "the culprit's first document")
@@ -100,11 +103,11 @@ def recommend_rollback(
     )
     if onset is not None and 0 < onset.iteration <= step:
         first = min([onset, *marks], key=lambda m: m.iteration)
-        return _before(step, available, first, onset, "evidence", folder_name)
-    rb = _fixed_window(step, available, near, far, folder_name)
+        return _before(step, available, first, onset, "evidence", name)
+    rb = _fixed_window(step, available, near, far, name)
     early = [m for m in marks if m.iteration <= rb.iteration]
     if early:
-        return _before(step, available, early[0], None, "warning", folder_name)
+        return _before(step, available, early[0], None, "warning", name)
     return rb
 
 
@@ -114,7 +117,7 @@ def _before(
     mark: Mark,
     onset: Mark | None,
     rule: str,
-    folder_name: Callable[[int], str],
+    name: Callable[[int], str],
 ) -> Rollback:
     """The latest checkpoint before `mark` (state after C < mark.iteration: never trained on
     it); a target with a note when none is listed."""
@@ -125,7 +128,7 @@ def _before(
     label = "rule: the latest checkpoint before " + where
     if clean:
         chosen = clean[-1]
-        note = f"{label}: {folder_name(chosen)}, {step - chosen} iterations before the spike"
+        note = f"{label}: {name(chosen)}, {step - chosen} iterations before the spike"
         exists = True
     else:
         chosen, exists, rule = max(mark.iteration - 1, 0), False, "no-checkpoint"
@@ -147,7 +150,7 @@ def _before(
 
 
 def _fixed_window(
-    step: int, available: list[int], near: int, far: int, folder_name: Callable[[int], str]
+    step: int, available: list[int], near: int, far: int, name: Callable[[int], str]
 ) -> Rollback:
     """The fallback: latest checkpoint in [S-far, S-near], else the latest before it, else
     S-far as a target."""
@@ -158,13 +161,13 @@ def _fixed_window(
     head += "spike (the fixed fallback)"
     if in_window:
         chosen = in_window[-1]
-        note = f"{head}: {folder_name(chosen)}, the latest in {max(lo, 0)}-{hi}"
+        note = f"{head}: {name(chosen)}, the latest in {max(lo, 0)}-{hi}"
         return Rollback(chosen, True, "window", note)
     if older:
         chosen = older[-1]
         note = (
-            f"{head}: no checkpoint in {max(lo, 0)}-{hi}; {folder_name(chosen)} is the latest "
-            f"before it ({step - chosen} iterations before the spike: more to recompute, but clean)"
+            f"{head}: no checkpoint in {max(lo, 0)}-{hi}; {name(chosen)} is the latest before "
+            f"it ({step - chosen} iterations before the spike: more to recompute, but clean)"
         )
         return Rollback(chosen, True, "older", note)
     chosen = max(lo, 0)

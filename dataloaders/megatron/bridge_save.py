@@ -21,7 +21,6 @@ mapped, known to leave the sample order alone (`_ORDER_FREE`), or refused in one
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from dataloaders.trainers import MEGATRON_BRIDGE, get_trainer
 RUN_CONFIG = "run_config.yaml"
 TRAIN_STATE = "train_state.pt"
 LATEST_TRAIN_STATE = "latest_train_state.pt"
-_ITER = re.compile(r"iter_(\d{7})")
+_TRAINER = get_trainer(MEGATRON_BRIDGE)  # its flags, and its checkpoint folders (`iter_NNNNNNN`)
 _GPT_DATASET = "megatron.bridge.training.config.GPTDatasetConfig"
 
 # dataset field -> the Megatron-LM flag that states it (megatron-core GPTDatasetConfig /
@@ -88,11 +87,11 @@ _TOKENIZER_ARGS = {
 def is_bridge_save_folder(folder: Path) -> bool:
     """A Bridge save folder (`latest_train_state.pt`, or an `iter_N/` holding run_config.yaml),
     or one of its `iter_N/` checkpoints."""
-    if _ITER.fullmatch(folder.name):
+    if _TRAINER.checkpoint_iteration(folder.name) is not None:
         return (folder / RUN_CONFIG).is_file()
     if (folder / LATEST_TRAIN_STATE).is_file():
         return True
-    return any(_ITER.fullmatch(p.name) and (p / RUN_CONFIG).is_file() for p in folder.iterdir())
+    return bool(_iterations(folder))
 
 
 def read_run_config(path: Path) -> dict[str, Any]:
@@ -121,29 +120,30 @@ def read_train_state(path: Path) -> dict[str, Any]:
 
 def _iterations(save: Path) -> list[int]:
     """The save folder's checkpoints that hold a run config, oldest first."""
-    return sorted(
-        int(m.group(1))
-        for p in save.iterdir()
-        if (m := _ITER.fullmatch(p.name)) and (p / RUN_CONFIG).is_file()
-    )
+    return [i for i in _TRAINER.checkpoints(save) if (_folder(save, i) / RUN_CONFIG).is_file()]
+
+
+def _folder(save: Path, iteration: int) -> Path:
+    """The checkpoint folder of `iteration` in the save folder `save`."""
+    return save / _TRAINER.checkpoint_name(iteration)
 
 
 def pick_bridge_checkpoint(folder: Path, step: int | None) -> tuple[Path, str]:
     """The `iter_N` to read and why: `folder` itself when it is one; else the first at or after
     `step` (saved by the job that trained the step), else the one latest_train_state.pt names."""
-    if _ITER.fullmatch(folder.name):
+    if _TRAINER.checkpoint_iteration(folder.name) is not None:
         return folder, "given"
     iters = _iterations(folder)
     if step is not None and any(i >= step for i in iters):
         first = min(i for i in iters if i >= step)
-        return folder / f"iter_{first:07d}", f"the first checkpoint at or after step {step}"
+        return _folder(folder, first), f"the first checkpoint at or after step {step}"
     latest = folder / LATEST_TRAIN_STATE
     if latest.is_file():
         tracked = int(read_train_state(latest)["step"])
         if tracked in iters:
-            return folder / f"iter_{tracked:07d}", f"{LATEST_TRAIN_STATE} says {tracked}"
+            return _folder(folder, tracked), f"{LATEST_TRAIN_STATE} says {tracked}"
     if iters:
-        return folder / f"iter_{iters[-1]:07d}", "the newest iter_ directory"
+        return _folder(folder, iters[-1]), "the newest iter_ directory"
     raise ForensicsError(f"{folder}: no Megatron-Bridge checkpoint (no iter_NNNNNNN/{RUN_CONFIG})")
 
 
@@ -256,10 +256,11 @@ def bridge_jobs(
     differs (Bridge records nothing else), and that is said. Checkpoints past a ckpt_step left
     by a rolled-back job are not followed."""
     save = checkpoint.parent
-    iters = _iterations(save) if _ITER.fullmatch(checkpoint.name) else []
+    here = _TRAINER.checkpoint_iteration(checkpoint.name)
+    iters = _iterations(save) if here is not None else []
     path = checkpoint / RUN_CONFIG
     run = read_run_config(path)
-    here = int(_ITER.fullmatch(checkpoint.name).group(1)) if iters else 0
+    here = here if iters else 0
     jobs: list[tuple[int, dict[str, Any], Path]] = []
     while True:
         step = (run.get("checkpoint") or {}).get("ckpt_step")
@@ -268,7 +269,7 @@ def bridge_jobs(
         else:
             start = 0
             for it in reversed([i for i in iters if i < here]):
-                earlier = read_run_config(save / f"iter_{it:07d}" / RUN_CONFIG)
+                earlier = read_run_config(_folder(save, it) / RUN_CONFIG)
                 if _job_key(earlier) != _job_key(run):
                     start = it
                     say(
@@ -282,7 +283,7 @@ def bridge_jobs(
         jobs.append((start, run, path))
         if start == 0 or start not in iters:
             break
-        path = save / f"iter_{start:07d}" / RUN_CONFIG
+        path = _folder(save, start) / RUN_CONFIG
         run, here = read_run_config(path), start
         say(f"an earlier job saved {path}")
     return jobs[::-1]
@@ -305,7 +306,7 @@ def _job_key(run: dict[str, Any]) -> tuple:
 
 def applied_skips(jobs: list[tuple[int, dict[str, Any], Path]]) -> list[dict[str, Any]]:
     """training.applied_skips for the jobs that ran with train.iterations_to_skip."""
-    trainer = get_trainer(MEGATRON_BRIDGE)
+    trainer = _TRAINER
     out = []
     for start, run, path in jobs:
         try:

@@ -23,7 +23,6 @@ Namespace then goes through the `--megatron-args` reader (launch_args.py).
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,9 +33,10 @@ from dataloaders.megatron.launch_args import args_to_argv, raw_config_from_megat
 from dataloaders.megatron.saved_jobs import describe, same_run
 from dataloaders.run_config import RunConfig, config_from_dict
 from dataloaders.safe_pickle import load_torch_save, megatron_globals
+from dataloaders.trainers.megatron_lm import MegatronLM
 
 TRACKER = "latest_checkpointed_iteration.txt"
-_ITER = re.compile(r"iter_(\d{7})")
+_SAVER = MegatronLM()  # names the checkpoint folders (`iter_NNNNNNN`)
 
 
 def load_saved_args(path: Path) -> dict[str, Any]:
@@ -68,19 +68,21 @@ def _tracked_iteration(save: Path) -> int | None:
 def pick_checkpoint(folder: Path, step: int | None) -> tuple[Path, str]:
     """The checkpoint directory to read and why: `folder` itself when it is one; else the first
     `iter_N` at or after `step` (saved by the job that trained the step), else the tracker's."""
-    if _ITER.fullmatch(folder.name) or folder.name == "release":
+    if _SAVER.checkpoint_iteration(folder.name) is not None or folder.name == "release":
         return folder, "given"
-    iters = sorted(int(m.group(1)) for p in folder.iterdir() if (m := _ITER.fullmatch(p.name)))
+    iters = _SAVER.checkpoints(folder)
     tracked = _tracked_iteration(folder)
     if step is not None and any(i >= step for i in iters):
         first = min(i for i in iters if i >= step)
-        return folder / f"iter_{first:07d}", f"the first checkpoint at or after step {step}"
+        return folder / _SAVER.checkpoint_name(
+            first
+        ), f"the first checkpoint at or after step {step}"
     if tracked is not None:
-        return folder / f"iter_{tracked:07d}", f"{TRACKER} says {tracked}"
+        return folder / _SAVER.checkpoint_name(tracked), f"{TRACKER} says {tracked}"
     if (folder / "release").is_dir():
         return folder / "release", "the release checkpoint"
     if iters:
-        return folder / f"iter_{iters[-1]:07d}", "the newest iter_ directory"
+        return folder / _SAVER.checkpoint_name(iters[-1]), "the newest iter_ directory"
     raise ForensicsError(
         f"{folder}: no Megatron checkpoint in it (no iter_NNNNNNN directory, no {TRACKER})"
     )
@@ -105,12 +107,12 @@ def is_megatron_save_folder(folder: Path) -> bool:
     Megatron gives them (nothing is read): an `iter_NNNNNNN` or `release` checkpoint, the
     tracker file, or such a checkpoint inside. A damaged tracker still names the folder
     Megatron's: the reader then says what is wrong with it."""
-    if _ITER.fullmatch(folder.name) or folder.name == "release":
+    if _SAVER.checkpoint_iteration(folder.name) is not None or folder.name == "release":
         return True
     if (folder / TRACKER).is_file() or (folder / "release").is_dir():
         return True
     return is_bridge_save_folder(folder) or any(
-        _ITER.fullmatch(p.name) and p.is_dir() for p in folder.iterdir()
+        _SAVER.checkpoint_iteration(p.name) is not None and p.is_dir() for p in folder.iterdir()
     )
 
 
@@ -137,19 +139,16 @@ def _earlier_jobs(
     megatron/training/training.py:1537) and saves that Namespace, so the job before one that
     resumed from R is the one that saved the newest checkpoint at or before R; checkpoints past
     R left by a rolled-back job are not followed."""
-    if _ITER.fullmatch(checkpoint.name) is None:
+    if _SAVER.checkpoint_iteration(checkpoint.name) is None:
         return []
-    iters = sorted(
-        (int(m.group(1)) for p in checkpoint.parent.iterdir() if (m := _ITER.fullmatch(p.name))),
-        reverse=True,
-    )
+    iters = _SAVER.checkpoints(checkpoint.parent)[::-1]
     jobs: list[tuple[int, dict[str, Any], Path]] = []
     resumed = getattr(state["args"], "iteration", None)
     while isinstance(resumed, int) and resumed > 0:
         before = [it for it in iters if it <= resumed]
         if not before:
             break
-        path = _args_file(checkpoint.parent / f"iter_{before[0]:07d}")
+        path = _args_file(checkpoint.parent / _SAVER.checkpoint_name(before[0]))
         earlier = load_saved_args(path)
         start = getattr(earlier["args"], "iteration", None)
         if not isinstance(start, int) or start >= before[0]:

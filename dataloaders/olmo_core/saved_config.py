@@ -6,7 +6,8 @@ every checkpoint directory, and the dataset's resolved paths as `data_paths.txt`
 (ai2-olmo-core 3.0.0 olmo_core/train/callbacks/config_saver.py:57-75 `post_checkpoint_saved`;
 the library's scripts set `.config = config.as_config_dict()`, allenai/OLMo-core
 fa6c5014c9f6e9ee789da2d9c20d5126fee8df0d src/examples/llm/train.py:126-127). Checkpoints are the
-`step{N}` folders of the save folder, each with the trainer state `train/rank0.pt`
+`step{N}` folders of the save folder (the trainer's `checkpoints`,
+dataloaders.trainers.olmo_core), each with the trainer state `train/rank0.pt`
 (train/checkpoint.py:431), whose `world_size` and `max_steps` entries come from
 `Trainer.state_dict()` (train/trainer.py:986-1000).
 """
@@ -14,7 +15,6 @@ fa6c5014c9f6e9ee789da2d9c20d5126fee8df0d src/examples/llm/train.py:126-127). Che
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from dataloaders.trainers.olmo_core import OLMoCore
 
 CONFIG_NAME = "config.json"
 DATA_PATHS_NAME = "data_paths.txt"
-_STEP_DIR = re.compile(r"step(\d+)")
+_TRAINER = OLMoCore()
 _REMOTE = ("s3://", "gs://", "r2://", "weka://", "http://", "https://", "hf://")
 # Model parallelism of TransformerTrainModuleConfig: with any of them the data-parallel size is
 # not the world size the trainer state records.
@@ -39,10 +39,11 @@ def is_olmo_core_save_folder(folder: Path) -> bool:
     """An OLMo-core save folder, or one of its `stepN/` checkpoints: OLMo-core's
     ConfigSaverCallback writes the experiment's config.json into each step folder
     (ai2-olmo-core 3.0.0, olmo_core/train/callbacks/config_saver.py:57-75)."""
-    if _STEP_DIR.fullmatch(folder.name) and (folder / CONFIG_NAME).is_file():
+    named = _TRAINER.checkpoint_iteration  # OLMo-core's `stepN` folder names
+    if named(folder.name) is not None and (folder / CONFIG_NAME).is_file():
         return True
     return any(
-        p.is_dir() and _STEP_DIR.fullmatch(p.name) and (p / CONFIG_NAME).is_file()
+        p.is_dir() and named(p.name) is not None and (p / CONFIG_NAME).is_file()
         for p in folder.iterdir()
     )
 
@@ -59,14 +60,20 @@ def saved_run_config(folder: Path, say: Callable[[str], None]) -> RunConfig:
     return config_from_dict(raw, base_dir=Path.cwd(), source=None)
 
 
-def checkpoint_steps(save_folder: Path) -> list[int]:
-    """The steps of the `step{N}` checkpoint folders (those holding a trainer state), sorted."""
-    found = []
-    for entry in save_folder.iterdir():
-        match = _STEP_DIR.fullmatch(entry.name)
-        if match and (entry / "train").is_dir():
-            found.append(int(match.group(1)))
-    return sorted(found)
+def _step_dir(save_folder: Path, step: int) -> Path:
+    """The checkpoint folder of `step` in `save_folder`, as OLMo-core names it."""
+    return save_folder / _TRAINER.checkpoint_name(step)
+
+
+def _saved_steps(save_folder: Path) -> list[int]:
+    """The steps of the checkpoint folders that hold a trainer state folder (`train/`), sorted.
+    Not the trainer's `checkpoints` (OLMo-core's rule for a checkpoint to load): the run is read
+    from the trainer state, and a folder whose `train/rank0.pt` is missing is refused by name
+    when read, not passed over for an older one."""
+    steps = (_TRAINER.checkpoint_iteration(p.name) for p in save_folder.iterdir())
+    return sorted(
+        s for s in steps if s is not None and (_step_dir(save_folder, s) / "train").is_dir()
+    )
 
 
 def _section(config: dict[str, Any], key: str, where: Path) -> dict[str, Any]:
@@ -214,10 +221,11 @@ def _find_step_dirs(save_folder: Path) -> tuple[Path, list[int]]:
     """The save folder and its checkpoint steps; a `step{N}` folder stands for its parent."""
     if not save_folder.is_dir():
         raise ForensicsError(f"{save_folder}: save folder not found")
-    if _STEP_DIR.fullmatch(save_folder.name) and (save_folder / CONFIG_NAME).is_file():
+    named_step = _TRAINER.checkpoint_iteration(save_folder.name) is not None
+    if named_step and (save_folder / CONFIG_NAME).is_file():
         save_folder = save_folder.parent
-    steps = checkpoint_steps(save_folder)
-    with_config = [s for s in steps if (save_folder / f"step{s}" / CONFIG_NAME).is_file()]
+    steps = _saved_steps(save_folder)
+    with_config = [s for s in steps if (_step_dir(save_folder, s) / CONFIG_NAME).is_file()]
     if not with_config:
         raise ForensicsError(
             f"{save_folder}: no step{{N}} checkpoint with {CONFIG_NAME} (OLMo-core's "
@@ -262,18 +270,19 @@ def _stages(save_folder: Path, steps: list[int]) -> tuple[dict[str, Any], list[d
     differ from the one before it was saved by a job restarted on other data (OLMo-core's
     ignore_fingerprint_mismatch) from the newest checkpoint before it, so the replay continues
     over the new files from the step after that one. Any other change is refused."""
-    saved = [s for s in steps if (save_folder / f"step{s}" / CONFIG_NAME).is_file()]
+    saved = [s for s in steps if (_step_dir(save_folder, s) / CONFIG_NAME).is_file()]
     data: dict[str, Any] = {}
     stages: list[dict[str, Any]] = []
     before = None
     for step in saved:
-        step_dir = save_folder / f"step{step}"
+        step_dir = _step_dir(save_folder, step)
         fields, sources = _order_fields(_read_config(step_dir), step_dir)
         if stages and fields != data:
             changed = sorted(k for k in set(fields) | set(data) if fields.get(k) != data.get(k))
             raise ForensicsError(
                 f"{step_dir / CONFIG_NAME}: data.{changed[0]} is {fields.get(changed[0])!r}, "
-                f"{data.get(changed[0])!r} in step{before}; write a config for this run"
+                f"{data.get(changed[0])!r} in {_TRAINER.checkpoint_name(before)}; write a config "
+                "for this run"
             )
         if not stages or sources != stages[-1]["sources"]:
             stages.append({"after": before, "sources": sources})
@@ -287,8 +296,8 @@ def run_config_from_save_folder(save_folder: Path) -> dict[str, Any]:
     the newest trainer state; anything needed and missing is a one-line ForensicsError."""
     save_folder, steps = _find_step_dirs(Path(save_folder))
     data, stages = _stages(save_folder, steps)
-    newest = max(s for s in steps if (save_folder / f"step{s}" / CONFIG_NAME).is_file())
-    step_dir = save_folder / f"step{newest}"
+    newest = max(s for s in steps if (_step_dir(save_folder, s) / CONFIG_NAME).is_file())
+    step_dir = _step_dir(save_folder, newest)
     where = step_dir / CONFIG_NAME
     config = _read_config(step_dir)
     trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
@@ -299,7 +308,7 @@ def run_config_from_save_folder(save_folder: Path) -> dict[str, Any]:
     for number, stage in enumerate(stages[1:], start=1):
         after = stage["after"]
         named = [{**src, "name": f"{src['name']}-stage{number}"} for src in stage["sources"]]
-        state_file = save_folder / f"step{after}" / "train" / "rank0.pt"
+        state_file = _step_dir(save_folder, after) / "train" / "rank0.pt"
         resumes.append({"iteration": after + 1, "state": str(state_file), "sources": named})
     if resumes:
         data["resumes"] = resumes

@@ -1,9 +1,11 @@
 """The trainers whose skip flags forensics writes and reads: one module each, listed once here.
 
-Every question about a trainer (its flag, parser, loop, spelling, checkpoint pin, consequence,
-tracker file) is a method of its `Trainer` (`dataloaders.trainers.base`); the CLI's --trainer
-help, the config's validation, the replay of applied skips, the skip plan and check-skip all
-look the trainer up here. Adding a trainer is one module and one line in `_ALL`.
+Every question about a trainer (its flag, parser, loop, spelling, checkpoint pin, checkpoint
+folders, consequence, tracker file) is a method of its `Trainer` (`dataloaders.trainers.base`).
+A name is looked up here once, where it enters: the CLI's --trainer (its parser), the config's
+training.trainer (validated, then `TrainingSpec.registered_trainer`), a skip plan read back
+(`forensics.skip.flags.flag_trainer`), the replay of applied skips; the Trainer then goes down
+as an object. Adding a trainer is one module and one line in `_ALL`.
 """
 
 from __future__ import annotations
@@ -64,6 +66,12 @@ def get_trainer(name: str) -> Trainer:
     return REGISTRY[check_trainer(name)]
 
 
+def writer_of(output_format: str) -> Trainer | None:
+    """The first trainer that writes logs and checkpoints in `output_format` (forks share one:
+    they name their checkpoints alike), or None when no trainer writes it."""
+    return next((t for t in _ALL if t.output_format == output_format), None)
+
+
 def trainer_help() -> str:
     """--trainer's help: every trainer, with what tells the look-alikes apart."""
     names = ", ".join(t.help_entry() for t in _ALL)
@@ -108,4 +116,5 @@ __all__ = [
     "parse_skip_flag",
     "run_loop",
     "trainer_help",
+    "writer_of",
 ]

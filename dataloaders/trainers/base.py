@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from dataloaders.checkpoints import checkpoint_iterations, megatron_folder
 from dataloaders.errors import ForensicsError
 
 Range = tuple[int, int]  # inclusive, 1-indexed iterations
@@ -95,8 +94,10 @@ class LoopEnd:
 class Trainer(ABC):
     """One training loop that reads skip flags: everything forensics needs to know about it.
 
-    Subclasses set the class attributes and implement the four methods; `dataloaders.trainers`
-    lists one instance of each. Nothing else in the code asks which trainer it is by name.
+    Subclasses set the class attributes and implement the five abstract methods (a trainer
+    that saves its checkpoints in other folders than Megatron's `iter_{:07d}` also sets
+    `checkpoint_folder` and `checkpoint_pattern`); `dataloaders.trainers` lists one instance of
+    each. Nothing else in the code asks which trainer it is by name.
     """
 
     name: ClassVar[str]  # the --trainer / training.trainer value
@@ -114,6 +115,13 @@ class Trainer(ABC):
     # Such a trainer's restart plan is the rebuild, and wherever a skip would be offered
     # (the skip plan, the restart files, check-skip) this line is said instead.
     no_skip: ClassVar[str | None] = None
+    # The folder each checkpoint is saved in under the save folder, named after the iteration
+    # it holds the state after (`checkpoint_folder.format(iteration)`), and the pattern that
+    # reads the iteration back from such a name (its one group). Megatron-LM's
+    # get_checkpoint_name writes `iter_{:07d}` (NVIDIA/Megatron-LM d98e8a64dd,
+    # megatron/training/checkpointing.py:230-270); an iteration past 9,999,999 takes 8 digits.
+    checkpoint_folder: ClassVar[str] = "iter_{:07d}"
+    checkpoint_pattern: ClassVar[re.Pattern[str]] = re.compile(r"iter_(\d+)")
 
     @abstractmethod
     def parse(self, text: str) -> list:
@@ -139,6 +147,34 @@ class Trainer(ABC):
     def pin(self, checkpoint: int) -> str:
         """How to make the restarted job load checkpoint `checkpoint` and not the latest one
         (a checkpoint directory often holds checkpoints saved after the spike)."""
+
+    def checkpoint_name(self, iteration: int) -> str:
+        """The folder name of the checkpoint saved after `iteration` (Megatron: `iter_0000500`)."""
+        return self.checkpoint_folder.format(iteration)
+
+    def checkpoint_iteration(self, name: str) -> int | None:
+        """The iteration a checkpoint folder called `name` holds the state after; None when the
+        name is not one of this trainer's checkpoint folders."""
+        match = self.checkpoint_pattern.fullmatch(name)
+        return int(match.group(1)) if match else None
+
+    def is_checkpoint(self, path: Path) -> bool:
+        """Whether `path`, whose name is one of this trainer's checkpoint folders, holds a
+        checkpoint: any directory by default; a trainer whose own listing checks the files a
+        finished save leaves (OLMo-core) checks the same files here."""
+        return path.is_dir()
+
+    def checkpoints(self, folder: Path) -> list[int]:
+        """The iterations of the checkpoints saved in the save folder `folder`, sorted ([] when
+        none): the run's rollback candidates, `triage --checkpoints DIR`'s list."""
+        if not folder.is_dir():
+            return []
+        found = []
+        for entry in folder.iterdir():
+            iteration = self.checkpoint_iteration(entry.name)
+            if iteration is not None and self.is_checkpoint(entry):
+                found.append(iteration)
+        return sorted(found)
 
     def data_words(self, blend: Sequence[dict[str, Any]]) -> str:
         """The launch-line words that set a restart's data blend (config dicts with `prefix` and
@@ -180,16 +216,6 @@ class Trainer(ABC):
         """`ranges` widened where the syntax cannot keep two of them apart (default: as they
         are)."""
         return ranges
-
-    def checkpoints(self, folder: Path) -> list[int]:
-        """The iterations of the checkpoints the trainer saved in `folder` that its load can
-        be pinned to, sorted (default: Megatron's `iter_NNNNNNN` subdirectories)."""
-        return checkpoint_iterations(folder) if folder.is_dir() else []
-
-    def checkpoint_folder(self, iteration: int) -> str:
-        """The name of the folder the trainer saves the state after `iteration` in (default:
-        Megatron's `iter_NNNNNNN`)."""
-        return megatron_folder(iteration)
 
     def help_entry(self) -> str:
         """How --trainer's help names this trainer."""

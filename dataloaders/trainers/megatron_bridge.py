@@ -22,6 +22,12 @@ at NVIDIA-NeMo/Megatron-Bridge 6124fbe38a68eea9c4f4be3aa5e084bd5d461d98, branch 
 - The pin: checkpointing.py:3336-3346 `ckpt_step` loads `iter_{ckpt_step:07d}` under
   `checkpoint.load` instead of the tracker's latest; config.py:617-623 refuses `ckpt_step`
   without `checkpoint.load`.
+- Checkpoints: `iter_{N:07d}` under `checkpoint.save` (training/utils/checkpoint_utils.py:91-110,
+  as Megatron-LM). Rank 0 writes `iter_N/train_state.pt`, the trackers at the top
+  (`latest_train_state.pt`, `latest_checkpointed_iteration.txt`) and `iter_N/run_config.yaml`
+  in the save's finalize step, after the weights (checkpointing.py:1430-1496; with
+  `async_save`, when the async request finalizes), so a folder without train_state.pt is a
+  save that has not finished.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import json
 import re
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from dataloaders.errors import ForensicsError
@@ -73,6 +80,10 @@ class MegatronBridge(MegatronLM):
                 f"train.iterations_to_skip: not a list of non-negative integers: {body[:60]!r}"
             )
         return [int(v) for v in body[1:-1].split(",") if v]
+
+    def is_checkpoint(self, path: Path) -> bool:
+        # written in the save's finalize step, beside the trackers (see the module docstring)
+        return (path / "train_state.pt").is_file()
 
     def tracker_values(self, ranges: Sequence[Range]) -> None:
         return None  # Bridge reads no file of skips

@@ -9,6 +9,10 @@ tokens counted), src/olmo_core/train/common.py:275-283 (start 1-indexed, stop ex
 experiment scripts take dotlist overrides: src/olmo_core/internal/experiment.py:415
 `config.merge(cli_context.overrides)`, each value read by yaml.safe_load
 (src/olmo_core/config.py:361); TrainerConfig sits under `trainer`.
+Checkpoints (ai2-olmo-core 3.0.0, olmo_core/train/checkpoint.py): the folder `step{step}` of
+the save folder (:85 `CHECKPOINT_DIR`, :335-336 `checkpoint_dirname`), listed by
+`find_checkpoints` (:357-383: a name matching `^step(DIGITS)$` whose folder passes
+`dir_is_checkpoint`, :339-354).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 from dataloaders.errors import ForensicsError
 from dataloaders.trainers.base import Batches, Draw, LoopEnd, LoopStart, Range, Trainer
@@ -32,6 +37,18 @@ class OLMoCore(Trainer):
         "start..stop-1 (1-indexed, stop exclusive); the batch is drawn, "
         "no forward/backward/optimizer"
     )
+
+    checkpoint_folder = "step{}"
+    checkpoint_pattern = re.compile(r"step(\d+)")
+
+    def is_checkpoint(self, path: Path) -> bool:
+        # checkpoint.py:339-354 `dir_is_checkpoint`: a `.metadata` (model and maybe optimizer
+        # only), else the trainer state, the model-and-optimizer metadata and the checkpoint's
+        # own metadata file, all three
+        if (path / ".metadata").is_file():
+            return True
+        needed = ("train/rank0.pt", "model_and_optim/.metadata", ".metadata.json")
+        return all((path / name).is_file() for name in needed)
 
     def parse(self, text: str) -> list[tuple[int, int]]:
         """(start, stop) pairs from `--trainer.steps_to_skip=[{"start":A,"stop":B},...]` (or
@@ -77,12 +94,13 @@ class OLMoCore(Trainer):
     def pin(self, checkpoint: int) -> str:
         # trainer.py:684-697: fit() loads the save folder's LATEST checkpoint first and ignores
         # load_path when it finds one, so restarting in the old save folder resumes after the
-        # spike; checkpoint.py:85 names directories step{step}. Not a flag (the new folder is
-        # the user's to name): shown beside the flags, never in them.
+        # spike. Not a flag (the new folder is the user's to name): shown beside the flags,
+        # never in them.
         return (
             f"restart in a NEW save folder: --trainer.save_folder=NEW "
-            f"--trainer.load_path=<old save_folder>/step{checkpoint} (OLMo-core resumes the save "
-            "folder's latest checkpoint and ignores load_path when the folder holds one)"
+            f"--trainer.load_path=<old save_folder>/{self.checkpoint_name(checkpoint)} (OLMo-core "
+            "resumes the save folder's latest checkpoint and ignores load_path when the folder "
+            "holds one)"
         )
 
     def consequence(self, skipped: int) -> str:

@@ -62,6 +62,8 @@ class Torchtitan(Trainer):
     )
     output_format = name
     no_skip = NO_SKIP
+    checkpoint_folder = "step-{}"  # dcp.py:686-690 `_create_checkpoint_id`
+    checkpoint_pattern = _STEP_DIR
 
     def parse(self, text: str) -> list:
         """Nothing to skip for an empty text; any skip specification is refused."""
@@ -106,9 +108,6 @@ class Torchtitan(Trainer):
 
     def consequence(self, skipped: int) -> str:
         return NO_SKIP
-
-    def checkpoint_folder(self, iteration: int) -> str:
-        return f"step-{iteration}"  # dcp.py:686-690 `_create_checkpoint_id`
 
     def checkpoints(self, folder: Path) -> list[int]:
         """The steps of the `step-N` checkpoints in `folder` (`checkpoint.folder` under the

@@ -17,7 +17,7 @@ import typer
 
 from dataloaders.console import make_console
 from dataloaders.run_config import RunConfig, load_config
-from dataloaders.trainers import check_trainer, get_trainer
+from dataloaders.trainers import Trainer, get_trainer
 from forensics.commands.options import (
     ConfigOption,
     FromCheckpointOption,
@@ -30,23 +30,24 @@ from forensics.replay import open_replayer
 from forensics.run_source import resolve_run_config
 from forensics.skip import expand
 from forensics.skip.action import REBUILD, REMOVE
-from forensics.skip.flags import verify_flag
+from forensics.skip.flags import flag_trainer, verify_flag
 from forensics.skip.plan import SkipPlan
 from forensics.skip.tracker import read_tracker
 from forensics.skip.validate import describe_config, validate_for_run
 
 
-def check_skip(path: Path, config: Path | RunConfig, trainer: str | None = None) -> SkipPlan:
+def check_skip(path: Path, config: Path | RunConfig, trainer: Trainer | None = None) -> SkipPlan:
     """Raise ForensicsError unless `path` fits the run of `config` (a YAML path, or a RunConfig
     such as one from --megatron-args) and every written flag drops exactly its batches."""
     return verify_skip(path, config, trainer)[0]
 
 
 def verify_skip(
-    path: Path, config: Path | RunConfig, trainer: str | None = None
+    path: Path, config: Path | RunConfig, trainer: Trainer | None = None
 ) -> tuple[SkipPlan, list[str]]:
     """check_skip, also returning notes for the user (the run directory moved, the checkpoint
-    list changed) on a skip file that still fits."""
+    list changed) on a skip file that still fits. `trainer`: the one whose flag must be exact
+    (--trainer; default the plan's)."""
     plan = SkipPlan.read(path)
     if isinstance(config, RunConfig):
         run, label = config, describe_config(config)
@@ -57,7 +58,7 @@ def verify_skip(
     checkpoint = int(plan.rollback["iteration"])
     ranges = plan.ranges
     schedule = replayer.schedule
-    wanted = check_trainer(trainer) if trainer else plan.trainer
+    wanted = trainer.name if trainer else plan.trainer
     if wanted not in plan.flags:
         raise ForensicsError(f"{path}: has no flag for trainer {wanted}")
     no_skip = get_trainer(wanted).no_skip
@@ -71,7 +72,7 @@ def verify_skip(
     for name, flag in plan.flags.items():
         if flag.flag is None:
             continue
-        problem = verify_flag(get_trainer(name), flag.flag, ranges, schedule, checkpoint)
+        problem = verify_flag(flag_trainer(flag), flag.flag, ranges, schedule, checkpoint)
         if problem:
             raise ForensicsError(f"{path}: the {name} flag is wrong for this run: {problem}")
     tracker = path.parent / plan.tracker_file if plan.tracker_file else None
@@ -104,7 +105,7 @@ def check_skip_command(
     step = step_of_skip_file(skip_file) if from_checkpoint is not None else None
     run = resolve_run_config(config, megatron_args, from_checkpoint, step)
     plan, notes = verify_skip(skip_file, run, trainer)
-    name = trainer or plan.trainer
+    name = trainer.name if trainer else plan.trainer
     n = len(expand(plan.ranges))
     rb = plan.rollback.get("iteration")
     where = escape(describe_config(run))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from dataloaders.trainers import trainer_help
+from dataloaders.trainers import Trainer, get_trainer, trainer_help
 from forensics.errors import ForensicsError
 
 ConfigOption = Annotated[
@@ -26,7 +26,11 @@ MegatronArgsOption = Annotated[
     ),
 ]
 
-TrainerOption = Annotated[str | None, typer.Option("--trainer", help=trainer_help())]
+# The one look-up of --trainer: the command gets the Trainer (an unknown name is one line).
+TrainerOption = Annotated[
+    Trainer | None,
+    typer.Option("--trainer", help=trainer_help(), parser=get_trainer, metavar="<str>"),
+]
 
 EngineOption = Annotated[
     str,

@@ -178,6 +178,7 @@ def spike_command(
 ) -> None:
     """Replay the iterations before a loss spike, find the data to blame, and write the report,
     the rollback point and the skip list (skip.json, megatron_args.txt)."""
+
     if exhaustive and sample_docs is not None:
         raise ForensicsError(
             f"--sample-docs {sample_docs} with --exhaustive: every document is scored then; "
@@ -197,7 +198,6 @@ def spike_command(
         embed_cap=embed_cap,
         embed_model=embed_model,
         device=device,
-        trainer=trainer,
         engine=engine,
         workers=workers,
         ray_address=ray_address,
@@ -211,7 +211,7 @@ def spike_command(
     )
     target = out or Path.cwd() / f"spike-{step}"
     with fresh_output(target, target / ".cache"):  # a failed first run leaves no directory
-        run_spike(run, target, options)
+        run_spike(run, target, options, trainer)
 
     if fetched.line():
         print(fetched.line())

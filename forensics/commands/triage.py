@@ -18,7 +18,7 @@ import typer
 from dataloaders.console import make_console
 from dataloaders.regular_files import check_input_path
 from dataloaders.run_config import load_config
-from dataloaders.trainers import REGISTRY as TRAINERS
+from dataloaders.trainers import DEFAULT_TRAINER, Trainer, get_trainer, writer_of
 from forensics.commands.options import (
     CheckpointsOption,
     GradFactorOption,
@@ -38,9 +38,9 @@ from forensics.triage.report import OUTPUT_NAMES, STATE_DIR, terminal_lines, wri
 from forensics.window import stage_starts
 
 
-def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
-    """`--checkpoints 1000,2000` or a directory of a trainer's checkpoints (Megatron's
-    `iter_NNNNNNN`, torchtitan's `step-N` subdirectories)."""
+def parse_checkpoints(spec: str | None, trainer: Trainer) -> tuple[int, ...]:
+    """`--checkpoints 1000,2000`, or a save folder: the checkpoints `trainer` (the run's) saved
+    in it (Megatron's `iter_NNNNNNN` subdirectories, OLMo-core's `stepN`)."""
     if not spec:
         return ()
     if re.fullmatch(r"[\d,\s]+", spec):  # a list, however long: never tried as a path
@@ -52,11 +52,12 @@ def parse_checkpoints(spec: str | None) -> tuple[int, ...]:
         raise ForensicsError(
             f"--checkpoints {spec[:60]}: not a directory ({err.strerror})"
         ) from None
-    if is_dir:  # the first trainer that finds its checkpoints there (iter_N, step-N, ...)
-        iters = next((found for t in TRAINERS.values() if (found := t.checkpoints(p))), [])
+    if is_dir:
+        iters = trainer.checkpoints(p)
         if not iters:
+            example = trainer.checkpoint_name(0).rstrip("0") + "N"
             raise ForensicsError(
-                f"--checkpoints {spec}: no checkpoint subdirectories found (iter_NNNNNNN, step-N)"
+                f"--checkpoints {spec}: no {trainer.name} checkpoint folders ({example}) found"
             )
         return tuple(sorted(iters))
     try:
@@ -120,7 +121,6 @@ def triage_command(
     console = make_console()
     err = make_console(stderr=True, soft_wrap=True)  # a warning names a path: never cut it
     run = RunInfo(
-        checkpoints=parse_checkpoints(checkpoints),
         config_path=config,
         from_checkpoint=from_checkpoint,
         corpus_tokens=corpus_tokens,
@@ -130,9 +130,8 @@ def triage_command(
     run = read_run_config(run, err)
     table = _read_log(log, format, err)
     fmt = detect_format(log) if format == "auto" else format
-    if run.trainer is None:  # the trainer that writes this log's format names its checkpoints
-        writer = next((t.name for t in TRAINERS.values() if t.output_format == fmt), None)
-        run = replace(run, trainer=writer)
+    if checkpoints:  # given: they win over the config's
+        run = _with_checkpoints(run, checkpoints, fmt)
     with console.status("triaging"):
         result = triage(table, cfg, run)
         paths = _publish(result, out, str(log), fmt, force)
@@ -168,11 +167,28 @@ def detector_settings(
     )
 
 
+def _with_checkpoints(run: Any, spec: str, fmt: str) -> Any:
+    """`run` with --checkpoints as the checkpoint list, a save folder read for the run's
+    trainer's folders: the config's, else the trainer whose log format the log is in (an
+    OLMo-core log: `stepN`), else Megatron-LM's."""
+    trainer = run.trainer if run.config_read else (writer_of(fmt) or run.trainer)
+    return replace(run, trainer=trainer, checkpoints=parse_checkpoints(spec, trainer))
+
+
+def config_trainer(config_path: str | None) -> Trainer:
+    """The run's trainer, which names its checkpoint folders: the config's training.trainer
+    when --config is a file here, else Megatron-LM's (the default trainer)."""
+    if config_path is None or not Path(config_path).is_file():
+        return get_trainer(DEFAULT_TRAINER)
+    return load_config(config_path).training.registered_trainer
+
+
 def read_run_config(run: Any, err: Any) -> Any:
-    """The config's data stages (a stage switch before a spike is the first suspect) and, when
-    --checkpoints is not given, its checkpoints. A config that is not on this machine is only
-    filled into the spike command, and a yellow line says its stages were not read; one that is
-    here but does not load is refused (load_config's one-line error)."""
+    """The config's data stages (a stage switch before a spike is the first suspect), its
+    trainer and its checkpoints (--checkpoints, when given, replaces them). A config that is not
+    on this machine is only filled into the spike command, and a yellow line says its stages
+    were not read; one that is here but does not load is refused (load_config's one-line
+    error)."""
     from rich.markup import escape
 
     if run.config_path is None:
@@ -184,14 +200,14 @@ def read_run_config(run: Any, err: Any) -> Any:
         )
         return run
     config = load_config(run.config_path)
-    checkpoints = run.checkpoints or tuple(sorted(config.available_checkpoints()))
+    trainer = config.training.registered_trainer
     return replace(
         run,
         stage_starts=tuple(stage_starts(config)),
-        checkpoints=checkpoints,
+        trainer=trainer,
+        checkpoints=tuple(config.available_checkpoints(trainer)),
         config_read=True,
         train_iters=config.training.iterations(config.training.global_batch_size),
-        trainer=config.training.trainer,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +25,7 @@ from forensics.commands.options import (
     ZThresholdOption,
     check_steps,
 )
-from forensics.commands.triage import parse_checkpoints
+from forensics.commands.triage import config_trainer, parse_checkpoints
 from forensics.errors import ForensicsError
 from forensics.outputs import fresh_output
 from forensics.triage.config import RunInfo, TriageConfig
@@ -125,7 +126,10 @@ def watch_command(
         z_threshold=z_threshold,
         plateau_steps=plateau_steps,
     )
-    run = RunInfo(checkpoints=parse_checkpoints(checkpoints), config_path=config, window=window)
+    run = RunInfo(config_path=config, window=window)
+    if checkpoints:  # a save folder holds the checkpoint folders the run's trainer names
+        trainer = config_trainer(config)
+        run = replace(run, trainer=trainer, checkpoints=parse_checkpoints(checkpoints, trainer))
     opts = WatchOptions(
         log=log,
         out=out,

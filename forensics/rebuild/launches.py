@@ -21,9 +21,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from dataloaders.trainers import get_trainer
+from dataloaders.trainers import Trainer
 from dataloaders.trainers.base import megatron_data_path
-from forensics.skip.flags import checkpoint_pin, pin_leads
+from forensics.skip.flags import restart_words
 
 
 @dataclass
@@ -45,22 +45,19 @@ class Launch:
     changed: bool
     file: str
 
-    def flags(self, trainer: str) -> tuple[str, str | None]:
+    def flags(self, trainer: Trainer) -> tuple[str, str | None]:
         """(the flags file's line, a load instruction when the trainer's pin is not a flag)."""
-        pin = checkpoint_pin(trainer, self.load)
         words = [self.data_path]
         if self.last is not None:
-            words.append(get_trainer(trainer).exit_words(self.last))
-        if pin_leads(trainer, pin):
-            return " ".join([pin, *words]), None
-        return " ".join(words), pin
+            words.append(trainer.exit_words(self.last))
+        return restart_words(trainer, trainer.pin(self.load), " ".join(words))
 
-    def describe(self, trainer: str | None = None) -> str:
+    def describe(self, trainer: Trainer | None = None) -> str:
         """One line: which iterations, from which checkpoint, how it stops (`trainer`'s words
         for the stop; Megatron-LM's by default)."""
         if self.last:
             span = f"iterations {self.first}-{self.last}"
-            words = get_trainer(trainer).exit_words(self.last) if trainer else "--exit-interval"
+            words = trainer.exit_words(self.last) if trainer else "--exit-interval"
             stop = f"stops after iteration {self.last} ({words}, saving a checkpoint)"
         else:
             span, stop = f"iterations {self.first} to the end", "trains to the end of the run"
@@ -68,13 +65,13 @@ class Launch:
         return f"{span}: loads checkpoint {self.load}, {stop}; {order}"
 
 
-def data_path_line(blend: list[dict[str, Any]], trainer: str | None = None) -> str:
+def data_path_line(blend: list[dict[str, Any]], trainer: Trainer | None = None) -> str:
     """The words that set a blend (config dicts, absolute prefixes) on `trainer`'s launch line:
     Megatron-LM's `--data-path W1 P1 W2 P2 ...` by default, each prefix shell-quoted so that
     `$(cat FILE)` and a pasted line keep it one word."""
     if trainer is None:
         return megatron_data_path(blend)
-    return get_trainer(trainer).data_words(blend)
+    return trainer.data_words(blend)
 
 
 def launch_file(index: int, first: int) -> str:
@@ -98,7 +95,7 @@ def plan_launches(
     original: list[Any],
     resume: int,
     rollback: int,
-    trainer: str | None = None,
+    trainer: Trainer | None = None,
 ) -> list[Launch]:
     """The launches from `resume` on: one per rebuilt stage that starts at or after it.
 

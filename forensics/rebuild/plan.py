@@ -15,6 +15,7 @@ iteration on with each blocked dataset replaced by its filtered copy.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,10 @@ import numpy as np
 from dataloaders.megatron.config import DatasetSpec
 from dataloaders.megatron.indexed import IndexedDataset
 from dataloaders.run_config import RunConfig
+from dataloaders.trainers import Trainer
 from forensics.errors import ForensicsError
 from forensics.rebuild.launches import Launch, plan_launches
+from forensics.skip.flags import flag_trainer
 from forensics.skip.plan import SkipPlan
 
 REBUILT_SUFFIX = "_rebuilt"  # a rebuilt dataset's name: a name must mean one prefix in a config
@@ -62,6 +65,11 @@ class RebuildPlan:
     launches: list[Launch] = field(default_factory=list)
     upload_to: str | None = None  # an s3:// prefix the filtered copies are uploaded under
     out_cache: Path | None = None  # the rebuilt config's object-storage cache (upload_to)
+
+    @cached_property
+    def trainer(self) -> Trainer:
+        """The trainer the skip plan was written for (skip.json names it): its launch words."""
+        return flag_trainer(self.skip.chosen)
 
     def data_path_lines(self) -> list[tuple[int, str]]:
         """(first iteration, `--data-path ...`) of every launch of the restart."""
@@ -151,7 +159,7 @@ def plan_rebuild(
     plan.out_cache = out / "object-cache"
     plan.stages = rebuilt_stages(stages, resume, plan)
     plan.launches = plan_launches(
-        plan.stages, stages, resume, int(skip.rollback["iteration"]), skip.trainer
+        plan.stages, stages, resume, int(skip.rollback["iteration"]), plan.trainer
     )
     return plan
 

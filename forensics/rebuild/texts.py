@@ -12,7 +12,7 @@ from dataloaders.families import get_family
 from forensics.provenance import provenance
 from forensics.rebuild.launches import data_path_file, launches_note, paste_form
 from forensics.rebuild.plan import KEEP_SHARE, RebuildPlan
-from forensics.skip.flags import checkpoint_pin
+from forensics.skip.flags import flag_trainer
 
 
 def recipe_notes(plan: RebuildPlan, counts: dict[str, dict[str, Any]]) -> list[str]:
@@ -80,7 +80,7 @@ def order_note(plan: RebuildPlan, out: Path, counts: dict[str, dict[str, Any]]) 
 
 def restart_flags(plan: RebuildPlan) -> tuple[str, str | None]:
     """(flags-only line of the first launch, an instruction for a pin that is not a flag)."""
-    line, pin = plan.launches[0].flags(plan.skip.trainer)
+    line, pin = plan.launches[0].flags(plan.trainer)
     return f"{line}\n", pin
 
 
@@ -104,7 +104,7 @@ def write_texts(
     write_text_atomic(staging / "rebuilt.yaml", header + yaml.safe_dump(raw, sort_keys=False))
     launches = []
     for i, launch in enumerate(plan.launches):
-        line, pin = launch.flags(plan.skip.trainer)
+        line, pin = launch.flags(plan.trainer)
         write_text_atomic(staging / launch.file, line + "\n")
         write_text_atomic(staging / data_path_file(i, launch.first), launch.data_path + "\n")
         launches.append(
@@ -116,7 +116,7 @@ def write_texts(
                 "flags": line,
                 "load_instruction": pin,
                 "order_changes": launch.changed,
-                "what": launch.describe(plan.skip.trainer),
+                "what": launch.describe(plan.trainer),
             }
         )
     files = sorted(p.name for p in staging.iterdir()) + ["rebuild.json", "rebuild.md"]
@@ -254,7 +254,7 @@ def write_file_texts(
         "emptied": plan.emptied,
         "restart": {name: text.strip() for name, text in plan.restart.items()},
         "load_rollback_checkpoint": (
-            checkpoint_pin(plan.skip.trainer, int(plan.skip.rollback["iteration"]))
+            flag_trainer(plan.skip.chosen).pin(int(plan.skip.rollback["iteration"]))
             if get_family(plan.fmt).pins_rollback
             else None
         ),

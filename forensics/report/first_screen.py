@@ -25,7 +25,7 @@ from forensics.report.summary import (
     ranges_text,
     reason_lines,
 )
-from forensics.skip.flags import pin_leads
+from forensics.skip.flags import pin_beside
 
 FLAG_CHARS = 100  # a longer restart line is given as $(cat DIR/restart-<trainer>.flags)
 LAUNCH_END = "append to the launch line"
@@ -89,8 +89,9 @@ def restart_command(skip: ReportSkip, rollback: int | None) -> list[Command]:
         return []
     out = []
     from_ = f"restart from checkpoint iteration {rollback}" if rollback is not None else "restart"
-    if flag.pin and not pin_leads(skip.trainer, flag.pin):
-        out.append(Command(flag.pin, "load the rollback checkpoint"))
+    beside = pin_beside(flag)
+    if beside:
+        out.append(Command(beside, "load the rollback checkpoint"))
     if len(line) > FLAG_CHARS:
         folder = skip.action.flags_dir
         path = shlex.quote(f"{folder}/" * bool(folder) + f"restart-{skip.trainer}.flags")

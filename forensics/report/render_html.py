@@ -33,7 +33,6 @@ from forensics.report.sections import ClusterTable, ExampleGroup, Section, SkipS
 from forensics.report.summary import counts_text
 from forensics.report.why_shares import table_cell
 from forensics.safe_text import html_safe
-from forensics.skip.flags import pin_leads
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
@@ -221,9 +220,9 @@ def skip_html(s: SkipSection) -> str:
         parts.append(f"<h3>{_e(t.name)}{_e(chosen)}: restart-{_e(t.name)}.flags</h3>")
         if t.line:  # whole, as the file holds it, wrapped at spaces: at the end of the launch line
             parts.append(f'<pre class="flags">{html_safe(t.line, len(t.line) + 1)}</pre>')
-            if t.pin and not pin_leads(t.name, t.pin):
+            if t.load_first:
                 parts.append(
-                    f"<p>Load the rollback checkpoint: <code>{html_safe(t.pin)}</code></p>"
+                    f"<p>Load the rollback checkpoint: <code>{html_safe(t.load_first)}</code></p>"
                 )
             parts.append(f'<p class="muted">{html_safe(t.consequence, 2000)}</p>')
         else:

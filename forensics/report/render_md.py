@@ -31,7 +31,6 @@ from forensics.report.sections import (
 from forensics.report.summary import counts_text
 from forensics.report.why_shares import table_cell
 from forensics.safe_text import fence_safe, md_code, md_safe
-from forensics.skip.flags import pin_leads
 
 DOCS_IN_MD = 5  # documents per cluster listed in report.md (all of them in report.html)
 
@@ -157,8 +156,8 @@ def skip_md(s: SkipSection) -> str:
         out.append(f"### {md_safe(t.name)}{chosen}: restart-{md_safe(t.name)}.flags\n")
         if t.line:  # whole, as restart-<trainer>.flags holds it; at the end of the launch line
             out.append(_fence([fence_safe(t.line, len(t.line) + 1)]))
-            if t.pin and not pin_leads(t.name, t.pin):
-                out.append(f"Load the rollback checkpoint: {md_code(t.pin)}\n")
+            if t.load_first:
+                out.append(f"Load the rollback checkpoint: {md_code(t.load_first)}\n")
         else:
             out.append(f"No exact flag: {md_safe(t.refusal or '', 2000)}\n")
     return "\n".join(out) + "\n"

@@ -20,6 +20,7 @@ from forensics.report.drilldown import drill_groups
 from forensics.report.first_screen import FirstScreen, first_screen
 from forensics.report.skip_view import ReportSkip
 from forensics.report.summary import cluster_counts
+from forensics.skip.flags import pin_beside
 
 FIRST_SCREEN, NOTES = "first_screen", "notes"
 PLOTS, CLUSTERS, EXAMPLES, DOCUMENTS = "plots", "clusters", "examples", "documents"
@@ -90,7 +91,7 @@ class TrainerBlock:
     name: str
     chosen: bool
     line: str | None
-    pin: str | None
+    load_first: str | None  # the rollback pin, said beside the line (None: it is in the line)
     semantics: str
     consequence: str
     refusal: str | None
@@ -130,7 +131,7 @@ def _skip(skip: ReportSkip | None) -> SkipSection | None:
                 name=name,
                 chosen=name == skip.trainer,
                 line=skip.line(name),
-                pin=flag.pin,
+                load_first=pin_beside(flag),
                 semantics=flag.semantics,
                 consequence=flag.consequence,
                 refusal=flag.refusal,

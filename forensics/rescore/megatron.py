@@ -41,12 +41,14 @@ from dataloaders.safe_pickle import (
     megatron_globals,
     read_dcp_metadata,
 )
-from dataloaders.trainers import MEGATRON_OUTPUT
+from dataloaders.trainers import MEGATRON_OUTPUT, REGISTRY
 from forensics.errors import ForensicsError
 from forensics.rescore.gpt import GPTSpec, build_gpt
 from forensics.rescore.reader import CheckpointReader
 
 LEGACY_FILE = "model_optim_rng.pt"
+# The trainer that writes this format names its checkpoint folders (`iter_NNNNNNN`).
+_SAVER = next(t for t in REGISTRY.values() if t.output_format == MEGATRON_OUTPUT)
 RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
 # Megatron names (local and TransformerEngine layer specs) -> canonical names in gpt.build_gpt.
 LAYER_NAMES = {
@@ -116,7 +118,8 @@ def megatron_kind(path: Path) -> str | None:
         return "torch_dist"
     if any(RANK_DIR.match(p.name) and (p / LEGACY_FILE).is_file() for p in path.glob("mp_rank_*")):
         return "legacy"
-    if (path / "latest_checkpointed_iteration.txt").is_file() or any(path.glob("iter_*")):
+    tracked = (path / "latest_checkpointed_iteration.txt").is_file()
+    if tracked or (path.is_dir() and _SAVER.checkpoints(path)):
         return "root"
     return None
 
@@ -126,7 +129,7 @@ def check_megatron(path: Path) -> str:
     the pre-spike one is the user's call, not the newest by default) and missing rank files."""
     kind = megatron_kind(path)
     if kind == "root":
-        iters = sorted(p.name for p in path.glob("iter_*") if p.is_dir())
+        iters = [_SAVER.checkpoint_name(i) for i in _SAVER.checkpoints(path)]
         shown = ", ".join(iters[-3:]) or "none found"
         raise ForensicsError(
             f"{path}: a Megatron checkpoint root; pass the iteration directory of the checkpoint "

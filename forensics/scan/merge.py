@@ -14,7 +14,6 @@ from typing import Any
 import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
-from dataloaders.trainers import get_trainer
 from forensics.scan.report import write_report
 from forensics.scan.shard import KINDS, part_name
 from forensics.skip import merge_ranges, select_iterations
@@ -153,22 +152,22 @@ def skip_plan(
     iteration before it, noted), which is where the flags are proven from."""
     exposure = scan.select("iteration", "samples", "flagged_samples")
     chosen = select_iterations(exposure, opts.threshold)
-    before = [c for c in run.available_checkpoints() if c < opts.first]
+    trainer = run.training.registered_trainer
+    before = [c for c in run.available_checkpoints(trainer) if c < opts.first]
     checkpoint = before[-1] if before else opts.first - 1
     if not before:
         notes.append(
             f"no checkpoint before iteration {opts.first} is known; the flags assume a restart "
             f"from iteration {checkpoint}"
         )
-    trainer = run.training.trainer
-    choice = choose_flags(get_trainer(trainer), chosen, replayer, checkpoint)
-    no_skip = get_trainer(trainer).no_skip
+    choice = choose_flags(trainer, chosen, replayer, checkpoint)
     if not choice.exact:
+        refusal = choice.flags[trainer.name].refusal
         notes.append(
-            f"{trainer}: {no_skip}"
-            if no_skip
-            else f"no exact {trainer} skip flag for these stretches "
-            f"({choice.flags[trainer].refusal}); remove the block list's documents instead"
+            f"{trainer.name}: {trainer.no_skip}"
+            if trainer.no_skip
+            else f"no exact {trainer.name} skip flag for these stretches ({refusal}); "
+            "remove the block list's documents instead"
         )
     if choice.composed:
         notes.append(

@@ -24,17 +24,6 @@ from forensics.errors import ForensicsError
 from forensics.skip.ranges import Range, expand, merge_ranges
 
 
-def checkpoint_pin(trainer: str, checkpoint: int) -> str:
-    """How to make `trainer`'s restarted job load checkpoint `checkpoint`, not the latest."""
-    return get_trainer(trainer).pin(checkpoint)
-
-
-def pin_leads(trainer: str, pin: str | None) -> bool:
-    """Whether `trainer`'s rollback pin is a word of the launch line, first in the restart file
-    (otherwise it is an instruction shown beside the flags)."""
-    return bool(pin) and get_trainer(trainer).pin_leads_flags(str(pin))
-
-
 @dataclass(frozen=True)
 class TrainerFlag:
     """One trainer's skip flag for the plan, or why none can be written."""
@@ -45,7 +34,7 @@ class TrainerFlag:
     semantics: str
     consequence: str
     refusal: str | None = None
-    pin: str | None = None  # loads the rollback checkpoint, not the latest (checkpoint_pin)
+    pin: str | None = None  # loads the rollback checkpoint, not the latest (Trainer.pin)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,15 +44,39 @@ class TrainerFlag:
         return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
 
 
+def restart_words(trainer: Trainer, pin: str | None, words: str) -> tuple[str, str | None]:
+    """The restart's launch-line words and the load instruction said beside them: `trainer`'s
+    checkpoint pin goes first in the line where it is a word of it (`--ckpt-step R`, an
+    override of an override-driven job), else it is said beside the line, never in it (None
+    when it is in the line or there is none). Every restart line is made here:
+    restart-<trainer>.flags, megatron_args.txt, the reports and rebuild's launches."""
+    if pin and trainer.pin_leads_flags(pin):
+        return f"{pin} {words}", None
+    return words, pin or None
+
+
+def flag_trainer(flag: dict | TrainerFlag) -> Trainer:
+    """The trainer a flag was written for: a plan read back from skip.json names it."""
+    data = flag.to_dict() if isinstance(flag, TrainerFlag) else flag
+    return get_trainer(data["trainer"])
+
+
 def restart_line(flag: dict | TrainerFlag) -> str | None:
     """The line `restart-<trainer>.flags` holds, and every report's paste line: the checkpoint
-    pin first where it is a flag (`--ckpt-step R`), then the skip flag; None when refused.
-    A pin that is not a flag (a file to write, a config key) is shown beside it, never in it."""
+    pin first where it is a flag (`--ckpt-step R`), then the skip flag; None when refused."""
     data = flag.to_dict() if isinstance(flag, TrainerFlag) else flag
     if not data.get("flag"):
         return None
-    pin = data.get("pin") or ""
-    return f"{pin} {data['flag']}" if pin_leads(data["trainer"], pin) else str(data["flag"])
+    return restart_words(flag_trainer(data), data.get("pin"), str(data["flag"]))[0]
+
+
+def pin_beside(flag: dict | TrainerFlag) -> str | None:
+    """The load instruction said beside the flag's restart line: its pin where that is not a
+    word of the launch line (a file to write, a new save folder); None otherwise."""
+    data = flag.to_dict() if isinstance(flag, TrainerFlag) else flag
+    if not data.get("flag"):
+        return None
+    return restart_words(flag_trainer(data), data.get("pin"), str(data["flag"]))[1]
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -199,4 +212,5 @@ def representable(
 ) -> list[Range]:
     """`ranges`, widened where the chosen trainer's syntax cannot keep two of them apart
     (`Trainer.widen`: only BigScience Megatron-DeepSpeed's merging parser needs it)."""
-    return trainer.widen(merge_ranges(expand(ranges)), schedule, checkpoint)
+    merged = merge_ranges(expand(ranges))
+    return trainer.widen(merged, schedule, checkpoint)

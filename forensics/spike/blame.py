@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from dataloaders.trainers import REGISTRY
+from dataloaders.trainers import Trainer
 from forensics.cluster import culprit_docs
 from forensics.cluster.source import MISSING_KEY
 from forensics.rollback import NEAR, Mark, Rollback, recommend_rollback
@@ -124,11 +124,13 @@ def rollback_stage(
     ranked: pl.DataFrame,
     blame: Blame,
     replay: pl.DataFrame,
-    events: list[dict[str, Any]] | None = None,
+    events: list[dict[str, Any]] | None,
+    trainer: Trainer,
 ) -> Rollback:
     """The checkpoint to restart from (forensics.rollback's rule): before the culprit's first
     document when the blamed data is new in the window (data that was always there has no onset
-    to roll back before), and before any earlier warning (`events`: triage's, from the log)."""
+    to roll back before), and before any earlier warning (`events`: triage's, from the log).
+    `trainer` names the checkpoints of the run's save folder."""
     window_replay = replay.filter(pl.col("side") == "window")
     onset = onset_iteration(window_replay, blame.culprit) if blame.culprit.height else None
     new = bool(ranked.filter(pl.col("id").is_in(blame.clusters))["new_in_window"].any())
@@ -136,8 +138,8 @@ def rollback_stage(
     marks = warning_marks(step, run.plan.window, events or [], stage_starts(run.config))
     return recommend_rollback(
         step,
-        run.config.available_checkpoints(),
+        run.config.available_checkpoints(trainer),
         onset=Mark(onset, "the culprit's first document") if new and onset is not None else None,
         warnings=marks,
-        folder_name=REGISTRY[run.config.training.trainer].checkpoint_folder,
+        trainer=trainer,
     )

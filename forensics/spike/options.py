@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dataloaders.trainers import check_trainer
 from forensics.cluster.sample import SAMPLE_DOCS
 from forensics.errors import ForensicsError
 from forensics.pipeline.engines import check_engine
@@ -34,7 +33,6 @@ class SpikeOptions:
     # model2vec / sentence-transformers directory (None: static on a CPU, MiniLM on a GPU)
     embed_model: str | None = None
     device: str = "cpu"  # torch device for the embeddings ("cuda" on a GPU machine)
-    trainer: str | None = None  # the loop that reads the skip flags (None: training.trainer)
     # Where decode and score run: "local" (this process with workers=1, else a process pool of
     # `workers`) or "ray" (Ray Data; `ray_address` HOST:PORT, None: a local Ray instance).
     engine: str = "local"
@@ -62,8 +60,6 @@ class SpikeOptions:
         check_threshold(self.threshold)
         if self.sample_docs < 1:
             raise ForensicsError(f"--sample-docs {self.sample_docs}: must be >= 1")
-        if self.trainer is not None:
-            check_trainer(self.trainer)
 
         check_engine(self.engine, self.workers, self.ray_address)
         if self.rescore is not None:  # a wrong checkpoint or losses path fails before any work

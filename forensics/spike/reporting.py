@@ -106,7 +106,7 @@ def incident_for_report(
             {k: e[k] for k in ("kind", "step", "end_step", "verdict") if k in e} for e in events
         ],
         stage_starts=stage_starts(run.config),
-        checkpoints=run.config.available_checkpoints(),
+        checkpoints=run.config.available_checkpoints(run.trainer),
         culprit_ahead=share,
         last_iteration=run.replayer.last_iteration,
     )
@@ -229,8 +229,13 @@ def checkpoint_command(run: SpikeRun, rollback: int | None) -> str | None:
     if opts.rescore is not None:
         return None
     folder = run.config.checkpoint_dir
-    if rollback is not None and folder is not None and (folder / f"iter_{rollback:07d}").is_dir():
-        ckpt = str(shown_path(folder / f"iter_{rollback:07d}"))
+    saved = (
+        None
+        if rollback is None or folder is None
+        else folder / run.trainer.checkpoint_name(rollback)
+    )
+    if saved is not None and saved.is_dir():
+        ckpt = str(shown_path(saved))
     else:
         ckpt = "<pre-spike checkpoint: Hugging Face, Megatron torch_dist or OLMo-core folder>"
     parts = ["forensics", "spike", "--step", str(opts.step), "--window", str(opts.window)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataloaders.trainers import get_trainer
 from forensics.provenance import provenance_line
 from forensics.skip import expand
-from forensics.skip.flags import pin_leads, restart_line
+from forensics.skip.flags import flag_trainer, restart_line, restart_words
 from forensics.skip.plan import SkipPlan
 from forensics.skip.tracker import how_to_pass
 
@@ -55,15 +55,15 @@ def megatron_args_text(skip: SkipPlan) -> str:
             lines.append(f"# NO EXACT FLAG: {flag.refusal}.")
             lines.append("# Remove the block list's documents (skip.json: documents) instead.")
         else:
-            explained = get_trainer(name).explain(flag.flag, len(expand(skip.ranges)))
+            trainer = flag_trainer(flag)
+            explained = trainer.explain(flag.flag, len(expand(skip.ranges)))
             if explained:
                 lines.append(f"# {explained}")
-            if pin_leads(name, flag.pin):
-                lines.append(f"{flag.pin} {flag.flag}")
-            else:  # before the launch, so it comes first
+            line, beside = restart_words(trainer, flag.pin, flag.flag)
+            if beside:  # before the launch, so it comes first
                 kept = "the checkpoint folder stays as it is"
-                lines.append(f"# first load the rollback checkpoint ({kept}): {flag.pin}")
-                lines.append(flag.flag)
+                lines.append(f"# first load the rollback checkpoint ({kept}): {beside}")
+            lines.append(line)
             lines.append(f"# then: {flag.consequence}")
         if name == skip.trainer and skip.tracker_file and flag.flag:
             lines.append(

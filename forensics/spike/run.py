@@ -12,6 +12,7 @@ import polars as pl
 
 from dataloaders.run_config import RunConfig
 from dataloaders.storage import fetched
+from dataloaders.trainers import Trainer
 from forensics.report import print_summary
 from forensics.spike.blame import blame_stage, rollback_stage
 from forensics.spike.doc_census import census_stage
@@ -57,23 +58,30 @@ def document_passes(run: SpikeRun, replay: pl.DataFrame) -> tuple[Any, Any, Clus
     return evidence.window_docs, evidence.baseline_docs, clusters
 
 
-def run_spike(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -> SpikeResult:
+def run_spike(
+    config: Path | str | RunConfig,
+    out: Path,
+    options: SpikeOptions,
+    trainer: Trainer | None = None,
+) -> SpikeResult:
     """The whole command. Raises ForensicsError for bad input before writing anything.
 
     `config`: a YAML config path, or a RunConfig built elsewhere (the training job's Megatron
-    arguments, `forensics.run_source.resolve_run_config`)."""
+    arguments, `forensics.run_source.resolve_run_config`). `trainer`: the loop that reads
+    the skip flags and names the checkpoints (--trainer; None: the config's training.trainer)."""
     options.check()
 
     fetched.reset()  # report.json's object_storage: what this spike fetched
-    with open_run(config, out, options) as run:
+    with open_run(config, out, options, trainer) as run:
+        trainer = run.trainer
         replay = replay_stage(run)
         window_docs, baseline_docs, clusters = document_passes(run, replay)
         clusters = model_stage(run, replay, clusters, window_docs, baseline_docs)
         blame = blame_stage(run, clusters.ranked, window_docs)
         evidence = log_evidence(run.config, run.plan.window, run.notes)
-        rollback = rollback_stage(run, clusters.ranked, blame, replay, evidence[1])
+        rollback = rollback_stage(run, clusters.ranked, blame, replay, evidence[1], trainer)
         exposure, ahead, scope = exposure_stage(run, blame.culprit, rollback.resume_iteration)
-        skip = plan_skip(run, rollback, blame, exposure, ahead, scope, window_docs)
+        skip = plan_skip(run, trainer, rollback, blame, exposure, ahead, scope, window_docs)
         report, sections = report_stage(
             run, replay, clusters, window_docs, baseline_docs, rollback, skip, exposure, ahead,
             evidence,

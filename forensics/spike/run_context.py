@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.run_config import RunConfig, load_config
+from dataloaders.trainers import Trainer
 from forensics.inputs_guard import input_stats
 from forensics.outputs import hold_lock
 from forensics.pipeline import StageClock, cache_key
@@ -20,7 +21,8 @@ from forensics.window import SpikeWindows, choose_windows
 
 @dataclass
 class SpikeRun:
-    """The config, the opened replayer, the windows, and the run's cache, clock and notes.
+    """The config, the opened replayer, the windows, the run's trainer, and the run's cache,
+    clock and notes.
 
     `key` names the expensive stages' cache files: everything their tables depend on (config,
     data fingerprint, window, baseline); the cheap options (threshold, --after) are not in it.
@@ -34,6 +36,7 @@ class SpikeRun:
     plan: SpikeWindows
     fingerprint: dict[str, Any]
     clock: StageClock
+    trainer: Trainer  # the loop that reads the skip flags and names the checkpoints
     hits: dict[str, bool] = field(default_factory=dict)  # stage -> read from the cache
     notes: list[str] = field(default_factory=list)  # said in the report and skip.json
     inputs: dict[str, Any] = field(default_factory=dict)  # the data files' stats at the start
@@ -75,8 +78,14 @@ def _config_and_origin(config: Path | str | RunConfig) -> tuple[RunConfig, str]:
     return load_config(config), str(Path(config).resolve())
 
 
-def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -> SpikeRun:
-    """Load and check everything, then take the output directory's lock.
+def open_run(
+    config: Path | str | RunConfig,
+    out: Path,
+    options: SpikeOptions,
+    trainer: Trainer | None = None,
+) -> SpikeRun:
+    """Load and check everything, then take the output directory's lock. `trainer`: the one
+    the command resolved (--trainer); None for the config's training.trainer.
 
     Bad input raises ForensicsError before anything is written (the lock and the marker come
     last), so a refusal leaves the output directory as it was."""
@@ -93,7 +102,8 @@ def open_run(config: Path | str | RunConfig, out: Path, options: SpikeOptions) -
             options.baseline_offset,
         )  # fmt: skip
         fingerprint = json_fingerprint(replayer)
-    run = SpikeRun(config, origin, options, out, replayer, plan, fingerprint, clock)
+    trainer = trainer or config.training.registered_trainer
+    run = SpikeRun(config, origin, options, out, replayer, plan, fingerprint, clock, trainer)
     run.inputs = inputs
     run.notes += [f"the window crosses the start of a data stage at iteration {s}"
                   for s in plan.crossings]  # fmt: skip

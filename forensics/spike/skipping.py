@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from dataloaders.trainers import DEFAULT_TRAINER, get_trainer
+from dataloaders.trainers import DEFAULT_TRAINER, Trainer
 from forensics.errors import ForensicsError
 from forensics.provenance import provenance
 from forensics.rollback import Rollback
@@ -41,6 +41,7 @@ def chosen_iterations(run: SpikeRun, exposure: pl.DataFrame, ahead: pl.DataFrame
 
 def plan_skip(
     run: SpikeRun,
+    trainer: Trainer,
     rollback: Rollback,
     blame: Blame,
     exposure: pl.DataFrame,
@@ -53,7 +54,6 @@ def plan_skip(
     (`Trainer.no_skip`) gets the plan without its flag (its refusal says why); its action is
     removing the culprit (`forensics.skip.action`)."""
     opts, replayer = run.options, run.replayer
-    trainer = get_trainer(opts.trainer or run.config.training.trainer)
     choice = choose_flags(
         trainer, chosen_iterations(run, exposure, ahead), replayer, rollback.iteration
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dataloaders.trainers import DEFAULT_TRAINER, REGISTRY, Trainer
+
 # Hoffmann et al. 2022 (Chinchilla) fit of L(N, D) = E + A / N^alpha + B / D^beta.
 CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 # Epoch AI's refit (Besiroglu et al. 2024), shown beside it because the two disagree.
@@ -92,6 +94,6 @@ class RunInfo:
     config_read: bool = False
     train_iters: int | None = None  # the config's run length: a spike past it is another run's
     window: int | None = None  # the spike window the user fixed (watch --spike-args --window)
-    # The run's trainer (the config's, else the one that writes the log's format): how the
-    # rollback names its checkpoint folders (Megatron's iter_NNNNNNN when unknown).
-    trainer: str | None = None
+    # The run's trainer (the config's training.trainer; Megatron-LM's without a config): it
+    # names the checkpoint folders the rollback recommends.
+    trainer: Trainer = field(default_factory=lambda: REGISTRY[DEFAULT_TRAINER])

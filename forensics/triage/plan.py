@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from dataloaders.trainers import REGISTRY as TRAINERS
 from forensics.rollback import Mark, Rollback, recommend_rollback
 from forensics.triage.actions import CONFIG_PLACEHOLDER, cause_check
 from forensics.triage.alarms import Alarm
@@ -60,8 +59,9 @@ def event_rollback(
         warnings += [
             Mark(a.step, names.get(a.kind, a.kind)) for a in warning_chain(alarms, onset, cfg)
         ]
-    named = {"folder_name": TRAINERS[run.trainer].checkpoint_folder} if run.trainer else {}
-    return recommend_rollback(onset, run.checkpoints, onset=mark, warnings=warnings, **named)
+    return recommend_rollback(
+        onset, run.checkpoints, onset=mark, warnings=warnings, trainer=run.trainer
+    )
 
 
 def data_cause(onset: int, run: RunInfo) -> dict[str, object]:

@@ -22,7 +22,7 @@ import pytest
 
 from dataloaders.run_config import TrainingSpec
 from dataloaders.schedule import Schedule
-from dataloaders.trainers import MEGATRON_BRIDGE, LoopStart, get_trainer
+from dataloaders.trainers import MEGATRON_BRIDGE, MEGATRON_LM, LoopStart, get_trainer
 from forensics.errors import ForensicsError
 from forensics.skip.flags import restart_line, write_flag
 
@@ -148,3 +148,42 @@ def test_example_config_is_valid() -> None:
     config = load_config(REPO_ROOT / "configs" / "example-megatron-bridge.yaml")
     assert config.training.trainer == MEGATRON_BRIDGE
     assert [s.start_iteration for s in config.data.data_stages] == [1, 40001]
+
+
+SITE = Path(__file__).resolve().parents[2] / ".venv-bridge/lib/python3.11/site-packages"
+# The line that names a checkpoint folder: Megatron-LM's get_checkpoint_name (the megatron-core
+# 0.19.2 wheel's megatron/training/checkpointing.py:211) and Bridge's (megatron-bridge 0.6.2
+# megatron/bridge/training/utils/checkpoint_utils.py:107), each verbatim.
+CHECKPOINT_NAMES = {
+    MEGATRON_LM: (
+        "megatron/training/checkpointing.py",
+        "directory = 'iter_{:07d}'.format(iteration)",
+    ),
+    MEGATRON_BRIDGE: (
+        "megatron/bridge/training/utils/checkpoint_utils.py",
+        'directory = "iter_{:07d}".format(iteration)',
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKPOINT_NAMES))
+def test_checkpoint_folders_are_named_as_the_trainer_names_them(name: str, tmp_path: Path) -> None:
+    """Megatron-LM and Bridge save the checkpoint after iteration N in `iter_{N:07d}` (eight
+    digits past 9,999,999); the trainer lists exactly those folders of a save folder, not the
+    tracker files beside them."""
+    trainer = get_trainer(name)
+    source, line = CHECKPOINT_NAMES[name]
+    if (SITE / source).is_file():  # the oracle venv's installed source
+        assert line in (SITE / source).read_text(encoding="utf-8")
+    pattern = line.split("=", 1)[1].strip()[1:].split(".format")[0][:-1]  # iter_{:07d}
+    for iteration in (0, 500, 12_345_678):
+        assert trainer.checkpoint_name(iteration) == pattern.format(iteration)
+        (tmp_path / trainer.checkpoint_name(iteration)).mkdir()
+        # Bridge writes it when the save finalizes (megatron/bridge/training/checkpointing.py
+        # :1430-1496); Megatron-LM's folder is its checkpoint
+        (tmp_path / trainer.checkpoint_name(iteration) / "train_state.pt").write_bytes(b"")
+    (tmp_path / "iter_0000900").mkdir()  # a save still in progress (no train_state.pt yet)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("12345678")
+    (tmp_path / "latest_train_state.pt").write_bytes(b"")
+    unfinished = [900] if name == MEGATRON_LM else []
+    assert trainer.checkpoints(tmp_path) == sorted([0, 500, 12_345_678, *unfinished])

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from dataloaders.trainers.megatron_lm import MegatronLM
 from forensics.rollback import recommend_rollback
 
 
@@ -93,12 +96,56 @@ def test_triage_and_spike_agree_on_the_window() -> None:
 
 
 def test_checkpoint_discovery_reads_iter_directories_only(tmp_path) -> None:
-    from dataloaders.checkpoints import checkpoint_iterations
+    from dataloaders.trainers import MEGATRON_LM, get_trainer
 
     for name in ("iter_0000200", "iter_0000100", "latest", "iter_abc"):
         (tmp_path / name).mkdir()
     (tmp_path / "iter_0000300").write_text("a file, not a checkpoint")
-    assert checkpoint_iterations(tmp_path) == [100, 200]
+    assert get_trainer(MEGATRON_LM).checkpoints(tmp_path) == [100, 200]
+
+
+class _StepDashTrainer(MegatronLM):
+    """A trainer that saves `step-N` folders (as torchtitan does), written the way a new
+    trainer module would: its own naming, nothing changed outside it."""
+
+    name = "step-dash-test"
+    checkpoint_folder = "step-{}"
+    checkpoint_pattern = re.compile(r"step-(\d+)")
+
+
+def test_a_trainer_writing_step_n_folders_needs_nothing_outside_its_module(tmp_path) -> None:
+    """The rollback, the config's checkpoint list, `triage --checkpoints DIR` and spike's
+    suggested `--checkpoint` all ask the run's trainer: a trainer naming its checkpoints
+    `step-N` is read through its own module alone (Megatron's iter_ folders beside them are
+    not its checkpoints)."""
+    from dataloaders.run_config import RunConfig
+    from forensics.commands.triage import parse_checkpoints
+
+    trainer = _StepDashTrainer()
+    for name in ("step-100", "step-1150", "step-1200", "iter_0001100", "step-x"):
+        (tmp_path / name).mkdir()
+    assert trainer.checkpoints(tmp_path) == [100, 1150, 1200]
+    assert parse_checkpoints(str(tmp_path), trainer) == (100, 1150, 1200)
+    config = RunConfig.model_validate(
+        {
+            "data": {
+                "format": "megatron",
+                "seq_length": 8,
+                "blend": [{"prefix": "p", "weight": 1}],
+            },
+            "training": {"global_batch_size": 1, "train_iters": 10},
+            "checkpoints": [1000],
+            "checkpoint_dir": str(tmp_path),
+        }
+    )
+    listed = config.available_checkpoints(trainer)
+    assert listed == [100, 1000, 1150, 1200]
+    rb = recommend_rollback(1234, listed, trainer=trainer)
+    assert (rb.iteration, rb.rule) == (1150, "window")
+    assert "step-1150" in rb.note and "iter_" not in rb.note
+    rb = recommend_rollback(1234, listed, onset=1120, trainer=trainer)
+    assert (rb.iteration, rb.rule) == (1000, "evidence") and "step-1000" in rb.note
+    assert (tmp_path / trainer.checkpoint_name(1150)).is_dir()
 
 
 def test_spike_warnings_are_the_windows_alarms_and_stage_switches() -> None:

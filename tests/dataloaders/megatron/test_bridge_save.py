@@ -75,6 +75,8 @@ def test_bridge_wrote_the_folder_and_read_our_overrides(saves: dict) -> None:
         "run_config.yaml",
         "train_state.pt",
     ]
+    # the trainer lists the checkpoints Bridge saved, not its tracker files
+    assert TRAINER.checkpoints(plain) == [50, 100, 150, 200, 250]
     # Bridge's Hydra parser made our restart line into the skip list, the pin and the blend
     third = saves["parsed"][1][2]
     assert third["iterations_to_skip"] == [171, 172] and third["ckpt_step"] == 150

@@ -29,6 +29,7 @@ from dataloaders.olmo_core.config import olmo_core_dtype
 from dataloaders.olmo_core.saved_config import run_config_from_save_folder
 from dataloaders.run_config import config_from_dict
 from dataloaders.safe_pickle import globals_beyond_torch_defaults
+from dataloaders.trainers.olmo_core import OLMoCore
 from forensics.errors import ForensicsError
 from forensics.replay import open_replayer
 from forensics_testing.olmo_core_run import oracle_python
@@ -436,6 +437,37 @@ def test_the_run_from_its_save_folder(trained, tmp_path):
     assert raw2["data"]["expand_glob"] is True
     assert raw2["data"]["source_permutation_seed"] == PERMUTATION_SEED
     _assert_replays(config2, out["runs"][0]["steps"])
+
+
+_FIND_CHECKPOINTS = (
+    "import json, sys; from olmo_core.train.checkpoint import Checkpointer; "
+    "print(json.dumps(sorted(step for step, _ in Checkpointer.find_checkpoints(sys.argv[1]))))"
+)
+
+
+def test_the_trainers_checkpoints_are_those_olmo_core_finds(trained, tmp_path):
+    """`OLMoCore.checkpoints` lists what OLMo-core's own `Checkpointer.find_checkpoints` lists
+    (ai2-olmo-core 3.0.0, olmo_core/train/checkpoint.py:357-383) in a save folder its trainer
+    wrote, beside folders only named like a checkpoint: an empty `step99`, one holding the
+    trainer state alone, and a `step6-tmp`."""
+    folder, _ = trained
+    save = tmp_path / "save-glob"
+    shutil.copytree(folder / "save-glob", save)
+    (save / "step99").mkdir()
+    (save / "step98" / "train").mkdir(parents=True)
+    shutil.copy(save / "step8" / "train" / "rank0.pt", save / "step98" / "train" / "rank0.pt")
+    (save / "step6-tmp").mkdir()
+    found = subprocess.run(
+        [str(oracle_python()), "-c", _FIND_CHECKPOINTS, str(save)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert found.returncode == 0, found.stderr[-2000:]
+    theirs = json.loads(found.stdout.strip().splitlines()[-1])
+    assert 8 in theirs and 98 not in theirs
+    assert OLMoCore().checkpoints(save) == theirs
+    assert all((save / OLMoCore().checkpoint_name(s)).is_dir() for s in theirs)
 
 
 def test_from_checkpoint_reads_the_library_save_folder(trained, monkeypatch):

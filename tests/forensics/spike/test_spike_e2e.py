@@ -23,7 +23,7 @@ import pytest
 from dataloaders.trainers import get_trainer
 from forensics.errors import ForensicsError
 from forensics.skip import expand
-from forensics.skip.flags import pin_leads, verify_flag
+from forensics.skip.flags import pin_beside, verify_flag
 from forensics.spike import SpikeOptions, run_spike
 from forensics_testing.demo.build import DemoSpec, build_run
 from forensics_testing.refusal import refused
@@ -178,7 +178,7 @@ def _flags_only_files_parse_back(out: Path, skip: dict, schedule, checkpoint: in
         text, flag = files[f"restart-{name}.flags"], skip["flags"][name]
         assert text.endswith("\n") and text.count("\n") == 1 and "#" not in text, name
         words = text.split()  # what the shell hands the job for an unquoted $(cat FILE)
-        if pin_leads(name, flag["pin"]):  # a flag, or an override of an override-driven job
+        if pin_beside(flag) is None:  # a flag, or an override of an override-driven job
             pin = flag["pin"].split()
             assert words[: len(pin)] == pin and str(checkpoint) in pin[-1], name
             words = words[len(pin) :]

@@ -9,11 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from forensics.cli import app
 from forensics.errors import ForensicsError
 from forensics.triage.formats.olmo_core import number, skipped_steps
 from forensics.triage.readers import detect_format, read_log_with_warnings
 from forensics.watch.parse import ChunkParser, detect_line_format
+from forensics_testing.loss_curves import make, megatron_lines
+from forensics_testing.refusal import refused
 
 # olmo_core_console.log: the library's own lines, verbatim (the start of a run and its steps
 # 18-21, checkpointing every 20 steps); SKIP: the trainer's steps_to_skip warning
@@ -82,3 +86,24 @@ def test_skipped_steps_and_numbers():
         "1.23E-05",
         "nan",
     ]
+
+
+def test_checkpoints_dir_is_read_as_the_logs_trainer_saves_it(tmp_path):
+    """`triage --checkpoints SAVE` without a config asks the trainer whose log this is: an
+    OLMo-core log's save folder holds `stepN` checkpoints (the library's own naming and
+    listing: dataloaders/trainers/olmo_core.py, checked against OLMo-core in
+    tests/dataloaders/olmo_core/test_olmo_core_trainer_run.py), a Megatron log's `iter_N`."""
+    save = tmp_path / "save"
+    (save / "step20").mkdir(parents=True)
+    (save / "step20" / ".metadata").write_bytes(b"")  # a model-only checkpoint (find_checkpoints)
+    (save / "step40").mkdir()  # named like one, holds nothing: not a checkpoint
+    path = _log(tmp_path, PREAMBLE + "\n" + RECORDS)
+    args = ["triage", str(path), "--checkpoints", str(save)]
+    done = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "out")])
+    assert done.exit_code == 0, done.output
+    megatron = tmp_path / "megatron.log"
+    megatron.write_text("\n".join(megatron_lines(make("healthy", n=50))) + "\n")
+    done = CliRunner().invoke(
+        app, ["triage", str(megatron), "--checkpoints", str(save), "--out", str(tmp_path / "o2")]
+    )
+    refused(done, f"--checkpoints {save}: no megatron-lm checkpoint folders (iter_N) found")
