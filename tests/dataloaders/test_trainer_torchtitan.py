@@ -114,8 +114,8 @@ def test_checkpoints_are_the_step_folders_torchtitan_would_load(tmp_path: Path) 
     assert TITAN.checkpoints(tmp_path / "missing") == []
     assert get_trainer(MEGATRON_LM).checkpoints(folder) == [60]  # the default: iter_N
     (folder / "iter_0000060").rmdir()
-    # `forensics triage --checkpoints DIR` takes the folder of whichever trainer wrote it
-    assert parse_checkpoints(str(folder)) == (10, 20, 30, 50)
+    # `forensics triage --checkpoints DIR` reads the folders of the run's trainer
+    assert parse_checkpoints(str(folder), TITAN) == (10, 20, 30, 50)
 
 
 def test_torchtitan_reads_the_pin_and_the_folder_as_we_do(tmp_path: Path) -> None:
