@@ -25,13 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from dataloaders.atomic import write_parquet_atomic
 from forensics.errors import ForensicsError
-from forensics.pipeline import cached_table, module_version
+from forensics.pipeline import cached_file, cached_table, module_version
+from forensics.spike.census import census_file
 from forensics.spike.drawn import distinct_documents, drawn_documents
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.token_signal import token_stage
@@ -39,21 +41,41 @@ from forensics.spike.token_signal import token_stage
 
 def replay_stage(run: SpikeRun) -> pl.DataFrame:
     """Which samples (and document segments) each iteration of the window and the baseline
-    consumed; `side` says which ("window" / "baseline")."""
+    consumed; `side` says which ("window" / "baseline"). Replayed in parts by iteration range,
+    in this process or on `--engine` (forensics.spike.census), streamed into the cache file;
+    returned as a DataFrame read from it (`replay_scan`: the same rows, lazily)."""
     window, baseline = run.plan.window, run.plan.baseline
-    progress = run.options.progress
+    opts = run.options
 
-    def replay() -> pl.DataFrame:
-        from forensics.replay import replay_sides
-
+    def replay(path: Path) -> None:
         sides = {"window": window, "baseline": baseline}
-        return replay_sides(run.replayer, sides, progress)
+        census_file(
+            run.replayer,
+            run.config,
+            sides,
+            path,
+            engine=opts.engine,
+            workers=opts.workers,
+            address=opts.ray_address,
+            progress=opts.progress,
+        )
 
     what = f"window {window[0]}-{window[1]}, baseline {baseline[0]}-{baseline[1]}"
     with run.clock.stage("replay", what):
-        table = cached_table(run.cache / f"replay-{run.key}.parquet", replay, run.hits, "replay")
+        table = cached_file(replay_path(run), replay, run.hits, "replay")
         run.replayer.save_cache()
     return table
+
+
+def replay_path(run: SpikeRun) -> Path:
+    """The replay stage's cache file."""
+    return run.cache / f"replay-{run.key}.parquet"
+
+
+def replay_scan(run: SpikeRun) -> pl.LazyFrame:
+    """The replay stage's table as a LazyFrame over its cache file (after `replay_stage`): for
+    callers that filter or aggregate it without holding it whole."""
+    return pl.scan_parquet(replay_path(run))
 
 
 def decode_stage(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
