@@ -17,7 +17,6 @@ replay each side as one part: cutting them would repeat that pass per part.
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 import polars as pl
 
-from dataloaders.atomic import write_parquet_atomic
+from dataloaders.atomic import atomic_path, write_parquet_atomic
 from dataloaders.progress import progress_bar
 from forensics.errors import ForensicsError
 
@@ -126,12 +125,8 @@ def merge_census(items: list[Item], path: Path) -> None:
     sink: no part is held whole beside another. Columns a part lacks are null, as
     `pl.concat(how="diagonal_relaxed")` gives."""
     scans = [pl.scan_parquet(i["out"]) for i in items]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         pl.concat(scans, how="diagonal_relaxed").sink_parquet(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def census_file(

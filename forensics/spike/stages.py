@@ -30,7 +30,6 @@ from typing import Any
 
 import polars as pl
 
-from dataloaders.atomic import write_parquet_atomic
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_file, cached_table, module_version
 from forensics.spike.census import census_file
@@ -154,19 +153,15 @@ def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
     version = module_version("forensics.score")
     folder = cache / f"parts-{key}-{version}"
 
-    def decode_and_score() -> pl.DataFrame:
+    def decode_and_score(score_file: Path) -> None:
         items = plan_parts(distinct, folder)
         run_parts(run.config, items, opts.engine, opts.workers, opts.ray_address, opts.progress)
-        docs, scored = merge_parts(items)
-        docs_file = cache / f"docs-{key}.parquet"
-        if not docs_file.is_file():
-            write_parquet_atomic(docs, docs_file)
-        return scored
+        merge_parts(items, cache / f"docs-{key}.parquet", score_file)
 
     what = f"{distinct.height:,} distinct documents on {opts.engine} ({opts.workers} workers)"
     with run.clock.stage("score", what):
         score_file = cache / f"scores-{key}-{version}.parquet"
-        scored = cached_table(score_file, decode_and_score, run.hits, "score")
+        scored = cached_file(score_file, decode_and_score, run.hits, "score")
         shutil.rmtree(folder, ignore_errors=True)  # merged into the cache file
     return scored
 
