@@ -35,7 +35,7 @@ from dataloaders.megatron.indexed import IndexedDataset, bin_path, idx_path, wri
 from forensics_testing.demo.build import DemoSpec, config_dict, megatron_log_lines
 
 COMPONENTS = 3  # base documents per new document
-CHUNK_DOCUMENTS = 200_000  # new documents gathered and written at a time
+CHUNK_DOCUMENTS = 50_000  # new documents gathered and written at a time (~250 MB of indices)
 HEADROOM = 1.15  # tokens written per token the run's training can draw from a dataset
 
 

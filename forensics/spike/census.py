@@ -99,7 +99,7 @@ def run_census(
     from forensics.pipeline.engines import map_parts
 
     total = sum(int(i["last"]) - int(i["first"]) + 1 for i in items)
-    label = "replay" if workers == 1 else f"replay ({engine}, {workers} workers)"
+    label = "census" if workers == 1 else f"census ({engine}, {workers} workers)"
     with progress_bar(progress, total, label) as advance:
 
         def done(result: Item) -> None:
