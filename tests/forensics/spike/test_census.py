@@ -74,3 +74,23 @@ def test_a_part_written_by_an_earlier_attempt_is_kept(
     census.census_file(replayer, config, SIDES, tmp_path / "replay.parquet")
     assert (first["first"], first["last"]) not in calls and calls
     assert pl.read_parquet(tmp_path / "replay.parquet").equals(reference)
+
+
+def test_a_damaged_stage_file_is_written_again(tmp_path: Path) -> None:
+    """`cached_file` (the census's cache): a file an earlier run wrote is read back; a damaged
+    one is written again, never trusted."""
+    from forensics.pipeline import cached_file
+
+    path, hits = tmp_path / "replay-x.parquet", {}
+    table = pl.DataFrame({"iteration": [1, 2]})
+    writes: list[Path] = []
+
+    def write(target: Path) -> None:
+        writes.append(target)
+        table.write_parquet(target)
+
+    assert cached_file(path, write, hits, "replay").equals(table) and hits["replay"] is False
+    assert cached_file(path, write, hits, "replay").equals(table) and hits["replay"] is True
+    path.write_bytes(b"not parquet")
+    assert cached_file(path, write, hits, "replay").equals(table) and hits["replay"] is False
+    assert writes == [path, path]
