@@ -8,11 +8,12 @@ earlier run wrote its output under the same key; `StageClock` times it and shows
 from forensics.pipeline.cache import (
     cache_key,
     cached_bytes,
+    cached_file,
     cached_table,
     content_digest,
     module_version,
 )
 from forensics.pipeline.clock import StageClock
 
-__all__ = ["StageClock", "cache_key", "cached_bytes", "cached_table", "content_digest",
-           "module_version"]  # fmt: skip
+__all__ = ["StageClock", "cache_key", "cached_bytes", "cached_file", "cached_table",
+           "content_digest", "module_version"]  # fmt: skip

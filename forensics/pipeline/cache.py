@@ -50,6 +50,23 @@ def cached_table(
     return table
 
 
+def cached_file(
+    path: Path, write: Callable[[Path], None], hits: dict[str, bool], name: str
+) -> pl.DataFrame:
+    """`cached_table` for a stage that writes its table itself (streamed, in parts): read
+    `path` if a previous run wrote it, else `write(path)` (atomically) and read it back."""
+    if path.is_file():
+        try:
+            table = pl.read_parquet(path)
+            hits[name] = True
+            return table
+        except Exception:  # a damaged cache file is rewritten, never trusted
+            path.unlink(missing_ok=True)
+    write(path)
+    hits[name] = False
+    return pl.read_parquet(path)
+
+
 def content_digest(*values: Any) -> str:
     """A sha256 of values as they are: polars frames (schema and rows, in order), dataclasses,
     dicts, lists, numbers and strings, nested. Two values with the same digest render the same

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from dataloaders.atomic import write_json_atomic, write_parquet_atomic
+from dataloaders.atomic import atomic_path, write_json_atomic, write_parquet_atomic
 from forensics.scan.report import write_report
 from forensics.scan.shard import KINDS, part_name
 from forensics.skip import merge_ranges, select_iterations
@@ -25,6 +25,14 @@ DOC_KINDS = ("garbage", "spam", "ngram")
 
 def read_parts(parts: Path, shards: list[tuple[int, int]], kind: str) -> list[Path]:
     return [parts / f"{part_name(a, b)}.{kind}.parquet" for a, b in shards]
+
+
+def sink_instances(files: list[Path], path: Path) -> None:
+    """The shards' flagged instances in training order, into `path` (atomically) by polars'
+    streaming engine: a scan flagging most samples of a long range never holds them whole."""
+    with atomic_path(path) as tmp:
+        scans = pl.concat([pl.scan_parquet(f) for f in files])
+        scans.sort("iteration", "position").sink_parquet(tmp)
 
 
 def iteration_table(parts: Path, shards: list[tuple[int, int]]) -> pl.DataFrame:
@@ -227,8 +235,7 @@ def write_outputs(
         },
         "fingerprint": fingerprint,
     }
-    instances = pl.concat([pl.read_parquet(f) for f in read_parts(parts, shards, "instances")])
-    write_parquet_atomic(instances.sort("iteration", "position"), out / "instances.parquet")
+    sink_instances(read_parts(parts, shards, "instances"), out / "instances.parquet")
     write_parquet_atomic(scan, out / "scan.parquet")
     write_parquet_atomic(docs, out / "blocklist.parquet")
     write_json_atomic(out / "blocklist.json", block)

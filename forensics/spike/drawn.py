@@ -11,14 +11,17 @@ from forensics.spike.run_context import SpikeRun
 
 def drawn_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     """side, dataset, doc_id: each document each side drew, once, sorted (sides-<key>.parquet:
-    a warm rerun reads these 0.2M rows instead of finding them among the replay's millions)."""
+    a warm rerun reads these 0.2M rows instead of finding them among the replay's millions).
+    Found by polars' streaming engine over the replay's cache file when there is one (three
+    columns read, never the whole table), else in `replay`."""
     columns = ("side", "dataset", "doc_id")
-    return cached_table(
-        run.cache / f"sides-{run.key}.parquet",
-        lambda: replay.select(columns).unique().sort(columns),
-        run.hits,
-        "sides",
-    )
+    stored = run.cache / f"replay-{run.key}.parquet"
+
+    def drawn() -> pl.DataFrame:
+        frame = pl.scan_parquet(stored) if stored.is_file() else replay.lazy()
+        return frame.select(columns).unique().sort(columns).collect(engine="streaming")
+
+    return cached_table(run.cache / f"sides-{run.key}.parquet", drawn, run.hits, "sides")
 
 
 def distinct_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:

@@ -13,18 +13,22 @@ missing ones; a part that fails for good stops the run with its number (never a 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from dataloaders.atomic import write_parquet_atomic
+from dataloaders.atomic import atomic_path, write_parquet_atomic
 from dataloaders.progress import progress_bar
 from forensics.errors import ForensicsError
 from forensics.pipeline.engines import map_parts
 from forensics.replay import cached_replayer
-from forensics.score.batches import BATCH_COLUMNS, BatchScores, combine, score_batch
-from forensics.score.table import OUTPUT_COLUMNS, RULE_COLUMNS
+from forensics.score.batches import BATCH_COLUMNS, BatchScores, score_batch
+from forensics.score.skeleton import cluster_signatures, skeleton_scores
+from forensics.score.spam import SpamSignals
+from forensics.score.table import OUTPUT_COLUMNS, RULE_COLUMNS, assemble_scores
 
 PART_DOCUMENTS = 2_000  # documents per task: a few seconds of work, ~10 MB of text
 
@@ -121,13 +125,86 @@ def run_parts(
         )
 
 
-def merge_parts(items: list[dict[str, Any]]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(documents, scored documents) from the parts, in part order."""
-    parts = [pl.read_parquet(i["out"]) for i in items]
-    merged = pl.concat(parts, how="diagonal_relaxed") if parts else None
-    if merged is None:
+def merge_parts(items: list[dict[str, Any]], docs_file: Path | None, scores_file: Path) -> None:
+    """The parts merged into the decoded documents (`docs_file`, unless present or None) and
+    the scored documents (`scores_file`), in part order, each written atomically part by part: the texts
+    are never held whole. What crosses documents (the template clusters) is computed from
+    each document's signatures and text hash, read without the texts; the few texts the
+    clusters then need (`_stand_in_texts`) are read alone."""
+
+    files = [str(i["out"]) for i in items]
+    if not files:
         raise ForensicsError("the window holds no documents to score")
-    docs = merged.drop(BATCH_COLUMNS)
-    columns = OUTPUT_COLUMNS + RULE_COLUMNS  # the rule keys too, as the in-process stage has
-    scores = combine([BatchScores.from_frame(merged)], docs["text"]).select(columns)
-    return docs, pl.concat([docs, scores], how="horizontal")
+    text = pl.col("text").cast(pl.Utf8)
+    meta = pl.concat(
+        [
+            pl.scan_parquet(f).select(*BATCH_COLUMNS, _hash=text.hash(5), _empty=_is_empty(text))
+            for f in files
+        ],  # fmt: skip
+        how="diagonal_relaxed",
+    ).collect(engine="streaming")
+    scores = _merged_scores(meta, files)
+    del meta
+    if docs_file is not None and not docs_file.is_file():
+        _write_by_part(files, docs_file, lambda part, _: part.drop(BATCH_COLUMNS, strict=False))
+    _write_by_part(files, scores_file, lambda part, at: pl.concat(
+        [part.drop(BATCH_COLUMNS, strict=False), scores.slice(at, part.height)], how="horizontal"
+    ))  # fmt: skip
+
+
+def _is_empty(text: pl.Expr) -> pl.Expr:
+    return text.is_null() | (text.str.len_chars().fill_null(0) == 0)
+
+
+def _merged_scores(meta: pl.DataFrame, files: list[str]) -> pl.DataFrame:
+    """`combine`'s table (forensics.score.batches) from the parts' per-document columns, their
+    text hashes and emptiness, and the texts of the documents a template cluster holds."""
+    batch = BatchScores.from_frame(meta)
+    clusters = cluster_signatures(batch.signatures, meta["_hash"].to_numpy())
+    shared = np.flatnonzero(skeleton_scores(clusters)[0] > 0)
+    texts = _stand_in_texts(files, meta["_empty"], shared)
+    spam = SpamSignals(batch.spam, batch.spam_reason, batch.spam_rule, {})
+    scored = assemble_scores(texts, batch.garbage, spam, clusters, keys=True)
+    return scored.select(OUTPUT_COLUMNS + RULE_COLUMNS)
+
+
+def _stand_in_texts(files: list[str], empty: pl.Series, shared: np.ndarray) -> pl.Series:
+    """What `assemble_scores` reads of the texts, without the texts: each one's emptiness
+    (an empty text scores 0), and the real text of each document in a template cluster
+    (`shared`: licence notices and code-like short pages are waived there). Other rows hold
+    a one-character stand-in, never read but as not empty."""
+    stand_in = pl.select(pl.when(empty).then(pl.lit("")).otherwise(pl.lit("x"))).to_series()
+    if not len(shared):
+        return stand_in.rename("text")
+    wanted = pl.Series(shared, dtype=pl.UInt32)
+    real = (
+        pl.concat([pl.scan_parquet(f).select(pl.col("text").cast(pl.Utf8)) for f in files])
+        .with_row_index("_row")
+        .filter(pl.col("_row").is_in(wanted.implode()))
+        .sort("_row")
+        .collect(engine="streaming")
+    )
+    return stand_in.scatter(real["_row"].to_numpy(), real["text"]).rename("text")
+
+
+def _write_by_part(
+    files: list[str], path: Path, rows: Callable[[pl.DataFrame, int], pl.DataFrame]
+) -> None:
+    """`rows(part, first row)` of each part file, in order, as one Parquet file at `path`
+    (one row group per part, written atomically): one part in memory at a time."""
+    import pyarrow.parquet as pq
+
+    with atomic_path(path) as tmp:
+        writer = None
+        at = 0
+        try:
+            for f in files:
+                part = pl.read_parquet(f)
+                table = rows(part, at).to_arrow()
+                at += part.height
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                writer.write_table(table.cast(writer.schema))
+        finally:
+            if writer is not None:
+                writer.close()

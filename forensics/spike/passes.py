@@ -19,6 +19,7 @@ the exhaustive path, whose figures are all exact.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -197,9 +198,12 @@ def score_set(
 
 def merged_scores(items: list[dict[str, Any]]) -> pl.DataFrame:
     """The scored documents of every part in `items` (forensics.spike.parts.merge_parts: the
-    template clusters computed across all of them)."""
-    _, scored = merge_parts(items)
-    return scored
+    template clusters computed across all of them), written beside the parts and read back."""
+    folder = Path(items[0]["out"]).parent if items else None
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".merged-") as tmp:
+        scores_file = Path(tmp) / "scores.parquet"
+        merge_parts(items, None, scores_file)
+        return pl.read_parquet(scores_file)
 
 
 def census_agrees(chosen: pl.DataFrame, scored: pl.DataFrame) -> bool:

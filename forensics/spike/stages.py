@@ -25,22 +25,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from dataloaders.atomic import write_parquet_atomic
 from forensics.cluster import cluster_embeddings, cluster_sources, describe_sample
 from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
 from forensics.cluster.embedding import default_cap
 from forensics.cluster.expected import blend_note, no_blend_note, window_blend
 from forensics.cluster.sample import SampleDesign
 from forensics.errors import ForensicsError
-from forensics.pipeline import cached_table, module_version
-from forensics.replay import replay_sides
+from forensics.pipeline import cached_file, cached_table, module_version
 from forensics.rescore import rescore_stage
 from forensics.score import score_table
+from forensics.spike.census import census_file
 from forensics.spike.cluster_cache import cached_clusters, clusters_key
 from forensics.spike.drawn import distinct_documents, drawn_documents
 from forensics.spike.parts import merge_parts, plan_parts, run_parts
@@ -53,19 +53,41 @@ from forensics.window import stage_starts
 
 def replay_stage(run: SpikeRun) -> pl.DataFrame:
     """Which samples (and document segments) each iteration of the window and the baseline
-    consumed; `side` says which ("window" / "baseline")."""
+    consumed; `side` says which ("window" / "baseline"). Replayed in parts by iteration range,
+    in this process or on `--engine` (forensics.spike.census), streamed into the cache file;
+    returned as a DataFrame read from it (`replay_scan`: the same rows, lazily)."""
     window, baseline = run.plan.window, run.plan.baseline
-    progress = run.options.progress
+    opts = run.options
 
-    def replay() -> pl.DataFrame:
+    def replay(path: Path) -> None:
         sides = {"window": window, "baseline": baseline}
-        return replay_sides(run.replayer, sides, progress)
+        census_file(
+            run.replayer,
+            run.config,
+            sides,
+            path,
+            engine=opts.engine,
+            workers=opts.workers,
+            address=opts.ray_address,
+            progress=opts.progress,
+        )
 
     what = f"window {window[0]}-{window[1]}, baseline {baseline[0]}-{baseline[1]}"
     with run.clock.stage("replay", what):
-        table = cached_table(run.cache / f"replay-{run.key}.parquet", replay, run.hits, "replay")
+        table = cached_file(replay_path(run), replay, run.hits, "replay")
         run.replayer.save_cache()
     return table
+
+
+def replay_path(run: SpikeRun) -> Path:
+    """The replay stage's cache file."""
+    return run.cache / f"replay-{run.key}.parquet"
+
+
+def replay_scan(run: SpikeRun) -> pl.LazyFrame:
+    """The replay stage's table as a LazyFrame over its cache file (after `replay_stage`): for
+    callers that filter or aggregate it without holding it whole."""
+    return pl.scan_parquet(replay_path(run))
 
 
 def decode_stage(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
@@ -137,19 +159,15 @@ def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
     version = module_version("forensics.score")
     folder = cache / f"parts-{key}-{version}"
 
-    def decode_and_score() -> pl.DataFrame:
+    def decode_and_score(score_file: Path) -> None:
         items = plan_parts(distinct, folder)
         run_parts(run.config, items, opts.engine, opts.workers, opts.ray_address, opts.progress)
-        docs, scored = merge_parts(items)
-        docs_file = cache / f"docs-{key}.parquet"
-        if not docs_file.is_file():
-            write_parquet_atomic(docs, docs_file)
-        return scored
+        merge_parts(items, cache / f"docs-{key}.parquet", score_file)
 
     what = f"{distinct.height:,} distinct documents on {opts.engine} ({opts.workers} workers)"
     with run.clock.stage("score", what):
         score_file = cache / f"scores-{key}-{version}.parquet"
-        scored = cached_table(score_file, decode_and_score, run.hits, "score")
+        scored = cached_file(score_file, decode_and_score, run.hits, "score")
         shutil.rmtree(folder, ignore_errors=True)  # merged into the cache file
     return scored
 

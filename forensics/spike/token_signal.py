@@ -35,17 +35,17 @@ numpy lines over the run's own tokenizer (tokenizers' decode/encode).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from dataloaders.tokenizer import special_ids
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
 from forensics.spike.drawn import drawn_documents
 from forensics.spike.run_context import SpikeRun
-from forensics.spike.tokcheck import round_trips
+from forensics.spike.tokcheck import round_trips, special_ids
 
 TOKENS_RULE = "token_stats"
 ROBUST_Z = 5.0  # a statistic this many robust sds beyond the reference median flags the document
@@ -64,21 +64,46 @@ STATS_SCHEMA = {
 }
 
 
+STATS_CHUNK = 4096  # documents whose ids are held (as int64 and as lists) at a time
+
+
 def document_token_stats(
     tokenizer: Any, tokens: list[np.ndarray], baseline: np.ndarray, vocab: int
 ) -> dict[str, np.ndarray]:
     """n_tokens, bytes_per_token, unigram_bits, rare_token_share, round_trip per document;
-    `baseline` marks the documents whose ids make the unigram distribution."""
+    `baseline` marks the documents whose ids make the unigram distribution. `tokens` may be
+    views of the mapped data: they are copied STATS_CHUNK documents at a time (two passes: the
+    baseline's counts, then each document's statistics), never the window's ids at once."""
     special = special_ids(tokenizer)
     drop = np.fromiter(special, dtype=np.int64) if special else np.empty(0, np.int64)
-    rows = [np.asarray(t, dtype=np.int64) for t in tokens]
-    rows = [r[~np.isin(r, drop)] if drop.size else r for r in rows]
-    size = max(vocab, 1 + max((int(r.max()) for r in rows if r.size), default=0))
+
+    def chunks() -> Iterator[tuple[int, list[np.ndarray]]]:
+        for lo in range(0, len(tokens), STATS_CHUNK):
+            rows = [np.asarray(t, dtype=np.int64) for t in tokens[lo : lo + STATS_CHUNK]]
+            yield lo, [r[~np.isin(r, drop)] if drop.size else r for r in rows]
+
+    size = vocab
+    for _, rows in chunks():
+        size = max(size, 1 + max((int(r.max()) for r in rows if r.size), default=0))
     counts = np.zeros(size, dtype=np.float64)
-    for r, is_base in zip(rows, baseline, strict=True):
-        if is_base and r.size:
-            counts += np.bincount(r, minlength=size)
+    for lo, rows in chunks():
+        for r, is_base in zip(rows, baseline[lo : lo + len(rows)], strict=True):
+            if is_base and r.size:
+                counts += np.bincount(r, minlength=size)
     bits = -np.log2((counts + 0.5) / (counts.sum() + 0.5 * size))
+    parts = [_chunk_stats(tokenizer, rows, special, counts, bits) for _, rows in chunks()]
+    empty = {k: np.zeros(0, dtype=np.int64 if k == "n_tokens" else np.float64) for k in _STATS}
+    return {k: np.concatenate([p[k] for p in parts]) for k in _STATS} if parts else empty
+
+
+_STATS = ("n_tokens", "bytes_per_token", "unigram_bits", "rare_token_share", "round_trip")
+
+
+def _chunk_stats(
+    tokenizer: Any, rows: list[np.ndarray], special: Any, counts: np.ndarray, bits: np.ndarray
+) -> dict[str, np.ndarray]:
+    """`document_token_stats`' columns for one chunk of documents (ids without specials)."""
+
     texts = tokenizer.decode_batch([r.tolist() for r in rows], skip_special_tokens=False)
     n = np.array([r.size for r in rows], dtype=np.int64)
     nbytes = np.array([len(t.encode("utf-8", "surrogatepass")) for t in texts], dtype=np.float64)
