@@ -127,8 +127,8 @@ def run_parts(
 
 def merge_parts(items: list[dict[str, Any]], docs_file: Path | None, scores_file: Path) -> None:
     """The parts merged into the decoded documents (`docs_file`, unless present or None) and
-    the scored documents (`scores_file`), in part order, each written atomically part by part: the texts
-    are never held whole. What crosses documents (the template clusters) is computed from
+    the scored documents (`scores_file`), in part order, each written atomically part by part:
+    the texts are never held whole. What crosses documents (the template clusters) is computed from
     each document's signatures and text hash, read without the texts; the few texts the
     clusters then need (`_stand_in_texts`) are read alone."""
 
