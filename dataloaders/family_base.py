@@ -117,6 +117,10 @@ class Family(ABC):
     # What this family's trainers leave in a save folder that `recognises_save` looks for, for
     # the message when no family recognises a folder ("" for a family that reads none).
     save_files: ClassVar[str] = ""
+    # The CLI option that hands a training job's launch arguments in place of a config
+    # (`--megatron-args`), for the family whose trainers take their data on the launch line;
+    # None for the others. `launch_run` reads them.
+    launch_option: ClassVar[str | None] = None
 
     @abstractmethod
     def open(self, config: Any) -> Replayer:
@@ -147,6 +151,11 @@ class Family(ABC):
         step; None: the newest); `say` gets one line per thing read, for the user to check.
         What cannot be read exactly is a one-line ForensicsError naming the file."""
         raise ValueError(f"{self.name}: reads no save folder")
+
+    def launch_run(self, text: str) -> RunConfig:
+        """The run config of the training job's launch arguments `text` (as pasted, or
+        `@FILE`), for the family that has a `launch_option`."""
+        raise ValueError(f"{self.name}: reads no launch arguments")
 
     # -- file-based families ------------------------------------------------------------------
 

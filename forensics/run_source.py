@@ -1,7 +1,8 @@
-"""Which run a command works on: --config, --megatron-args or --from-checkpoint, one rule.
+"""Which run a command works on: --config, a training job's launch arguments (the family
+with a `launch_option`) or --from-checkpoint, one rule.
 
-It sits above both readers (dataloaders.megatron.launch_args, forensics.from_checkpoint), so
-neither imports the other to dispatch.
+It sits above the readers (the families' `launch_run`, forensics.from_checkpoint), so none
+imports another to dispatch, and it names no framework.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dataloaders.console import make_console
-from dataloaders.megatron.launch_args import config_from_megatron_args, split_megatron_args
+from dataloaders.families import REGISTRY
 from dataloaders.regular_files import check_input_path
 from dataloaders.run_config import find_config, load_config
 from forensics.errors import ForensicsError
@@ -24,34 +25,35 @@ if TYPE_CHECKING:
 
 def resolve_run_config(
     config: Path | None,
-    megatron_args: str | None,
+    launch_args: str | None,
     from_checkpoint: Path | None = None,
     step: int | None = None,
 ) -> RunConfig:
     """`_resolve`, then every file the config names checked (`check_run_inputs`): a FIFO or
     device among them is refused before any reader opens it."""
-    if config is None and megatron_args is None and from_checkpoint is None:
+    if config is None and launch_args is None and from_checkpoint is None:
         check_input_path(find_config(None), "$FORENSICS_CONFIG")
-    run = _resolve(config, megatron_args, from_checkpoint, step)
+    run = _resolve(config, launch_args, from_checkpoint, step)
     check_run_inputs(run)
     return run
 
 
 def _resolve(
     config: Path | None,
-    megatron_args: str | None,
+    launch_args: str | None,
     from_checkpoint: Path | None = None,
     step: int | None = None,
 ) -> RunConfig:
-    """The config a command runs on: --config or --megatron-args when given (they win over
-    --from-checkpoint, which is then not read), else the run described by the trainer's saved
-    checkpoint (--from-checkpoint DIR; `step` picks the checkpoint), else the runbook rule."""
-    if megatron_args is not None:
+    """The config a command runs on: --config or the launch arguments when given (they win
+    over --from-checkpoint, which is then not read), else the run described by the trainer's
+    saved checkpoint (--from-checkpoint DIR; `step` picks the checkpoint), else the runbook
+    rule."""
+    if launch_args is not None:
+        family = next(f for f in REGISTRY.values() if f.launch_option)
         if config is not None:
-            raise ForensicsError("give --config or --megatron-args, not both")
-        _say_ignored(from_checkpoint, "--megatron-args")
-
-        return config_from_megatron_args(split_megatron_args(megatron_args))
+            raise ForensicsError(f"give --config or {family.launch_option}, not both")
+        _say_ignored(from_checkpoint, family.launch_option)
+        return family.launch_run(launch_args)
     if config is not None:
         _say_ignored(from_checkpoint, "--config")
         return _load_whole(find_config(config))

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from dataloaders.family_base import Family, RestartFile
 from dataloaders.megatron.config import MegatronData
+from dataloaders.megatron.launch_args import config_from_megatron_args, split_megatron_args
 from dataloaders.megatron.replayer import open_megatron_replayer
 from dataloaders.megatron.saved_run import (
     TRACKER,
@@ -32,6 +33,7 @@ class MegatronFamily(Family):
     rebuilds_documents = True
     launch_per_stage = True
     save_files = f"iter_NNNNNNN/ checkpoints or {TRACKER}"
+    launch_option = "--megatron-args"
 
     def open(self, config: Any) -> Any:
         return open_megatron_replayer(config)
@@ -47,3 +49,6 @@ class MegatronFamily(Family):
 
     def saved_run(self, folder: Path, step: int | None, say: Callable[[str], None]) -> RunConfig:
         return config_from_megatron_save(folder, step, say)
+
+    def launch_run(self, text: str) -> RunConfig:
+        return config_from_megatron_args(split_megatron_args(text))
