@@ -369,10 +369,14 @@ REFUSALS: dict[str, tuple[str, str]] = {
         "--checkpoints",
         "not a directory and not a comma-separated list",
     ),
-    "triage: --checkpoints empty dir": ("--checkpoints", "no iter_NNNNNNN subdirectories found"),
+    "triage: --checkpoints empty dir": (
+        "--checkpoints",
+        "no megatron-lm checkpoint folders (iter_N) found",
+    ),
     "triage: --format bogus": (
         "--format",
-        "unknown; choose one of auto, megatron, megatron-bridge, olmo-core, tensorboard",
+        "unknown; choose one of auto, megatron, megatron-bridge, olmo-core, torchtitan, "
+        "tensorboard",
     ),
     "triage: --format hf-trainer-state on text": ("train.log", "not valid JSON"),
     "triage: --format jsonl on text": ("train.log", "no JSON objects found"),

@@ -11,9 +11,9 @@ import pytest
 from test_report import make_report
 
 from forensics.pipeline import content_digest
-from forensics.report import render_json as rj
 from forensics.report import report_sections, write_report
 from forensics.report.drilldown import document_spans
+from forensics.report.render_json import render_json, report_dict
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +32,13 @@ def test_report_json_is_one_encoding_of_the_report(report, tmp_path: Path) -> No
     """The clusters spliced in as the last key: the same text json.dumps gives for the whole
     dict, with or without the cache, on the first run and when read back."""
     sections = report_sections(report)
-    whole = rj.report_dict(report, sections)
+    whole = report_dict(report, sections)
     expected = json.dumps(whole, indent=2, ensure_ascii=False, default=str) + "\n"
     assert whole["clusters"] and list(whole)[-1] == "clusters"
-    assert rj.render_json(report, sections) == expected
-    assert rj.render_json(report, sections, tmp_path) == expected  # written
+    assert render_json(report, sections) == expected
+    assert render_json(report, sections, tmp_path) == expected  # written
     assert len(list(tmp_path.glob("clusters-*.json"))) == 1
-    assert rj.render_json(report, sections, tmp_path) == expected  # read back
+    assert render_json(report, sections, tmp_path) == expected  # read back
 
 
 def test_report_json_with_no_clusters(report) -> None:
@@ -46,18 +46,18 @@ def test_report_json_with_no_clusters(report) -> None:
 
     empty = replace(report, clusters=report.clusters.clear(), examples=None, documents=None)
     sections = report_sections(empty)
-    text = rj.render_json(empty, sections)
+    text = render_json(empty, sections)
     assert json.loads(text)["clusters"] == []
-    assert text == json.dumps(rj.report_dict(empty, sections), indent=2, ensure_ascii=False) + "\n"
+    assert text == json.dumps(report_dict(empty, sections), indent=2, ensure_ascii=False) + "\n"
 
 
 def test_a_changed_cluster_encodes_again(report, tmp_path: Path) -> None:
     from dataclasses import replace
 
     sections = report_sections(report)
-    rj.render_json(report, sections, tmp_path)
+    render_json(report, sections, tmp_path)
     other = replace(report, clusters=report.clusters.with_columns(pl.lit(0.5).alias("suspicion")))
-    text = rj.render_json(other, report_sections(other), tmp_path)
+    text = render_json(other, report_sections(other), tmp_path)
     assert {c["suspicion"] for c in json.loads(text)["clusters"]} == {0.5}
     assert len(list(tmp_path.glob("clusters-*.json"))) == 2
 
