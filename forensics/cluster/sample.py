@@ -18,6 +18,15 @@ the scorers' usual 1% at most about 5%; the widest interval, at 50%, is +-9 poin
 whose interval reaches its dirty line is scored whole in pass 3 (forensics.spike.passes), so
 the interval's width costs documents, never a verdict. A group of at most SAMPLE_DOCS documents
 is scored whole: its figure is exact, and says so.
+
+Fine facets (FINE_FACETS: domain, file) are different: a real corpus holds millions of domains,
+so a sample of each would be most of the window. A fine group is sampled on its own only where
+the census shows it over-represented in the window (`over_represented_in_census`: the exact test
+of its document counts, uncorrected, so a superset of the groups the verdict's corrected test
+calls over-represented): those are the groups that can be culprits. Every other fine group is
+judged only where all its documents are scored (inside a coarse group pass 3 scores whole);
+the rest are left out of the verdict table and counted in the report's figures note
+(`--exhaustive` judges every one).
 """
 
 from __future__ import annotations
@@ -28,7 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from forensics.cluster.stats import enrichment_p
+from forensics.cluster.verdict import MIN_ENRICHMENT, P_MAX
+
 SAMPLE_DOCS = 120
+FINE_FACETS: tuple[str, ...] = ("domain", "file")
 SEED = 0x5EED_F0E5
 CONFIDENCE = 0.95
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -103,3 +116,16 @@ def evidence_text(row: dict) -> str:
         f"{CONFIDENCE:.0%} interval {low:.0f}-{high:.0f}%, {int(scored):,} of {docs:,} "
         "documents scored"
     )
+
+
+def over_represented_in_census(
+    window_docs: np.ndarray, baseline_docs: np.ndarray, n_window: int, n_baseline: int
+) -> np.ndarray:
+    """Per group: the exact over-representation test of its document counts (p < P_MAX, not
+    Holm-corrected) and enrichment >= MIN_ENRICHMENT, as forensics.cluster.verdict's baseline
+    rule reads them; from the census's counts alone, before anything is scored."""
+    a = np.asarray(window_docs, dtype=np.float64)
+    c = np.asarray(baseline_docs, dtype=np.float64)
+    nw, nb = max(int(n_window), 1), max(int(n_baseline), 1)
+    enrichment = ((a + 0.5) / (nw + 1)) / ((c + 0.5) / (nb + 1))
+    return (enrichment_p(a, c, nw, nb) < P_MAX) & (enrichment >= MIN_ENRICHMENT)

@@ -243,6 +243,9 @@ def cluster_sources(
     (the `sample_docs` documents with the smallest `_u`), and so do the window's and the
     baseline's flagged totals (summed over their datasets). Added columns: `scored_docs` and
     `flagged_low` / `flagged_high`, the flagged rate's 95% interval (the rate itself where exact).
+    A group whose own sample was not all scored (a fine facet's group the census did not show
+    over-represented: forensics.cluster.sample) is tested with the others (the corrected
+    p-values are those of every group) and then left out: `unjudged_groups` counts them.
     """
     window = prepare_docs(window_docs, "window documents")
     baseline = prepare_docs(baseline_docs, "baseline documents")
@@ -290,11 +293,27 @@ def cluster_sources(
     extra = []
     if design is not None:
         out, extra = _with_intervals(out), ["scored_docs", "flagged_low", "flagged_high"]
+        out = out.filter(pl.col("_judged"))
     return out.select(*CLUSTER_COLUMNS, "main_dataset", *extra).with_columns(
         pl.col("docs").cast(pl.Int64),
         pl.col("baseline_docs").cast(pl.Int64),
         pl.col("flagged").cast(pl.Int64),
     )
+
+
+def unjudged_groups(window_docs: pl.DataFrame, design: SampleDesign) -> int:
+    """The window's groups `cluster_sources` leaves out under `design`: neither scored whole nor
+    with their own sample scored."""
+    window = prepare_docs(window_docs, "window documents")
+    facets = resolve_facets(window, window, None)
+    window = _with_own_sample(window, facets, design)
+    left_out = 0
+    for facet in facets:
+        own = pl.col(f"_own_{facet}")
+        judged = pl.col("_scored").all() | (own & pl.col("_scored")).sum().ge(own.sum())
+        groups = window.group_by(_facet_key(facet)).agg(judged.alias("judged"))
+        left_out += int((~groups["judged"]).sum())
+    return left_out
 
 
 def _with_intervals(out: pl.DataFrame) -> pl.DataFrame:
@@ -353,6 +372,7 @@ def _facet_groups(
         sampled = [
             pl.col("_scored").all().alias("_complete"),
             own.sum().alias("_own"),
+            (own & pl.col("_scored")).sum().alias("_own_scored"),
             (own & pl.col("_flag")).sum().alias("_own_flagged"),
             (own & pl.col("_garbage")).sum().alias("_own_garbage"),
             (own & pl.col("_spam")).sum().alias("_own_spam"),
@@ -403,6 +423,7 @@ def _scaled_counts(win: pl.DataFrame) -> pl.DataFrame:
 
     return (
         win.with_columns(
+            (complete | (pl.col("_own_scored") >= pl.col("_own"))).alias("_judged"),
             pl.when(complete).then(pl.col("docs")).otherwise(pl.col("_own")).alias("scored_docs"),
             pl.when(complete)
             .then(pl.col("flagged"))
@@ -411,7 +432,7 @@ def _scaled_counts(win: pl.DataFrame) -> pl.DataFrame:
             .alias("_sample_flagged"),
         )
         .with_columns(count("flagged"), count("garbage"), count("spam"))
-        .drop("_complete", "_own", "_own_flagged", "_own_garbage", "_own_spam")
+        .drop("_complete", "_own", "_own_scored", "_own_flagged", "_own_garbage", "_own_spam")
     )
 
 

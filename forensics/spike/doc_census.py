@@ -19,7 +19,12 @@ from __future__ import annotations
 import polars as pl
 
 from dataloaders.progress import progress_bar
-from forensics.cluster.sample import own_sample, permanent_random
+from forensics.cluster.sample import (
+    FINE_FACETS,
+    over_represented_in_census,
+    own_sample,
+    permanent_random,
+)
 from forensics.cluster.source import DEFAULT_FACETS, MISSING_KEY
 from forensics.pipeline import StageClock, cached_table
 
@@ -96,16 +101,41 @@ def census_stage(
 
 def choose_sample(census: pl.DataFrame, sample_docs: int) -> pl.DataFrame:
     """The census with `_u` (forensics.cluster.sample.permanent_random) and `_chosen`: the
-    document is in its group's own sample, on its side, for at least one facet."""
+    document is in its group's own sample, on its side, for at least one facet. A fine facet's
+    group (forensics.cluster.sample.FINE_FACETS) is sampled only in the window and only where
+    the census shows it over-represented there (`_over_represented`)."""
     facets = ["dataset", *[c for c in census.columns if c in DEFAULT_FACETS and c != "dataset"]]
     docs = census.with_columns(permanent_random(census))
     names = [f"_in_{i}" for i in range(len(facets))]
-    picks = [
-        own_sample(
-            sample_docs, pl.col("side"), pl.col(f).cast(pl.Utf8).fill_null(MISSING_KEY)
-        ).alias(name)
-        for f, name in zip(facets, names, strict=True)
-    ]
-    return (
-        docs.with_columns(picks).with_columns(pl.any_horizontal(names).alias("_chosen")).drop(names)
+    picks = []
+    for facet, name in zip(facets, names, strict=True):
+        key = pl.col(facet).cast(pl.Utf8).fill_null(MISSING_KEY)
+        pick = own_sample(sample_docs, pl.col("side"), key)
+        if facet in FINE_FACETS:
+            docs = docs.join(_over_represented(docs, facet), on=facet, how="left", nulls_equal=True)
+            pick = pick & pl.col(f"_over_{facet}").fill_null(False) & (pl.col("side") == "window")
+        picks.append(pick.alias(name))
+    over = [c for c in docs.columns if c.startswith("_over_")]
+    chosen = docs.with_columns(picks).with_columns(pl.any_horizontal(names).alias("_chosen"))
+    return chosen.drop(*names, *over)
+
+
+def _over_represented(docs: pl.DataFrame, facet: str) -> pl.DataFrame:
+    """(facet key, `_over_<facet>`): whether each of the facet's window groups is
+    over-represented against the baseline, from the census's counts
+    (forensics.cluster.sample.over_represented_in_census); a missing value is a group of its
+    own, as the clusters' MISSING_KEY makes it."""
+    counts = (
+        docs.group_by(facet)
+        .agg(
+            (pl.col("side") == "window").sum().alias("a"),
+            (pl.col("side") == "baseline").sum().alias("c"),
+        )
+        .filter(pl.col("a") > 0)
     )
+    n_window = int((docs["side"] == "window").sum())
+    n_baseline = docs.height - n_window
+    over = over_represented_in_census(
+        counts["a"].to_numpy(), counts["c"].to_numpy(), n_window, n_baseline
+    )
+    return counts.select(facet).with_columns(pl.Series(f"_over_{facet}", over))

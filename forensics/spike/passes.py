@@ -27,7 +27,7 @@ from typing import Any
 import polars as pl
 
 from forensics.cluster.sample import CONFIDENCE, SampleDesign
-from forensics.cluster.source import DEFAULT_FACETS, cluster_sources
+from forensics.cluster.source import DEFAULT_FACETS, cluster_sources, unjudged_groups
 from forensics.cluster.verdict import culprit_docs, dirty_floor_expr
 from forensics.pipeline import module_version
 from forensics.spike.doc_census import choose_sample
@@ -37,7 +37,7 @@ from forensics.spike.rule_members import cluster_causes
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import fit_verdicts
 from forensics.spike.tokcheck import check_tokenizer
-from forensics.spike.token_signal import token_stage
+from forensics.spike.token_signal import token_reference, token_stage
 
 MAX_PASSES = 10  # rounds of pass 3; each adds the documents of newly named groups
 FACETS_DIFFER = (
@@ -73,6 +73,7 @@ class Evidence:
     # what `rule_datasets_whole` continues from: the census with the sample, the parts scored
     chosen: pl.DataFrame | None = None
     items: list[dict[str, Any]] | None = None
+    unjudged: int = 0  # fine groups left out of the verdicts (cluster_sources)
 
 
 def evidence_passes(
@@ -89,8 +90,9 @@ def evidence_passes(
     design = SampleDesign(sample_docs)
     chosen = choose_sample(census, sample_docs)
     distinct = census.select("dataset", "doc_id").unique().height
-    todo = chosen.filter(pl.col("_chosen")).select("dataset", "doc_id").unique()
-    todo = todo.sort("dataset", "doc_id")
+    todo = chosen.filter(pl.col("_chosen")).select("dataset", "doc_id")
+    reference = token_reference(chosen.select("side", "dataset", "doc_id"))
+    todo = pl.concat([todo, reference]).unique().sort("dataset", "doc_id")
     if todo.height >= distinct:
         return None
     sampled = todo.height
@@ -122,7 +124,8 @@ def evidence_passes(
         )
     unique_notes(run.notes, notes_before)
     return Evidence(window_docs, baseline_docs, design, key, sampled, scored_set.height,
-                    distinct, named, chosen, items)  # fmt: skip
+                    distinct, named, chosen, items,
+                    unjudged_groups(window_docs, design))  # fmt: skip
 
 
 def rule_datasets_whole(
@@ -144,7 +147,8 @@ def rule_datasets_whole(
     scored, _ = score_set(run, replay, todo, scored_set, evidence.items, "exhaustive", engine)
     window_docs, baseline_docs = sampled_sides(evidence.chosen, scored)
     return replace(evidence, window_docs=window_docs, baseline_docs=baseline_docs,
-                   scored=scored_set.height)  # fmt: skip
+                   scored=scored_set.height,
+                   unjudged=unjudged_groups(window_docs, evidence.design))  # fmt: skip
 
 
 def rule_documents_unscored(
@@ -304,5 +308,17 @@ def figures_note(evidence: Evidence) -> str:
         f"every document of the {len(evidence.named)} groups named); flagged rates are exact "
         "for groups scored whole and otherwise estimates from their sample, with "
         f"{CONFIDENCE:.0%} Clopper-Pearson intervals; the block list is exact; embedding "
-        "clusters are estimated from the scored documents. --exhaustive scores every document"
+        "clusters are estimated from the scored documents"
+        + unjudged_text(evidence.unjudged)
+        + ". --exhaustive scores every document"
+    )
+
+
+def unjudged_text(count: int) -> str:
+    """The figures note's clause on the fine groups left out of the verdicts, or ""."""
+    if not count:
+        return ""
+    return (
+        f"; {count:,} {'group' if count == 1 else 'groups'} of the fine facets (domain, file) "
+        "neither over-represented in the census nor scored whole were not judged"
     )

@@ -18,10 +18,15 @@ Per document, from its token ids and the run's tokenizer:
 
 A document is flagged when it does not round-trip, or when its surprisal or its bytes per token
 lies ROBUST_Z robust standard deviations (1.4826 MAD) beyond the median of the reference
-documents: the baseline's documents of its own dataset where the baseline holds at least
-MIN_REFERENCE of them, else all the baseline's. A flagged document gets garbage_score 1.0, the
-reason and the rule key TOKENS_RULE (as forensics.spike.repeats does), so it counts as flagged
-wherever the spike reads the scores.
+documents: the reference documents of its own dataset where there are at least MIN_REFERENCE of
+them, else all of them. The reference (`token_reference`) is a fixed, seeded set: per dataset
+the baseline's REFERENCE_DOCS documents with the smallest permanent random number
+(forensics.cluster.sample), all of them where the baseline holds fewer. It also makes the
+unigram distribution. Because it does not depend on which documents are scored, a document is
+flagged or not the same way when every document is scored (--exhaustive) and when a sample is
+(the evidence passes score the reference with their sample). A flagged document gets
+garbage_score 1.0, the reason and the rule key TOKENS_RULE (as forensics.spike.repeats does), so
+it counts as flagged wherever the spike reads the scores.
 
 What it cannot see: text in another language the baseline does not hold reads as improbable
 (surprisal) and may be flagged; comparing with the dataset's own baseline documents keeps a
@@ -41,17 +46,20 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.atomic import write_parquet_atomic
+from forensics.cluster.sample import permanent_random
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
 from forensics.spike.drawn import drawn_documents
 from forensics.spike.run_context import SpikeRun
-from forensics.spike.tokcheck import round_trips, special_ids
+from forensics.spike.tokcheck import round_trips_batch, special_ids
 
 TOKENS_RULE = "token_stats"
 ROBUST_Z = 5.0  # a statistic this many robust sds beyond the reference median flags the document
 MIN_REFERENCE = 50  # baseline documents of a dataset needed to be its own reference
 MIN_TOKENS = 32  # shorter documents are not judged by the distribution rules (too noisy)
 MIN_BASELINE_ROUND_TRIP = 0.95  # the baseline's round-trip share needed for that rule to count
+REFERENCE_DOCS = 2_000  # baseline documents per dataset in the rule's reference
 STATS_SCHEMA = {
     "dataset": pl.Utf8,
     "doc_id": pl.Int64,
@@ -65,54 +73,79 @@ STATS_SCHEMA = {
 
 
 STATS_CHUNK = 4096  # documents whose ids are held (as int64 and as lists) at a time
+_STATS = ("n_tokens", "bytes_per_token", "unigram_bits", "rare_token_share", "round_trip")
+
+
+def _id_chunks(
+    tokens: list[np.ndarray], drop: np.ndarray
+) -> Iterator[tuple[int, list[np.ndarray]]]:
+    """`tokens` copied to int64 STATS_CHUNK documents at a time, the special ids `drop` left
+    out: views of the mapped data are never copied at once."""
+    for lo in range(0, len(tokens), STATS_CHUNK):
+        rows = [np.asarray(t, dtype=np.int64) for t in tokens[lo : lo + STATS_CHUNK]]
+        yield lo, [r[~np.isin(r, drop)] if drop.size else r for r in rows]
+
+
+def _special_array(tokenizer: Any) -> tuple[set[int], np.ndarray]:
+    special = special_ids(tokenizer)
+    return special, (np.fromiter(special, dtype=np.int64) if special else np.empty(0, np.int64))
+
+
+def unigram_counts(tokenizer: Any, tokens: list[np.ndarray], vocab: int) -> np.ndarray:
+    """How often each id (0..vocab-1; ids past it are left out) occurs in `tokens`, the
+    special ids left out: the reference's unigram distribution before smoothing."""
+    _, drop = _special_array(tokenizer)
+    counts = np.zeros(vocab, dtype=np.float64)
+    for _, rows in _id_chunks(tokens, drop):
+        ids = np.concatenate(rows) if rows else np.empty(0, np.int64)
+        counts += np.bincount(ids[ids < vocab], minlength=vocab)[:vocab]
+    return counts
+
+
+def per_document_stats(
+    tokenizer: Any, tokens: list[np.ndarray], counts: np.ndarray
+) -> dict[str, np.ndarray]:
+    """n_tokens, bytes_per_token, unigram_bits, rare_token_share, round_trip per document of
+    `tokens`, against the reference's unigram `counts` (add-half smoothing over its
+    vocabulary; an id past it is as improbable as one the reference never drew). A document's
+    figures depend on its ids and the reference only, never on which other documents are
+    computed with it."""
+    special, drop = _special_array(tokenizer)
+    unseen = -np.log2(0.5 / (counts.sum() + 0.5 * counts.size))
+    bits = np.append(-np.log2((counts + 0.5) / (counts.sum() + 0.5 * counts.size)), unseen)
+    seen = np.append(counts > 0, False)
+    parts = [
+        _chunk_stats(tokenizer, rows, special, bits, seen) for _, rows in _id_chunks(tokens, drop)
+    ]
+    empty = {k: np.zeros(0, dtype=np.int64 if k == "n_tokens" else np.float64) for k in _STATS}
+    return {k: np.concatenate([p[k] for p in parts]) for k in _STATS} if parts else empty
 
 
 def document_token_stats(
     tokenizer: Any, tokens: list[np.ndarray], baseline: np.ndarray, vocab: int
 ) -> dict[str, np.ndarray]:
-    """n_tokens, bytes_per_token, unigram_bits, rare_token_share, round_trip per document;
-    `baseline` marks the documents whose ids make the unigram distribution. `tokens` may be
-    views of the mapped data: they are copied STATS_CHUNK documents at a time (two passes: the
-    baseline's counts, then each document's statistics), never the window's ids at once."""
-    special = special_ids(tokenizer)
-    drop = np.fromiter(special, dtype=np.int64) if special else np.empty(0, np.int64)
-
-    def chunks() -> Iterator[tuple[int, list[np.ndarray]]]:
-        for lo in range(0, len(tokens), STATS_CHUNK):
-            rows = [np.asarray(t, dtype=np.int64) for t in tokens[lo : lo + STATS_CHUNK]]
-            yield lo, [r[~np.isin(r, drop)] if drop.size else r for r in rows]
-
-    size = vocab
-    for _, rows in chunks():
-        size = max(size, 1 + max((int(r.max()) for r in rows if r.size), default=0))
-    counts = np.zeros(size, dtype=np.float64)
-    for lo, rows in chunks():
-        for r, is_base in zip(rows, baseline[lo : lo + len(rows)], strict=True):
-            if is_base and r.size:
-                counts += np.bincount(r, minlength=size)
-    bits = -np.log2((counts + 0.5) / (counts.sum() + 0.5 * size))
-    parts = [_chunk_stats(tokenizer, rows, special, counts, bits) for _, rows in chunks()]
-    empty = {k: np.zeros(0, dtype=np.int64 if k == "n_tokens" else np.float64) for k in _STATS}
-    return {k: np.concatenate([p[k] for p in parts]) for k in _STATS} if parts else empty
-
-
-_STATS = ("n_tokens", "bytes_per_token", "unigram_bits", "rare_token_share", "round_trip")
+    """`per_document_stats` of `tokens` against the unigram distribution of those `baseline`
+    marks."""
+    reference = [t for t, is_base in zip(tokens, baseline, strict=True) if is_base]
+    return per_document_stats(tokenizer, tokens, unigram_counts(tokenizer, reference, vocab))
 
 
 def _chunk_stats(
-    tokenizer: Any, rows: list[np.ndarray], special: Any, counts: np.ndarray, bits: np.ndarray
+    tokenizer: Any, rows: list[np.ndarray], special: set[int], bits: np.ndarray, seen: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """`document_token_stats`' columns for one chunk of documents (ids without specials)."""
-
+    """`per_document_stats`' columns for one chunk of documents (ids without specials); ids
+    past the reference's vocabulary read its last entry (`bits`, `seen`: one longer)."""
     texts = tokenizer.decode_batch([r.tolist() for r in rows], skip_special_tokens=False)
     n = np.array([r.size for r in rows], dtype=np.int64)
     nbytes = np.array([len(t.encode("utf-8", "surrogatepass")) for t in texts], dtype=np.float64)
+    top = bits.size - 1
+    capped = [np.minimum(r, top) for r in rows]
     return {
         "n_tokens": n,
         "bytes_per_token": nbytes / np.maximum(n, 1),
-        "unigram_bits": np.array([bits[r].mean() if r.size else 0.0 for r in rows]),
-        "rare_token_share": np.array([(counts[r] == 0).mean() if r.size else 0.0 for r in rows]),
-        "round_trip": np.array([round_trips(tokenizer, r.tolist(), special) for r in rows]),
+        "unigram_bits": np.array([bits[r].mean() if r.size else 0.0 for r in capped]),
+        "rare_token_share": np.array([(~seen[r]).mean() if r.size else 0.0 for r in capped]),
+        "round_trip": round_trips_batch(tokenizer, [r.tolist() for r in rows], special),
     }
 
 
@@ -173,16 +206,29 @@ def run_tokenizer(replayer: Any) -> Any:
     return tokenizer if hasattr(tokenizer, "decode_batch") else None
 
 
+def token_reference(drawn: pl.DataFrame) -> pl.DataFrame:
+    """dataset, doc_id of the rule's reference (module docstring) among `drawn` (side,
+    dataset, doc_id: forensics.spike.drawn.drawn_documents)."""
+    baseline = drawn.filter(pl.col("side") == "baseline").select("dataset", "doc_id")
+    first = pl.col("_u").rank("ordinal").over("dataset") <= REFERENCE_DOCS
+    return (
+        baseline.with_columns(permanent_random(baseline))
+        .filter(first)
+        .select("dataset", pl.col("doc_id").cast(pl.Int64))
+        .sort("dataset", "doc_id")
+    )
+
+
 def token_table(run: SpikeRun, replay: pl.DataFrame, distinct: pl.DataFrame) -> pl.DataFrame:
     """STATS_SCHEMA for every distinct document (empty when the family cannot list token ids)."""
     replayer = run.replayer
     if not replayer.document_token_ids or distinct.height == 0:
         return pl.DataFrame(schema=STATS_SCHEMA)
-    base_docs = drawn_documents(run, replay).filter(pl.col("side") == "baseline")
+    reference = token_reference(drawn_documents(run, replay))
     keyed = distinct.select("dataset", pl.col("doc_id").cast(pl.Int64))
     baseline = (
         keyed.join(
-            base_docs.select("dataset", "doc_id").with_columns(pl.lit(True).alias("_b")),
+            reference.with_columns(pl.lit(True).alias("_b")),
             on=["dataset", "doc_id"],
             how="left",
             maintain_order="left",
@@ -193,13 +239,33 @@ def token_table(run: SpikeRun, replay: pl.DataFrame, distinct: pl.DataFrame) -> 
     tokenizer = run_tokenizer(replayer)
     if tokenizer is None:
         return pl.DataFrame(schema=STATS_SCHEMA)
-    stats = document_token_stats(
-        tokenizer, replayer.document_tokens(distinct), baseline, replayer.vocab_size()
-    )
-    table = keyed.with_columns(*[pl.Series(k, v) for k, v in stats.items()])
+    table = raw_token_stats(run, tokenizer, reference, keyed)
     return table.with_columns(
         pl.Series("token_reason", token_reasons(table, baseline), dtype=pl.Utf8)
     ).cast(STATS_SCHEMA)  # type: ignore[arg-type]
+
+
+def raw_token_stats(
+    run: SpikeRun, tokenizer: Any, reference: pl.DataFrame, keyed: pl.DataFrame
+) -> pl.DataFrame:
+    """dataset, doc_id and `per_document_stats`' columns for each row of `keyed`, in its order.
+    A document's figures depend only on its ids and the run's fixed reference, so they are kept
+    for the run (tokraw-<key>.parquet) and each is computed once: the evidence passes' rounds,
+    and warm reruns, compute only the documents not seen yet."""
+    replayer = run.replayer
+    stored = run.cache / f"tokraw-{run.key}-{module_version('forensics.spike')}.parquet"
+    known = pl.read_parquet(stored) if stored.is_file() else None
+    missing = keyed if known is None else keyed.join(known, on=["dataset", "doc_id"], how="anti")
+    if missing.height:
+        counts = unigram_counts(
+            tokenizer, replayer.document_tokens(reference), replayer.vocab_size()
+        )
+        stats = per_document_stats(tokenizer, replayer.document_tokens(missing), counts)
+        fresh = missing.with_columns(*[pl.Series(k, v) for k, v in stats.items()])
+        known = fresh if known is None else pl.concat([known, fresh], how="vertical_relaxed")
+        write_parquet_atomic(known, stored)
+    assert known is not None
+    return keyed.join(known, on=["dataset", "doc_id"], how="left", maintain_order="left")
 
 
 def flag_tokens(scored: pl.DataFrame, stats: pl.DataFrame) -> pl.DataFrame:
