@@ -29,12 +29,8 @@ from typing import Any
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.config import MegatronData
 from dataloaders.regular_files import check_input_path
-from dataloaders.run_config import (
-    MEGATRON_TOKENIZER_TYPES,
-    RunConfig,
-    TokenizerArgs,
-    config_from_dict,
-)
+from dataloaders.run_config import RunConfig, config_from_dict
+from dataloaders.run_sections import MEGATRON_TOKENIZER_TYPES, TokenizerArgs
 from dataloaders.storage.urls import is_remote
 
 UNSUPPORTED = {
