@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
+from dataloaders.config_base import DataSection
 from dataloaders.storage.urls import is_remote
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class Family(ABC):
     """
 
     name: ClassVar[str]  # the `data.format` value
-    config_model: ClassVar[type]  # the pydantic model of the `data:` section
+    config_model: ClassVar[type[DataSection]]  # the pydantic model of the `data:` section
     restart: ClassVar[RestartFile]  # what the restart takes from the rebuild's folder
     rebuilds_documents: ClassVar[bool] = False
     file_facet: ClassVar[str | None] = None  # the facet that names a data file ("file", "shard")
