@@ -4,8 +4,9 @@ Every question whose answer depends on the family (its config model, its replaye
 stages, its files, its rebuild and restart files) is a method or attribute of its `Family`
 (`dataloaders.family_base`, which says why the answers live with the family). Replay, the spike
 window, the skip plan's action and the rebuild look the family up here by the config's
-`data.format`. Adding a family is its package (with its `family.py`) and one line in `_ALL`
-(and its config model in the `data:` discriminator, `dataloaders.data_sections.DataConfig`).
+`data.format`, and the run config's `data:` union is built from the families' config models
+(`dataloaders.data_sections.DataConfig`). Adding a family is its package (with its `family.py`)
+and one line in `_ALL`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,10 @@ the rebuild, the spike window) is one builder for all of them:
   `restart`), the folders it stages and the note that says how the trainer continues;
 - the run read back from its trainers' save folders (`recognises_save`, `saved_run`):
   `--from-checkpoint DIR` asks every family whether the folder is its own and lets that one
-  read it, so a family's checkpoint layout is known in its package alone.
+  read it, so a family's checkpoint layout is known in its package alone; and the run of its
+  trainers' launch arguments (`launch_option`, `launch_run`). Each builds the run's mapping and
+  hands it to the run config's validation it is given (`ConfigFromDict`): the whole run config
+  sits above the families, its `data:` union being built from their registry.
 
 These are data-level answers (a config, a replayer, a list of files in, plain data out), so
 they live here with the family rather than in a forensics-side table keyed by the family's
@@ -33,15 +36,25 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
-from dataloaders.run_config import RunConfig
+from dataloaders.config_base import DataSection
 from dataloaders.storage.urls import is_remote
 
 if TYPE_CHECKING:
     from dataloaders.base import Replayer
+
+
+class ConfigFromDict(Protocol):
+    """The run config's reading of a mapping (`dataloaders.run_config.config_from_dict`:
+    relative paths resolved against `base_dir`, the whole config validated, a problem one
+    ConfigError line), handed by the caller to the hooks that build a run from a trainer's
+    files (`Family.saved_run`, `Family.launch_run`): the run config imports the family
+    registry, so a family cannot import it."""
+
+    def __call__(self, raw: dict[str, Any], *, base_dir: Path, source: Path | None) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -105,7 +118,7 @@ class Family(ABC):
     """
 
     name: ClassVar[str]  # the `data.format` value
-    config_model: ClassVar[type]  # the pydantic model of the `data:` section
+    config_model: ClassVar[type[DataSection]]  # the pydantic model of the `data:` section
     restart: ClassVar[RestartFile]  # what the restart takes from the rebuild's folder
     rebuilds_documents: ClassVar[bool] = False
     file_facet: ClassVar[str | None] = None  # the facet that names a data file ("file", "shard")
@@ -144,17 +157,25 @@ class Family(ABC):
         False."""
         return False
 
-    def saved_run(self, folder: Path, step: int | None, say: Callable[[str], None]) -> RunConfig:
+    def saved_run(
+        self,
+        folder: Path,
+        step: int | None,
+        say: Callable[[str], None],
+        config_from_dict: ConfigFromDict,
+    ) -> Any:
         """The run config the trainer's files under `folder` (one `recognises_save` accepted)
         describe, so a spike can be analysed with no config written by hand. `step` picks
         the checkpoint to read (the first saved at or after it, by the job that trained the
-        step; None: the newest); `say` gets one line per thing read, for the user to check.
-        What cannot be read exactly is a one-line ForensicsError naming the file."""
+        step; None: the newest); `say` gets one line per thing read, for the user to check;
+        `config_from_dict` makes the run config of the mapping read. What cannot be read
+        exactly is a one-line ForensicsError naming the file."""
         raise ValueError(f"{self.name}: reads no save folder")
 
-    def launch_run(self, text: str) -> RunConfig:
+    def launch_run(self, text: str, config_from_dict: ConfigFromDict) -> Any:
         """The run config of the training job's launch arguments `text` (as pasted, or
-        `@FILE`), for the family that has a `launch_option`."""
+        `@FILE`), for the family that has a `launch_option`; `config_from_dict` makes the run
+        config of the mapping read."""
         raise ValueError(f"{self.name}: reads no launch arguments")
 
     # -- file-based families ------------------------------------------------------------------

@@ -36,7 +36,7 @@ import polars as pl
 
 from dataloaders.base import check_iterations
 from dataloaders.errors import ForensicsError
-from dataloaders.run_config import TrainingSpec
+from dataloaders.run_sections import TrainingSpec
 from dataloaders.trainers import Draw, LoopStart, get_trainer
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dataloaders.families import REGISTRY, Family
-from dataloaders.run_config import RunConfig
+from dataloaders.run_config import RunConfig, config_from_dict
 from forensics.errors import ForensicsError
 
 
@@ -56,7 +56,7 @@ def config_from_checkpoint(
             "of the run, or --config"
         )
     (family,) = families
-    config = family.saved_run(folder, step, say)
+    config = family.saved_run(folder, step, say, config_from_dict)
     return config.model_copy(update={"origin": f"--from-checkpoint {folder}"})
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from dataloaders.console import make_console
 from dataloaders.families import REGISTRY
 from dataloaders.regular_files import check_input_path
-from dataloaders.run_config import find_config, load_config
+from dataloaders.run_config import config_from_dict, find_config, load_config
 from forensics.errors import ForensicsError
 from forensics.from_checkpoint import config_from_checkpoint
 from forensics.inputs_guard import check_run_inputs
@@ -53,7 +53,7 @@ def _resolve(
         if config is not None:
             raise ForensicsError(f"give --config or {family.launch_option}, not both")
         _say_ignored(from_checkpoint, family.launch_option)
-        return family.launch_run(launch_args)
+        return family.launch_run(launch_args, config_from_dict)
     if config is not None:
         _say_ignored(from_checkpoint, "--config")
         return _load_whole(find_config(config))

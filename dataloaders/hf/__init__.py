@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataloaders.hf.replayer import HFReplayer
 from dataloaders.hf.shards import record_shards
 
 __all__ = ["open_hf_replayer", "record_shards"]
@@ -16,7 +17,4 @@ __all__ = ["open_hf_replayer", "record_shards"]
 
 def open_hf_replayer(config: Any) -> Any:
     """The Replayer of a `format: hf` run config (validates files and fields up front)."""
-    # lazy: the package stays light, so its config model can be imported below the replayer
-    from dataloaders.hf.replayer import HFReplayer
-
     return HFReplayer(config)

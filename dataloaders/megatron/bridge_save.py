@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.errors import ForensicsError
+from dataloaders.family_base import ConfigFromDict
 from dataloaders.megatron.launch_args import raw_config_from_megatron_args
 from dataloaders.megatron.saved_jobs import describe, same_run
-from dataloaders.run_config import RunConfig, config_from_dict
 from dataloaders.safe_pickle import load_torch_save
 from dataloaders.trainers import MEGATRON_BRIDGE, get_trainer
 
@@ -320,9 +320,12 @@ def applied_skips(jobs: list[tuple[int, dict[str, Any], Path]]) -> list[dict[str
     return out
 
 
-def config_from_bridge(folder: Path, step: int | None, say: Callable[[str], None]) -> RunConfig:
-    """The RunConfig a Bridge save folder describes; `say` gets what was read. Jobs that
-    trained on another blend become data stages; any other difference is refused."""
+def config_from_bridge(
+    folder: Path, step: int | None, say: Callable[[str], None], config_from_dict: ConfigFromDict
+) -> Any:
+    """The run config a Bridge save folder describes, made by `config_from_dict`; `say` gets
+    what was read. Jobs that trained on another blend become data stages; any other difference
+    is refused."""
     checkpoint, why = pick_bridge_checkpoint(folder, step)
     say(f"read the run's config from {checkpoint / RUN_CONFIG} ({why})")
     jobs = bridge_jobs(checkpoint, say)
@@ -362,7 +365,7 @@ def config_from_bridge(folder: Path, step: int | None, say: Callable[[str], None
     return config
 
 
-def _check_consumed(checkpoint: Path, config: RunConfig) -> None:
+def _check_consumed(checkpoint: Path, config: Any) -> None:
     """A train state whose consumed samples are not step x batch (a changed batch size) needs
     the resumes a config states: refused rather than replayed wrong."""
     path = checkpoint / TRAIN_STATE

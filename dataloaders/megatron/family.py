@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dataloaders.family_base import Family, RestartFile
+from dataloaders.family_base import ConfigFromDict, Family, RestartFile
 from dataloaders.megatron.config import MegatronData
 from dataloaders.megatron.launch_args import config_from_megatron_args, split_megatron_args
 from dataloaders.megatron.replayer import open_megatron_replayer
@@ -21,7 +21,6 @@ from dataloaders.megatron.saved_run import (
     config_from_megatron_save,
     is_megatron_save_folder,
 )
-from dataloaders.run_config import RunConfig
 
 
 class MegatronFamily(Family):
@@ -47,8 +46,16 @@ class MegatronFamily(Family):
     def recognises_save(self, folder: Path) -> bool:
         return is_megatron_save_folder(folder)
 
-    def saved_run(self, folder: Path, step: int | None, say: Callable[[str], None]) -> RunConfig:
-        return config_from_megatron_save(folder, step, say)
+    def saved_run(
+        self,
+        folder: Path,
+        step: int | None,
+        say: Callable[[str], None],
+        config_from_dict: ConfigFromDict,
+    ) -> Any:
+        return config_from_megatron_save(folder, step, say, config_from_dict)
 
-    def launch_run(self, text: str) -> RunConfig:
-        return config_from_megatron_args(split_megatron_args(text))
+    def launch_run(self, text: str, config_from_dict: ConfigFromDict) -> Any:
+        return config_from_megatron_args(
+            split_megatron_args(text), config_from_dict=config_from_dict
+        )

@@ -27,14 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.errors import ForensicsError
+from dataloaders.family_base import ConfigFromDict
 from dataloaders.megatron.config import MegatronData
 from dataloaders.regular_files import check_input_path
-from dataloaders.run_config import (
-    MEGATRON_TOKENIZER_TYPES,
-    RunConfig,
-    TokenizerArgs,
-    config_from_dict,
-)
+from dataloaders.run_sections import MEGATRON_TOKENIZER_TYPES, TokenizerArgs
 from dataloaders.storage.urls import is_remote
 
 UNSUPPORTED = {
@@ -165,10 +161,15 @@ def _blend(values: list[str], cwd: Path) -> list[dict[str, Any]]:
 
 
 def config_from_megatron_args(
-    argv: list[str], *, cwd: Path | None = None, extra_training: dict[str, Any] | None = None
-) -> RunConfig:
-    """A RunConfig from Megatron-LM training arguments (relative paths resolve against `cwd`;
-    `extra_training` adds what a saved Namespace knows beyond the flags, e.g. the DP size)."""
+    argv: list[str],
+    *,
+    config_from_dict: ConfigFromDict,
+    cwd: Path | None = None,
+    extra_training: dict[str, Any] | None = None,
+) -> Any:
+    """The run config of Megatron-LM training arguments, made by `config_from_dict` (relative
+    paths resolve against `cwd`; `extra_training` adds what a saved Namespace knows beyond the
+    flags, e.g. the DP size)."""
     cwd = (cwd or Path.cwd()).resolve()
     raw = raw_config_from_megatron_args(argv, cwd=cwd, extra_training=extra_training)
     return config_from_dict(raw, base_dir=cwd, source=None)

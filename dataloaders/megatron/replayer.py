@@ -27,7 +27,6 @@ from dataloaders.megatron.segments import fill_segments, sample_spans
 from dataloaders.megatron.shares import split_token_shares, stage_blend_shares
 from dataloaders.megatron.sources import GPTSource, Stage
 from dataloaders.progress import progress_bar as _progress
-from dataloaders.run_config import RunConfig
 from dataloaders.schedule import Schedule
 from dataloaders.token_bytes import decode_arrays
 from dataloaders.tokenizer import load_tokenizer
@@ -44,7 +43,7 @@ class MegatronReplayer(Replayer):
     document_token_ids = True
     mixture_weights = True
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: Any) -> None:
         if not isinstance(config.data, MegatronData):
             raise ForensicsError("MegatronReplayer needs a data.format: megatron config")
         self.config = config
@@ -481,6 +480,6 @@ class MegatronReplayer(Replayer):
         }
 
 
-def open_megatron_replayer(config: RunConfig) -> MegatronReplayer:
+def open_megatron_replayer(config: Any) -> MegatronReplayer:
     """The Replayer for a `data.format: megatron` config."""
     return MegatronReplayer(config)

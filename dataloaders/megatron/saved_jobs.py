@@ -1,6 +1,6 @@
 """What the Megatron-family save-folder readers share (a Megatron-LM `--save` directory and a
 Megatron-Bridge one): whether two jobs' configs are one run, and the lines that say what was
-read. The readers (saved_run.py, bridge_save.py) each build a `RunConfig` their own way and
+read. The readers (saved_run.py, bridge_save.py) each build a run config their own way and
 meet here."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from typing import Any
 
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.config import MegatronData
-from dataloaders.run_config import RunConfig
 
 
 def same_run(job: dict[str, Any], last: dict[str, Any], job_path: Path, path: Path) -> None:
@@ -30,7 +29,7 @@ def same_run(job: dict[str, Any], last: dict[str, Any], job_path: Path, path: Pa
             )
 
 
-def describe(config: RunConfig) -> list[str]:
+def describe(config: Any) -> list[str]:
     """One line per field the replay depends on."""
     data = config.data
     if not isinstance(data, MegatronData):  # the saved args are a Megatron job's

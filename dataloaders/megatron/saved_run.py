@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.errors import ForensicsError
+from dataloaders.family_base import ConfigFromDict
 from dataloaders.megatron.bridge_save import config_from_bridge, is_bridge_save_folder
 from dataloaders.megatron.launch_args import args_to_argv, raw_config_from_megatron_args
 from dataloaders.megatron.saved_jobs import describe, same_run
-from dataloaders.run_config import RunConfig, config_from_dict
 from dataloaders.safe_pickle import load_torch_save, megatron_globals
 from dataloaders.trainers.megatron_lm import MegatronLM
 
@@ -117,18 +117,18 @@ def is_megatron_save_folder(folder: Path) -> bool:
 
 
 def config_from_megatron_save(
-    folder: Path, step: int | None, say: Callable[[str], None]
-) -> RunConfig:
-    """The run config a Megatron save folder describes (a Bridge one read by its own reader);
-    `say` gets what was read."""
+    folder: Path, step: int | None, say: Callable[[str], None], config_from_dict: ConfigFromDict
+) -> Any:
+    """The run config a Megatron save folder describes (a Bridge one read by its own reader),
+    made by `config_from_dict`; `say` gets what was read."""
     if is_bridge_save_folder(folder):
-        return config_from_bridge(folder, step, say)
+        return config_from_bridge(folder, step, say, config_from_dict)
     checkpoint, why = pick_checkpoint(folder, step)
     path = _args_file(checkpoint)
     state = load_saved_args(path)
     say(f"read the run's arguments from {path} ({why})")
     earlier = _earlier_jobs(checkpoint, state, say)
-    return config_from_saved_args(state, path, say, earlier)
+    return config_from_saved_args(state, path, config_from_dict, say, earlier)
 
 
 def _earlier_jobs(
@@ -162,10 +162,12 @@ def _earlier_jobs(
 def config_from_saved_args(
     state: dict[str, Any],
     path: Path,
+    config_from_dict: ConfigFromDict,
     say: Callable[[str], None] = print,
     earlier: list[tuple[int, dict[str, Any], Path]] | None = None,
-) -> RunConfig:
-    """`state['args']` as Megatron arguments, with what was read printed one field a line.
+) -> Any:
+    """`state['args']` as Megatron arguments, made a run config by `config_from_dict`, with
+    what was read printed one field a line.
     Earlier jobs that trained on another blend (a restart with a new --data-path) become the
     config's data stages; any other difference between the jobs is refused."""
     raw = _raw(state, path)
@@ -211,7 +213,7 @@ def _parallel(args: argparse.Namespace) -> dict[str, Any]:
     return {"data_parallel_size": int(dp)} if isinstance(dp, int) and dp > 0 else {}
 
 
-def _check_consumed(state: dict[str, Any], config: RunConfig, path: Path) -> None:
+def _check_consumed(state: dict[str, Any], config: Any, path: Path) -> None:
     """A checkpoint whose consumed sample count is not iterations x batch (a changed batch size
     or drained batches) needs the resumes a config states; refuse rather than replay wrong."""
     iteration = state.get("iteration")

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataloaders.mosaic.replayer import MosaicReplayer
+
 __all__ = ["open_mosaic_replayer"]
 
 
 def open_mosaic_replayer(config: Any) -> Any:
     """The Replayer of a `format: mosaic-streaming` run config (checks shards up front)."""
-    # lazy: the package stays light, so its config model can be imported below the replayer
-    from dataloaders.mosaic.replayer import MosaicReplayer
-
     return MosaicReplayer(config)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataloaders.olmo_core.replayer import OlmoCoreReplayer
+
 __all__ = ["open_olmo_core_replayer"]
 
 
 def open_olmo_core_replayer(config: Any) -> Any:
     """The Replayer of a `format: olmo-core` run config (validates files and states up front)."""
-    # lazy: the package stays light, so its config model can be imported below the replayer
-    from dataloaders.olmo_core.replayer import OlmoCoreReplayer
-
     return OlmoCoreReplayer(config)

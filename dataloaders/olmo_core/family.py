@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dataloaders.family_base import (
+    ConfigFromDict,
     Family,
     FileUnit,
     KeptFiles,
@@ -24,7 +25,6 @@ from dataloaders.family_base import (
 from dataloaders.olmo_core import open_olmo_core_replayer
 from dataloaders.olmo_core.config import OlmoCoreData
 from dataloaders.olmo_core.saved_config import is_olmo_core_save_folder, saved_run_config
-from dataloaders.run_config import RunConfig
 
 
 class OlmoCoreFamily(Family):
@@ -48,8 +48,14 @@ class OlmoCoreFamily(Family):
     def recognises_save(self, folder: Path) -> bool:
         return is_olmo_core_save_folder(folder)
 
-    def saved_run(self, folder: Path, step: int | None, say: Callable[[str], None]) -> RunConfig:
-        return saved_run_config(folder, say)
+    def saved_run(
+        self,
+        folder: Path,
+        step: int | None,
+        say: Callable[[str], None],
+        config_from_dict: ConfigFromDict,
+    ) -> Any:
+        return saved_run_config(folder, say, config_from_dict)
 
     def open(self, config: Any) -> Any:
         return open_olmo_core_replayer(config)

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.errors import ForensicsError
+from dataloaders.family_base import ConfigFromDict
 from dataloaders.olmo_core.remote import SCHEMES
 from dataloaders.olmo_core.state import load_trainer_state
-from dataloaders.run_config import RunConfig, config_from_dict
 from dataloaders.storage.urls import scheme_of, shown
 from dataloaders.trainers.olmo_core import OLMoCore
 
@@ -48,10 +48,12 @@ def is_olmo_core_save_folder(folder: Path) -> bool:
     )
 
 
-def saved_run_config(folder: Path, say: Callable[[str], None]) -> RunConfig:
-    """The run from an OLMo-core save folder; `say` gets what was read. Relative data paths
-    resolve against the current directory, as they did for the training job (the same rule as
-    Megatron's saved args)."""
+def saved_run_config(
+    folder: Path, say: Callable[[str], None], config_from_dict: ConfigFromDict
+) -> Any:
+    """The run from an OLMo-core save folder (made a run config by `config_from_dict`); `say`
+    gets what was read. Relative data paths resolve against the current directory, as they
+    did for the training job (the same rule as Megatron's saved args)."""
     raw = run_config_from_save_folder(folder)
     say(f"read the experiment's config and data paths from {folder}/step*/{CONFIG_NAME}")
     data = raw.get("data", {})

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataloaders.torchtitan.replayer import TitanReplayer
 from dataloaders.torchtitan.state import recognises_save, resume_entry, saved_loader_state
 
 __all__ = ["open_titan_replayer", "recognises_save", "resume_entry", "saved_loader_state"]
@@ -22,7 +23,4 @@ __all__ = ["open_titan_replayer", "recognises_save", "resume_entry", "saved_load
 
 def open_titan_replayer(config: Any) -> Any:
     """The Replayer of a `format: torchtitan` run config (files and fields checked up front)."""
-    # lazy: the package stays light, so its config model can be imported below the replayer
-    from dataloaders.torchtitan.replayer import TitanReplayer
-
     return TitanReplayer(config)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from dataloaders.errors import ForensicsError
 from dataloaders.family_base import (
+    ConfigFromDict,
     Family,
     FileUnit,
     KeptFiles,
@@ -56,7 +57,13 @@ class TorchtitanFamily(Family):
             return False
         return True
 
-    def saved_run(self, folder: Path, step: int | None, say: Callable[[str], None]) -> Any:
+    def saved_run(
+        self,
+        folder: Path,
+        step: int | None,
+        say: Callable[[str], None],
+        config_from_dict: ConfigFromDict,
+    ) -> Any:
         """Refused in one line: a torchtitan save names no data files (its datasets' loaders
         are code in its dataset table), so the run cannot be read back from it alone; the line
         gives the `data.resumes` entry the save does supply, its loader state checked readable."""

@@ -81,7 +81,7 @@ def test_values_are_not_coerced(tmp_path: Path, data: dict, message: str) -> Non
 
 
 def test_a_stage_after_the_end_of_training_is_refused() -> None:
-    from dataloaders.run_config import TrainingSpec
+    from dataloaders.run_sections import TrainingSpec
     from dataloaders.schedule import Schedule
 
     with pytest.raises(ForensicsError, match="after the end of training"):

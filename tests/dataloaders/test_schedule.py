@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dataloaders.run_config import TrainingSpec
+from dataloaders.run_sections import TrainingSpec
 from dataloaders.schedule import Schedule
 from forensics.errors import ForensicsError
 

@@ -8,6 +8,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from dataloaders.megatron.launch_args import config_from_megatron_args
+from dataloaders.run_config import config_from_dict
 from dataloaders.tokenizer import load_tokenizer
 from forensics.errors import ForensicsError
 
@@ -59,7 +60,8 @@ def test_megatron_vocab_and_merge_files(gpt2_style, tmp_path):
             "--tokenizer-type", "GPT2BPETokenizer",
             "--vocab-file", str(folder / "vocab.json"),
             "--merge-file", str(folder / "merges.txt"),
-        ]
+        ],
+        config_from_dict=config_from_dict,
     )  # fmt: skip
     assert config.tokenizer == folder / "vocab.json"
     assert config.tokenizer_merges == folder / "merges.txt"

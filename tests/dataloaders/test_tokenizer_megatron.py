@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from dataloaders.megatron.launch_args import config_from_megatron_args
+from dataloaders.run_config import config_from_dict
 from dataloaders.tokenizer import load_tokenizer
 from forensics.errors import ForensicsError
 
@@ -190,7 +191,8 @@ def test_launch_flags_reach_the_decoder(sp_model, tiktoken_vocab, tmp_path) -> N
             "32",
             "--vocab-size",
             str(entries + 32),
-        ]  # fmt: skip
+        ],  # fmt: skip
+        config_from_dict=config_from_dict,
     )
     assert tik.tokenizer_args is not None and tik.tokenizer_args.tiktoken_num_special_tokens == 32
     mcore = _megatron(
@@ -210,7 +212,8 @@ def test_launch_flags_reach_the_decoder(sp_model, tiktoken_vocab, tmp_path) -> N
             "--tokenizer-sentencepiece-legacy",
             "--tokenizer-special-tokens",
             "<extra_0>",
-        ]  # fmt: skip
+        ],  # fmt: skip
+        config_from_dict=config_from_dict,
     )
     assert spm.tokenizer_args is not None and spm.tokenizer_args.tokenizer_sentencepiece_legacy
     mcore = _megatron(

@@ -20,7 +20,7 @@ from typing import Optional, Union
 
 import pytest
 
-from dataloaders.run_config import TrainingSpec
+from dataloaders.run_sections import TrainingSpec
 from dataloaders.schedule import Schedule
 from dataloaders.trainers import MEGATRON_BRIDGE, MEGATRON_LM, LoopStart, get_trainer
 from forensics.errors import ForensicsError

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dataloaders.run_config import TrainingSpec
+from dataloaders.run_sections import TrainingSpec
 from dataloaders.schedule import Schedule
 from dataloaders.trainers import (
     MEGATRON_BRIDGE,

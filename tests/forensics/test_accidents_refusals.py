@@ -71,9 +71,10 @@ def test_megatron_arguments_that_change_the_order_are_refused(
 
 def test_dataloader_type_single_is_the_default_and_accepted(staged: dict) -> None:
     from dataloaders.megatron.launch_args import config_from_megatron_args
+    from dataloaders.run_config import config_from_dict
 
     argv = shlex.split(BASE_ARGS + "--train-iters 60 --dataloader-type single")
-    config = config_from_megatron_args(argv, cwd=staged["root"])
+    config = config_from_megatron_args(argv, config_from_dict=config_from_dict, cwd=staged["root"])
     assert [s.display_name for s in config.data.data_stages[0].blend] == ["web", "code"]
 
 

@@ -15,7 +15,6 @@ import ast
 import filecmp
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -202,7 +201,8 @@ def hf_config_module(copy: Path) -> str:
 
 
 def add_family(copy: Path) -> None:
-    """The throwaway family's package, its registry entry and its line in the `data:` union."""
+    """The throwaway family's package and its registry entry (its config model joins the
+    `data:` union through its Family)."""
     package = copy / "dataloaders/throwaway"
     package.mkdir()
     (package / "__init__.py").write_text('"""A throwaway loader family."""\n')
@@ -213,19 +213,6 @@ def add_family(copy: Path) -> None:
         "from dataloaders.throwaway.family import ThrowawayFamily",
         "ThrowawayFamily()",
     )
-    sections = copy / "dataloaders/data_sections.py"
-    text = sections.read_text()
-    union = re.search(r"\nDataConfig = Annotated\[\s*([^,]+),", text)
-    assert union, f"{sections}: no DataConfig union"
-    # the model joins the union; imported just above it (its base may be defined in this file)
-    text = (
-        text[: union.start()]
-        + "\nfrom dataloaders.throwaway.config import ThrowawayData  # noqa: E402\n"
-        + text[union.start() : union.end(1)]
-        + " | ThrowawayData"
-        + text[union.end(1) :]
-    )
-    sections.write_text(text)
 
 
 def hf_run(folder: Path, data_format: str) -> Path:
@@ -252,16 +239,13 @@ def hf_run(folder: Path, data_format: str) -> Path:
     return path
 
 
-def test_a_new_family_is_one_package_its_registry_entry_and_its_union_line(
-    tmp_path: Path,
-) -> None:
+def test_a_new_family_is_one_package_and_its_registry_entry(tmp_path: Path) -> None:
     """The throwaway family (a package reusing the HF replayer) plus its entry in
-    dataloaders/families.py and its line in the `data:` union (dataloaders/data_sections.py):
+    dataloaders/families.py: the `data:` union takes its config model from the registry, and
     `forensics replay` of a run declaring it gives the HF family's table."""
     copy = copy_sources(tmp_path / "src")
     add_family(copy)
     assert changed_files(copy) == [
-        "dataloaders/data_sections.py",
         "dataloaders/families.py",
         "dataloaders/throwaway",
     ]  # the package: __init__.py, config.py and family.py

@@ -17,8 +17,7 @@ from typing import Any, ClassVar
 import pytest
 
 from dataloaders.families import REGISTRY
-from dataloaders.family_base import Family, RestartFile
-from dataloaders.run_config import RunConfig, config_from_dict
+from dataloaders.family_base import ConfigFromDict, Family, RestartFile
 from forensics.errors import ForensicsError
 from forensics.from_checkpoint import config_from_checkpoint, holds_checkpoint
 
@@ -46,7 +45,13 @@ class ThrowawayFamily(Family):
     def recognises_save(self, folder: Path) -> bool:
         return (folder / "throwaway.json").is_file()
 
-    def saved_run(self, folder: Path, step: int | None, say: Callable[[str], None]) -> RunConfig:
+    def saved_run(
+        self,
+        folder: Path,
+        step: int | None,
+        say: Callable[[str], None],
+        config_from_dict: ConfigFromDict,
+    ) -> Any:
         self.read.append((folder, step))
         say(f"read {folder / 'throwaway.json'}")
         return config_from_dict(RAW, base_dir=Path.cwd(), source=None)

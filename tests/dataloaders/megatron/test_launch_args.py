@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dataloaders.megatron.launch_args import config_from_megatron_args, split_megatron_args
-from dataloaders.run_config import load_config
+from dataloaders.run_config import config_from_dict, load_config
 from forensics.errors import ForensicsError
 from forensics_testing.repo_paths import REPO_ROOT
 
@@ -39,7 +39,7 @@ def test_weighted_data_path_and_ignored_flags(tmp_path: Path) -> None:
         "--split 99,1,0 --data-cache-path cache --tokenizer-model tok.json --save ckpt "
         "--lr 3e-4 --bf16 --rampup-batch-size 64 64 100000 --train-samples 5120000"
     )
-    config = config_from_megatron_args(argv, cwd=tmp_path)
+    config = config_from_megatron_args(argv, config_from_dict=config_from_dict, cwd=tmp_path)
     blend = config.data.data_stages[0].blend
     assert [(d.prefix, d.weight) for d in blend] == [
         (tmp_path / "web", 0.7),
@@ -69,6 +69,7 @@ def test_unweighted_prefixes_and_defaults(tmp_path: Path) -> None:
             "--train-iters",
             "10",
         ],
+        config_from_dict=config_from_dict,
         cwd=tmp_path,
     )
     blend = config.data.data_stages[0].blend
@@ -84,7 +85,9 @@ def test_args_file_and_data_args_path(tmp_path: Path) -> None:
         "--data-args-path blend.txt \\\n  --seq-length 64 --global-batch-size 4  # comment\n"
         "--train-iters 3\n"
     )
-    config = config_from_megatron_args(split_megatron_args(f"@{args}"), cwd=tmp_path)
+    config = config_from_megatron_args(
+        split_megatron_args(f"@{args}"), config_from_dict=config_from_dict, cwd=tmp_path
+    )
     assert [d.prefix.name for d in config.data.data_stages[0].blend] == ["x", "y"]
 
 
@@ -100,7 +103,9 @@ def test_args_file_and_data_args_path(tmp_path: Path) -> None:
 )
 def test_bad_arguments(tmp_path: Path, args: str, message: str) -> None:
     with pytest.raises(ForensicsError, match=message):
-        config_from_megatron_args(split_megatron_args(args), cwd=tmp_path)
+        config_from_megatron_args(
+            split_megatron_args(args), config_from_dict=config_from_dict, cwd=tmp_path
+        )
 
 
 def test_missing_args_file() -> None:

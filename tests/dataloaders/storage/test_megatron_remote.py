@@ -124,10 +124,11 @@ def test_launch_line_names_s3_prefixes(tmp_path, flag):
     """`--data-path 0.7 s3://b/web 0.3 s3://b/code --object-storage-cache-path C`: the prefixes
     stay URLs and are placed in the cache as megatron-core places their .idx."""
     from dataloaders.megatron.launch_args import config_from_megatron_args
+    from dataloaders.run_config import config_from_dict
 
     argv = ["--data-path", "0.7", "s3://b/x/web", "0.3", "s3://b/y/code", "--seq-length", "64",
             "--global-batch-size", "8", "--train-iters", "10", flag, "osc"]  # fmt: skip
-    config = config_from_megatron_args(argv, cwd=tmp_path)
+    config = config_from_megatron_args(argv, config_from_dict=config_from_dict, cwd=tmp_path)
     specs = config.data.data_stages[0].blend
     assert [s.remote for s in specs] == ["s3://b/x/web", "s3://b/y/code"]
     assert [s.prefix for s in specs] == [tmp_path / "osc/b/x/web", tmp_path / "osc/b/y/code"]

@@ -23,7 +23,7 @@ import random
 import polars as pl
 import pytest
 
-from dataloaders.run_config import AppliedSkip, TrainingSpec
+from dataloaders.run_sections import AppliedSkip, TrainingSpec
 from dataloaders.schedule import Schedule
 from dataloaders.trainers import (
     MEGATRON_DEEPSPEED,

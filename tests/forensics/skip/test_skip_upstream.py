@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from oracles.trainer_skip import MIRROR, SPANS, Run, fetched_text, run_trainer, vendored
 
-from dataloaders.run_config import TrainingSpec
+from dataloaders.run_sections import TrainingSpec
 from dataloaders.schedule import Schedule
 from dataloaders.trainers import (
     MEGATRON_DEEPSPEED,
