@@ -22,8 +22,10 @@ contract between replay and everything downstream. Its columns:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
+import numpy as np
 import polars as pl
 
 from dataloaders.errors import ForensicsError
@@ -60,6 +62,31 @@ def check_iterations(first: int, last: int, last_iteration: int, where: str = ""
         )
     if last < first:
         raise ForensicsError(f"{where}empty iteration range {first}..{last}")
+
+
+def fixed_batch_samples(
+    first: int,
+    last: int,
+    batch_size: int,
+    last_iteration: int,
+    where: str = "",
+    stage_of: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> pl.DataFrame:
+    """`Replayer.iteration_samples` for a run whose every iteration draws `batch_size` samples
+    (iteration i: samples [(i - 1) * batch_size, i * batch_size)), the range checked first
+    (`check_iterations`). `stage_of`: iterations -> their data stage (None: stage 0
+    throughout)."""
+    check_iterations(first, last, last_iteration, where)
+    it = np.arange(first, last + 1, dtype=np.int64)
+    stage = np.zeros(len(it), dtype=np.int32) if stage_of is None else stage_of(it)
+    return pl.DataFrame(
+        {
+            "iteration": it,
+            "first_sample": (it - 1) * batch_size,
+            "end_sample": it * batch_size,
+            "stage": np.asarray(stage).astype(np.int32),
+        }
+    )
 
 
 def round_robin(per_worker: list[list[Any]]) -> list[Any]:

@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numba import njit
+
+from dataloaders.lazy_jit import kernel
 
 # Tokenizers seen by `byte_table` (id -> (tokenizer, table or None)); the tokenizer is held so
 # its id cannot be reused by another object while the entry lives.
@@ -65,7 +66,7 @@ class ByteTable:
         return [str(view[a:b], "utf-8", "replace") for a, b in pairs]
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _concat(ids, bounds, tok_offsets, tok_data):
     """(bytes uint8, row byte bounds int64 [rows + 1]): each row's tokens' bytes, in order."""
     n_rows = len(bounds) - 1

@@ -29,10 +29,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS, Replayer, check_iterations, exposure_counts
+from dataloaders.base import (
+    REPLAY_KEY_COLUMNS,
+    Replayer,
+    check_iterations,
+    exposure_counts,
+    fixed_batch_samples,
+)
 from dataloaders.console import make_console
 from dataloaders.errors import ForensicsError
-from dataloaders.hf import cache, order, packing, rows
+from dataloaders.hf import cache, doc_rows, order, packing, rows
+from dataloaders.hf.doc_rows import FILE_FACET
 from dataloaders.hf.remote import local_copy
 from dataloaders.hf.shards import (
     infer_format,
@@ -44,8 +51,6 @@ from dataloaders.hf.shards import (
 )
 from dataloaders.schedule import Schedule
 from dataloaders.tokenizer import load_tokenizer
-
-FILE_FACET = "file"
 
 
 class HFReplayer(Replayer):
@@ -289,16 +294,7 @@ class HFReplayer(Replayer):
         return [FILE_FACET] + [f for f in self.data.provenance_fields if f != FILE_FACET]
 
     def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
-        check_iterations(first, last, self.last_iteration, self._where)
-        it = np.arange(first, last + 1, dtype=np.int64)
-        return pl.DataFrame(
-            {
-                "iteration": it,
-                "first_sample": (it - 1) * self.gbs,
-                "end_sample": it * self.gbs,
-                "stage": np.zeros(len(it), dtype=np.int32),
-            }
-        )
+        return fixed_batch_samples(first, last, self.gbs, self.last_iteration, self._where)
 
     def replay(
         self, first: int, last: int, *, text: bool = False, progress: bool = True
@@ -336,37 +332,18 @@ class HFReplayer(Replayer):
             {"iteration": pl.Int64, "position": pl.Int32, "dataset_sample": pl.Int64}
         )
 
-    def _locate(self, doc_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """doc_id -> (shard index, row in shard); unknown ids are a ForensicsError."""
-        offsets = self._offsets
-        if len(doc_ids) and (doc_ids.min() < 0 or doc_ids.max() >= offsets[-1]):
-            raise ForensicsError(f"doc_id outside 0..{offsets[-1] - 1} for {self.data.name}")
-        shard = np.searchsorted(offsets, doc_ids, side="right") - 1
-        return shard, doc_ids - offsets[shard]
-
     def _doc_info(self, doc_ids: np.ndarray, *, text: bool) -> pl.DataFrame:
-        """doc_id, file, provenance fields (and text) for the given documents."""
-        doc_ids = np.asarray(doc_ids, dtype=np.int64)
-        shard, row = self._locate(doc_ids)
-        columns = [f for f in self.data.provenance_fields if f != FILE_FACET]
-        if text:
-            columns.append(self.data.text_field)
-        names = [s.name for s in self.shards]
-        frames = []
-        for idx in np.unique(shard):
-            mask = shard == idx
-            part = pl.DataFrame({"doc_id": doc_ids[mask], FILE_FACET: names[idx]})
-            if columns:
-                read = rows.read_rows(self.shards[idx], self.builder, row[mask], columns)
-                part = pl.concat([part, read.drop("row")], how="horizontal")
-            frames.append(part)
-        schema = {"doc_id": pl.Int64, FILE_FACET: pl.Utf8, **{c: pl.Utf8 for c in columns}}
-        if not frames:
-            return pl.DataFrame(schema=schema)
-        frame = pl.concat(frames).cast(schema)  # type: ignore[arg-type]
-        if text and self.data.text_field != "text":
-            frame = frame.rename({self.data.text_field: "text"})
-        return frame
+        """doc_id, file, provenance fields (and text) for the given documents (doc_rows.py)."""
+        return doc_rows.doc_info(
+            self.shards,
+            self.builder,
+            self._offsets,
+            doc_ids,
+            name=self.data.name,
+            provenance_fields=self.data.provenance_fields,
+            text_field=self.data.text_field,
+            text=text,
+        )
 
     def _segment_texts(self, table: pl.DataFrame) -> list[str]:
         """Decoded token ranges of packed segments (EOS excluded)."""

@@ -24,10 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-try:  # numba compiles the greedy loop; the pure-Python fallback is exact but slow.
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    njit = None
+from dataloaders.lazy_jit import have_numba, kernel
 
 
 def normalize(weights: Sequence[float]) -> list[float]:
@@ -63,7 +60,8 @@ def _blend_loop(weights: np.ndarray, counts: np.ndarray, start: int, stop: int, 
         counts[best] += 1
 
 
-_blend_loop_compiled = njit(cache=True, nogil=True)(_blend_loop) if njit is not None else None
+# numba compiles the greedy loop (on first use); the pure-Python fallback is exact but slow.
+_blend_loop_compiled = kernel(cache=True, nogil=True)(_blend_loop) if have_numba() else None
 
 
 def build_blending_indices(

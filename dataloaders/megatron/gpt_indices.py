@@ -32,12 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-try:  # numba compiles the running token sums; numpy's gather + cumsum is the fallback.
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    njit = None
-
 from dataloaders.errors import ForensicsError
+from dataloaders.lazy_jit import have_numba, kernel
 from dataloaders.megatron.legacy_shuffle import legacy_shuffle
 
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80  # gpt_dataset.py `threshold`
@@ -169,8 +165,9 @@ def _running_ends(sizes: np.ndarray, document_index: np.ndarray, out: np.ndarray
         out[p + 1] = total
 
 
-if njit is not None:
-    _running_ends = njit(cache=True, nogil=True)(_running_ends)
+# numba compiles the running token sums (on first use); numpy's gather + cumsum is the fallback.
+if have_numba():
+    _running_ends = kernel(cache=True, nogil=True)(_running_ends)
 
 
 def document_ends(sizes: np.ndarray, document_index: np.ndarray) -> np.ndarray:
@@ -180,7 +177,7 @@ def document_ends(sizes: np.ndarray, document_index: np.ndarray) -> np.ndarray:
     the gather with the running sum halves them against numpy's gather-then-cumsum.
     """
     ends = np.empty(len(document_index) + 1, dtype=np.int64)
-    if njit is None:  # pragma: no cover - numba is a declared dependency
+    if not have_numba():  # pragma: no cover - numba is a declared dependency
         ends[0] = 0
         ends[1:] = np.asarray(sizes)[document_index]
         np.cumsum(ends[1:], out=ends[1:])

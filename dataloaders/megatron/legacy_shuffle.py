@@ -27,10 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # numba compiles the loops; without it numpy's own shuffle runs (exact, slower).
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    njit = None
+from dataloaders.lazy_jit import have_numba, kernel
 
 
 def _partners(words: np.ndarray, i: int, out: np.ndarray, done: int) -> tuple[int, int]:
@@ -75,15 +72,16 @@ def _swap_all(data: np.ndarray, partners: np.ndarray) -> None:
         data[j] = tmp
 
 
-if njit is not None:
-    _partners = njit(cache=True, nogil=True)(_partners)
-    _swap_all = njit(cache=True, nogil=True)(_swap_all)
+# numba compiles the loops (on first use); without it numpy's own shuffle runs (exact, slower).
+if have_numba():
+    _partners = kernel(cache=True, nogil=True)(_partners)
+    _swap_all = kernel(cache=True, nogil=True)(_swap_all)
 
 
 def legacy_shuffle(rng: np.random.RandomState, data: np.ndarray) -> None:
     """`rng.shuffle(data)` for a 1-D array, in place: same permutation, same state after."""
     n = int(data.shape[0])
-    if njit is None or data.ndim != 1 or n < 2 or n - 1 > 0xFFFFFFFF:
+    if not have_numba() or data.ndim != 1 or n < 2 or n - 1 > 0xFFFFFFFF:
         rng.shuffle(data)  # 64-bit draws (over 2**32 entries) take numpy's own path
         return
     partners = np.empty(n - 1, dtype=np.int64 if n > np.iinfo(np.int32).max else np.int32)

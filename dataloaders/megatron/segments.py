@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # numba compiles the fill; the numpy version below is the fallback.
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    njit = None
+from dataloaders.lazy_jit import have_numba, kernel
 
 
 def _fill(
@@ -47,8 +44,8 @@ def _fill(
             o += 1
 
 
-if njit is not None:
-    _fill = njit(cache=True, nogil=True)(_fill)
+if have_numba():  # numba compiles the fill (on first use); the numpy version below is the fallback
+    _fill = kernel(cache=True, nogil=True)(_fill)
 
 
 def _spans(
@@ -64,8 +61,8 @@ def _spans(
         out[3, i] = sample_index[j + 1, 1]
 
 
-if njit is not None:
-    _spans = njit(cache=True, nogil=True)(_spans)
+if have_numba():  # compiled like _fill; sample_spans has the numpy fallback
+    _spans = kernel(cache=True, nogil=True)(_spans)
 
 
 def sample_spans(
@@ -74,7 +71,7 @@ def sample_spans(
     """int64[4, len(dsi)]: each dataset sample's first (position, offset) in document_index
     and the next sample's, from the stored shuffle and sample indices."""
     out = np.empty((4, len(dsi)), dtype=np.int64)
-    if njit is None:  # pragma: no cover - numba is a declared dependency
+    if not have_numba():  # pragma: no cover - numba is a declared dependency
         j = np.asarray(shuffle_index[dsi], dtype=np.int64)
         out[:2] = np.asarray(sample_index[j], dtype=np.int64).T
         out[2:] = np.asarray(sample_index[j + 1], dtype=np.int64).T
@@ -97,7 +94,7 @@ def fill_segments(
     """Write one dataset's samples into `out` ("sequence", "token_start", "token_end", int64
     arrays over the whole table). pb/ob, pe/oe: each sample's first and last (position,
     offset), int64; out_at: int64 place of each sample's first segment."""
-    if njit is not None:
+    if have_numba():
         _fill(pb, ob, pe, oe, out_at, np.asarray(document_index), np.asarray(sizes), extra,
               out["sequence"], out["token_start"], out["token_end"])  # fmt: skip
         return

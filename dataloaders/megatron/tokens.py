@@ -16,14 +16,10 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from dataloaders.lazy_jit import have_numba, kernel
 from dataloaders.megatron.indexed import IndexedDataset
 
 CHUNK_TOKENS = 1 << 25  # ~33M tokens per chunk of samples (one progress step)
-
-try:  # numba compiles the per-segment copy; the fallback slices in Python (exact, slower)
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a declared dependency
-    njit = None
 
 
 def _copy_runs(
@@ -50,7 +46,8 @@ def _copy_runs_python(src, src_begin, length, dst, dst_begin) -> None:  # type: 
         dst[d : d + n] = src[s : s + n]
 
 
-_copy_compiled = njit(cache=True, nogil=True)(_copy_runs) if njit is not None else None
+# numba compiles the per-segment copy (on first use); the fallback slices in Python (exact, slower)
+_copy_compiled = kernel(cache=True, nogil=True)(_copy_runs) if have_numba() else None
 
 
 def document_starts(ds: IndexedDataset) -> np.ndarray:

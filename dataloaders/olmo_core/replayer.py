@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS, Replayer, check_iterations
+from dataloaders.base import REPLAY_KEY_COLUMNS, Replayer, check_iterations, fixed_batch_samples
 from dataloaders.errors import ForensicsError
 from dataloaders.olmo_core import cache, files, order, paths
 from dataloaders.olmo_core.documents import FILE_FACET, OlmoCoreDocuments
@@ -244,16 +244,8 @@ class OlmoCoreReplayer(OlmoCoreDocuments, Replayer):
         return []
 
     def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
-        check_iterations(first, last, self.last_iteration, self._where)
-        it = np.arange(first, last + 1, dtype=np.int64)
-        return pl.DataFrame(
-            {
-                "iteration": it,
-                "first_sample": (it - 1) * self.ipb,
-                "end_sample": it * self.ipb,
-                "stage": self.stage_of(it).astype(np.int32),
-            }
-        )
+        last_it, where = self.last_iteration, self._where
+        return fixed_batch_samples(first, last, self.ipb, last_it, where, self.stage_of)
 
     def _place(self, instances: np.ndarray, stages: np.ndarray | None) -> tuple[np.ndarray, ...]:
         """(file index in self.files, instance number within that file) of stage instances."""

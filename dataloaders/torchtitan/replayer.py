@@ -17,12 +17,19 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import REPLAY_KEY_COLUMNS, Replayer, check_iterations, exposure_counts
+from dataloaders.base import (
+    REPLAY_KEY_COLUMNS,
+    Replayer,
+    check_iterations,
+    exposure_counts,
+    fixed_batch_samples,
+)
 from dataloaders.errors import ForensicsError
+from dataloaders.hf.doc_rows import FILE_FACET
 from dataloaders.hf.shards import sha256_file
 from dataloaders.schedule import Schedule
 from dataloaders.torchtitan.plan import KEY_SHIFT, Planner
-from dataloaders.torchtitan.sources import FILE_FACET, Source
+from dataloaders.torchtitan.sources import Source
 from dataloaders.torchtitan.state import read_loader_states
 from dataloaders.torchtitan.tokens import TitanTokenizer
 
@@ -133,16 +140,7 @@ class TitanReplayer(Replayer):
         return [FILE_FACET, *dict.fromkeys(extra)]
 
     def iteration_samples(self, first: int, last: int) -> pl.DataFrame:
-        check_iterations(first, last, self.last_iteration, self._where)
-        it = np.arange(first, last + 1, dtype=np.int64)
-        return pl.DataFrame(
-            {
-                "iteration": it,
-                "first_sample": (it - 1) * self.gbs,
-                "end_sample": it * self.gbs,
-                "stage": np.zeros(len(it), dtype=np.int32),
-            }
-        )
+        return fixed_batch_samples(first, last, self.gbs, self.last_iteration, self._where)
 
     def replay(
         self, first: int, last: int, *, text: bool = False, progress: bool = True

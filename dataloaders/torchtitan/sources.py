@@ -17,13 +17,11 @@ import numpy as np
 import polars as pl
 
 from dataloaders.errors import ForensicsError
+from dataloaders.hf import doc_rows, rows
 from dataloaders.hf import order as hf_order
-from dataloaders.hf import rows
 from dataloaders.hf.shards import infer_format, open_shards, resolve_files, verify_shards
 from dataloaders.torchtitan import cache, order
 from dataloaders.torchtitan.tokens import TitanTokenizer
-
-FILE_FACET = "file"
 
 
 class Source:
@@ -75,35 +73,19 @@ class Source:
         cache.save_inputs(key, counts)
         return counts
 
-    def _locate(self, doc_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        offsets = self.offsets
-        if len(doc_ids) and (doc_ids.min() < 0 or doc_ids.max() >= offsets[-1]):
-            raise ForensicsError(f"doc_id outside 0..{offsets[-1] - 1} for {self.name}")
-        shard = np.searchsorted(offsets, doc_ids, side="right") - 1
-        return shard, doc_ids - offsets[shard]
-
     def doc_info(self, doc_ids: np.ndarray, *, text: bool) -> pl.DataFrame:
-        """doc_id, file, provenance fields (and text) of the given documents."""
-        doc_ids = np.asarray(doc_ids, dtype=np.int64)
-        shard, row = self._locate(doc_ids)
-        columns = [f for f in self.spec.provenance_fields if f != FILE_FACET]
-        if text:
-            columns.append(self.spec.text_field)
-        frames = []
-        for idx in np.unique(shard):
-            mask = shard == idx
-            part = pl.DataFrame({"doc_id": doc_ids[mask], FILE_FACET: self.shards[idx].name})
-            if columns:
-                read = rows.read_rows(self.shards[idx], self.builder, row[mask], columns)
-                part = pl.concat([part, read.drop("row")], how="horizontal")
-            frames.append(part)
-        schema = {"doc_id": pl.Int64, FILE_FACET: pl.Utf8, **{c: pl.Utf8 for c in columns}}
-        if not frames:
-            return pl.DataFrame(schema=schema)
-        frame = pl.concat(frames).cast(schema)  # type: ignore[arg-type]
-        if text and self.spec.text_field != "text":
-            frame = frame.rename({self.spec.text_field: "text"})
-        return frame
+        """doc_id, file, provenance fields (and text) of the given documents (read as the
+        Hugging Face family reads its files: dataloaders/hf/doc_rows.py)."""
+        return doc_rows.doc_info(
+            self.shards,
+            self.builder,
+            self.offsets,
+            doc_ids,
+            name=self.name,
+            provenance_fields=self.spec.provenance_fields,
+            text_field=self.spec.text_field,
+            text=text,
+        )
 
     def doc_tokens(self, doc_ids: np.ndarray, tokenizer: TitanTokenizer) -> dict[int, list[int]]:
         """doc_id -> its encoded ids (BOS and EOS as torchtitan adds them)."""

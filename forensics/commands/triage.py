@@ -120,20 +120,20 @@ def triage_command(
     check_output_dir(out, OUTPUT_NAMES, force=force)
     console = make_console()
     err = make_console(stderr=True, soft_wrap=True)  # a warning names a path: never cut it
-    run = RunInfo(
+    info = RunInfo(
         config_path=config,
         from_checkpoint=from_checkpoint,
         corpus_tokens=corpus_tokens,
         params=params,
         seq_length=seq_length,
     )
-    run = read_run_config(run, err)
+    info = read_run_config(info, err)
     table = _read_log(log, format, err)
     fmt = detect_format(log) if format == "auto" else format
     if checkpoints:  # given: they win over the config's
-        run = _with_checkpoints(run, checkpoints, fmt)
+        info = _with_checkpoints(info, checkpoints, fmt)
     with console.status("triaging"):
-        result = triage(table, cfg, run)
+        result = triage(table, cfg, info)
         paths = _publish(result, out, str(log), fmt, force)
     for line in terminal_lines(result):
         console.print(line)
@@ -167,12 +167,12 @@ def detector_settings(
     )
 
 
-def _with_checkpoints(run: Any, spec: str, fmt: str) -> Any:
-    """`run` with --checkpoints as the checkpoint list, a save folder read for the run's
+def _with_checkpoints(info: RunInfo, spec: str, fmt: str) -> RunInfo:
+    """`info` with --checkpoints as the checkpoint list, a save folder read for the run's
     trainer's folders: the config's, else the trainer whose log format the log is in (an
     OLMo-core log: `stepN`), else Megatron-LM's."""
-    trainer = run.trainer if run.config_read else (writer_of(fmt) or run.trainer)
-    return replace(run, trainer=trainer, checkpoints=parse_checkpoints(spec, trainer))
+    trainer = info.trainer if info.config_read else (writer_of(fmt) or info.trainer)
+    return replace(info, trainer=trainer, checkpoints=parse_checkpoints(spec, trainer))
 
 
 def config_trainer(config_path: str | None) -> Trainer:
@@ -183,7 +183,7 @@ def config_trainer(config_path: str | None) -> Trainer:
     return load_config(config_path).training.registered_trainer
 
 
-def read_run_config(run: Any, err: Any) -> Any:
+def read_run_config(info: RunInfo, err: Any) -> RunInfo:
     """The config's data stages (a stage switch before a spike is the first suspect), its
     trainer and its checkpoints (--checkpoints, when given, replaces them). A config that is not
     on this machine is only filled into the spike command, and a yellow line says its stages
@@ -191,18 +191,18 @@ def read_run_config(run: Any, err: Any) -> Any:
     error)."""
     from rich.markup import escape
 
-    if run.config_path is None:
-        return run
-    if not Path(run.config_path).is_file():
+    if info.config_path is None:
+        return info
+    if not Path(info.config_path).is_file():
         err.print(
-            f"[yellow]warning:[/] --config {escape(run.config_path)}: no such file here; it is "
+            f"[yellow]warning:[/] --config {escape(info.config_path)}: no such file here; it is "
             "filled into the spike command as given, its data stages and checkpoints not read"
         )
-        return run
-    config = load_config(run.config_path)
+        return info
+    config = load_config(info.config_path)
     trainer = config.training.registered_trainer
     return replace(
-        run,
+        info,
         stage_starts=tuple(stage_starts(config)),
         trainer=trainer,
         checkpoints=tuple(config.available_checkpoints(trainer)),

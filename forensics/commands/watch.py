@@ -126,10 +126,10 @@ def watch_command(
         z_threshold=z_threshold,
         plateau_steps=plateau_steps,
     )
-    run = RunInfo(config_path=config, window=window)
+    info = RunInfo(config_path=config, window=window)
     if checkpoints:  # a save folder holds the checkpoint folders the run's trainer names
         trainer = config_trainer(config)
-        run = replace(run, trainer=trainer, checkpoints=parse_checkpoints(checkpoints, trainer))
+        info = replace(info, trainer=trainer, checkpoints=parse_checkpoints(checkpoints, trainer))
     opts = WatchOptions(
         log=log,
         out=out,
@@ -143,7 +143,7 @@ def watch_command(
         on_malignant=on_malignant,
         stall_after=stall_after,
         cfg=cfg,
-        run=run,
+        run=info,
         spike_args=extra,
     )
     console = make_console()

@@ -17,8 +17,8 @@ helpers live here beside their callers; only constants come from other files.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from dataloaders.lazy_jit import kernel
 from forensics.score.utf8_scan import FNV_PRIME
 
 # The n-gram hash mixing constants: the hash of the n-gram of words w_0..w_{n-1} is
@@ -40,7 +40,7 @@ def doc_bounds(doc: np.ndarray, n_docs: int) -> np.ndarray:
 # ---------------------------------------------------------------- one table per document
 
 
-@njit(cache=True, inline="always")
+@kernel(cache=True, inline="always")
 def _table_bits(n: int) -> int:
     """log2 of a power-of-two table size holding `n` keys at most half full."""
     bits = 4
@@ -49,13 +49,13 @@ def _table_bits(n: int) -> int:
     return bits
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _longest(bounds):
     """Words in the longest document (16 at least): what the per-document buffers must hold."""
     return max(16, np.max(np.diff(bounds))) if len(bounds) > 1 else 16
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _tables(longest):
     """(keys uint64, used int64: the count, 0 marks a free slot, first int64: the index of the
     key's first insertion): one open-addressing table big enough for the longest document,
@@ -65,7 +65,7 @@ def _tables(longest):
     return keys, np.zeros(size, dtype=np.int64), np.empty(size, dtype=np.int64)
 
 
-@njit(cache=True, inline="always")
+@kernel(cache=True, inline="always")
 def _slot(keys, used, key, bits):
     """Index of `key` in an open-addressing table (linear probing); `used[i]` 0 marks a free one."""
     mask = (1 << bits) - 1
@@ -75,7 +75,7 @@ def _slot(keys, used, key, bits):
     return i
 
 
-@njit(cache=True, inline="always")
+@kernel(cache=True, inline="always")
 def _add(keys, used, first, key, i, bits):
     """Count one occurrence of `key` (at index `i`, kept in `first` when it is the first)."""
     s = _slot(keys, used, key, bits)
@@ -88,7 +88,7 @@ def _add(keys, used, first, key, i, bits):
 # ---------------------------------------------------------------- the counts
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def slot_words(bounds, h, content, min_count, min_share):
     """bool [n_words]: content words whose form is >= `min_count` and >= `min_share` of the
     words of their document (every occurrence counted, content or not): the page's slot filler."""
@@ -110,7 +110,7 @@ def slot_words(bounds, h, content, min_count, min_share):
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _count_ngrams(h, a, n, k, cur, rep, keys, used, first, bits):
     """Extend `cur` (the (n-1)-gram hashes at starts 0..k of a document beginning at flat
     index `a`) to n-grams and count those whose prefix repeats (`rep`) in the table; then
@@ -129,7 +129,7 @@ def _count_ngrams(h, a, n, k, cur, rep, keys, used, first, bits):
     return any_rep
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _top_chars(used, first, size, length, a, n):
     """Largest count x characters (of its first occurrence) over n-grams counted twice or more."""
     best = 0.0
@@ -143,7 +143,7 @@ def _top_chars(used, first, size, length, a, n):
     return best
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _covered(rep, k, n, m, mark):
     """Words of an m-word document inside some n-gram flagged in `rep` (starts 0..k)."""
     mark[: m + 1] = 0
@@ -160,7 +160,7 @@ def _covered(rep, k, n, m, mark):
     return inside
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def ngram_stats(bounds, h, length, max_n):
     """Per document: top n-gram coverage for n = 2, 3, 4 and words inside repeated max_n-grams.
 
@@ -201,7 +201,7 @@ def ngram_stats(bounds, h, length, max_n):
     return top, covered
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _median_gap(h, a, b, word, gaps):
     """Median distance in words between consecutive occurrences of `word` in h[a:b] (inf with
     fewer than two); `gaps` is scratch space of at least b - a entries."""
@@ -216,7 +216,7 @@ def _median_gap(h, a, b, word, gaps):
     return np.median(gaps[:ng]) if ng > 0 else np.inf
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def top_keyword(bounds, h, content):
     """Per document: its most frequent repeated content word and how regularly it recurs.
 
@@ -257,7 +257,7 @@ def top_keyword(bounds, h, content):
     return count, index, gap
 
 
-@njit(cache=True, inline="always")
+@kernel(cache=True, inline="always")
 def _all_masked(masked, i, shingle):
     """Whether every word of the shingle starting at i is masked."""
     n_masked = 0
@@ -266,7 +266,7 @@ def _all_masked(masked, i, shingle):
     return n_masked == shingle
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def minhash(bounds, h, masked, eligible_in, shingle, bins, min_shingles, empty):
     """One-permutation MinHash of each document's word `shingle`-grams (`skeleton.signatures`).
 

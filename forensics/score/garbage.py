@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import polars as pl
@@ -64,17 +65,23 @@ class Signal:
     doc_floor: int
 
 
-SIGNALS: tuple[Signal, ...] = (
-    Signal("utf8_as_cp1252", P.UTF8_AS_CP1252, 1, 2),
-    Signal("ftfy", P.ftfy_badness_pattern(), 1, 3),
-    Signal("c0", P.C0_CONTROLS, 3, 4),
-    # A control character between two letters is never text: one is evidence.
-    Signal("ctrl_in_word", P.CONTROL_IN_WORD, 1, 1),
-    Signal("cp1252_in_word", P.UTF8_AS_CP1252_IN_WORD, 1, 1),
-    Signal("c1", P.C1_CONTROLS, 3, 4),
-    Signal("fffd", P.REPLACEMENT, 2, 3),
-    Signal("pua", P.PRIVATE_OR_UNASSIGNED_RS, 3, 4),
-)
+@cache
+def signals() -> tuple[Signal, ...]:
+    """The signals, built on first use: ftfy's heuristic comes from importing ftfy, which a
+    command that scores nothing should not pay for."""
+    return (
+        Signal("utf8_as_cp1252", P.UTF8_AS_CP1252, 1, 2),
+        Signal("ftfy", P.ftfy_badness_pattern(), 1, 3),
+        Signal("c0", P.C0_CONTROLS, 3, 4),
+        # A control character between two letters is never text: one is evidence.
+        Signal("ctrl_in_word", P.CONTROL_IN_WORD, 1, 1),
+        Signal("cp1252_in_word", P.UTF8_AS_CP1252_IN_WORD, 1, 1),
+        Signal("c1", P.C1_CONTROLS, 3, 4),
+        Signal("fffd", P.REPLACEMENT, 2, 3),
+        Signal("pua", P.PRIVATE_OR_UNASSIGNED_RS, 3, 4),
+    )
+
+
 # Order in which a flagged signal names the reason: the most specific explanation first.
 _PRIORITY = (
     "legacy", "mixed_script", "c0", "utf8_as_cp1252", "cp1252_in_word", "ftfy", "fffd", "c1",
@@ -104,7 +111,7 @@ def _gated_counts(frame: pl.DataFrame, groups: np.ndarray) -> pl.DataFrame:
     """`doc` and every pattern's match count (`<name>_n`; 1 or 0 for `_PRESENCE`), each
     pattern run only on the rows whose `utf8_scan.char_groups` bits say it can match
     (`_GATES`); the others count 0."""
-    patterns = {s.name: s.pattern for s in SIGNALS} | _AUX
+    patterns = {s.name: s.pattern for s in signals()} | _AUX
     out = frame.select("doc")
     for bit in sorted(set(_GATES.get(k, 0) for k in patterns)):
         names = [k for k in patterns if _GATES.get(k, 0) == bit]
@@ -146,7 +153,7 @@ def _chunk_counts(texts: pl.Series) -> pl.DataFrame:
     plain = frame.select(
         pl.col("text").str.contains(r"[^\x09\x0A\x0D\x20-\x7E]").not_().fill_null(True)
     ).to_series()
-    names = [f"{s.name}_n" for s in SIGNALS] + [f"{n}_n" for n in _AUX]
+    names = [f"{s.name}_n" for s in signals()] + [f"{n}_n" for n in _AUX]
     counted = _gated_counts(frame.filter(~plain), char_groups(texts).take(np.flatnonzero(~plain)))
     whole = (
         frame.select("doc", n_chars.alias("n_chars"))
@@ -161,22 +168,22 @@ def _corrupted_chars(frame: pl.DataFrame, whole: pl.DataFrame) -> pl.DataFrame:
     which the signal reaches its chunk floor. Only documents with evidence are cut into chunks,
     and each signal counts only the chunks of documents where it matched at all (no pattern
     anchors or looks around, so a chunk matches only where the whole document does)."""
-    evidence = pl.any_horizontal([pl.col(f"{s.name}_n") > 0 for s in SIGNALS])
-    suspects = whole.filter(evidence).select("doc", *[f"{s.name}_n" for s in SIGNALS])
+    evidence = pl.any_horizontal([pl.col(f"{s.name}_n") > 0 for s in signals()])
+    suspects = whole.filter(evidence).select("doc", *[f"{s.name}_n" for s in signals()])
     if suspects.height == 0:
-        whole = whole.with_columns(pl.lit(0).alias(f"{s.name}_chars") for s in SIGNALS)
+        whole = whole.with_columns(pl.lit(0).alias(f"{s.name}_chars") for s in signals())
         return whole.sort("doc").with_columns(pl.exclude("doc").fill_null(0).cast(pl.Int64))
     chunks = (
         frame.join(suspects, on="doc")
         .select(
             "doc",
-            *[f"{s.name}_n" for s in SIGNALS],
+            *[f"{s.name}_n" for s in signals()],
             pl.col("text").str.extract_all(rf"(?s).{{1,{CHUNK_CHARS}}}").alias("chunk"),
         )
         .explode("chunk")
         .with_columns(pl.col("chunk").str.len_chars().fill_null(0).alias("len"))
     )
-    for s in SIGNALS:
+    for s in signals():
         found = (
             chunks.lazy()
             .filter(pl.col(f"{s.name}_n") > 0)
@@ -262,7 +269,7 @@ def _signal_columns(c: dict[str, np.ndarray]) -> tuple[dict, dict]:
     """Per `Signal`: its score for every document and its corrupted fraction (`_signal_scores`)."""
     scores: dict[str, np.ndarray] = {}
     fracs: dict[str, np.ndarray] = {}
-    for s in SIGNALS:
+    for s in signals():
         scores[s.name], _, fracs[s.name] = _signal_scores(
             c[f"{s.name}_n"], c[f"{s.name}_chars"], c["n_chars"], s.doc_floor
         )

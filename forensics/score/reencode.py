@@ -18,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+
+from dataloaders.lazy_jit import kernel
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _piece_counts(data, sep):
     """Per piece of `data` (uint8, pieces separated by byte `sep`): (high bytes, high bytes in
     valid UTF-8 sequences other than U+FFFD, characters those sequences decode to, piece start,
@@ -90,7 +91,7 @@ def _piece_counts(data, sep):
     return high, valid, chars, start, end
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _byte_per_piece(data, sep, byte):
     """How often `byte` occurs in each piece of `data` (pieces separated by byte `sep`)."""
     n_pieces = 1

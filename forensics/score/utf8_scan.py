@@ -21,7 +21,8 @@ import functools
 
 import numpy as np
 import polars as pl
-from numba import njit
+
+from dataloaders.lazy_jit import kernel
 
 # The FNV-1a prime: the word hash's per-code-point step, and the n-gram hashes' (doc_counts).
 FNV_PRIME = np.uint64(0x100000001B3)
@@ -41,7 +42,7 @@ def utf8_buffers(texts: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     return offsets, data
 
 
-@njit(cache=True, inline="always")
+@kernel(cache=True, inline="always")
 def _decode(data, i):
     """(code point, byte length) of the UTF-8 character starting at data[i] (valid UTF-8)."""
     b = np.int64(data[i])
@@ -58,7 +59,7 @@ def _decode(data, i):
 # ---------------------------------------------------------------- characters
 
 
-@njit(cache=True, inline="always")
+@kernel(cache=True, inline="always")
 def _is_space(cp):
     """Unicode whitespace, as the regex `\\s` has it."""
     return (
@@ -68,7 +69,7 @@ def _is_space(cp):
     )  # fmt: skip
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _visible_and_marked(offsets, data, marked):
     n = len(offsets) - 1
     visible = np.zeros(n, dtype=np.int64)
@@ -111,7 +112,7 @@ HAS_EAST_ASIAN = 8  # U+1100-U+11FF, U+2E80-U+D7FF, U+F900-U+FAFF, U+FF00-U+FFEF
 # a superset of Han, Hangul, Hiragana, Katakana and half-width forms
 
 
-@njit(cache=True, inline="always")
+@kernel(cache=True, inline="always")
 def _char_group(cp):
     """The `HAS_*` bit of one code point (0: none)."""
     if cp < 0x20 and cp != 9 and cp != 10 and cp != 13 or 0x7F <= cp <= 0x9F:
@@ -128,7 +129,7 @@ def _char_group(cp):
     return 0
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _char_groups(offsets, data):
     n = len(offsets) - 1
     out = np.zeros(n, dtype=np.uint8)
@@ -180,12 +181,12 @@ def char_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return word, lower, cased
 
 
-@njit(cache=True, inline="always")
+@kernel(cache=True, inline="always")
 def _mix(h, cp):
     return (h ^ np.uint64(cp)) * FNV_PRIME
 
 
-@njit(cache=True, inline="always")
+@kernel(cache=True, inline="always")
 def _finish(h):
     """splitmix64's finaliser: every bit of the word hash depends on every code point."""
     h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -193,7 +194,7 @@ def _finish(h):
     return h ^ (h >> np.uint64(31))
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _count_words(offsets, data, word):
     n = len(offsets) - 1
     counts = np.zeros(n, dtype=np.int64)
@@ -208,7 +209,7 @@ def _count_words(offsets, data, word):
     return counts
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _words(offsets, data, word, lower, cased, counts):
     """Every `\\w+` word: hash of its lowercase form, code points, any cased change, any digit."""
     total = counts.sum()
@@ -274,7 +275,7 @@ def word_hashes(items: list[str]) -> np.ndarray:
     return h
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def content_words(h, length, masked, stop):
     """bool [n_words]: >= 3 characters, not masked, hash not in the sorted array `stop`
     (a binary search per word: numpy's searchsorted over ten million words cost 0.7 s)."""

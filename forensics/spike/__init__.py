@@ -1,8 +1,11 @@
 """`forensics spike`: from a spike's iteration to the culprit, the rollback and the skip plan.
 
     run.py          run_spike: the stages in runbook order
-    options.py      SpikeOptions (what the command takes), SpikeResult (what it gives back)
-    run_context.py  SpikeRun: the config, replayer, windows, cache, clock and notes of one run
+    options.py      SpikeOptions (what the command takes), the settings each stage is given
+                    (Engine, EmbedSettings, SkipSettings, RerunArgs), SpikeResult (what it gives
+                    back)
+    run_context.py  SpikeRun: the config, step, replayer, windows, cache, clock and notes of one
+                    run (no options: a stage takes those it reads as arguments)
     stages.py       replay, decode, score, cluster, model: tables in, one table out, cached
     blame.py        the culprit documents (block list) and the rollback
     exposure.py     the culprit's exposure in the skip scope and ahead

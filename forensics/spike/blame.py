@@ -86,10 +86,16 @@ def source_documents(
     return pl.concat(frames).select("dataset", "doc_id", "cluster")
 
 
-def blame_stage(run: SpikeRun, ranked: pl.DataFrame, window_docs: pl.DataFrame) -> Blame:
-    """The culprit documents, from the verdicts (or `--culprit`), with the window documents of
-    a blamed embedding cluster's document rule (forensics.spike.rule_members)."""
-    only = list(run.options.culprits) if run.options.culprits else None
+def blame_stage(
+    run: SpikeRun,
+    ranked: pl.DataFrame,
+    window_docs: pl.DataFrame,
+    culprits: tuple[str, ...] | None = None,
+) -> Blame:
+    """The culprit documents, from the verdicts (or `culprits`, the cluster ids of
+    `--culprit`), with the window documents of a blamed embedding cluster's document rule
+    (forensics.spike.rule_members)."""
+    only = list(culprits) if culprits else None
     seen = culprit_docs(ranked, window_docs, only=only)
     seen = rule_members(ranked, seen, window_docs, run.notes)
     blamed = sorted(seen["cluster"].unique().to_list()) if seen.height else []
@@ -134,7 +140,7 @@ def rollback_stage(
     window_replay = replay.filter(pl.col("side") == "window")
     onset = onset_iteration(window_replay, blame.culprit) if blame.culprit.height else None
     new = bool(ranked.filter(pl.col("id").is_in(blame.clusters))["new_in_window"].any())
-    step = run.options.step
+    step = run.step
     marks = warning_marks(step, run.plan.window, events or [], stage_starts(run.config))
     return recommend_rollback(
         step,

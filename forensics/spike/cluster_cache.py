@@ -24,24 +24,25 @@ import polars as pl
 
 from dataloaders.atomic import write_json_atomic, write_parquet_atomic
 from forensics.pipeline import StageClock, cache_key, module_version
+from forensics.spike.options import EmbedSettings
 
 CODE = ("forensics", "dataloaders")  # the packages whose source the stage's output depends on
 KEPT_KEYS = 4  # cluster outputs kept (embedding options or code versions a user goes between)
 
 
-def clusters_key(run_key: str, options: Any, scored: str | None = None) -> str:
+def clusters_key(run_key: str, embedding: EmbedSettings, scored: str | None = None) -> str:
     """The stage's inputs: the run key (config, data, window, baseline), the scorer's and the
-    code's versions, the embedding options, and (`scored`) the documents scored when they were
+    code's versions, the embedding settings, and (`scored`) the documents scored when they were
     a sample (None: every document)."""
-    model = options.embed_model
+    model = embedding.model
     extra = {} if scored is None else {"scored": scored}
     return cache_key(
         **extra,
         run=run_key,
         code=[module_version(p) for p in CODE],
-        embed_cap=options.embed_cap,
+        embed_cap=embedding.cap,
         embed_model=None if model is None else model_identity(model),
-        device=options.device,
+        device=embedding.device,
     )
 
 

@@ -87,13 +87,13 @@ def culprit_exposure(
 
 
 def exposure_stage(
-    run: Any, culprit: pl.DataFrame, resume_iteration: int
+    run: Any, culprit: pl.DataFrame, resume_iteration: int, after: int = 0
 ) -> tuple[pl.DataFrame, pl.DataFrame, tuple[int, int]]:
-    """The culprit's exposure in the skip scope (resume .. spike + --after) and ahead of it (to
-    the end of training), and the scope itself."""
+    """The culprit's exposure in the skip scope (resume .. spike + `after`, --after) and ahead
+    of it (to the end of training), and the scope itself."""
 
     last_it = run.replayer.last_iteration
-    scope = (resume_iteration, min(run.options.step + run.options.after, last_it))
+    scope = (resume_iteration, min(run.step + after, last_it))
     docs_key = cache_key(docs=documents_by_dataset(culprit))
     args = (run.replayer, culprit)
     with run.clock.stage("exposure", f"culprit documents in {scope[0]}-{last_it}", spinner=True):

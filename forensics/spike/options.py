@@ -16,6 +16,53 @@ from forensics.window import SPIKE_WINDOW
 
 
 @dataclass(frozen=True)
+class Engine:
+    """Where the replay census and the decode and score parts run (`--engine`, `--workers`,
+    `--ray-address`) and whether a progress bar shows them."""
+
+    name: str = "local"
+    workers: int = 1
+    address: str | None = None
+    progress: bool = False
+
+    @property
+    def in_process(self) -> bool:
+        """This process alone (no pool, no cluster): the stages run one after the other."""
+        return self.name == "local" and self.workers == 1
+
+
+@dataclass(frozen=True)
+class EmbedSettings:
+    """What the embedding clusters are made with; all of it keys the cluster stage's cache
+    (forensics.spike.cluster_cache). `cap` None: the embedder's default; 0: no embedding."""
+
+    cap: int | None = None
+    model: str | None = None
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class SkipSettings:
+    """What the skip plan takes in besides the blame: the scope past the spike (`after`), the
+    share over which an iteration is skipped, and whether the dense iterations ahead join."""
+
+    after: int = 0
+    threshold: float = 0.0
+    skip_ahead: bool = False
+    ahead_share: float = 0.25
+
+
+@dataclass(frozen=True)
+class RerunArgs:
+    """The command-line choices the report's suggested rerun with a checkpoint repeats (the
+    window size and `--baseline` as given), and whether this analysis rescored already."""
+
+    window: int
+    baseline: str | None
+    rescored: bool
+
+
+@dataclass(frozen=True)
 class SpikeOptions:
     """Everything `forensics spike` takes besides the config and the output directory."""
 
@@ -64,6 +111,22 @@ class SpikeOptions:
         check_engine(self.engine, self.workers, self.ray_address)
         if self.rescore is not None:  # a wrong checkpoint or losses path fails before any work
             self.rescore.check()
+
+    def engine_settings(self) -> Engine:
+        """Where the parts run, from --engine, --workers, --ray-address and the progress bar."""
+        return Engine(self.engine, self.workers, self.ray_address, self.progress)
+
+    def embed_settings(self) -> EmbedSettings:
+        """The embedding clusters' options, from --embed-cap, --embed-model, --device."""
+        return EmbedSettings(self.embed_cap, self.embed_model, self.device)
+
+    def skip_settings(self) -> SkipSettings:
+        """The skip plan's options, from --after, --threshold, --skip-ahead, --ahead-share."""
+        return SkipSettings(self.after, self.threshold, self.skip_ahead, self.ahead_share)
+
+    def rerun_args(self) -> RerunArgs:
+        """What the report's suggested rerun with a checkpoint repeats of this command."""
+        return RerunArgs(self.window, self.baseline, self.rescore is not None)
 
 
 @dataclass

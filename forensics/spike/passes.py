@@ -31,6 +31,7 @@ from forensics.cluster.source import DEFAULT_FACETS, cluster_sources, unjudged_g
 from forensics.cluster.verdict import culprit_docs, dirty_floor_expr
 from forensics.pipeline import module_version
 from forensics.spike.doc_census import choose_sample
+from forensics.spike.options import Engine
 from forensics.spike.parts import keys_digest, merge_parts, plan_named_parts, run_parts
 from forensics.spike.repeats import repeats_stage
 from forensics.spike.rule_members import cluster_causes
@@ -44,17 +45,6 @@ FACETS_DIFFER = (
     "every document was scored: this data family's replay table does not carry the facets its "
     "decoded documents do, so the groups could not be counted from the index alone"
 )
-
-
-@dataclass(frozen=True)
-class Engine:
-    """Where the passes' parts run (`--engine`, `--workers`, `--ray-address`) and whether a
-    progress bar shows them."""
-
-    name: str = "local"
-    workers: int = 1
-    address: str | None = None
-    progress: bool = False
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from dataloaders.run_config import RunConfig
-from forensics.cluster.sample import SampleDesign
+from forensics.cluster.sample import SAMPLE_DOCS, SampleDesign
 from forensics.cluster.verdict import culprit_docs
 from forensics.errors import ForensicsError
 from forensics.inputs_guard import check_unchanged
@@ -22,6 +22,7 @@ from forensics.rescore.export import require_megatron
 from forensics.rollback import Rollback
 from forensics.skip.action import shown_path
 from forensics.skip.plan import SkipPlan
+from forensics.spike.options import RerunArgs
 from forensics.spike.outdir import publish_outputs
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import Clusters
@@ -100,7 +101,7 @@ def incident_for_report(
     (when a block list exists) the culprit's share of each iteration after the spike, from the
     exposure the skip plan measured (skip scope and ahead: to the end of training)."""
     spans = pl.concat([exposure, ahead], how="vertical_relaxed")
-    share = share_past_spike(spans, run.options.step) if blocked else None
+    share = share_past_spike(spans, run.step) if blocked else None
     return Incident(
         events=[
             {k: e[k] for k in ("kind", "step", "end_step", "verdict") if k in e} for e in events
@@ -113,14 +114,19 @@ def incident_for_report(
 
 
 def documents_for_report(
-    run: SpikeRun, clusters: Clusters, window_docs: pl.DataFrame, replay: pl.DataFrame
+    run: SpikeRun,
+    clusters: Clusters,
+    window_docs: pl.DataFrame,
+    replay: pl.DataFrame,
+    culprits: tuple[str, ...] | None = None,
 ) -> tuple[pl.DataFrame, Path]:
     """The drill-down's table, every window document (documents.parquet; see
     forensics.report.documents), each marked with the culprit it is blamed with; and the
     stage cache's file that holds it, keyed by what it is built from: the window's documents
     and rows (the run key), the ranked clusters and the blamed documents (so --culprit naming
-    the clusters the verdicts blame reads the same file back)."""
-    only = list(run.options.culprits) if run.options.culprits else None
+    the clusters the verdicts blame reads the same file back). `culprits`: the cluster ids
+    named by hand (`--culprit`)."""
+    only = list(culprits) if culprits else None
     blamed = culprit_docs(clusters.ranked, window_docs, only=only)
     key = cache_key(run=run.key, ranked=content_digest(clusters.ranked),
                     blamed=content_digest(blamed),
@@ -148,18 +154,24 @@ def report_stage(
     exposure: pl.DataFrame,
     ahead: pl.DataFrame,
     evidence: tuple[pl.DataFrame | None, list[dict[str, Any]]] | None = None,
+    *,
+    culprits: tuple[str, ...] | None = None,
+    sample_docs: int = SAMPLE_DOCS,
+    rerun: RerunArgs | None = None,
 ) -> tuple[Any, list[Any]]:
     """Build the report and publish it with skip.json and the restart files, as one step.
     Returns the report and its sections (computed once; the terminal lays them out too).
 
     `evidence`: log_evidence's loss and triage events, when the caller already read the log
-    (the rollback stage needs its alarms)."""
+    (the rollback stage needs its alarms). `culprits`: the cluster ids of `--culprit`;
+    `sample_docs`: the documents scored per group when they were sampled; `rerun`: what the
+    suggested rerun with a checkpoint repeats (None: no suggestion)."""
     if evidence is None:
         evidence = log_evidence(run.config, run.plan.window, run.notes)
     loss, events = evidence
     with run.clock.stage("report", f"to {run.out}", spinner=True):
         report = build_report(
-            run.options.step,
+            run.step,
             run.plan.window,
             run.plan.baseline,
             rollback.iteration,
@@ -174,15 +186,15 @@ def report_stage(
             rollback_note=rollback.note,
             notes=run.notes,
             model=clusters.model_view,
-            design=sample_design(run.options.sample_docs, window_docs),
+            design=sample_design(sample_docs, window_docs),
         )
         report.documents, report.documents_file = documents_for_report(
-            run, clusters, window_docs, replay
+            run, clusters, window_docs, replay, culprits
         )
         report.provenance = skip.provenance or None
 
-        report.next_causes = next_causes(events, run.options.step)
-        report.checkpoint_command = checkpoint_command(run, rollback.iteration)
+        report.next_causes = next_causes(events, run.step)
+        report.checkpoint_command = checkpoint_command(run, rollback.iteration, rerun)
         blocked = sum(len(v) for v in skip.documents.values())
         report.incident = incident_for_report(run, events, exposure, ahead, blocked)
 
@@ -219,14 +231,14 @@ def config_argument(config: RunConfig) -> str | None:
     return str(shown_path(Path(source)))
 
 
-def checkpoint_command(run: SpikeRun, rollback: int | None) -> str | None:
-    """The same spike analysis with the model's view: `--checkpoint` the checkpoint the rollback
-    chose (the newest before the window's trouble), into its own output folder; paths quoted.
-    None when this analysis already had a checkpoint or losses file."""
+def checkpoint_command(run: SpikeRun, rollback: int | None, rerun: RerunArgs | None) -> str | None:
+    """The same spike analysis (`rerun`: the choices it repeats) with the model's view:
+    `--checkpoint` the checkpoint the rollback chose (the newest before the window's trouble),
+    into its own output folder; paths quoted. None when this analysis already had a checkpoint
+    or losses file (or `rerun` is None)."""
     import shlex
 
-    opts = run.options
-    if opts.rescore is not None:
+    if rerun is None or rerun.rescored:
         return None
     folder = run.config.checkpoint_dir
     saved = (
@@ -238,11 +250,11 @@ def checkpoint_command(run: SpikeRun, rollback: int | None) -> str | None:
         ckpt = str(shown_path(saved))
     else:
         ckpt = "<pre-spike checkpoint: Hugging Face, Megatron torch_dist or OLMo-core folder>"
-    parts = ["forensics", "spike", "--step", str(opts.step), "--window", str(opts.window)]
+    parts = ["forensics", "spike", "--step", str(run.step), "--window", str(rerun.window)]
     config = config_argument(run.config)
     if config:
         parts += ["--config", config]
-    if opts.baseline:
-        parts += ["--baseline", opts.baseline]
+    if rerun.baseline:
+        parts += ["--baseline", rerun.baseline]
     out = str(shown_path(run.out.parent / f"{run.out.name}-model"))
     return shlex.join([*parts, "--checkpoint", ckpt, "--out", out])

@@ -17,13 +17,8 @@ from forensics.report import print_summary
 from forensics.spike.blame import blame_stage, rollback_stage
 from forensics.spike.doc_census import census_stage
 from forensics.spike.exposure import exposure_stage
-from forensics.spike.options import SpikeOptions, SpikeResult
-from forensics.spike.passes import (
-    Engine,
-    evidence_passes,
-    figures_note,
-    rule_datasets_whole,
-)
+from forensics.spike.options import Engine, SpikeOptions, SpikeResult
+from forensics.spike.passes import evidence_passes, figures_note, rule_datasets_whole
 from forensics.spike.reporting import log_evidence, report_stage
 from forensics.spike.run_context import SpikeRun, open_run
 from forensics.spike.skipping import plan_skip
@@ -37,23 +32,26 @@ from forensics.spike.stages import (
 )
 
 
-def document_passes(run: SpikeRun, replay: pl.DataFrame) -> tuple[Any, Any, Clusters]:
+def document_passes(
+    run: SpikeRun, replay: pl.DataFrame, options: SpikeOptions, engine: Engine
+) -> tuple[Any, Any, Clusters]:
     """The window's and baseline's documents and their clusters: by the three passes (census,
     evidence from a sample, every document of what is named: forensics.spike.passes), or, with
-    --exhaustive or when the sample would be every document, by scoring every document."""
-    evidence, opts = None, run.options
-    if not opts.exhaustive:
+    --exhaustive or when the sample would be every document, by scoring every document. Each
+    stage is given the options it reads; the parts run on `engine`."""
+    evidence, culprits, embedding = None, options.culprits, options.embed_settings()
+    if not options.exhaustive:
         census_file = run.cache / f"census-{run.key}.parquet"
-        census = census_stage(replay, census_file, run.clock, run.hits, opts.progress)
-        engine = Engine(opts.engine, opts.workers, opts.ray_address, opts.progress)
-        evidence = evidence_passes(run, replay, census, opts.sample_docs, opts.culprits, engine)
+        census = census_stage(replay, census_file, run.clock, run.hits, run.progress)
+        evidence = evidence_passes(run, replay, census, options.sample_docs, culprits, engine)
     if evidence is None:
-        scored = document_stages(run, replay)
+        scored = document_stages(run, replay, engine)
         window_docs, baseline_docs = split_sides(run, replay, scored)
-        return window_docs, baseline_docs, cluster_stage(run, window_docs, baseline_docs, replay)
-    clusters = cluster_stage(run, evidence.window_docs, evidence.baseline_docs, replay,
-                             evidence.design, evidence.scored_key)  # fmt: skip
-    evidence = rule_datasets_whole(run, replay, evidence, clusters.ranked, opts.culprits, engine)
+        clusters = cluster_stage(run, window_docs, baseline_docs, embedding, culprits, replay)
+        return window_docs, baseline_docs, clusters
+    clusters = cluster_stage(run, evidence.window_docs, evidence.baseline_docs, embedding,
+                             culprits, replay, evidence.design, evidence.scored_key)  # fmt: skip
+    evidence = rule_datasets_whole(run, replay, evidence, clusters.ranked, culprits, engine)
     run.notes.append(figures_note(evidence))
     return evidence.window_docs, evidence.baseline_docs, clusters
 
@@ -73,18 +71,22 @@ def run_spike(
 
     fetched.reset()  # report.json's object_storage: what this spike fetched
     with open_run(config, out, options, trainer) as run:
-        trainer = run.trainer
-        replay = replay_stage(run)
-        window_docs, baseline_docs, clusters = document_passes(run, replay)
-        clusters = model_stage(run, replay, clusters, window_docs, baseline_docs)
-        blame = blame_stage(run, clusters.ranked, window_docs)
+        trainer, engine, settings = run.trainer, options.engine_settings(), options.skip_settings()
+        replay = replay_stage(run, engine)
+        window_docs, baseline_docs, clusters = document_passes(run, replay, options, engine)
+        clusters = model_stage(run, replay, clusters, window_docs, baseline_docs, options.rescore)
+        blame = blame_stage(run, clusters.ranked, window_docs, options.culprits)
         evidence = log_evidence(run.config, run.plan.window, run.notes)
         rollback = rollback_stage(run, clusters.ranked, blame, replay, evidence[1], trainer)
-        exposure, ahead, scope = exposure_stage(run, blame.culprit, rollback.resume_iteration)
-        skip = plan_skip(run, trainer, rollback, blame, exposure, ahead, scope, window_docs)
+        exposure, ahead, scope = exposure_stage(
+            run, blame.culprit, rollback.resume_iteration, settings.after
+        )
+        skip = plan_skip(run, trainer, rollback, blame, exposure, ahead, scope, window_docs,
+                         settings)  # fmt: skip
         report, sections = report_stage(
             run, replay, clusters, window_docs, baseline_docs, rollback, skip, exposure, ahead,
-            evidence,
+            evidence, culprits=options.culprits, sample_docs=options.sample_docs,
+            rerun=options.rerun_args(),
         )  # fmt: skip
     if options.progress:
         print_summary(report, sections=sections, html=run.out / "report.html")

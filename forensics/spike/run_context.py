@@ -21,8 +21,9 @@ from forensics.window import SpikeWindows, choose_windows
 
 @dataclass
 class SpikeRun:
-    """The config, the opened replayer, the windows, the run's trainer, and the run's cache,
-    clock and notes.
+    """The config, the spike's step, the opened replayer, the windows, the run's trainer, and
+    the run's cache, clock and notes. The command's other options are not here: each stage takes
+    those it reads as arguments (forensics.spike.options' settings).
 
     `key` names the expensive stages' cache files: everything their tables depend on (config,
     data fingerprint, window, baseline); the cheap options (threshold, --after) are not in it.
@@ -30,7 +31,7 @@ class SpikeRun:
 
     config: RunConfig
     origin: str  # where the config came from: a YAML path, or "--megatron-args"
-    options: SpikeOptions
+    step: int  # the spike's iteration (--step)
     out: Path
     replayer: Any  # dataloaders.base.Replayer
     plan: SpikeWindows
@@ -45,6 +46,11 @@ class SpikeRun:
     @property
     def cache(self) -> Path:
         return self.out / ".cache"
+
+    @property
+    def progress(self) -> bool:
+        """Whether the stages show progress bars (the clock's display: off under --quiet)."""
+        return self.clock.progress
 
     @property
     def config_hash(self) -> str:
@@ -103,7 +109,7 @@ def open_run(
         )  # fmt: skip
         fingerprint = json_fingerprint(replayer)
     trainer = trainer or config.training.registered_trainer
-    run = SpikeRun(config, origin, options, out, replayer, plan, fingerprint, clock, trainer)
+    run = SpikeRun(config, origin, options.step, out, replayer, plan, fingerprint, clock, trainer)
     run.inputs = inputs
     run.notes += [f"the window crosses the start of a data stage at iteration {s}"
                   for s in plan.crossings]  # fmt: skip

@@ -17,6 +17,7 @@ from forensics.skip.readme import SKIP_README
 from forensics.skip.tracker import TRACKER_FILE
 from forensics.spike.blame import Blame, documents_by_dataset, flagged_documents
 from forensics.spike.exposure import ahead_advice, ahead_summary
+from forensics.spike.options import SkipSettings
 from forensics.spike.run_context import SpikeRun
 
 # skip.json's label when nothing is blamed: its empty ranges and block list are the verdict
@@ -26,14 +27,15 @@ NO_CULPRIT_NOTE = (
 )
 
 
-def chosen_iterations(run: SpikeRun, exposure: pl.DataFrame, ahead: pl.DataFrame) -> list[int]:
+def chosen_iterations(
+    exposure: pl.DataFrame, ahead: pl.DataFrame, settings: SkipSettings
+) -> list[int]:
     """Iterations of the scope over --threshold, plus (--skip-ahead) the dense ones ahead."""
-    opts = run.options
-    chosen = select_iterations(exposure, opts.threshold)
-    if opts.skip_ahead and ahead.height:
+    chosen = select_iterations(exposure, settings.threshold)
+    if settings.skip_ahead and ahead.height:
         dense = ahead.filter(
             (pl.col("flagged_samples") > 0)
-            & (pl.col("flagged_samples") >= opts.ahead_share * pl.col("samples"))
+            & (pl.col("flagged_samples") >= settings.ahead_share * pl.col("samples"))
         )
         chosen = sorted(set(chosen) | set(dense["iteration"].to_list()))
     return chosen
@@ -48,14 +50,15 @@ def plan_skip(
     ahead: pl.DataFrame,
     scope: tuple[int, int],
     window_docs: pl.DataFrame,
+    settings: SkipSettings,
 ) -> SkipPlan:
     """The whole skip plan. Refuses (ForensicsError) when the run's trainer has no exact flag
     for the ranges: a wrong flag would cost a restart. A trainer with no skip option at all
     (`Trainer.no_skip`) gets the plan without its flag (its refusal says why); its action is
-    removing the culprit (`forensics.skip.action`)."""
-    opts, replayer = run.options, run.replayer
+    removing the culprit (`forensics.skip.action`). `settings`: which iterations go in."""
+    replayer = run.replayer
     choice = choose_flags(
-        trainer, chosen_iterations(run, exposure, ahead), replayer, rollback.iteration
+        trainer, chosen_iterations(exposure, ahead, settings), replayer, rollback.iteration
     )
     if choice.composed:
         run.notes.append(
@@ -69,18 +72,18 @@ def plan_skip(
             f"{why}. Roll back to a checkpoint where it is exact, or rerun "
             f"with --trainer {DEFAULT_TRAINER} to get the block list and remove its documents"
         )
-    ahead_info = ahead_summary(ahead, opts.ahead_share)
+    ahead_info = ahead_summary(ahead, settings.ahead_share)
     tracked = trainer.reads_tracker and choice.flags[trainer.name].values
     plan = build_skip_plan(
         choice,
         replayer,
-        pl.concat([exposure, ahead]) if opts.skip_ahead else exposure,
+        pl.concat([exposure, ahead]) if settings.skip_ahead else exposure,
         samples_from=scope[0],
-        step=opts.step,
+        step=run.step,
         window=list(run.plan.window),
         rollback=rollback.to_dict(),
         scope=list(scope),
-        threshold=opts.threshold,
+        threshold=settings.threshold,
         documents=documents_by_dataset(blame.culprit),
         culprit_clusters=blame.clusters,
         documents_seen_in_window=blame.seen.height,
@@ -89,7 +92,7 @@ def plan_skip(
         # list to block if removing the dataset is too much.
         documents_flagged=documents_by_dataset(flagged_documents(blame.seen, window_docs)),
         ahead=ahead_info
-        | {"skip_ahead": opts.skip_ahead, "advice": ahead_advice(ahead_info, trainer.no_skip)},
+        | {"skip_ahead": settings.skip_ahead, "advice": ahead_advice(ahead_info, trainer.no_skip)},
         fingerprint=run.fingerprint,
         notes=run.notes + ([NO_CULPRIT_NOTE] if not blame.clusters else []),
         tracker_file=TRACKER_FILE if tracked else None,

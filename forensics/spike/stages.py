@@ -43,6 +43,7 @@ from forensics.score import score_table
 from forensics.spike.census import census_file
 from forensics.spike.cluster_cache import cached_clusters, clusters_key
 from forensics.spike.drawn import distinct_documents, drawn_documents
+from forensics.spike.options import EmbedSettings, Engine
 from forensics.spike.parts import merge_parts, plan_parts, run_parts
 from forensics.spike.repeats import repeats_stage
 from forensics.spike.run_context import SpikeRun
@@ -51,13 +52,12 @@ from forensics.spike.token_signal import token_stage
 from forensics.window import stage_starts
 
 
-def replay_stage(run: SpikeRun) -> pl.DataFrame:
+def replay_stage(run: SpikeRun, engine: Engine) -> pl.DataFrame:
     """Which samples (and document segments) each iteration of the window and the baseline
     consumed; `side` says which ("window" / "baseline"). Replayed in parts by iteration range,
-    in this process or on `--engine` (forensics.spike.census), streamed into the cache file;
+    in this process or on `engine` (forensics.spike.census), streamed into the cache file;
     returned as a DataFrame read from it (`replay_scan`: the same rows, lazily)."""
     window, baseline = run.plan.window, run.plan.baseline
-    opts = run.options
 
     def replay(path: Path) -> None:
         sides = {"window": window, "baseline": baseline}
@@ -66,10 +66,10 @@ def replay_stage(run: SpikeRun) -> pl.DataFrame:
             run.config,
             sides,
             path,
-            engine=opts.engine,
-            workers=opts.workers,
-            address=opts.ray_address,
-            progress=opts.progress,
+            engine=engine.name,
+            workers=engine.workers,
+            address=engine.address,
+            progress=engine.progress,
         )
 
     what = f"window {window[0]}-{window[1]}, baseline {baseline[0]}-{baseline[1]}"
@@ -97,7 +97,7 @@ def decode_stage(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     with run.clock.stage("decode", f"{distinct.height:,} distinct documents"):
         return cached_table(
             run.cache / f"docs-{run.key}.parquet",
-            lambda: run.replayer.documents(distinct, progress=run.options.progress),
+            lambda: run.replayer.documents(distinct, progress=run.progress),
             run.hits,
             "decode",
         )
@@ -122,7 +122,7 @@ def score_stage(run: SpikeRun, docs: Callable[[], pl.DataFrame]) -> pl.DataFrame
             lambda: score_table(
                 docs() if decoded is None else decoded,
                 "text",
-                progress=run.options.progress,
+                progress=run.progress,
                 keys=True,
             ),  # fmt: skip
             run.hits,
@@ -134,37 +134,36 @@ def score_stage(run: SpikeRun, docs: Callable[[], pl.DataFrame]) -> pl.DataFrame
     return scored
 
 
-def document_stages(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
+def document_stages(run: SpikeRun, replay: pl.DataFrame, engine: Engine) -> pl.DataFrame:
     """The window's and baseline's documents, decoded and scored: in this process (decode,
-    then score), or in parts on a process pool or a Ray cluster (`--engine`, `--workers`),
-    which gives the same table; then checked for repeated n-grams on their token ids, and their
-    token statistics against the baseline's (forensics.spike.token_signal)."""
-    opts = run.options
+    then score), or in parts on a process pool or a Ray cluster (`engine`), which gives the
+    same table; then checked for repeated n-grams on their token ids, and their token
+    statistics against the baseline's (forensics.spike.token_signal)."""
     distinct = distinct_documents(run, replay)
     check_tokenizer(run.replayer, distinct, run.config.tokenizer)
-    if (opts.engine == "local" and opts.workers == 1) or distinct.height == 0:
+    if engine.in_process or distinct.height == 0:
         scored = score_stage(run, lambda: decode_stage(run, replay))
     else:
-        scored = parts_stage(run, distinct)
+        scored = parts_stage(run, distinct, engine)
     scored = repeats_stage(run, distinct, scored)
     return token_stage(run, replay, distinct, scored)
 
 
-def parts_stage(run: SpikeRun, distinct: pl.DataFrame) -> pl.DataFrame:
-    """Decode and score in parts on the chosen engine (forensics.spike.parts). Writes the same
-    cache files as the in-process stages, so a rerun on either engine reads them back."""
+def parts_stage(run: SpikeRun, distinct: pl.DataFrame, engine: Engine) -> pl.DataFrame:
+    """Decode and score in parts on `engine` (forensics.spike.parts). Writes the same cache
+    files as the in-process stages, so a rerun on either engine reads them back."""
     import shutil
 
-    opts, cache, key = run.options, run.cache, run.key
+    cache, key = run.cache, run.key
     version = module_version("forensics.score")
     folder = cache / f"parts-{key}-{version}"
 
     def decode_and_score(score_file: Path) -> None:
         items = plan_parts(distinct, folder)
-        run_parts(run.config, items, opts.engine, opts.workers, opts.ray_address, opts.progress)
+        run_parts(run.config, items, engine.name, engine.workers, engine.address, engine.progress)
         merge_parts(items, cache / f"docs-{key}.parquet", score_file)
 
-    what = f"{distinct.height:,} distinct documents on {opts.engine} ({opts.workers} workers)"
+    what = f"{distinct.height:,} distinct documents on {engine.name} ({engine.workers} workers)"
     with run.clock.stage("score", what):
         score_file = cache / f"scores-{key}-{version}.parquet"
         scored = cached_file(score_file, decode_and_score, run.hits, "score")
@@ -201,6 +200,8 @@ def cluster_stage(
     run: SpikeRun,
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
+    embedding: EmbedSettings,
+    culprits: tuple[str, ...] | None = None,
     replay: pl.DataFrame | None = None,
     design: SampleDesign | None = None,
     scored_key: str | None = None,
@@ -210,19 +211,20 @@ def cluster_stage(
     rows, gives each group's density over the window: forensics.cluster.baseline_fit). Kept
     by its inputs (forensics.spike.cluster_cache): a rerun with cheap options reads it back.
 
-    `design`: the documents were sampled (forensics.spike.passes); `scored_key` names the set
-    scored, which the cache key then holds."""
+    `embedding`: how the embedding clusters are made; `culprits`: the cluster ids named by hand
+    (`--culprit`), refused unless the window has them. `design`: the documents were sampled
+    (forensics.spike.passes); `scored_key` names the set scored, which the cache key then
+    holds."""
 
     def compute() -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
-        return compute_clusters(run, window_docs, baseline_docs, replay, design)
+        return compute_clusters(run, window_docs, baseline_docs, replay, embedding, design)
 
-    key = clusters_key(run.key, run.options, scored_key)
+    key = clusters_key(run.key, embedding, scored_key)
     ranked, assignments, note = cached_clusters(
         run.cache, key, run.notes, run.hits, run.clock, compute
     )
-    opts = run.options
-    if opts.culprits:
-        unknown = sorted(set(opts.culprits) - set(ranked["id"].to_list()))
+    if culprits:
+        unknown = sorted(set(culprits) - set(ranked["id"].to_list()))
         if unknown:
             raise ForensicsError(f"--culprit {', '.join(unknown)}: no such cluster in this window")
     return Clusters(ranked, assignments, note)
@@ -233,15 +235,17 @@ def compute_clusters(
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
     replay: pl.DataFrame | None,
+    embedding: EmbedSettings,
     design: SampleDesign | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
-    """The source-facet and embedding clusters, fitted to the baseline: (ranked, assignments,
-    the embedding sample's note). With `design` (sampled documents) the embedding sample is
-    drawn from the scored documents, its rows given back as the whole tables' rows."""
-    opts = run.options
+    """The source-facet and embedding clusters (made as `embedding` says), fitted to the
+    baseline: (ranked, assignments, the embedding sample's note). With `design` (sampled
+    documents) the embedding sample is drawn from the scored documents, its rows given back as
+    the whole tables' rows."""
     with run.clock.stage("cluster", "by source facet", spinner=True):
         parts = [cluster_sources(window_docs, baseline_docs, design=design)]
-    cap = default_cap(opts.embed_model, opts.device) if opts.embed_cap is None else opts.embed_cap
+    model, device = embedding.model, embedding.device
+    cap = default_cap(model, device) if embedding.cap is None else embedding.cap
     assignments, note = None, None
     embed_window, embed_baseline = window_docs, baseline_docs
     if design is not None:
@@ -252,10 +256,10 @@ def compute_clusters(
                 embed_window,
                 embed_baseline,
                 cap=cap,
-                model=opts.embed_model,
-                device=opts.device,
+                model=model,
+                device=device,
                 cache_dir=run.cache / "embeddings",
-                progress=opts.progress,
+                progress=run.progress,
             )
             note = describe_sample(assignments, cap)
             if design is not None:
@@ -342,12 +346,13 @@ def model_stage(
     clusters: Clusters,
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame | None = None,
+    rescore: Any = None,
 ) -> Clusters:
-    """The model's view (`--checkpoint` / `--losses`): the window's samples rescored with the
-    pre-spike checkpoint; its evidence may demote a data-side culprit, and name a group whose
-    loss stands out that no scorer flags (`baseline_docs`: each group's own baseline). A no-op
-    without it."""
-    if run.options.rescore is None:
+    """The model's view (`rescore`, forensics.rescore.RescoreOptions from `--checkpoint` /
+    `--losses`): the window's samples rescored with the pre-spike checkpoint; its evidence may
+    demote a data-side culprit, and name a group whose loss stands out that no scorer flags
+    (`baseline_docs`: each group's own baseline). A no-op without it."""
+    if rescore is None:
         return clusters
 
     with run.clock.stage("rescore", "the window's samples with the checkpoint"):
@@ -356,7 +361,7 @@ def model_stage(
             replay,
             clusters.ranked,
             window_docs,
-            run.options.rescore,
+            rescore,
             run.cache,
             run.out,
             run.fingerprint,

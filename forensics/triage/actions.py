@@ -19,14 +19,14 @@ from forensics.triage.config import RunInfo
 CONFIG_PLACEHOLDER = "<run-config.yaml>"  # a command's config when triage was given none
 
 
-def _config(run: RunInfo) -> str:
-    return shlex.quote(str(run.config_path)) if run.config_path else CONFIG_PLACEHOLDER
+def _config(info: RunInfo) -> str:
+    return shlex.quote(str(info.config_path)) if info.config_path else CONFIG_PLACEHOLDER
 
 
-def cause_check(cause: dict[str, object], step: int, rollback: int, run: RunInfo) -> str:
+def cause_check(cause: dict[str, object], step: int, rollback: int, info: RunInfo) -> str:
     """The concrete check for a supported cause other than the data (one line, the config's
     path quoted for the shell)."""
-    name, config = cause["cause"], _config(run)
+    name, config = cause["cause"], _config(info)
     if name == LR:
         return (
             f"check the lr schedule in {config} (peak lr, --lr-warmup-iters): restart from "

@@ -115,7 +115,7 @@ def analyse_curve(
     cols: Columns,
     alarms: list[Alarm],
     cfg: TriageConfig,
-    run: RunInfo,
+    info: RunInfo,
 ) -> CurveResult:
     finite = table.select("step", curve).filter(pl.col(curve).is_finite())
     steps = finite["step"].to_numpy()
@@ -135,7 +135,7 @@ def analyse_curve(
     healthy_part = steps < min(breaks) if breaks else slice(None)
     ema = ema_by_step(steps, loss, cfg.ema_half_life)
     climbs = find_climbs(steps, loss, ema, spikes, cfg) if div is None else []
-    plateaus = find_plateaus(steps, loss, cols, run, cfg, spikes) if div is None else []
+    plateaus = find_plateaus(steps, loss, cols, info, cfg, spikes) if div is None else []
     return CurveResult(
         name=curve,
         steps=steps,
@@ -174,10 +174,10 @@ def part_of_divergence(res: CurveResult, cfg: TriageConfig) -> list[Spike]:
 
 
 def triage(
-    table: pl.DataFrame, cfg: TriageConfig | None = None, run: RunInfo | None = None
+    table: pl.DataFrame, cfg: TriageConfig | None = None, info: RunInfo | None = None
 ) -> TriageResult:
     """Analyse a `read_log` table: events (spikes, alarms, divergence, plateaus) and a summary."""
-    cfg, run = cfg or TriageConfig(), run or RunInfo()
+    cfg, info = cfg or TriageConfig(), info or RunInfo()
     cols = Columns.of(table)
     alarms: list[Alarm] = []
     if cols.grad_norm is not None:
@@ -187,7 +187,7 @@ def triage(
     if cols.loss_scale is not None:
         alarms += loss_scale_alarms(cols.step, cols.loss_scale, cfg)
     curves = {
-        c: analyse_curve(table, c, cols, alarms, cfg, run) for c in loss_curves(table.columns)
+        c: analyse_curve(table, c, cols, alarms, cfg, info) for c in loss_curves(table.columns)
     }
     if not curves or all(len(c.loss) == 0 for c in curves.values()):
         raise ForensicsError(
@@ -199,12 +199,12 @@ def triage(
     for res in curves.values():
         within = part_of_divergence(res, cfg)
         events += [
-            spike_event(res, s, alarms, run, cfg, cols)
+            spike_event(res, s, alarms, info, cfg, cols)
             for s in res.spikes
             if not s.blip and s not in within
         ]
         if res.divergence is not None:
-            ev = divergence_event(res.name, res.divergence, alarms, run, cfg)
+            ev = divergence_event(res.name, res.divergence, alarms, info, cfg)
             if within:
                 ev["evidence"]["spikes_within"] = [s.onset_step for s in within]
             events.append(ev)
@@ -213,7 +213,7 @@ def triage(
     main = curves.get("loss") or next(iter(curves.values()))
     events = group_incidents(events, list(curves), main.steps)
     benign = [s.onset_step for s in main.spikes if s.verdict == "benign" and not s.blip]
-    recurring = run_recurrence(benign, main.steps, table, cfg, run)
+    recurring = run_recurrence(benign, main.steps, table, cfg, info)
     if recurring is not None:
         events.append(recurring)
     events += [alarm_event(a, main, res_div=main.divergence, cfg=cfg) for a in alarms]

@@ -45,7 +45,7 @@ def _rounded(value: float | None, plus: float = 0.0) -> float | None:
 
 
 def spike_event(
-    res: CurveResult, s: Spike, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig, cols: Columns
+    res: CurveResult, s: Spike, alarms: list[Alarm], info: RunInfo, cfg: TriageConfig, cols: Columns
 ) -> dict[str, Any]:
     """A spike's event. One that has not come back (undecided or malignant) carries the plan at
     once: rollback point, spike command, causes ranked from the evidence; an undecided one says
@@ -88,8 +88,8 @@ def spike_event(
         ev["likely_causes"] = [numeric_cause(before)]
         ev["action"] = "nothing: it came back to its trajectory (numerical); keep training"
         return ev
-    causes = spike_causes(res, s, alarms, run, cfg, cols)
-    plan = plan_fields(s.onset_step, s.peak_step, alarms, run, cfg, causes)
+    causes = spike_causes(res, s, alarms, info, cfg, cols)
+    plan = plan_fields(s.onset_step, s.peak_step, alarms, info, cfg, causes)
     ev["evidence"].update(plan.pop("_evidence"))
     ev.update(plan)
     ev["likely_causes"] = causes
@@ -105,7 +105,7 @@ def spike_event(
 
 
 def spike_causes(
-    res: CurveResult, s: Spike, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig, cols: Columns
+    res: CurveResult, s: Spike, alarms: list[Alarm], info: RunInfo, cfg: TriageConfig, cols: Columns
 ) -> list[dict[str, object]]:
     """The causes of a spike that has not come back, ranked from the evidence and the field's
     priors (forensics.triage.causes): a lasting step is the data first; a device only on
@@ -118,7 +118,7 @@ def spike_causes(
         to_level=s.peak_loss,
         grad_norm_before="",
     )
-    data = data_cause(s.onset_step, run)
+    data = data_cause(s.onset_step, info)
     lasting = s.verdict == "malignant" and not s.nonfinite
     if lasting and s.trend_excess is not None and s.trend_excess > s.tolerance:
         data = lasting_data_cause(s.trend_excess, "the pre-spike trajectory", data)
@@ -142,13 +142,13 @@ def spike_causes(
 
 
 def divergence_event(
-    curve: str, d: Divergence, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig
+    curve: str, d: Divergence, alarms: list[Alarm], info: RunInfo, cfg: TriageConfig
 ) -> dict[str, Any]:
     """A divergence: an emergency. Stop now, roll back to the last stable checkpoint before the
     first warning, and check the supported cause (the data replay only where the data is
     supported or nothing else is)."""
-    causes = rank_causes([data_cause(d.step, run), *d.likely_causes])
-    plan = plan_fields(d.step, d.step, alarms, run, cfg, causes, chain=True)
+    causes = rank_causes([data_cause(d.step, info), *d.likely_causes])
+    plan = plan_fields(d.step, d.step, alarms, info, cfg, causes, chain=True)
     evidence = {
         "summary": d.trigger,
         "from_level": round(d.from_level, 6),

@@ -19,11 +19,11 @@ from forensics.triage.spikes import Spike
 from forensics.window import SPIKE_WINDOW, spike_window
 
 
-def new_data_stage(onset: int, run: RunInfo) -> int | None:
+def new_data_stage(onset: int, info: RunInfo) -> int | None:
     """The latest data stage (from the config) that began in the SPIKE_WINDOW iterations up to
     `onset`: new data the spike command's window replays. Stage 1 is the run's start, not new
     data."""
-    starts = [s for s in run.stage_starts if s > 1 and onset - SPIKE_WINDOW < s <= onset]
+    starts = [s for s in info.stage_starts if s > 1 and onset - SPIKE_WINDOW < s <= onset]
     return max(starts) if starts else None
 
 
@@ -43,14 +43,14 @@ def warnings_before(onset: int, peak: int, alarms: list[Alarm], cfg: TriageConfi
 
 
 def event_rollback(
-    onset: int, peak: int, alarms: list[Alarm], run: RunInfo, cfg: TriageConfig, *, chain: bool
+    onset: int, peak: int, alarms: list[Alarm], info: RunInfo, cfg: TriageConfig, *, chain: bool
 ) -> Rollback:
     """forensics.rollback's rule for a loss event: new data (a stage switch shortly before the
     onset, from --config) is the evidence to go before; alarms the event followed are warnings.
     With `chain` (a divergence) the warnings reach back to the first of the train of alarms
     that led up to it (forensics.triage.causes.warning_chain): the last stable checkpoint is
     before the first burst, the start of a slow rise, the first loss-scale fall."""
-    stage = new_data_stage(onset, run)
+    stage = new_data_stage(onset, info)
     mark = None if stage is None else Mark(stage, "the data stage that brought new data")
     warnings = warnings_before(onset, peak, alarms, cfg)
     if chain:
@@ -60,14 +60,14 @@ def event_rollback(
             Mark(a.step, names.get(a.kind, a.kind)) for a in warning_chain(alarms, onset, cfg)
         ]
     return recommend_rollback(
-        onset, run.checkpoints, onset=mark, warnings=warnings, trainer=run.trainer
+        onset, info.checkpoints, onset=mark, warnings=warnings, trainer=info.trainer
     )
 
 
-def data_cause(onset: int, run: RunInfo) -> dict[str, object]:
+def data_cause(onset: int, info: RunInfo) -> dict[str, object]:
     """0. The data: new data shortly before the onset (a stage switch) is the first suspect."""
     name = "the data (a bad batch, or new data in the blend)"
-    stage = new_data_stage(onset, run)
+    stage = new_data_stage(onset, info)
     if stage is not None:
         return {
             "cause": name,
@@ -78,7 +78,7 @@ def data_cause(onset: int, run: RunInfo) -> dict[str, object]:
                 "names the documents"
             ),
         }
-    if run.config_path is None or not run.config_read:
+    if info.config_path is None or not info.config_read:
         return {
             "cause": name,
             "supported": None,
@@ -129,7 +129,7 @@ def plan_fields(
     onset: int,
     peak: int,
     alarms: list[Alarm],
-    run: RunInfo,
+    info: RunInfo,
     cfg: TriageConfig,
     causes: list[dict[str, object]],
     *,
@@ -138,14 +138,14 @@ def plan_fields(
     """The rollback point and the next command for an event's JSON: the data replay (`forensics
     spike`) where the data is supported or nothing else is, else the concrete check of the
     supported cause (forensics.triage.actions)."""
-    rollback = event_rollback(onset, peak, alarms, run, cfg, chain=chain)
-    cmd, note = next_command(onset, rollback.iteration, run)
+    rollback = event_rollback(onset, peak, alarms, info, cfg, chain=chain)
+    cmd, note = next_command(onset, rollback.iteration, info)
     top = causes[0] if causes else None
     replay = top is None or top["supported"] is not True or top["cause"] == DATA
     fields: dict[str, Any] = {
         "rollback_iteration": rollback.iteration,
         "rollback_rule": rollback.rule,
-        "next_command": cmd if replay else cause_check(top, onset, rollback.iteration, run),
+        "next_command": cmd if replay else cause_check(top, onset, rollback.iteration, info),
         "spike_command": cmd,
         "replay_suggested": replay,
     }
@@ -155,25 +155,25 @@ def plan_fields(
     return fields | {"_evidence": evidence}
 
 
-def next_command(step: int, rollback: int, run: RunInfo) -> tuple[str, str | None]:
+def next_command(step: int, rollback: int, info: RunInfo) -> tuple[str, str | None]:
     """The `forensics spike` call that replays the window's documents, and a note: why this
     window, and whether the user must fill in the config."""
     import shlex
 
     window, why = spike_window(step, rollback)
-    if run.window is not None:
-        window, why = run.window, f"--window {run.window}: the window the spike runs with"
+    if info.window is not None:
+        window, why = info.window, f"--window {info.window}: the window the spike runs with"
     # Quoted for the shell: a path with a space, or `$(...)` in a name, must paste as one word.
-    config = shlex.quote(str(run.config_path)) if run.config_path else CONFIG_PLACEHOLDER
+    config = shlex.quote(str(info.config_path)) if info.config_path else CONFIG_PLACEHOLDER
     source = f"--config {config}"
-    if run.config_path is None and run.from_checkpoint:
-        source = f"--from-checkpoint {shlex.quote(str(run.from_checkpoint))}"
+    if info.config_path is None and info.from_checkpoint:
+        source = f"--from-checkpoint {shlex.quote(str(info.from_checkpoint))}"
     cmd = f"forensics spike {source} --step {step} --window {window} --out spike-{step}/"
-    if run.config_path is None and not run.from_checkpoint:
+    if info.config_path is None and not info.from_checkpoint:
         why += f"; replace {CONFIG_PLACEHOLDER} with the run's config (or pass --config to triage)"
-    if run.train_iters is not None and step > run.train_iters:
+    if info.train_iters is not None and step > info.train_iters:
         why += (
-            f"; WARNING: step {step} is past the config's train_iters {run.train_iters}, so this "
+            f"; WARNING: step {step} is past the config's train_iters {info.train_iters}, so this "
             "log is not that config's run (or counts steps another way): spike will refuse it; "
             "check --config"
         )

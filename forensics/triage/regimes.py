@@ -140,7 +140,7 @@ def find_plateaus(
     steps: np.ndarray,
     loss: np.ndarray,
     cols: Columns,
-    run: RunInfo,
+    info: RunInfo,
     cfg: TriageConfig,
     spikes: list[Spike] | None = None,
 ) -> list[Plateau]:
@@ -208,29 +208,29 @@ def find_plateaus(
         rose = p.observed_drop < -0.01 * p.level
         expected = p.predicted_drop > cfg.plateau_min_drop_rel * p.level
         if p.observed_drop < cfg.plateau_frac * p.predicted_drop and expected and not rose:
-            p.checks, p.conclusion = plateau_checks(p, cols, run, cfg)
+            p.checks, p.conclusion = plateau_checks(p, cols, info, cfg)
             kept.append(p)
     return kept
 
 
-def tokens_at(cols: Columns, step: int, run: RunInfo) -> tuple[float | None, str]:
+def tokens_at(cols: Columns, step: int, info: RunInfo) -> tuple[float | None, str]:
     """Tokens consumed by `step`, and how we know (or what we would need)."""
     t = cols.at(cols.tokens, step)
     if t is not None:
         return t, "the log's consumed tokens"
-    if run.seq_length:
+    if info.seq_length:
         smp = cols.at(cols.samples, step)
         if smp is not None:
-            return smp * run.seq_length, "consumed samples x --seq-length"
+            return smp * info.seq_length, "consumed samples x --seq-length"
         gbs = cols.at(cols.batch, step)
         if gbs is not None:
-            return step * gbs * run.seq_length, "step x global batch size x --seq-length"
+            return step * gbs * info.seq_length, "step x global batch size x --seq-length"
         return None, "needs consumed samples or the global batch size in the log"
     return None, "needs consumed tokens in the log, or --seq-length with consumed samples"
 
 
 def plateau_checks(
-    p: Plateau, cols: Columns, run: RunInfo, cfg: TriageConfig
+    p: Plateau, cols: Columns, info: RunInfo, cfg: TriageConfig
 ) -> tuple[list[dict[str, object]], str]:
     """LR schedule, then data repetition, then capacity; each says what it needed if missing."""
     checks: list[dict[str, object]] = []
@@ -251,14 +251,14 @@ def plateau_checks(
         )
         if at_floor:
             conclusion = "by design: the lr schedule is near its floor, the curve flattens with it"
-    tokens, how = tokens_at(cols, p.end_step, run)
-    if tokens is None or not run.corpus_tokens:
+    tokens, how = tokens_at(cols, p.end_step, info)
+    if tokens is None or not info.corpus_tokens:
         need = [how] if tokens is None else []
-        if not run.corpus_tokens:
+        if not info.corpus_tokens:
             need.append("--corpus-tokens")
         checks.append({"check": "data repetition", "result": None, "needed": "; ".join(need)})
     else:
-        epochs = tokens / run.corpus_tokens
+        epochs = tokens / info.corpus_tokens
         checks.append(
             {
                 "check": "data repetition",
@@ -270,22 +270,22 @@ def plateau_checks(
             conclusion = (
                 f"repeated data ({epochs:.2f} epochs): add fresh data or anneal the learning rate"
             )
-    if tokens is None or not run.params:
+    if tokens is None or not info.params:
         need = [how] if tokens is None else []
-        if not run.params:
+        if not info.params:
             need.append("--params")
         checks.append({"check": "model capacity", "result": None, "needed": "; ".join(need)})
     else:
         c, e = cfg.chinchilla, CHINCHILLA_EPOCH
-        expected = c["E"] + c["A"] / run.params ** c["alpha"] + c["B"] / tokens ** c["beta"]
-        epoch = e["E"] + e["A"] / run.params ** e["alpha"] + e["B"] / tokens ** e["beta"]
+        expected = c["E"] + c["A"] / info.params ** c["alpha"] + c["B"] / tokens ** c["beta"]
+        epoch = e["E"] + e["A"] / info.params ** e["alpha"] + e["B"] / tokens ** e["beta"]
         reached = p.level <= 1.02 * max(expected, epoch)
         checks.append(
             {
                 "check": "model capacity",
                 "result": "capacity reached" if reached else "below capacity",
                 "evidence": (
-                    f"plateau loss {p.level:.4g} vs Chinchilla L(N={run.params:.3g}, "
+                    f"plateau loss {p.level:.4g} vs Chinchilla L(N={info.params:.3g}, "
                     f"D={tokens:.3g}) = {expected:.4g} (Epoch AI refit {epoch:.4g}); the constants "
                     "depend on tokenizer and data, so treat this as a rough yardstick"
                 ),

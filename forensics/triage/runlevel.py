@@ -120,7 +120,7 @@ def run_recurrence(
     steps: np.ndarray,
     table: pl.DataFrame,
     cfg: TriageConfig,
-    run: RunInfo,
+    info: RunInfo,
     first: int | None = None,
 ) -> dict[str, Any] | None:
     """The recurrence finding for a log (`first`: the run's first step when the table is only a
@@ -133,7 +133,7 @@ def run_recurrence(
         before = table.filter(pl.col("step") <= last_spike)["lr"].cast(pl.Float64)
         before = before.drop_nulls().drop_nans()
         lr_peak = float(before[-1]) if len(before) else None
-    command, _ = next_command(last_spike, max(last_spike - 100, 0), run)
+    command, _ = next_command(last_spike, max(last_spike - 100, 0), info)
     start = int(steps[0]) if first is None else first
     return recurrence_event(
         benign_steps, start, int(steps[-1]), seconds_per_step(table), cfg, lr_peak, command

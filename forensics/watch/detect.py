@@ -36,8 +36,8 @@ def window_steps(cfg: TriageConfig) -> int:
 class WindowDetector:
     """The recent rows of the log and the triage of them."""
 
-    def __init__(self, cfg: TriageConfig, run: RunInfo, path: Path) -> None:
-        self.cfg, self.run, self.path = cfg, run, path
+    def __init__(self, cfg: TriageConfig, info: RunInfo, path: Path) -> None:
+        self.cfg, self.info, self.path = cfg, info, path
         self.table: pl.DataFrame | None = None
         self.trimmed_before: int | None = None  # first step kept once rows were dropped
         self.first_step: int | None = None  # the run's first step seen (run-level rates)
@@ -87,7 +87,7 @@ class WindowDetector:
         if self.table is None or self.table.height == 0:
             return None
         try:
-            return triage(self.table, self.cfg, self.run)
+            return triage(self.table, self.cfg, self.info)
         except ForensicsError:  # no finite loss yet in view: nothing to judge
             return None
 

@@ -118,7 +118,7 @@ def test_benign_spike_fast_recovery_and_grad_norm_lead() -> None:
 
 def test_malignant_step_gets_rollback_and_next_command() -> None:
     run = RunInfo(checkpoints=(2500, 2920, 2940, 2990), config_path="run.yaml")
-    r = triage(loss_curves.make("malignant_step"), run=run)
+    r = triage(loss_curves.make("malignant_step"), info=run)
     (spike,) = _kinds(r, "spike")
     assert spike["verdict"] == "malignant"
     assert spike["rollback_iteration"] == 2940  # latest checkpoint in [S-100, S-50]
@@ -129,7 +129,7 @@ def test_malignant_step_gets_rollback_and_next_command() -> None:
     assert not _kinds(r, "plateau") and not _kinds(r, "divergence")
     # A config path the shell would split or expand is quoted, so the line pastes as it reads.
     odd = RunInfo(checkpoints=(2940,), config_path="my runs/$(rm -rf x).yaml")
-    (spike,) = _kinds(triage(loss_curves.make("malignant_step"), run=odd), "spike")
+    (spike,) = _kinds(triage(loss_curves.make("malignant_step"), info=odd), "spike")
     assert "--config 'my runs/$(rm -rf x).yaml' --step 3000" in spike["next_command"]
 
 
@@ -186,7 +186,7 @@ def test_divergence_with_grad_norm_precursor() -> None:
     ],
 )
 def test_plateau_causes_in_order(shape: str, run: RunInfo, conclusion: str) -> None:
-    r = triage(loss_curves.make(shape), run=run)
+    r = triage(loss_curves.make(shape), info=run)
     (p,) = _kinds(r, "plateau")
     assert abs(p["step"] - loss_curves.SPIKE_STEP) < 500 and p["conclusion"].startswith(conclusion)
     assert [c["check"] for c in p["checks"]] == [

@@ -85,7 +85,7 @@ def test_without_a_config_the_data_cause_says_what_it_needs() -> None:
     assert data["supported"] is None and "--config" in data["evidence"]
     # A stage switch long before the spike (outside the replayed window) is not evidence.
     run = RunInfo(stage_starts=(1, S - 1000), config_path="run.yaml", config_read=True)
-    (spike,) = _spikes(triage(df, run=run))
+    (spike,) = _spikes(triage(df, info=run))
     data = next(c for c in spike["likely_causes"] if c["cause"].startswith("the data"))
     assert data["supported"] is None and "no data stage began in the 300" in data["evidence"]
 
@@ -98,10 +98,10 @@ def test_a_stage_switch_is_evidence_for_the_rollback() -> None:
     ckpts = tuple(range(0, S, 50))
     for stage, expected in ((S - 30, S - 50), (S - 80, S - 100), (S - 49, S - 50)):
         run = RunInfo(checkpoints=ckpts, stage_starts=(1, stage), config_read=True)
-        (spike,) = _spikes(triage(df, run=run))
+        (spike,) = _spikes(triage(df, info=run))
         assert (spike["rollback_iteration"], spike["rollback_rule"]) == (expected, "evidence")
     run = RunInfo(checkpoints=(*ckpts, S - 20), stage_starts=(1, S - 15), config_read=True)
-    (spike,) = _spikes(triage(df, run=run))
+    (spike,) = _spikes(triage(df, info=run))
     assert spike["rollback_iteration"] == S - 20  # closer than the fixed window, still clean
 
 
