@@ -27,6 +27,7 @@ class PeakMemory:
         self.anon_kb = 0  # the same, private memory only (RssAnon: no mapped .bin pages)
         self.stage = "open"  # the spike stage running (set by watch_stages)
         self.by_stage: dict[str, int] = {}  # stage -> the largest tree total seen in it, kB
+        self.anon_by_stage: dict[str, int] = {}  # stage -> the largest private tree total, kB
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -81,6 +82,7 @@ class PeakMemory:
         self.tree_kb = max(self.tree_kb, tree)
         self.by_stage[self.stage] = max(self.by_stage.get(self.stage, 0), tree)
         self.anon_kb = max(self.anon_kb, anon)
+        self.anon_by_stage[self.stage] = max(self.anon_by_stage.get(self.stage, 0), anon)
 
     def summary(self) -> dict[str, float]:
         """GiB: the driver, the largest worker, and all workers together (peaks added: an

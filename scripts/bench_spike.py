@@ -160,12 +160,15 @@ def timed(config: Path, out: Path, opts: SpikeOptions) -> tuple[object, float, f
 
 
 def print_stages(
-    runs: list[tuple[str, object, float, float]], gib: dict[str, float] | None = None
+    runs: list[tuple[str, object, float, float]],
+    gib: dict[str, float] | None = None,
+    private: dict[str, float] | None = None,
 ) -> None:
     """One column per run: each stage's seconds, and whether a rerun read it from the cache;
-    the total wall and CPU seconds; `gib`: the process tree's peak in each stage of the first."""
+    the total wall and CPU seconds; `gib` / `private`: the process tree's peak resident /
+    private memory in each stage of the first."""
     head = "".join(f" {name:>14}" for name, *_ in runs)
-    print(f"{'stage':<10}{head}{'  tree GiB' if gib else ''}")
+    print(f"{'stage':<10}{head}{'  tree GiB' if gib else ''}{'  private' if private else ''}")
     stages = list(dict.fromkeys(s for _, result, *_ in runs for s in result.timings))
     for stage in stages:
         cells = []
@@ -174,6 +177,7 @@ def print_stages(
             mark = "" if hit is None or result is runs[0][1] else (" c" if hit else " -")
             cells.append(f" {result.timings.get(stage, 0.0):12.1f}{mark:2}")
         peak = f" {gib[stage]:9.2f}" if gib and stage in gib else ""
+        peak += f" {private[stage]:8.2f}" if private and stage in private else ""
         print(f"{stage:<10}{''.join(cells)}{peak}")
     print(f"{'total':<10}{''.join(f' {total:12.1f}  ' for _, _, total, _ in runs)}")
     print(f"{'CPU s':<10}{''.join(f' {cpu:12.1f}  ' for *_, cpu in runs)}")
@@ -262,7 +266,8 @@ def main() -> None:
         f"sample-document rows; engine {args.engine} x {args.workers}; {os.cpu_count()} CPUs, "
         f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
-    print_stages(runs, {k: kb / 2**20 for k, kb in memory.by_stage.items()})
+    print_stages(runs, {k: kb / 2**20 for k, kb in memory.by_stage.items()},
+                 {k: kb / 2**20 for k, kb in memory.anon_by_stage.items()})  # fmt: skip
     peak = memory.summary()
     peak["tree"] = max(peak["tree"], peak["driver"])
     print(

@@ -89,7 +89,10 @@ def round_trips_batch(
     (its Rust threads: several times faster than one call per sequence on a large sample)."""
     trimmed = [_trimmed(ids, special or set()) for ids in sequences]
     texts = tokenizer.decode_batch([ids for ids, _ in trimmed], skip_special_tokens=False)
-    again = tokenizer.encode_batch(texts, add_special_tokens=False)
+    if hasattr(tokenizer, "encode_batch"):
+        again = tokenizer.encode_batch(texts, add_special_tokens=False)
+    else:  # a decoder with no batch call (dataloaders.tokenizer_megatron's SentencePiece)
+        again = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
     return np.array(
         [not ids or _same_ids(ids, enc.ids, cut)
          for (ids, cut), enc in zip(trimmed, again, strict=True)],

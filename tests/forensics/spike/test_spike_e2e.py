@@ -27,6 +27,7 @@ from forensics.skip.flags import pin_beside, verify_flag
 from forensics.spike import SpikeOptions, run_spike
 from forensics_testing.demo.build import DemoSpec, build_run
 from forensics_testing.refusal import refused
+from forensics_testing.verdicts import assert_same_judged_verdicts
 
 SPEC = DemoSpec(
     name="e2e",
@@ -587,16 +588,14 @@ def exhaustive(run: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_the_three_passes_give_the_exhaustive_verdicts(run: dict, exhaustive: dict) -> None:
     """The default run (census, a sample of each group, every document of the groups named)
-    against --exhaustive: the same source verdicts, culprit groups, block lists, skip ranges
+    against --exhaustive: the same source verdicts where it judges (forensics_testing.verdicts),
+    culprit groups, block lists, skip ranges
     and rollback (embedding clusters are k-means over another sample of documents)."""
     ours, reference = run["result"], exhaustive["result"]
     assert "census" in ours.timings and "decode" in reference.timings
 
-    def verdicts(result) -> list[tuple]:
-        ranked = result.report.clusters.filter(pl.col("kind") == "source")
-        return sorted(ranked.select("id", "facet", "key", "verdict", "explained_by").rows())
-
-    assert verdicts(ours) == verdicts(reference)
+    columns = ("facet", "key", "verdict", "explained_by")
+    assert_same_judged_verdicts(ours, reference, columns, source_only=True)
     assert ours.skip.culprit_clusters == reference.skip.culprit_clusters
     assert ours.skip.documents == reference.skip.documents
     assert ours.skip.to_dict()["documents_flagged"] == reference.skip.to_dict()["documents_flagged"]

@@ -22,6 +22,7 @@ from forensics.cluster.sample import (
 from forensics.errors import ForensicsError
 from forensics.spike import SpikeOptions, run_spike
 from forensics_testing.small_run import SMALL, WINDOW
+from forensics_testing.verdicts import assert_same_judged_verdicts
 
 SAMPLE = 10  # documents per group: the small run's big groups (up to 124 documents) are sampled
 
@@ -44,23 +45,10 @@ def both(small_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"config": config, "exhaustive": exhaustive, "passes": passes, "root": root}
 
 
-def _verdicts(result) -> dict[str, tuple]:
-    ranked = result.report.clusters
-    rows = ranked.select("id", "facet", "key", "verdict", "label", "explained_by").rows()
-    return {r[0]: r[1:] for r in rows}
-
-
 def _same_outcome(ours, reference) -> None:
-    """Every group the passes judge has the exhaustive verdict, every group the exhaustive run
-    does not call clean is judged, and the groups left out (fine facets' groups neither
-    over-represented in the census nor scored whole) are as many as the figures note says."""
-    mine, theirs = _verdicts(ours), _verdicts(reference)
-    assert mine == {k: theirs[k] for k in mine}
-    left_out = {k: v for k, v in theirs.items() if k not in mine}
-    assert all(v[0] in ("domain", "file") and v[2] == "clean" for v in left_out.values())
-    said = [n for n in ours.report.notes if n.startswith("figures:")]
-    if left_out:
-        assert f"; {len(left_out):,} groups of the fine facets (domain, file)" in said[0]
+    assert_same_judged_verdicts(
+        ours, reference, ("facet", "key", "verdict", "label", "explained_by")
+    )
     assert ours.skip.culprit_clusters == reference.skip.culprit_clusters
     assert ours.skip.documents == reference.skip.documents  # the block list
     assert ours.skip.to_dict()["documents_flagged"] == reference.skip.to_dict()["documents_flagged"]
