@@ -29,17 +29,23 @@ from forensics.score.batches import BATCH_COLUMNS, BatchScores, score_batch
 from forensics.score.skeleton import cluster_signatures, skeleton_scores
 from forensics.score.spam import SpamSignals
 from forensics.score.table import OUTPUT_COLUMNS, RULE_COLUMNS, assemble_scores
+from forensics.spike.token_signal import part_token_stats
 
 PART_DOCUMENTS = 2_000  # documents per task: a few seconds of work, ~10 MB of text
 
 
 def score_part(config: Any, item: dict[str, Any], replayer: Any = None) -> dict[str, Any]:
-    """Worker: decode and score one part's documents into `item["out"]` (kept if present);
-    `replayer`: the run's, when the part runs in the driver."""
+    """Worker: decode and score one part's documents into `item["out"]` (kept if present), and
+    with `item["unigrams"]` their token figures into `item["tokens"]`
+    (forensics.spike.token_signal.part_token_stats); `replayer`: the run's, when the part runs
+    in the driver."""
     out = Path(item["out"])
     if not out.is_file():
+        replayer = replayer or cached_replayer(config)
         keys = pl.read_parquet(item["keys"])
-        docs = (replayer or cached_replayer(config)).documents(keys, progress=False)
+        if item.get("unigrams") and not Path(item["tokens"]).is_file():
+            part_token_stats(replayer, keys, Path(item["unigrams"]), Path(item["tokens"]))
+        docs = replayer.documents(keys, progress=False)
         scores = score_batch(docs["text"]).to_frame()
         write_parquet_atomic(pl.concat([docs, scores], how="horizontal"), out)
     return {"part": int(item["part"]), "documents": int(item["documents"])}

@@ -38,7 +38,7 @@ from forensics.spike.rule_members import cluster_causes
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import fit_verdicts
 from forensics.spike.tokcheck import check_tokenizer
-from forensics.spike.token_signal import token_reference, token_stage
+from forensics.spike.token_signal import reference_unigrams_file, token_reference, token_stage
 
 MAX_PASSES = 10  # rounds of pass 3; each adds the documents of newly named groups
 FACETS_DIFFER = (
@@ -177,6 +177,9 @@ def score_set(
     # exhaustive path's parts-<key>-<v>/, which is merged and removed
     folder = run.cache / f"evidence-{run.key}-{module_version('forensics.score')}"
     fresh = plan_named_parts(new, folder)
+    unigrams = reference_unigrams_file(run, replay)
+    for item in fresh if unigrams else []:
+        item["unigrams"], item["tokens"] = str(unigrams), item["out"].replace("/part-", "/tokraw-")
     run.hits.setdefault(label, all(Path(i["out"]).is_file() for i in fresh))
     what = f"{new.height:,} documents on {engine.name} ({engine.workers} workers)"
     with run.clock.stage(label, what):
@@ -187,7 +190,8 @@ def score_set(
     with run.clock.stage("score", f"{scored_set.height:,} scored documents", spinner=True):
         scored = merged_scores(items)
     scored = repeats_stage(run, scored_set, scored, key=key)
-    return token_stage(run, replay, scored_set, scored, key=key), key
+    computed = [Path(i["tokens"]) for i in items if "tokens" in i]
+    return token_stage(run, replay, scored_set, scored, key=key, computed=computed), key
 
 
 def merged_scores(items: list[dict[str, Any]]) -> pl.DataFrame:

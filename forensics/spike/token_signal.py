@@ -41,12 +41,13 @@ numpy lines over the run's own tokenizer (tokenizers' decode/encode).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from dataloaders.atomic import write_parquet_atomic
+from dataloaders.atomic import atomic_path, write_parquet_atomic
 from forensics.cluster.sample import permanent_random
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
@@ -219,8 +220,14 @@ def token_reference(drawn: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def token_table(run: SpikeRun, replay: pl.DataFrame, distinct: pl.DataFrame) -> pl.DataFrame:
-    """STATS_SCHEMA for every distinct document (empty when the family cannot list token ids)."""
+def token_table(
+    run: SpikeRun,
+    replay: pl.DataFrame,
+    distinct: pl.DataFrame,
+    computed: list[Path] | None = None,
+) -> pl.DataFrame:
+    """STATS_SCHEMA for every distinct document (empty when the family cannot list token ids);
+    `computed`: the parts' tables of figures (`raw_token_stats`)."""
     replayer = run.replayer
     if not replayer.document_token_ids or distinct.height == 0:
         return pl.DataFrame(schema=STATS_SCHEMA)
@@ -239,22 +246,30 @@ def token_table(run: SpikeRun, replay: pl.DataFrame, distinct: pl.DataFrame) -> 
     tokenizer = run_tokenizer(replayer)
     if tokenizer is None:
         return pl.DataFrame(schema=STATS_SCHEMA)
-    table = raw_token_stats(run, tokenizer, reference, keyed)
+    table = raw_token_stats(run, tokenizer, reference, keyed, computed)
     return table.with_columns(
         pl.Series("token_reason", token_reasons(table, baseline), dtype=pl.Utf8)
     ).cast(STATS_SCHEMA)  # type: ignore[arg-type]
 
 
 def raw_token_stats(
-    run: SpikeRun, tokenizer: Any, reference: pl.DataFrame, keyed: pl.DataFrame
+    run: SpikeRun,
+    tokenizer: Any,
+    reference: pl.DataFrame,
+    keyed: pl.DataFrame,
+    computed: list[Path] | None = None,
 ) -> pl.DataFrame:
     """dataset, doc_id and `per_document_stats`' columns for each row of `keyed`, in its order.
     A document's figures depend only on its ids and the run's fixed reference, so they are kept
     for the run (tokraw-<key>.parquet) and each is computed once: the evidence passes' rounds,
-    and warm reruns, compute only the documents not seen yet."""
+    and warm reruns, compute only the documents not seen yet. `computed`: tables the parts'
+    workers wrote (`part_token_stats`), read instead of computing their documents here."""
     replayer = run.replayer
     stored = run.cache / f"tokraw-{run.key}-{module_version('forensics.spike')}.parquet"
-    known = pl.read_parquet(stored) if stored.is_file() else None
+    tables = [pl.read_parquet(f) for f in [stored, *(computed or [])] if f.is_file()]
+    known = (
+        pl.concat(tables, how="vertical_relaxed").unique(["dataset", "doc_id"]) if tables else None
+    )
     missing = keyed if known is None else keyed.join(known, on=["dataset", "doc_id"], how="anti")
     if missing.height:
         counts = unigram_counts(
@@ -263,9 +278,38 @@ def raw_token_stats(
         stats = per_document_stats(tokenizer, replayer.document_tokens(missing), counts)
         fresh = missing.with_columns(*[pl.Series(k, v) for k, v in stats.items()])
         known = fresh if known is None else pl.concat([known, fresh], how="vertical_relaxed")
-        write_parquet_atomic(known, stored)
     assert known is not None
+    if missing.height or len(tables) > 1:
+        write_parquet_atomic(known, stored)
     return keyed.join(known, on=["dataset", "doc_id"], how="left", maintain_order="left")
+
+
+def reference_unigrams_file(run: SpikeRun, replay: pl.DataFrame) -> Path | None:
+    """The reference's unigram counts (tokref-<key>.npy) for the parts' workers to compute
+    their documents' figures with (`part_token_stats`); None where the rule cannot run."""
+    replayer = run.replayer
+    tokenizer = run_tokenizer(replayer) if replayer.document_token_ids else None
+    if tokenizer is None:
+        return None
+    path = run.cache / f"tokref-{run.key}-{module_version('forensics.spike')}.npy"
+    if not path.is_file():
+        reference = token_reference(drawn_documents(run, replay))
+        ids = replayer.document_tokens(reference)
+        counts = unigram_counts(tokenizer, ids, replayer.vocab_size())
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            np.save(fh, counts)
+    return path
+
+
+def part_token_stats(replayer: Any, keys: pl.DataFrame, unigrams: Path, out: Path) -> None:
+    """Worker: `per_document_stats` of a part's documents against the reference's unigram
+    counts (`reference_unigrams_file`), written to `out`."""
+    tokenizer = run_tokenizer(replayer)
+    if tokenizer is None:
+        return
+    keyed = keys.select("dataset", pl.col("doc_id").cast(pl.Int64))
+    stats = per_document_stats(tokenizer, replayer.document_tokens(keyed), np.load(unigrams))
+    write_parquet_atomic(keyed.with_columns(*[pl.Series(k, v) for k, v in stats.items()]), out)
 
 
 def flag_tokens(scored: pl.DataFrame, stats: pl.DataFrame) -> pl.DataFrame:
@@ -296,9 +340,11 @@ def token_stage(
     distinct: pl.DataFrame,
     scored: pl.DataFrame,
     key: str | None = None,
+    computed: list[Path] | None = None,
 ) -> pl.DataFrame:
     """The scored documents with the token rule applied (its table cached beside the scores,
-    keyed by the rule's source and `key`: the run's, or the scored set's)."""
+    keyed by the rule's source and `key`: the run's, or the scored set's); `computed`: the
+    parts' tables of figures (`raw_token_stats`)."""
     if not run.replayer.document_token_ids or run_tokenizer(run.replayer) is None:
         run.notes.append(
             "token statistics were not checked: this data family cannot list a document's ids "
@@ -308,6 +354,9 @@ def token_stage(
     name = f"tokstats-{key or run.key}-{module_version('forensics.spike')}.parquet"
     with run.clock.stage("tokens", f"{distinct.height:,} documents against the baseline's"):
         table = cached_table(
-            run.cache / name, lambda: token_table(run, replay, distinct), run.hits, "tokens"
+            run.cache / name,
+            lambda: token_table(run, replay, distinct, computed),
+            run.hits,
+            "tokens",
         )
     return flag_tokens(scored, table)
