@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dataloaders.families import DEFAULT_FAMILY, family_of
-from dataloaders.trainers import get_trainer
+from dataloaders.trainers import Trainer
 from forensics.skip.ranges import expand
 from forensics.skip.units import refusal
 
@@ -118,10 +118,13 @@ def shown_path(path: Path) -> Path:
         return Path(path)
 
 
-def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> dict[str, Any]:
-    """decide_action for a SkipPlan of a run: the rebuild command where `forensics rebuild` can
-    write the data without the block list (Megatron .bin/.idx; for the file-based families when
-    the block list is whole files, `forensics.skip.units`), the user's own removal otherwise."""
+def action_for_plan(
+    skip: Any, config: Any, out: Path, trainer: Trainer, replayer: Any = None
+) -> dict[str, Any]:
+    """decide_action for a SkipPlan of a run trained by `trainer`: the rebuild command where
+    `forensics rebuild` can write the data without the block list (Megatron .bin/.idx; for the
+    file-based families when the block list is whole files, `forensics.skip.units`), the user's
+    own removal otherwise."""
     out = shown_path(out)
     command = None
     if rebuildable(skip, config, replayer):
@@ -132,10 +135,9 @@ def action_for_plan(skip: Any, config: Any, out: Path, replayer: Any = None) -> 
         skip_iterations=len(expand(skip.ranges)),
         blocked_documents=sum(len(v) for v in skip.documents.values()),
         command=command,
-        no_skip=get_trainer(skip.trainer).no_skip,
+        no_skip=trainer.no_skip,
     )
     action["flags_dir"] = str(out)  # restart-<trainer>.flags: a $(cat ...) that works from here
-    trainer = get_trainer(skip.trainer)
     if action["kind"] == REMOVE and trainer.no_skip:  # no flags file will carry the pin
         action["restart_pin"] = trainer.pin(int(skip.rollback["iteration"]))
     if action["kind"] == REBUILD:  # where the rebuild writes by default (beside the spike dir)

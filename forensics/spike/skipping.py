@@ -98,6 +98,7 @@ def plan_skip(
         tracker_file=TRACKER_FILE if tracked else None,
     )
     # the action the plan leads with (rebuild or skip) and a readme for every key
-    plan.action, plan.readme = action_for_plan(plan, run.config, run.out, run.replayer), SKIP_README
+    plan.action = action_for_plan(plan, run.config, run.out, trainer, run.replayer)
+    plan.readme = SKIP_README
     plan.provenance = provenance(run.config.name)
     return plan

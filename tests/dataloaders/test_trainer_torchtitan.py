@@ -186,7 +186,7 @@ def test_removing_by_hand_restarts_with_the_pin(tmp_path: Path) -> None:
         trainer=TORCHTITAN, ahead=ahead, ranges=[(21, 25)], documents={"fineweb": [3, 9]},
         rollback={"iteration": 20}, step=25,
     )  # fmt: skip
-    action = action_for_plan(skip, config, tmp_path / "spike-25", replayer=None)
+    action = action_for_plan(skip, config, tmp_path / "spike-25", get_trainer(TORCHTITAN))
     assert action["kind"] == REMOVE and action["restart_pin"] == "--checkpoint.load_step=20"
     view = ReportSkip([[21, 25]], TORCHTITAN, {}, action=ActionView.from_dict(action))
     restart = commands(view, 20)[-1]

@@ -29,6 +29,7 @@ from stage_runs import (
 )
 
 from dataloaders.run_config import load_config
+from dataloaders.trainers import get_trainer
 from forensics.errors import ForensicsError
 from forensics.rebuild import run_rebuild
 from forensics.replay import open_replayer
@@ -320,7 +321,9 @@ def test_the_spikes_action_says_the_restart_is_several_launches(staged: dict) ->
 
     skip = SkipPlan.read(staged["skip"])
     skip.ahead = {"share_of_remaining_samples": 0.3, "iterations_holding_it": 20, "iterations": 30}
-    action = action_for_plan(skip, load_config(staged["config"]), staged["skip"].parent)
+    action = action_for_plan(
+        skip, load_config(staged["config"]), staged["skip"].parent, get_trainer(skip.trainer)
+    )
     assert action["kind"] == "rebuild", action
     said = rebuild_restart(action)
     assert "for launch 1 of 2" in said and "from iteration 31" in said, said
@@ -335,8 +338,9 @@ def test_the_spikes_action_uses_eval_where_the_flags_will_hold_quotes(
     skip = SkipPlan.read(staged["skip"])
     skip.ahead = {"share_of_remaining_samples": 0.3, "iterations_holding_it": 20, "iterations": 30}
     config = load_config(staged["config"])
-    plain = action_for_plan(skip, config, tmp_path / "runs" / "spike-36")
+    trainer = get_trainer(skip.trainer)
+    plain = action_for_plan(skip, config, tmp_path / "runs" / "spike-36", trainer)
     assert rebuild_restart(plain, say_what=False).startswith("with $(cat ")
-    spaced = action_for_plan(skip, config, tmp_path / "my runs" / "spike-36")
+    spaced = action_for_plan(skip, config, tmp_path / "my runs" / "spike-36", trainer)
     said = rebuild_restart(spaced, say_what=False)
     assert said.startswith('with eval "<your launch command> $(cat ') and "'" in said, said

@@ -23,6 +23,7 @@ from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
 from dataloaders.run_config import load_config
+from dataloaders.trainers import get_trainer
 from forensics.cli import app
 from forensics.replay import open_replayer
 from forensics.skip.action import action_for_plan
@@ -98,7 +99,9 @@ def action_if_material(skip_file: Path, config: Path) -> dict:
     plan = SkipPlan.read(skip_file)
     plan.ahead = {"share_of_remaining_samples": 0.5}
     run = load_config(config)
-    return action_for_plan(plan, run, skip_file.parent, open_replayer(run))
+    return action_for_plan(
+        plan, run, skip_file.parent, get_trainer(plan.trainer), open_replayer(run)
+    )
 
 
 def test_hf_rebuild_drops_the_dirty_file(tmp_path: Path, monkeypatch) -> None:
