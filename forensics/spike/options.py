@@ -30,6 +30,10 @@ class Engine:
         """This process alone (no pool, no cluster): the stages run one after the other."""
         return self.name == "local" and self.workers == 1
 
+    def __str__(self) -> str:
+        """How a stage line names it: "local (2 workers)", "ray (1 worker)"."""
+        return f"{self.name} ({self.workers} worker{'' if self.workers == 1 else 's'})"
+
 
 @dataclass(frozen=True)
 class EmbedSettings:

@@ -108,7 +108,7 @@ def run_parts(
     `--engine local --workers 1` runs them in this process, with `replayer` (the run's)."""
     todo = [i for i in items if not Path(i["out"]).is_file()]
     total = sum(i["documents"] for i in items)
-    label = label or f"decode+score ({engine}, {workers} workers)"
+    label = label or f"decode+score ({engine}, {workers} worker{'' if workers == 1 else 's'})"
     with progress_bar(progress, total, label) as advance:
         advance(total - sum(i["documents"] for i in todo))
         if engine == "local" and workers == 1:  # in this process: no pool to start

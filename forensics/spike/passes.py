@@ -181,7 +181,7 @@ def score_set(
     for item in fresh if unigrams else []:
         item["unigrams"], item["tokens"] = str(unigrams), item["out"].replace("/part-", "/tokraw-")
     run.hits.setdefault(label, all(Path(i["out"]).is_file() for i in fresh))
-    what = f"{new.height:,} documents on {engine.name} ({engine.workers} workers)"
+    what = f"{new.height:,} documents on {engine}"
     with run.clock.stage(label, what):
         run_parts(run.config, fresh, engine.name, engine.workers, engine.address, engine.progress,
                   run.replayer, f"{label}: decode+score")  # fmt: skip

@@ -163,7 +163,7 @@ def parts_stage(run: SpikeRun, distinct: pl.DataFrame, engine: Engine) -> pl.Dat
         run_parts(run.config, items, engine.name, engine.workers, engine.address, engine.progress)
         merge_parts(items, cache / f"docs-{key}.parquet", score_file)
 
-    what = f"{distinct.height:,} distinct documents on {engine.name} ({engine.workers} workers)"
+    what = f"{distinct.height:,} distinct documents on {engine}"
     with run.clock.stage("score", what):
         score_file = cache / f"scores-{key}-{version}.parquet"
         scored = cached_file(score_file, decode_and_score, run.hits, "score")
