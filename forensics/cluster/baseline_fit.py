@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from forensics.cluster.expected import expected_shares
-from forensics.cluster.presence import window_presence
+from forensics.cluster.presence import PresenceMemo, window_presence
 from forensics.cluster.verdict import (
     MIN_ENRICHMENT,
     P_MAX,
@@ -93,6 +93,7 @@ def fitted_verdicts(
     replay: pl.DataFrame,
     window: tuple[int, int],
     blend: Blend | None = None,
+    presence_memo: PresenceMemo | None = None,
 ) -> pl.DataFrame:
     """assign_verdicts for the baseline at hand, then the labels (see the module docstring).
 
@@ -103,9 +104,12 @@ def fitted_verdicts(
     more common than that, and the baseline test no longer counts for it.
     Nesting then names the most specific group, as always.
     A new group that is not dirty is "new, clean" (verdict clean), never a suspect.
+    `presence_memo`: the clusters' presence computed by an earlier call, reused
+    (forensics.cluster.presence.PresenceMemo).
     """
     if clusters.height:
-        clusters = clusters.join(window_presence(clusters, window_docs, replay, window), on="id")
+        presence = window_presence(clusters, window_docs, replay, window, presence_memo)
+        clusters = clusters.join(presence, on="id")
         clusters = clusters.join(expected_shares(clusters, blend), on="id")
     # Stand-in evidence for dirty groups only: a clean group is never made a suspect by it. The
     # dirt that stands in is the window's own (dirtier than the rest of the window): a baseline

@@ -14,6 +14,8 @@ family has them `sample_index`, `token_start`, `token_end`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 # The last part of the window (a quarter of its iterations) in which a burst is looked for.
@@ -68,11 +70,52 @@ def _member_segments(
     return members.join(seen.with_columns(pl.col("member").cast(pl.UInt32)), on="member")
 
 
+@dataclass
+class PresenceMemo:
+    """Clusters' presence already computed, for a caller that asks again over the same replay
+    rows and documents (the evidence passes' rounds judge the same groups each round). A
+    cluster's figures depend only on its members and the rows, so a row is reused where the
+    id, the members and the inputs' fingerprint all match."""
+
+    fingerprint: int | None = None
+    known: pl.DataFrame | None = None  # id, _members, PRESENCE_COLUMNS
+
+
 def window_presence(
-    ranked: pl.DataFrame, window_docs: pl.DataFrame, rows: pl.DataFrame, window: tuple[int, int]
+    ranked: pl.DataFrame,
+    window_docs: pl.DataFrame,
+    rows: pl.DataFrame,
+    window: tuple[int, int],
+    memo: PresenceMemo | None = None,
 ) -> pl.DataFrame:
     """`id` plus PRESENCE_COLUMNS, one row per cluster of `ranked` (zeros and nulls for a
-    cluster the replay rows never show)."""
+    cluster the replay rows never show); `memo`: figures computed before, reused (PresenceMemo)."""
+    if memo is None:
+        return _window_presence(ranked, window_docs, rows, window)
+    fingerprint = hash((
+        window, window_docs.height, rows.height,
+        int(window_docs.select("dataset", "doc_id").hash_rows().sum()),
+        int(rows.hash_rows().sum()),
+    ))  # fmt: skip
+    keyed = ranked.select("id", pl.col("members").hash().alias("_members"))
+    if memo.fingerprint != fingerprint:
+        memo.fingerprint, memo.known = fingerprint, None
+    reused, todo = None, keyed
+    if memo.known is not None:
+        reused = keyed.join(memo.known, on=["id", "_members"], how="inner")
+        todo = keyed.join(reused.select("id"), on="id", how="anti")
+    if todo.height or reused is None:
+        subset = ranked.join(todo.select("id"), on="id", how="semi")
+        fresh = todo.join(_window_presence(subset, window_docs, rows, window), on="id")
+        memo.known = fresh if memo.known is None else pl.concat([memo.known, fresh])
+        reused = fresh if reused is None else pl.concat([reused, fresh])
+    return ranked.select("id").join(reused.drop("_members"), on="id", how="left")
+
+
+def _window_presence(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, rows: pl.DataFrame, window: tuple[int, int]
+) -> pl.DataFrame:
+    """`window_presence` computed."""
     first, last = window
     tail_start = last - max(1, round(BURST_TAIL * (last - first + 1))) + 1
     tail_share = (last - tail_start + 1) / (last - first + 1)

@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics.cluster.presence import PresenceMemo
 from forensics.cluster.sample import CONFIDENCE, SampleDesign
 from forensics.cluster.source import DEFAULT_FACETS, cluster_sources, unjudged_groups
 from forensics.cluster.verdict import culprit_docs, dirty_floor_expr
@@ -92,6 +93,7 @@ def evidence_passes(
     scored_set = todo.head(0)
     notes_before = len(run.notes)
     named: list[str] = []
+    presence = PresenceMemo()  # the groups judged each round are the same: their presence once
     for round_number in range(MAX_PASSES + 1):
         label = "sample" if round_number == 0 else "exhaustive"
         scored_set = pl.concat([scored_set, todo]).sort("dataset", "doc_id")
@@ -102,7 +104,7 @@ def evidence_passes(
             return None
         window_docs, baseline_docs = sampled_sides(chosen, scored)
         with run.clock.stage("verdicts", f"pass {round_number + 2}: source groups", spinner=True):
-            ranked = source_verdicts(run, window_docs, baseline_docs, replay, design)
+            ranked = source_verdicts(run, window_docs, baseline_docs, replay, design, presence)
         todo, names = named_documents(ranked, window_docs, named_by_hand)
         named = sorted(set(named) | set(names))
         if todo.height == 0:
@@ -244,12 +246,13 @@ def source_verdicts(
     baseline_docs: pl.DataFrame,
     replay: pl.DataFrame,
     design: SampleDesign,
+    presence: PresenceMemo | None = None,
 ) -> pl.DataFrame:
     """The source groups' verdicts as the final clusters will give them (source verdicts do not
     depend on the embedding clusters: those are tested, nested and explained on their own)."""
     clusters = cluster_sources(window_docs, baseline_docs, design=design)
     return fit_verdicts(clusters, window_docs, baseline_docs, replay, run.plan, run.config,
-                        run.replayer, [])  # fmt: skip
+                        run.replayer, [], presence)  # fmt: skip
 
 
 def named_groups(ranked: pl.DataFrame, culprits: set[str]) -> pl.DataFrame:

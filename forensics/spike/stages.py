@@ -35,6 +35,7 @@ from forensics.cluster import cluster_embeddings, cluster_sources, describe_samp
 from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
 from forensics.cluster.embedding import default_cap
 from forensics.cluster.expected import blend_note, no_blend_note, window_blend
+from forensics.cluster.presence import PresenceMemo
 from forensics.cluster.sample import SampleDesign
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_file, cached_table, module_version
@@ -294,9 +295,10 @@ def fit_verdicts(
     config: Any,
     replayer: Any,
     notes: list[str],
+    presence_memo: PresenceMemo | None = None,
 ) -> pl.DataFrame:
     """`fit_stage` from the arguments it reads (`plan`: the run's SpikeWindows); its notes go to
-    `notes`."""
+    `notes`; `presence_memo`: forensics.cluster.presence.PresenceMemo."""
     window, baseline = plan.window, plan.baseline
     starts = stage_starts(config)
     fit = describe_fit(window, baseline, starts, baseline_docs.height, window_docs.height)
@@ -308,7 +310,7 @@ def fit_verdicts(
     if fit.switch_between or fit.too_small:  # the blend then stands in for the baseline
         note = blend_note(blend) if blend is not None else no_blend_note(replayer)
         notes.extend([note] if note else [])
-    return fitted_verdicts(clusters, fit, window_docs, rows, window, blend)
+    return fitted_verdicts(clusters, fit, window_docs, rows, window, blend, presence_memo)
 
 
 def scored_rows(docs: pl.DataFrame) -> pl.DataFrame:

@@ -8,6 +8,7 @@ import polars as pl
 
 from forensics.cluster import assign_verdicts, cluster_sources
 from forensics.cluster.baseline_fit import NEW_CLEAN, describe_fit, fitted_verdicts
+from forensics.cluster.presence import PresenceMemo, window_presence
 from forensics.report import build_report, summary_lines
 from forensics.report.confidence import loss_explained
 from forensics_testing.windows import generate_run
@@ -73,3 +74,23 @@ def test_how_sure_line_and_loss_attribution() -> None:
     labels = [label for label, _ in summary_lines(report)]
     sure = dict(summary_lines(report))["HOW SURE"]
     assert labels.index("HOW SURE") > labels.index("CULPRIT") and sure.startswith("data: strong")
+
+
+def test_presence_reused_across_calls_equals_computed_afresh() -> None:
+    """PresenceMemo (the evidence passes' rounds): a second call over the same rows reuses the
+    clusters whose members are unchanged, computes the others, and gives what one call gives."""
+    run = generate_run(1500, 1500, dirty_share=0.08, seed=5)
+    clusters = cluster_sources(run.window, run.baseline)
+    whole = window_presence(clusters, run.window, run.replay, WINDOW)
+    memo = PresenceMemo()
+    first = window_presence(
+        clusters.head(clusters.height // 2), run.window, run.replay, WINDOW, memo
+    )
+    assert first.equals(whole.head(clusters.height // 2))
+    again = window_presence(clusters, run.window, run.replay, WINDOW, memo)
+    assert again.equals(whole)
+    assert memo.known is not None and memo.known.height == clusters.height
+    other_rows = run.replay.filter(pl.col("iteration") != WINDOW[1])  # new inputs: recomputed
+    assert window_presence(clusters, run.window, other_rows, WINDOW, memo).equals(
+        window_presence(clusters, run.window, other_rows, WINDOW)
+    )
