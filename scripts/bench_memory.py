@@ -28,6 +28,7 @@ class PeakMemory:
         self.stage = "open"  # the spike stage running (set by watch_stages)
         self.by_stage: dict[str, int] = {}  # stage -> the largest tree total seen in it, kB
         self.anon_by_stage: dict[str, int] = {}  # stage -> the largest private tree total, kB
+        self.driver_anon_by_stage: dict[str, int] = {}  # stage -> this process's largest RssAnon
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -74,6 +75,11 @@ class PeakMemory:
             fields = {x.split(":")[0]: x.split()[1:2] for x in status.splitlines()}
             tree += int((fields.get("VmRSS") or ["0"])[0])
             anon += int((fields.get("RssAnon") or ["0"])[0])
+            if pid == me:
+                mine = int((fields.get("RssAnon") or ["0"])[0])
+                self.driver_anon_by_stage[self.stage] = max(
+                    self.driver_anon_by_stage.get(self.stage, 0), mine
+                )
             # An exiting process reads an empty cmdline: keep the last name it ran under (the
             # pool's workers all exit together at the end of the stage, and were lost as
             # unnamed; a child just forked reads its parent's name until it execs).

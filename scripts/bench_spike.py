@@ -163,12 +163,14 @@ def print_stages(
     runs: list[tuple[str, object, float, float]],
     gib: dict[str, float] | None = None,
     private: dict[str, float] | None = None,
+    driver: dict[str, float] | None = None,
 ) -> None:
     """One column per run: each stage's seconds, and whether a rerun read it from the cache;
     the total wall and CPU seconds; `gib` / `private`: the process tree's peak resident /
     private memory in each stage of the first."""
     head = "".join(f" {name:>14}" for name, *_ in runs)
-    print(f"{'stage':<10}{head}{'  tree GiB' if gib else ''}{'  private' if private else ''}")
+    print(f"{'stage':<10}{head}{'  tree GiB' if gib else ''}{'  private' if private else ''}"
+          f"{'  driver private' if driver else ''}")  # fmt: skip
     stages = list(dict.fromkeys(s for _, result, *_ in runs for s in result.timings))
     for stage in stages:
         cells = []
@@ -178,6 +180,7 @@ def print_stages(
             cells.append(f" {result.timings.get(stage, 0.0):12.1f}{mark:2}")
         peak = f" {gib[stage]:9.2f}" if gib and stage in gib else ""
         peak += f" {private[stage]:8.2f}" if private and stage in private else ""
+        peak += f" {driver[stage]:8.2f}" if driver and stage in driver else ""
         print(f"{stage:<10}{''.join(cells)}{peak}")
     print(f"{'total':<10}{''.join(f' {total:12.1f}  ' for _, _, total, _ in runs)}")
     print(f"{'CPU s':<10}{''.join(f' {cpu:12.1f}  ' for *_, cpu in runs)}")
@@ -267,7 +270,8 @@ def main() -> None:
         f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
     print_stages(runs, {k: kb / 2**20 for k, kb in memory.by_stage.items()},
-                 {k: kb / 2**20 for k, kb in memory.anon_by_stage.items()})  # fmt: skip
+                 {k: kb / 2**20 for k, kb in memory.anon_by_stage.items()},
+                 {k: kb / 2**20 for k, kb in memory.driver_anon_by_stage.items()})  # fmt: skip
     peak = memory.summary()
     peak["tree"] = max(peak["tree"], peak["driver"])
     print(
@@ -278,7 +282,9 @@ def main() -> None:
     report_goals(args, spec, cold, runs, peak)
     if args.summary_json:
         summary = {**census, "window": args.window, "seconds": cold_total, "peak": peak,
-                   "timings": cold.timings, "stage_gib": memory.by_stage}  # fmt: skip
+                   "timings": cold.timings, "stage_gib": memory.by_stage,
+                   "stage_private": memory.anon_by_stage,
+                   "driver_private": memory.driver_anon_by_stage}  # fmt: skip
         args.summary_json.write_text(json.dumps(summary))
 
 
@@ -357,6 +363,9 @@ def compare_windows(args: argparse.Namespace) -> None:
     for r in rows:
         stages = ", ".join(f"{k} {kb / 2**20:.2f}" for k, kb in r["stage_gib"].items())
         print(f"  window {r['window']}, tree GiB at its peak in each stage: {stages}")
+        for label, key in (("private", "stage_private"), ("driver private", "driver_private")):
+            cells = ", ".join(f"{k} {kb / 2**20:.2f}" for k, kb in r.get(key, {}).items())
+            print(f"  window {r['window']}, {label} GiB at its peak in each stage: {cells}")
 
 
 def replace_args(args: argparse.Namespace, **changes: object) -> argparse.Namespace:

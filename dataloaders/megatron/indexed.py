@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from dataloaders.errors import DataError
+from dataloaders.mapped_pages import memmap
 from dataloaders.megatron.checked import checked_once
 from dataloaders.megatron.remote import open_remote
 from dataloaders.storage.arrays import RemoteArray
@@ -125,7 +126,7 @@ class IndexedDataset:
                 f"{self.idx_file}: truncated index: {self.idx_size} bytes, the header "
                 f"({s} sequences, {d} document boundaries) needs {needed}"
             )
-        self._idx_map = np.memmap(self.idx_file, mode="r", dtype=np.uint8)
+        self._idx_map = memmap(self.idx_file, np.uint8)
         off = HEADER_SIZE
         # sequence_lengths: int32[S], tokens per sequence
         self.sequence_lengths: np.ndarray = np.frombuffer(self._idx_map, "<i4", s, off)
@@ -259,12 +260,7 @@ class IndexedDataset:
             if usable == 0:
                 self._bin_map = np.zeros(0, dtype=self.dtype)
             else:
-                self._bin_map = np.memmap(
-                    self.bin_file,
-                    mode="r",
-                    dtype=self.dtype,
-                    shape=(usable // self.dtype.itemsize,),
-                )
+                self._bin_map = memmap(self.bin_file, self.dtype, (usable // self.dtype.itemsize,))
         return self._bin_map
 
     def get(self, idx: int, offset: int = 0, length: int | None = None) -> np.ndarray:
@@ -282,7 +278,7 @@ class IndexedDataset:
             if self._remote_bin is not None:
                 data = self.tokens.read_bytes(start, start + length * self.dtype.itemsize)
                 return np.frombuffer(data, self.dtype)
-            raw = np.memmap(self.bin_file, mode="r", dtype=np.uint8)
+            raw = memmap(self.bin_file, np.uint8)
             return np.frombuffer(raw, self.dtype, length, start)
         first = start // self.dtype.itemsize
         return self.tokens[first : first + length]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from dataloaders.errors import ForensicsError
+from dataloaders.mapped_pages import tracked
 from dataloaders.mosaic.compression import decompress, require_codec
 from dataloaders.mosaic.remote import fetch
 
@@ -187,7 +188,7 @@ def shard_buffer(shard: Shard) -> Any:
         _download(shard)
     if shard.zip_path is None:
         with open(shard.path, "rb") as fh:
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            return tracked(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
     return _decompressed(shard.zip_path, shard.compression, shard.size)
 
 

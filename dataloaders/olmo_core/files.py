@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dataloaders.errors import ForensicsError
+from dataloaders.mapped_pages import memmap
 from dataloaders.olmo_core import cache
 from dataloaders.olmo_core.remote import metadata_copy
 from dataloaders.storage import head
@@ -60,7 +61,7 @@ def token_array(f: TokenFile, dtype: Any) -> Any:
         if f.remote is not None:
             f._array = RemoteArray(f.remote, dtype, f.tokens, rules="scheme-profiles")
         else:
-            f._array = np.memmap(f.path, mode="r", dtype=dtype, shape=(f.tokens,))
+            f._array = memmap(f.path, dtype, (f.tokens,))
     return f._array
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import polars as pl
 
 from dataloaders.atomic import atomic_path, write_parquet_atomic
+from dataloaders.mapped_pages import releasing_pages
 from dataloaders.progress import progress_bar
 from forensics.errors import ForensicsError
 from forensics.pipeline.engines import map_parts
@@ -56,6 +57,7 @@ def plan_census(replayer: Any, sides: dict[str, tuple[int, int]], folder: Path) 
     return items
 
 
+@releasing_pages
 def replay_part(replayer: Any, item: Item) -> Item:
     """Replay one part into its file (kept when an earlier attempt wrote it); a few numbers
     come back."""

@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from dataloaders.atomic import atomic_path, write_parquet_atomic
+from dataloaders.mapped_pages import releasing_pages
 from dataloaders.progress import progress_bar
 from forensics.errors import ForensicsError
 from forensics.pipeline.engines import map_parts
@@ -34,6 +35,7 @@ from forensics.spike.token_signal import part_token_stats
 PART_DOCUMENTS = 2_000  # documents per task: a few seconds of work, ~10 MB of text
 
 
+@releasing_pages
 def score_part(config: Any, item: dict[str, Any], replayer: Any = None) -> dict[str, Any]:
     """Worker: decode and score one part's documents into `item["out"]` (kept if present), and
     with `item["unigrams"]` their token figures into `item["tokens"]`

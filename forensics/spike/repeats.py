@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
+from dataloaders.mapped_pages import released_chunks, releasing_pages
 from forensics.pipeline import cached_table, module_version
 from forensics.score.repeats import MAX_COUNT, find_repeats
 from forensics.spike.run_context import SpikeRun
@@ -29,15 +31,20 @@ REPEATS_SCHEMA = {
 }
 
 
+@releasing_pages
 def document_repeats(replayer: Any, distinct: pl.DataFrame) -> pl.DataFrame | None:
     """(dataset, doc_id, ngram_times, ngram_period): each document's strongest repeated n-gram
     (times 0 when none); None when the replayer cannot give token ids."""
     if not replayer.document_token_ids:
         return None
-    found = find_repeats(replayer.document_tokens(distinct))
+    times, period = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for chunk in released_chunks(distinct):
+        found = find_repeats(replayer.document_tokens(chunk))
+        times.append(np.asarray(found.times, np.int64))
+        period.append(np.asarray(found.period, np.int64))
     return distinct.select("dataset", pl.col("doc_id").cast(pl.Int64)).with_columns(
-        ngram_times=pl.Series(found.times, dtype=pl.Int64),
-        ngram_period=pl.Series(found.period, dtype=pl.Int64),
+        ngram_times=pl.Series(np.concatenate(times), dtype=pl.Int64),
+        ngram_period=pl.Series(np.concatenate(period), dtype=pl.Int64),
     )
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.mapped_pages import releasing_pages
 from forensics.cluster import cluster_embeddings, cluster_sources, describe_sample
 from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
 from forensics.cluster.embedding import default_cap
@@ -98,7 +99,7 @@ def decode_stage(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     with run.clock.stage("decode", f"{distinct.height:,} distinct documents"):
         return cached_table(
             run.cache / f"docs-{run.key}.parquet",
-            lambda: run.replayer.documents(distinct, progress=run.progress),
+            lambda: releasing_pages(run.replayer.documents)(distinct, progress=run.progress),
             run.hits,
             "decode",
         )

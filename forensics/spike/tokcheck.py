@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.mapped_pages import releasing_pages
 from dataloaders.tokenizer import special_ids
 from forensics.errors import ForensicsError
 
@@ -100,6 +101,7 @@ def round_trips_batch(
     )  # fmt: skip
 
 
+@releasing_pages
 def check_tokenizer(replayer: Any, distinct: pl.DataFrame, tokenizer_path: Any) -> float | None:
     """Refuse in one line, naming the tokenizer, when most sampled sequences do not round-trip;
     returns the share that does (None when the family has no .idx sequences to sample)."""

@@ -48,6 +48,7 @@ import numpy as np
 import polars as pl
 
 from dataloaders.atomic import atomic_path, write_parquet_atomic
+from dataloaders.mapped_pages import released_chunks, releasing_pages
 from forensics.cluster.sample import permanent_random
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
@@ -252,6 +253,7 @@ def token_table(
     ).cast(STATS_SCHEMA)  # type: ignore[arg-type]
 
 
+@releasing_pages
 def raw_token_stats(
     run: SpikeRun,
     tokenizer: Any,
@@ -272,11 +274,14 @@ def raw_token_stats(
     )
     missing = keyed if known is None else keyed.join(known, on=["dataset", "doc_id"], how="anti")
     if missing.height:
-        counts = unigram_counts(
-            tokenizer, replayer.document_tokens(reference), replayer.vocab_size()
+        counts = reference_counts(replayer, tokenizer, reference)
+        stats = [
+            per_document_stats(tokenizer, replayer.document_tokens(chunk), counts)
+            for chunk in released_chunks(missing)
+        ]
+        fresh = missing.with_columns(
+            *[pl.Series(k, np.concatenate([s[k] for s in stats])) for k in _STATS]
         )
-        stats = per_document_stats(tokenizer, replayer.document_tokens(missing), counts)
-        fresh = missing.with_columns(*[pl.Series(k, v) for k, v in stats.items()])
         known = fresh if known is None else pl.concat([known, fresh], how="vertical_relaxed")
     assert known is not None
     if missing.height or len(tables) > 1:
@@ -284,6 +289,15 @@ def raw_token_stats(
     return keyed.join(known, on=["dataset", "doc_id"], how="left", maintain_order="left")
 
 
+def reference_counts(replayer: Any, tokenizer: Any, reference: pl.DataFrame) -> np.ndarray:
+    """`unigram_counts` of the `reference` documents, read a chunk at a time."""
+    counts = np.zeros(replayer.vocab_size(), dtype=np.float64)
+    for chunk in released_chunks(reference):
+        counts += unigram_counts(tokenizer, replayer.document_tokens(chunk), counts.size)
+    return counts
+
+
+@releasing_pages
 def reference_unigrams_file(run: SpikeRun, replay: pl.DataFrame) -> Path | None:
     """The reference's unigram counts (tokref-<key>.npy) for the parts' workers to compute
     their documents' figures with (`part_token_stats`); None where the rule cannot run."""
@@ -294,8 +308,7 @@ def reference_unigrams_file(run: SpikeRun, replay: pl.DataFrame) -> Path | None:
     path = run.cache / f"tokref-{run.key}-{module_version('forensics.spike')}.npy"
     if not path.is_file():
         reference = token_reference(drawn_documents(run, replay))
-        ids = replayer.document_tokens(reference)
-        counts = unigram_counts(tokenizer, ids, replayer.vocab_size())
+        counts = reference_counts(replayer, tokenizer, reference)
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:
             np.save(fh, counts)
     return path
