@@ -9,11 +9,13 @@ from forensics.pipeline.cache import (
     cache_key,
     cached_bytes,
     cached_file,
+    cached_scan,
     cached_table,
     content_digest,
     module_version,
 )
 from forensics.pipeline.clock import StageClock
 
-__all__ = ["StageClock", "cache_key", "cached_bytes", "cached_file", "cached_table",
+__all__ = ["StageClock", "cache_key", "cached_bytes", "cached_file", "cached_scan",
+           "cached_table",
            "content_digest", "module_version"]  # fmt: skip

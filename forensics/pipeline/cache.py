@@ -67,6 +67,23 @@ def cached_file(
     return pl.read_parquet(path)
 
 
+def cached_scan(
+    path: Path, write: Callable[[Path], None], hits: dict[str, bool], name: str
+) -> pl.LazyFrame:
+    """`cached_file` for a table the caller reads lazily (never held whole): a scan of `path`
+    if a previous run wrote it (its footer readable), else of what `write(path)` wrote."""
+    if path.is_file():
+        try:
+            pl.read_parquet_schema(path)
+            hits[name] = True
+            return pl.scan_parquet(path)
+        except Exception:  # a damaged cache file is rewritten, never trusted
+            path.unlink(missing_ok=True)
+    write(path)
+    hits[name] = False
+    return pl.scan_parquet(path)
+
+
 def content_digest(*values: Any) -> str:
     """A sha256 of values as they are: polars frames (schema and rows, in order), dataclasses,
     dicts, lists, numbers and strings, nested. Two values with the same digest render the same

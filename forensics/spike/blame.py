@@ -129,16 +129,16 @@ def rollback_stage(
     run: SpikeRun,
     ranked: pl.DataFrame,
     blame: Blame,
-    replay: pl.DataFrame,
+    rows: pl.DataFrame,
     events: list[dict[str, Any]] | None,
     trainer: Trainer,
 ) -> Rollback:
     """The checkpoint to restart from (forensics.rollback's rule): before the culprit's first
     document when the blamed data is new in the window (data that was always there has no onset
     to roll back before), and before any earlier warning (`events`: triage's, from the log).
-    `trainer` names the checkpoints of the run's save folder."""
-    window_replay = replay.filter(pl.col("side") == "window")
-    onset = onset_iteration(window_replay, blame.culprit) if blame.culprit.height else None
+    `rows`: the window's replay rows (forensics.spike.stages.window_rows); `trainer` names the
+    checkpoints of the run's save folder."""
+    onset = onset_iteration(rows, blame.culprit) if blame.culprit.height else None
     new = bool(ranked.filter(pl.col("id").is_in(blame.clusters))["new_in_window"].any())
     step = run.step
     marks = warning_marks(step, run.plan.window, events or [], stage_starts(run.config))

@@ -9,7 +9,7 @@ from forensics.pipeline import cached_table
 from forensics.spike.run_context import SpikeRun
 
 
-def drawn_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
+def drawn_documents(run: SpikeRun, replay: pl.LazyFrame) -> pl.DataFrame:
     """side, dataset, doc_id: each document each side drew, once, sorted (sides-<key>.parquet:
     a warm rerun reads these 0.2M rows instead of finding them among the replay's millions).
     Found by polars' streaming engine over the replay's cache file when there is one (three
@@ -24,7 +24,7 @@ def drawn_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
     return cached_table(run.cache / f"sides-{run.key}.parquet", drawn, run.hits, "sides")
 
 
-def distinct_documents(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
+def distinct_documents(run: SpikeRun, replay: pl.LazyFrame) -> pl.DataFrame:
     """dataset, doc_id: each document the window or the baseline drew, once, sorted."""
     return cached_table(
         run.cache / f"distinct-{run.key}.parquet",

@@ -69,7 +69,8 @@ class Evidence:
 
 def evidence_passes(
     run: SpikeRun,
-    replay: pl.DataFrame,
+    replay: pl.LazyFrame,
+    rows: pl.DataFrame,
     census: pl.DataFrame,
     sample_docs: int,
     culprits: tuple[str, ...] | None,
@@ -77,7 +78,8 @@ def evidence_passes(
 ) -> Evidence | None:
     """Passes 2 and 3 (module docstring); None when the sample is every document (or the
     census cannot stand for the documents: `census_agrees`). `culprits`: the groups named by
-    hand (`--culprit`), scored whole."""
+    hand (`--culprit`), scored whole; `rows`: the window's replay rows
+    (forensics.spike.stages.window_rows)."""
     design = SampleDesign(sample_docs)
     chosen = choose_sample(census, sample_docs)
     distinct = census.select("dataset", "doc_id").unique().height
@@ -104,7 +106,7 @@ def evidence_passes(
             return None
         window_docs, baseline_docs = sampled_sides(chosen, scored)
         with run.clock.stage("verdicts", f"pass {round_number + 2}: source groups", spinner=True):
-            ranked = source_verdicts(run, window_docs, baseline_docs, replay, design, presence)
+            ranked = source_verdicts(run, window_docs, baseline_docs, rows, design, presence)
         todo, names = named_documents(ranked, window_docs, named_by_hand)
         named = sorted(set(named) | set(names))
         if todo.height == 0:
@@ -122,7 +124,7 @@ def evidence_passes(
 
 def rule_datasets_whole(
     run: SpikeRun,
-    replay: pl.DataFrame,
+    replay: pl.LazyFrame,
     evidence: Evidence,
     ranked: pl.DataFrame,
     culprits: tuple[str, ...] | None,
@@ -165,7 +167,7 @@ def scored_rows_keys(docs: pl.DataFrame) -> pl.DataFrame:
 
 def score_set(
     run: SpikeRun,
-    replay: pl.DataFrame,
+    replay: pl.LazyFrame,
     new: pl.DataFrame,
     scored_set: pl.DataFrame,
     items: list[dict[str, Any]],
@@ -244,14 +246,14 @@ def source_verdicts(
     run: SpikeRun,
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
-    replay: pl.DataFrame,
+    rows: pl.DataFrame,
     design: SampleDesign,
     presence: PresenceMemo | None = None,
 ) -> pl.DataFrame:
     """The source groups' verdicts as the final clusters will give them (source verdicts do not
     depend on the embedding clusters: those are tested, nested and explained on their own)."""
     clusters = cluster_sources(window_docs, baseline_docs, design=design)
-    return fit_verdicts(clusters, window_docs, baseline_docs, replay, run.plan, run.config,
+    return fit_verdicts(clusters, window_docs, baseline_docs, rows, run.plan, run.config,
                         run.replayer, [], presence)  # fmt: skip
 
 

@@ -117,15 +117,16 @@ def documents_for_report(
     run: SpikeRun,
     clusters: Clusters,
     window_docs: pl.DataFrame,
-    replay: pl.DataFrame,
+    rows: pl.DataFrame,
     culprits: tuple[str, ...] | None = None,
 ) -> tuple[pl.DataFrame, Path]:
     """The drill-down's table, every window document (documents.parquet; see
     forensics.report.documents), each marked with the culprit it is blamed with; and the
     stage cache's file that holds it, keyed by what it is built from: the window's documents
     and rows (the run key), the ranked clusters and the blamed documents (so --culprit naming
-    the clusters the verdicts blame reads the same file back). `culprits`: the cluster ids
-    named by hand (`--culprit`)."""
+    the clusters the verdicts blame reads the same file back). `rows`: the window's replay rows
+    (forensics.spike.stages.window_rows); `culprits`: the cluster ids named by hand
+    (`--culprit`)."""
     only = list(culprits) if culprits else None
     blamed = culprit_docs(clusters.ranked, window_docs, only=only)
     key = cache_key(run=run.key, ranked=content_digest(clusters.ranked),
@@ -133,8 +134,7 @@ def documents_for_report(
                     code=[module_version("forensics"), module_version("dataloaders")])  # fmt: skip
 
     def compute() -> pl.DataFrame:
-        window_rows = replay.filter(pl.col("side") == "window")
-        return documents_table(window_docs, clusters.ranked, window_rows, blamed)
+        return documents_table(window_docs, clusters.ranked, rows, blamed)
 
     path = run.cache / f"documents-{key}.parquet"
     table = cached_table(path, compute, run.hits, "documents")
@@ -145,7 +145,7 @@ def documents_for_report(
 
 def report_stage(
     run: SpikeRun,
-    replay: pl.DataFrame,
+    rows: pl.DataFrame,
     clusters: Clusters,
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
@@ -162,7 +162,8 @@ def report_stage(
     """Build the report and publish it with skip.json and the restart files, as one step.
     Returns the report and its sections (computed once; the terminal lays them out too).
 
-    `evidence`: log_evidence's loss and triage events, when the caller already read the log
+    `rows`: the window's replay rows (forensics.spike.stages.window_rows). `evidence`:
+    log_evidence's loss and triage events, when the caller already read the log
     (the rollback stage needs its alarms). `culprits`: the cluster ids of `--culprit`;
     `sample_docs`: the documents scored per group when they were sampled; `rerun`: what the
     suggested rerun with a checkpoint repeats (None: no suggestion)."""
@@ -178,7 +179,7 @@ def report_stage(
             clusters.ranked,
             window_docs,
             baseline_docs,
-            replay=replay.filter(pl.col("side") == "window"),
+            replay=rows,
             assignments=clusters.assignments,
             embedding_note=clusters.embedding_note,
             loss=loss,
@@ -189,7 +190,7 @@ def report_stage(
             design=sample_design(sample_docs, window_docs),
         )
         report.documents, report.documents_file = documents_for_report(
-            run, clusters, window_docs, replay, culprits
+            run, clusters, window_docs, rows, culprits
         )
         report.provenance = skip.provenance or None
 

@@ -29,11 +29,12 @@ from forensics.spike.stages import (
     model_stage,
     replay_stage,
     split_sides,
+    window_rows,
 )
 
 
 def document_passes(
-    run: SpikeRun, replay: pl.DataFrame, options: SpikeOptions, engine: Engine
+    run: SpikeRun, replay: pl.LazyFrame, rows: pl.DataFrame, options: SpikeOptions, engine: Engine
 ) -> tuple[Any, Any, Clusters]:
     """The window's and baseline's documents and their clusters: by the three passes (census,
     evidence from a sample, every document of what is named: forensics.spike.passes), or, with
@@ -43,14 +44,15 @@ def document_passes(
     if not options.exhaustive:
         census_file = run.cache / f"census-{run.key}.parquet"
         census = census_stage(replay, census_file, run.clock, run.hits, run.progress)
-        evidence = evidence_passes(run, replay, census, options.sample_docs, culprits, engine)
+        evidence = evidence_passes(run, replay, rows, census, options.sample_docs, culprits,
+                                   engine)  # fmt: skip
     if evidence is None:
         scored = document_stages(run, replay, engine)
         window_docs, baseline_docs = split_sides(run, replay, scored)
-        clusters = cluster_stage(run, window_docs, baseline_docs, embedding, culprits, replay)
+        clusters = cluster_stage(run, window_docs, baseline_docs, embedding, culprits, rows)
         return window_docs, baseline_docs, clusters
     clusters = cluster_stage(run, evidence.window_docs, evidence.baseline_docs, embedding,
-                             culprits, replay, evidence.design, evidence.scored_key)  # fmt: skip
+                             culprits, rows, evidence.design, evidence.scored_key)  # fmt: skip
     evidence = rule_datasets_whole(run, replay, evidence, clusters.ranked, culprits, engine)
     run.notes.append(figures_note(evidence))
     return evidence.window_docs, evidence.baseline_docs, clusters
@@ -72,19 +74,20 @@ def run_spike(
     fetched.reset()  # report.json's object_storage: what this spike fetched
     with open_run(config, out, options, trainer) as run:
         trainer, engine, settings = run.trainer, options.engine_settings(), options.skip_settings()
-        replay = replay_stage(run, engine)
-        window_docs, baseline_docs, clusters = document_passes(run, replay, options, engine)
+        replay = replay_stage(run, engine)  # a scan: the stages read what they need of it
+        rows = window_rows(replay)
+        window_docs, baseline_docs, clusters = document_passes(run, replay, rows, options, engine)
         clusters = model_stage(run, replay, clusters, window_docs, baseline_docs, options.rescore)
         blame = blame_stage(run, clusters.ranked, window_docs, options.culprits)
         evidence = log_evidence(run.config, run.plan.window, run.notes)
-        rollback = rollback_stage(run, clusters.ranked, blame, replay, evidence[1], trainer)
+        rollback = rollback_stage(run, clusters.ranked, blame, rows, evidence[1], trainer)
         exposure, ahead, scope = exposure_stage(
             run, blame.culprit, rollback.resume_iteration, settings.after
         )
         skip = plan_skip(run, trainer, rollback, blame, exposure, ahead, scope, window_docs,
                          settings)  # fmt: skip
         report, sections = report_stage(
-            run, replay, clusters, window_docs, baseline_docs, rollback, skip, exposure, ahead,
+            run, rows, clusters, window_docs, baseline_docs, rollback, skip, exposure, ahead,
             evidence, culprits=options.culprits, sample_docs=options.sample_docs,
             rerun=options.rerun_args(),
         )  # fmt: skip

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dataloaders.base import RESERVED_COLUMNS
 from dataloaders.mapped_pages import releasing_pages
 from forensics.cluster import cluster_embeddings, cluster_sources, describe_sample
 from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
@@ -39,7 +40,7 @@ from forensics.cluster.expected import blend_note, no_blend_note, window_blend
 from forensics.cluster.presence import PresenceMemo
 from forensics.cluster.sample import SampleDesign
 from forensics.errors import ForensicsError
-from forensics.pipeline import cached_file, cached_table, module_version
+from forensics.pipeline import cached_file, cached_scan, cached_table, module_version
 from forensics.rescore import rescore_stage
 from forensics.score import score_table
 from forensics.spike.census import census_file
@@ -54,11 +55,12 @@ from forensics.spike.token_signal import token_stage
 from forensics.window import stage_starts
 
 
-def replay_stage(run: SpikeRun, engine: Engine) -> pl.DataFrame:
+def replay_stage(run: SpikeRun, engine: Engine) -> pl.LazyFrame:
     """Which samples (and document segments) each iteration of the window and the baseline
     consumed; `side` says which ("window" / "baseline"). Replayed in parts by iteration range,
     in this process or on `engine` (forensics.spike.census), streamed into the cache file;
-    returned as a DataFrame read from it (`replay_scan`: the same rows, lazily)."""
+    returned as a scan of it: millions of rows at production scale, each stage reads the
+    columns and rows it needs (`window_rows`)."""
     window, baseline = run.plan.window, run.plan.baseline
 
     def replay(path: Path) -> None:
@@ -76,7 +78,7 @@ def replay_stage(run: SpikeRun, engine: Engine) -> pl.DataFrame:
 
     what = f"window {window[0]}-{window[1]}, baseline {baseline[0]}-{baseline[1]}"
     with run.clock.stage("replay", what):
-        table = cached_file(replay_path(run), replay, run.hits, "replay")
+        table = cached_scan(replay_path(run), replay, run.hits, "replay")
         run.replayer.save_cache()
     return table
 
@@ -86,13 +88,16 @@ def replay_path(run: SpikeRun) -> Path:
     return run.cache / f"replay-{run.key}.parquet"
 
 
-def replay_scan(run: SpikeRun) -> pl.LazyFrame:
-    """The replay stage's table as a LazyFrame over its cache file (after `replay_stage`): for
-    callers that filter or aggregate it without holding it whole."""
-    return pl.scan_parquet(replay_path(run))
+def window_rows(replay: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """The window's replay rows with the replay's own columns (dataloaders.base): what the
+    density of each group, the blend, the rollback's onset and the report read. The facets are
+    left out (each document's are the census's): per row they are most of the table's bytes."""
+    lazy = replay.lazy()
+    own = [c for c in lazy.collect_schema().names() if c in RESERVED_COLUMNS and c != "text"]
+    return lazy.filter(pl.col("side") == "window").select(own).collect()
 
 
-def decode_stage(run: SpikeRun, replay: pl.DataFrame) -> pl.DataFrame:
+def decode_stage(run: SpikeRun, replay: pl.LazyFrame) -> pl.DataFrame:
     """Each distinct document of the replay decoded once, whole (scoring reads the whole
     document, not the segment a sample held)."""
     distinct = distinct_documents(run, replay)
@@ -136,7 +141,7 @@ def score_stage(run: SpikeRun, docs: Callable[[], pl.DataFrame]) -> pl.DataFrame
     return scored
 
 
-def document_stages(run: SpikeRun, replay: pl.DataFrame, engine: Engine) -> pl.DataFrame:
+def document_stages(run: SpikeRun, replay: pl.LazyFrame, engine: Engine) -> pl.DataFrame:
     """The window's and baseline's documents, decoded and scored: in this process (decode,
     then score), or in parts on a process pool or a Ray cluster (`engine`), which gives the
     same table; then checked for repeated n-grams on their token ids, and their token
@@ -174,7 +179,7 @@ def parts_stage(run: SpikeRun, distinct: pl.DataFrame, engine: Engine) -> pl.Dat
 
 
 def split_sides(
-    run: SpikeRun, replay: pl.DataFrame, scored: pl.DataFrame
+    run: SpikeRun, replay: pl.LazyFrame, scored: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The scored documents the window drew, and those the baseline drew (a document drawn by
     both is in both)."""
@@ -204,13 +209,14 @@ def cluster_stage(
     baseline_docs: pl.DataFrame,
     embedding: EmbedSettings,
     culprits: tuple[str, ...] | None = None,
-    replay: pl.DataFrame | None = None,
+    rows: pl.DataFrame | None = None,
     design: SampleDesign | None = None,
     scored_key: str | None = None,
 ) -> Clusters:
     """Groups of window documents (by source facet, and by embedding k-means) compared with the
-    baseline, ranked, with a verdict each that fits the baseline at hand (`replay`, the window's
-    rows, gives each group's density over the window: forensics.cluster.baseline_fit). Kept
+    baseline, ranked, with a verdict each that fits the baseline at hand (`rows`, the window's
+    replay rows (`window_rows`), give each group's density over the window:
+    forensics.cluster.baseline_fit). Kept
     by its inputs (forensics.spike.cluster_cache): a rerun with cheap options reads it back.
 
     `embedding`: how the embedding clusters are made; `culprits`: the cluster ids named by hand
@@ -219,7 +225,7 @@ def cluster_stage(
     holds."""
 
     def compute() -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
-        return compute_clusters(run, window_docs, baseline_docs, replay, embedding, design)
+        return compute_clusters(run, window_docs, baseline_docs, rows, embedding, design)
 
     key = clusters_key(run.key, embedding, scored_key)
     ranked, assignments, note = cached_clusters(
@@ -236,7 +242,7 @@ def compute_clusters(
     run: SpikeRun,
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
-    replay: pl.DataFrame | None,
+    rows: pl.DataFrame | None,
     embedding: EmbedSettings,
     design: SampleDesign | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
@@ -270,7 +276,7 @@ def compute_clusters(
         parts.append(embedded)
     with run.clock.stage("fit", "verdicts against the baseline", spinner=True):
         ranked = fit_stage(run, pl.concat(parts, how="diagonal_relaxed"), window_docs,
-                           baseline_docs, replay)  # fmt: skip
+                           baseline_docs, rows)  # fmt: skip
     return ranked, assignments, note
 
 
@@ -279,11 +285,11 @@ def fit_stage(
     clusters: pl.DataFrame,
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
-    replay: pl.DataFrame | None,
+    rows: pl.DataFrame | None,
 ) -> pl.DataFrame:
     """Verdicts that fit the baseline (a mixture switch between it and the window, a baseline
     too small to judge), with the notes saying which case applies."""
-    return fit_verdicts(clusters, window_docs, baseline_docs, replay, run.plan, run.config,
+    return fit_verdicts(clusters, window_docs, baseline_docs, rows, run.plan, run.config,
                         run.replayer, run.notes)  # fmt: skip
 
 
@@ -291,20 +297,20 @@ def fit_verdicts(
     clusters: pl.DataFrame,
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame,
-    replay: pl.DataFrame | None,
+    rows: pl.DataFrame | None,
     plan: Any,
     config: Any,
     replayer: Any,
     notes: list[str],
     presence_memo: PresenceMemo | None = None,
 ) -> pl.DataFrame:
-    """`fit_stage` from the arguments it reads (`plan`: the run's SpikeWindows); its notes go to
-    `notes`; `presence_memo`: forensics.cluster.presence.PresenceMemo."""
+    """`fit_stage` from the arguments it reads (`rows`: `window_rows`; `plan`: the run's
+    SpikeWindows); its notes go to `notes`; `presence_memo`:
+    forensics.cluster.presence.PresenceMemo."""
     window, baseline = plan.window, plan.baseline
     starts = stage_starts(config)
     fit = describe_fit(window, baseline, starts, baseline_docs.height, window_docs.height)
     notes.extend(fit.notes)
-    rows = replay.filter(pl.col("side") == "window") if replay is not None else None
     if rows is None:
         rows = pl.DataFrame(schema={"iteration": pl.Int64, "dataset": pl.Utf8, "doc_id": pl.Int64})
     blend = window_blend(replayer, rows, starts)
@@ -345,7 +351,7 @@ def whole_rows(
 
 def model_stage(
     run: SpikeRun,
-    replay: pl.DataFrame,
+    replay: pl.LazyFrame,
     clusters: Clusters,
     window_docs: pl.DataFrame,
     baseline_docs: pl.DataFrame | None = None,
@@ -361,7 +367,7 @@ def model_stage(
     with run.clock.stage("rescore", "the window's samples with the checkpoint"):
         ranked, view = rescore_stage(
             run.replayer,
-            replay,
+            replay.collect(),
             clusters.ranked,
             window_docs,
             rescore,

@@ -223,7 +223,7 @@ def token_reference(drawn: pl.DataFrame) -> pl.DataFrame:
 
 def token_table(
     run: SpikeRun,
-    replay: pl.DataFrame,
+    replay: pl.LazyFrame,
     distinct: pl.DataFrame,
     computed: list[Path] | None = None,
 ) -> pl.DataFrame:
@@ -298,7 +298,7 @@ def reference_counts(replayer: Any, tokenizer: Any, reference: pl.DataFrame) -> 
 
 
 @releasing_pages
-def reference_unigrams_file(run: SpikeRun, replay: pl.DataFrame) -> Path | None:
+def reference_unigrams_file(run: SpikeRun, replay: pl.LazyFrame) -> Path | None:
     """The reference's unigram counts (tokref-<key>.npy) for the parts' workers to compute
     their documents' figures with (`part_token_stats`); None where the rule cannot run."""
     replayer = run.replayer
@@ -349,7 +349,7 @@ def flag_tokens(scored: pl.DataFrame, stats: pl.DataFrame) -> pl.DataFrame:
 
 def token_stage(
     run: SpikeRun,
-    replay: pl.DataFrame,
+    replay: pl.LazyFrame,
     distinct: pl.DataFrame,
     scored: pl.DataFrame,
     key: str | None = None,
