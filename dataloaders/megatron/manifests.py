@@ -181,34 +181,33 @@ class Manifests:
 
     def attach(self, table: pl.DataFrame) -> pl.DataFrame:
         """`table` (dataset, doc_id, ...) with a Utf8 column per facet (null where its dataset has
-        no manifest or no such column). One gather from the manifests stacked (each dataset's
-        rows at an offset), so no Python object is made per row: a production window has tens
-        of millions of segment rows."""
+        no manifest or no such column). One gather per dataset of its rows, so no Python object
+        is made per row (a production window has tens of millions of segment rows) and no copy
+        of the manifests is made (a production corpus's are hundreds of MB)."""
         facets = self.facets
         if not facets:
             return table
         names = table["dataset"]
         docs = table["doc_id"].to_numpy()
-        index = np.full(table.height, -1, dtype=np.int64)
-        stacked: list[pl.DataFrame] = []
-        offset = 0
+        found: list[pl.DataFrame] = []
         for name in names.unique(maintain_order=True).drop_nulls().to_list():
             manifest = self.table(str(name))
             if manifest is None:
                 continue
             where = np.flatnonzero((names == name).fill_null(False).to_numpy())
             self.check_documents(str(name), docs[where])
-            index[where] = docs[where] + offset
-            stacked.append(manifest.select(
+            columns = [
                 pl.col(f).cast(pl.Utf8) if f in manifest.columns else pl.lit(None, pl.Utf8).alias(f)
                 for f in facets
-            ))  # fmt: skip
-            offset += manifest.height
-        if not stacked:
+            ]
+            picked = manifest.select(columns).gather(docs[where])
+            found.append(picked.with_columns(pl.Series("_row", where, dtype=pl.Int64)))
+        if not found:
             return table.with_columns(pl.lit(None, pl.Utf8).alias(f) for f in facets)
-        rows = pl.Series(index, dtype=pl.Int64)
-        rows = pl.select(pl.when(rows >= 0).then(rows)).to_series()  # -1: no manifest, null
-        return table.with_columns(pl.concat(stacked).select(pl.all().gather(rows)).get_columns())
+        rows = pl.concat(found).sort("_row")
+        at = pl.DataFrame({"_row": np.arange(table.height, dtype=np.int64)})
+        gathered = at.join(rows, on="_row", how="left", maintain_order="left")
+        return table.with_columns(gathered.drop("_row").get_columns())
 
     def documents_with(self, facet: str, key: str | None) -> pl.DataFrame:
         """Every document of the run whose `facet` is `key` (None: the facet has no value), as
