@@ -18,6 +18,7 @@ import polars as pl
 from dataloaders.base import RESERVED_COLUMNS
 from dataloaders.errors import ForensicsError
 from dataloaders.megatron.indexed import IndexedDataset
+from dataloaders.megatron.manifest_map import MappedManifest, mapped_manifest
 
 # The columns that tie a manifest row to its document (written by `forensics manifest --prefix`):
 #   doc_tokens  int64   the document's token count in the .idx (all its sequences)
@@ -126,8 +127,7 @@ class Manifests:
     def __init__(self, specs: dict[str, Any], datasets: dict[Path, IndexedDataset]) -> None:
         self.specs = specs
         self.datasets = datasets
-        self._tables: dict[str, pl.DataFrame | None] = {}
-        self._hashes: dict[str, pl.Series] = {}  # doc_hash by dataset, where the manifest has it
+        self._tables: dict[str, MappedManifest | None] = {}
         self._paths: dict[str, Path] = {}
 
     @property
@@ -141,9 +141,10 @@ class Manifests:
                     out.append(col)
         return out
 
-    def table(self, name: str) -> pl.DataFrame | None:
-        """Dataset `name`'s facets, one row per document in .idx order; None without a manifest
-        (the config's, else `<prefix>.manifest.parquet` beside the data)."""
+    def table(self, name: str) -> MappedManifest | None:
+        """Dataset `name`'s facets (and doc_hash where it has them), one row per document in
+        .idx order, mapped from our cache (manifest_map); None without a manifest (the
+        config's, else `<prefix>.manifest.parquet` beside the data)."""
         if name not in self._tables:
             spec = self.specs[name]
             path = spec.manifest
@@ -153,26 +154,29 @@ class Manifests:
             ds = self.datasets[spec.prefix]
             table = None
             if path is not None:
-                counts = ds.document_token_counts()
-                table = load_manifest(path, ds.num_documents, counts)
-                self._paths[name] = Path(path)
-                if "doc_hash" in table.columns:
-                    self._hashes[name] = table["doc_hash"]
-                    table = table.drop("doc_hash")
-                elif not _has_column(path, "doc_tokens"):
-                    _say_once(unchecked_note(Path(path)))
+                path = Path(path)
+
+                def load(path: Path = path, ds: IndexedDataset = ds) -> pl.DataFrame:
+                    return load_manifest(path, ds.num_documents, ds.document_token_counts())
+
+                table = mapped_manifest(path, ds.idx_file, load)
+                self._paths[name] = path
+                if not table.has_hash and not _has_column(path, "doc_tokens"):
+                    _say_once(unchecked_note(path))
             self._tables[name] = table
         return self._tables[name]
 
     def check_documents(self, name: str, docs: np.ndarray) -> None:
         """The documents `docs` of dataset `name` hash as its manifest says (doc_hash), or the
         manifest is refused: two swapped rows of equal length pass the token counts."""
-        hashes = self._hashes.get(name)
-        if hashes is None:
+        manifest = self.table(name)
+        if manifest is None or not manifest.has_hash:
             return
         ds = self.datasets[self.specs[name].prefix]
-        for doc in np.unique(docs):
-            if document_hash(ds, int(doc)) != hashes[int(doc)]:
+        unique = np.unique(docs)
+        hashes = manifest.gather(["doc_hash"], unique)["doc_hash"].to_list()
+        for doc, expected in zip(unique.tolist(), hashes, strict=True):
+            if document_hash(ds, int(doc)) != expected:
                 raise ForensicsError(
                     f"{self._paths[name]}: the row of doc_id {int(doc)} has another document's "
                     f"doc_hash: its rows are not this dataset's documents in .idx order (rows "
@@ -196,11 +200,11 @@ class Manifests:
                 continue
             where = np.flatnonzero((names == name).fill_null(False).to_numpy())
             self.check_documents(str(name), docs[where])
-            columns = [
-                pl.col(f).cast(pl.Utf8) if f in manifest.columns else pl.lit(None, pl.Utf8).alias(f)
+            picked = manifest.gather([f for f in facets if f in manifest.columns], docs[where])
+            picked = picked.select(
+                pl.col(f).cast(pl.Utf8) if f in picked.columns else pl.lit(None, pl.Utf8).alias(f)
                 for f in facets
-            ]
-            picked = manifest.select(columns).gather(docs[where])
+            )
             found.append(picked.with_columns(pl.Series("_row", where, dtype=pl.Int64)))
         if not found:
             return table.with_columns(pl.lit(None, pl.Utf8).alias(f) for f in facets)
@@ -224,12 +228,10 @@ class Manifests:
                 manifest = self.table(name)
                 if manifest is None or facet not in manifest.columns:
                     continue
-                column = pl.col(facet).cast(pl.Utf8)
-                match = column.is_null() if key is None else column == key
+                values = manifest.column(facet)
+                match = values.is_null() if key is None else values == key
                 # load_manifest keeps the facets in .idx order: the row number is the doc_id
-                doc_ids = pl.Series(
-                    "doc_id", np.flatnonzero(manifest.select(match.fill_null(False)).to_series())
-                )
+                doc_ids = pl.Series("doc_id", np.flatnonzero(match.fill_null(False).to_numpy()))
             frames.append(
                 doc_ids.to_frame("doc_id").select(pl.lit(name).alias("dataset"), "doc_id")
             )

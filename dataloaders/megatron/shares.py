@@ -53,7 +53,7 @@ def split_token_shares(replayer: Any, facet: str) -> pl.DataFrame | None:
         doc, _ = replayer._seq_to_doc(ds, seq)
         # tokens of each train-split sequence (int64[sequences in the split]) and its document
         tokens = np.asarray(ds.sequence_lengths[span[0] : span[1]], dtype=np.int64)
-        keys = manifest[facet].gather(doc)
+        keys = manifest.gather([facet], doc)[facet]
         per = (
             pl.DataFrame({"key": keys, "tokens": tokens})
             .group_by("key")

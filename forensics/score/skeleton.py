@@ -125,12 +125,20 @@ def _band_edges(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+JACCARD_PAIRS = 16_384  # pairs compared at once: each gathers two rows of BINS uint64
+
+
 def _jaccard(sig: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Estimated Jaccard for pairs (a[i], b[i]): equal bins among bins filled in either."""
-    sa, sb = sig[a], sig[b]
-    filled = (sa != _EMPTY) | (sb != _EMPTY)
-    equal = (sa == sb) & filled
-    return equal.sum(axis=1) / np.maximum(filled.sum(axis=1), 1)
+    """Estimated Jaccard for pairs (a[i], b[i]): equal bins among bins filled in either.
+    In slices of JACCARD_PAIRS pairs: a template farm links millions of candidate pairs, and
+    gathering both rows of every pair at once took gigabytes."""
+    out = np.empty(len(a), dtype=np.float64)
+    for start in range(0, len(a), JACCARD_PAIRS):
+        sa, sb = sig[a[start : start + JACCARD_PAIRS]], sig[b[start : start + JACCARD_PAIRS]]
+        filled = (sa != _EMPTY) | (sb != _EMPTY)
+        equal = (sa == sb) & filled
+        out[start : start + JACCARD_PAIRS] = equal.sum(axis=1) / np.maximum(filled.sum(axis=1), 1)
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,78 @@
+"""A checked provenance manifest as an Arrow IPC file in our cache, read through a memory map.
+
+A production corpus's manifests (a row per document: source, crawl batch, domain, url) are
+hundreds of MB in memory, and every process that replays or decodes (the driver and each
+engine worker) needs them. Held as DataFrames that is hundreds of MB per process. Written once
+per version of the manifest (and of the `.idx` it was checked against) as an uncompressed Arrow
+IPC file and mapped read-only, the processes share the kernel's page cache instead, read only
+the rows they gather, and hand the pages back after each part (dataloaders.mapped_pages).
+
+Strings are written as Arrow `large_string` (polars' oldest IPC level): Arrow's `take`, which
+gathers the rows, has no kernel for string views.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from dataloaders.atomic import atomic_path
+from dataloaders.cache_dir import forensics_cache
+from dataloaders.mapped_pages import tracked
+from dataloaders.megatron.checked import checked_once, versions
+
+
+class MappedManifest:
+    """One dataset's manifest (facet columns, and `doc_hash` where it has one), a row per
+    document in .idx order, over a memory-mapped Arrow IPC file."""
+
+    def __init__(self, path: Path) -> None:
+        with open(path, "rb") as fh:
+            self._map = tracked(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+        self._table = ipc.open_file(pa.py_buffer(self._map)).read_all()
+        self.columns = [c for c in self._table.column_names if c != "doc_hash"]
+        self.has_hash = "doc_hash" in self._table.column_names
+
+    @property
+    def height(self) -> int:
+        return self._table.num_rows
+
+    def gather(self, columns: list[str], rows: np.ndarray) -> pl.DataFrame:
+        """`columns` of the documents `rows` (doc ids), in that order."""
+        indices = pa.array(np.asarray(rows, dtype=np.int64))
+        return pl.from_arrow(self._table.select(columns).take(indices))  # type: ignore[return-value]
+
+    def column(self, name: str) -> pl.Series:
+        """A whole column (a copy: for a pass over every document, such as a facet's shares)."""
+        return pl.from_arrow(self._table.column(name)).alias(name)  # type: ignore[union-attr]
+
+
+def mapped_manifest(path: Path, idx_file: Path, load: Callable[[], pl.DataFrame]) -> MappedManifest:
+    """The manifest at `path`, checked by `load()` (load_manifest against the dataset's `.idx`:
+    it raises on a bad manifest) once per version of both files, mapped from our cache."""
+    files = [Path(path), Path(idx_file)]
+    name = json.dumps([[os.path.realpath(f) for f in files], versions(files)])
+    target = forensics_cache("megatron", "manifests") / (
+        hashlib.md5(name.encode(), usedforsecurity=False).hexdigest() + ".arrow"
+    )
+
+    def write() -> dict[str, str]:
+        table = load()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(target) as tmp:
+            table.write_ipc(tmp, compression="uncompressed", compat_level=pl.CompatLevel.oldest())
+        return {"file": str(target)}
+
+    checked_once("manifest-arrow", files, write)
+    if not target.is_file():  # stamped, then removed from the cache: checked and written again
+        write()
+    return MappedManifest(target)
