@@ -263,6 +263,34 @@ class IndexedDataset:
                 self._bin_map = memmap(self.bin_file, self.dtype, (usable // self.dtype.itemsize,))
         return self._bin_map
 
+    def read(self, first: int, count: int) -> np.ndarray:
+        """Tokens [first, first + count) of the `.bin`, read from the file into a new array
+        (megatron-core offers the same read, without the map, as `mmap_bin_files=False`). For
+        scattered reads, such as one document here and another there: through the map each
+        read maps its neighbourhood too (the page cache's large folios, up to megabytes), and
+        a process decoding thousands of documents would hold most of the file."""
+        if count <= 0:
+            return np.zeros(0, dtype=self.dtype)
+        if self._remote_bin is not None:
+            return np.asarray(self.tokens[first : first + count])
+        size = self.dtype.itemsize
+        if getattr(self, "_bin_fd", None) is None:
+            self._bin_fd = os.open(self.bin_file, os.O_RDONLY)
+        data = os.pread(self._bin_fd, count * size, first * size)
+        if len(data) != count * size:
+            raise DataError(f"{self.bin_file}: tokens {first}..{first + count} past the end")
+        return np.frombuffer(data, self.dtype)
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_bin_fd", None)
+        if fd is not None:
+            os.close(fd)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_bin_fd", None)  # a descriptor means nothing in another process
+        return state
+
     def get(self, idx: int, offset: int = 0, length: int | None = None) -> np.ndarray:
         """Tokens of sequence `idx` from `offset`, `length` of them (Megatron's `get`)."""
         seq_len = int(self.sequence_lengths[idx])

@@ -300,7 +300,7 @@ class MegatronReplayer(Replayer):
         self, name: str, doc: int, start: int = 0, end: int | None = None, *, array: bool = False
     ) -> list[int] | np.ndarray:
         """A document's token ids (or those of its [start, end) segment): a list, or with
-        `array` a view of the mapped `.bin`."""
+        `array` an array, read from the `.bin` (IndexedDataset.read: no map kept)."""
         ds = self.datasets[self.specs[name].prefix]
         first_seq = int(ds.document_indices[doc])
         last_seq = int(ds.document_indices[doc + 1])
@@ -310,7 +310,7 @@ class MegatronReplayer(Replayer):
         stop_ptr = int(ds.sequence_pointers[last_seq - 1]) // ds.dtype.itemsize
         length = stop_ptr + int(ds.sequence_lengths[last_seq - 1]) - begin
         end = length if end is None else end
-        ids = ds.tokens[begin + start : begin + end]
+        ids = ds.read(begin + start, end - start)
         if ids.size and (ids.dtype.kind == "f" or (ids.dtype.kind == "i" and ids.min() < 0)):
             raise ForensicsError(
                 f"{ds.idx_file}: document {doc} holds values that are not token ids (negative "
@@ -320,8 +320,8 @@ class MegatronReplayer(Replayer):
         return ids if array else ids.tolist()
 
     def document_tokens(self, docs: pl.DataFrame) -> list[np.ndarray]:
-        """Token ids of whole documents (`docs`: dataset, doc_id), in the table's order: views
-        of the mapped `.bin` (what a document-level rule on token ids reads)."""
+        """Token ids of whole documents (`docs`: dataset, doc_id), in the table's order (what a
+        document-level rule on token ids reads)."""
         return [
             self._doc_tokens(str(name), int(doc), array=True)  # type: ignore[misc]
             for name, doc in docs.select("dataset", "doc_id").iter_rows()
