@@ -51,6 +51,26 @@ class MappedManifest:
         indices = pa.array(np.asarray(rows, dtype=np.int64))
         return pl.from_arrow(self._table.select(columns).take(indices))  # type: ignore[return-value]
 
+    def sums_by(self, name: str, values: np.ndarray) -> pl.DataFrame:
+        """key (each value of column `name`, null for documents without one), total (the sum
+        of `values`, one per document, over the documents with that key): through Arrow's
+        dictionary encoding of the mapped column, so no string is copied per document."""
+        column = self._table.column(name)
+        encoded = column.chunk(0).dictionary_encode() if column.num_chunks == 1 else (
+            column.combine_chunks().dictionary_encode()
+        )  # fmt: skip
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        keys = encoded.dictionary.to_pylist()
+        missing = np.isnan(codes) if codes.dtype.kind == "f" else np.zeros(len(codes), bool)
+        codes = np.where(missing, len(keys), codes).astype(np.int64)
+        totals = np.bincount(codes, weights=values, minlength=len(keys) + 1)
+        present = np.bincount(codes, minlength=len(keys) + 1) > 0
+        frame = pl.DataFrame(
+            {"key": [*keys, None], "total": totals},
+            schema={"key": pl.Utf8, "total": pl.Float64},
+        )
+        return frame.filter(pl.Series(present))
+
     def column(self, name: str) -> pl.Series:
         """A whole column (a copy: for a pass over every document, such as a facet's shares)."""
         return pl.from_arrow(self._table.column(name)).alias(name)  # type: ignore[union-attr]
@@ -69,7 +89,9 @@ def mapped_manifest(path: Path, idx_file: Path, load: Callable[[], pl.DataFrame]
         table = load()
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(target) as tmp:
-            table.write_ipc(tmp, compression="uncompressed", compat_level=pl.CompatLevel.oldest())
+            table.rechunk().write_ipc(  # one record batch: a column is one array when mapped
+                tmp, compression="uncompressed", compat_level=pl.CompatLevel.oldest()
+            )
         return {"file": str(target)}
 
     checked_once("manifest-arrow", files, write)

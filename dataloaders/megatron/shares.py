@@ -53,16 +53,11 @@ def split_token_shares(replayer: Any, facet: str) -> pl.DataFrame | None:
         doc, _ = replayer._seq_to_doc(ds, seq)
         # tokens of each train-split sequence (int64[sequences in the split]) and its document
         tokens = np.asarray(ds.sequence_lengths[span[0] : span[1]], dtype=np.int64)
-        keys = manifest.gather([facet], doc)[facet]
-        per = (
-            pl.DataFrame({"key": keys, "tokens": tokens})
-            .group_by("key")
-            .agg(pl.col("tokens").sum())
-            .select(
-                pl.lit(name).alias("dataset"),
-                "key",
-                (pl.col("tokens") / max(int(tokens.sum()), 1)).alias("share"),
-            )
+        per_doc = np.bincount(doc, weights=tokens, minlength=manifest.height)
+        per = manifest.sums_by(facet, per_doc).select(
+            pl.lit(name).alias("dataset"),
+            "key",
+            (pl.col("total") / max(int(tokens.sum()), 1)).alias("share"),
         )
         frames.append(per)
     if not frames:

@@ -20,6 +20,7 @@ import polars as pl
 
 # The last part of the window (a quarter of its iterations) in which a burst is looked for.
 BURST_TAIL = 0.25
+SLICE_MEMBERS = 2_000_000  # cluster members whose segments are joined and sorted at once
 
 PRESENCE_COLUMNS = {
     "density": pl.Float64,  # tail share of its samples / the tail's share of the iterations
@@ -53,21 +54,41 @@ def weighted_segments(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _member_segments(
-    ranked: pl.DataFrame, window_docs: pl.DataFrame, segments: pl.DataFrame
-) -> pl.DataFrame:
-    """id, iteration, _sample, weight: every window segment of every cluster's documents."""
+def _member_rows(window_docs: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
+    """member (the document's row in `window_docs`), iteration, _sample, weight: every window
+    segment of a window document."""
     rows = window_docs.select("dataset", "doc_id").with_row_index("member")
     seen = segments.select("iteration", "_sample", "weight", "dataset", "doc_id").join(
         rows, on=["dataset", "doc_id"]
     )
+    return seen.select(pl.col("member").cast(pl.UInt32), "iteration", "_sample", "weight")
+
+
+def _member_segments(ranked: pl.DataFrame, seen: pl.DataFrame) -> pl.DataFrame:
+    """id, member, iteration, _sample, weight: every window segment of every cluster's
+    documents (`seen`: `_member_rows`)."""
     members = (
         ranked.select("id", "members")
         .explode("members")
         .drop_nulls("members")
         .select("id", pl.col("members").cast(pl.UInt32).alias("member"))
     )
-    return members.join(seen.with_columns(pl.col("member").cast(pl.UInt32)), on="member")
+    return members.join(seen, on="member").select("id", "member", "iteration", "_sample", "weight")
+
+
+def _cluster_slices(ranked: pl.DataFrame) -> list[pl.DataFrame]:
+    """`ranked` in consecutive slices of about SLICE_MEMBERS members each (at least one
+    cluster each)."""
+    members = SLICE_MEMBERS
+    sizes = ranked["members"].list.len().fill_null(0).to_numpy()
+    slices, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if total and total + int(size) > members:
+            slices.append(ranked.slice(start, i - start))
+            start, total = i, 0
+        total += int(size)
+    slices.append(ranked.slice(start, len(sizes) - start))
+    return slices
 
 
 @dataclass
@@ -122,29 +143,15 @@ def _window_presence(
     segments = weighted_segments(rows)
     samples = segments.select("iteration", "_sample").unique()
     per_iteration = samples.group_by("iteration").agg(pl.len().alias("_n"))
-    hits = _member_segments(ranked, window_docs, segments)
-    # Sorted and grouped in order, so every float sum adds its terms in the same order on every
-    # run (a parallel group_by would leave the last bits of the shares to the thread schedule).
-    sampled = (
-        hits.sort(hits.columns)
-        .group_by("id", "iteration", "_sample", maintain_order=True)
-        .agg(pl.col("weight").sum())
-    )
-    steps = (
-        sampled.group_by("id", "iteration", maintain_order=True)
-        .agg(pl.len().alias("_hit"), pl.col("weight").sum())
-        .join(per_iteration, on="iteration")
-        .with_columns((pl.col("_hit") / pl.col("_n")).alias("_share"))
-        .sort("id", "_share", "iteration", descending=[False, True, False])
-    )
-    per = steps.group_by("id", maintain_order=True).agg(
-        pl.len().cast(pl.Int64).alias("iterations_with"),
-        pl.col("_share").first().alias("peak_share"),
-        pl.col("iteration").first().cast(pl.Int64).alias("peak_iteration"),
-        (pl.col("_hit").filter(pl.col("iteration") >= tail_start).sum() / pl.col("_hit").sum())
-        .truediv(tail_share)
-        .alias("density"),
-        (pl.col("weight").sum() / max(samples.height, 1)).alias("sample_share"),
+    seen = _member_rows(window_docs, segments)
+    del segments
+    # A cluster's figures come from its own segments alone: computed a slice of clusters at a
+    # time, so that no table holds every (cluster, segment) pair of the window at once.
+    per = pl.concat(
+        [
+            _slice_presence(part, seen, per_iteration, samples.height, tail_start, tail_share)
+            for part in _cluster_slices(ranked)
+        ]
     )
     out = ranked.select("id").join(per, on="id", how="left")
     return out.with_columns(
@@ -153,3 +160,52 @@ def _window_presence(
         pl.col("peak_share").fill_null(0.0),
         pl.col("sample_share").fill_null(0.0),
     ).select("id", *[pl.col(c).cast(t) for c, t in PRESENCE_COLUMNS.items()])
+
+
+def _in_order_sum(column: str) -> pl.Expr:
+    """The sum of `column` added term by term in row order (a running sum's last value): a
+    plain sum of a frame's only group takes a vectorised path that adds in another order, so
+    the last bits of a figure would depend on which other clusters share its slice."""
+    return pl.col(column).cum_sum().last().alias(column)
+
+
+def _slice_presence(
+    ranked: pl.DataFrame,
+    seen: pl.DataFrame,
+    per_iteration: pl.DataFrame,
+    n_samples: int,
+    tail_start: int,
+    tail_share: float,
+) -> pl.DataFrame:
+    """id and the presence figures of the clusters of `ranked` that the window's rows show."""
+    hits = _member_segments(ranked, seen)
+    # Sorted and grouped in order, so every float sum adds its terms in the same order on every
+    # run (a parallel group_by would leave the last bits of the shares to the thread schedule).
+    sampled = (
+        hits.sort(hits.columns)
+        .group_by("id", "iteration", "_sample", maintain_order=True)
+        .agg(_in_order_sum("weight"))
+    )
+    steps = (
+        sampled.group_by("id", "iteration", maintain_order=True)
+        .agg(pl.len().alias("_hit"), _in_order_sum("weight"))
+        .join(per_iteration, on="iteration")
+        .with_columns((pl.col("_hit") / pl.col("_n")).alias("_share"))
+        .sort("id", "_share", "iteration", descending=[False, True, False])
+    )
+    # The divisions are numpy's, element by element: polars divides a column of several rows
+    # by a constant through its reciprocal and a column of one row exactly, so the last bits
+    # of a cluster's figures would depend on how many clusters share its slice.
+    per = steps.group_by("id", maintain_order=True).agg(
+        pl.len().cast(pl.Int64).alias("iterations_with"),
+        pl.col("_share").first().alias("peak_share"),
+        pl.col("iteration").first().cast(pl.Int64).alias("peak_iteration"),
+        pl.col("_hit").filter(pl.col("iteration") >= tail_start).sum().alias("_tail"),
+        pl.col("_hit").sum().alias("_hits"),
+        _in_order_sum("weight"),
+    )
+    tail, hits_all = per["_tail"].to_numpy(), per["_hits"].to_numpy()
+    return per.select("id", "iterations_with", "peak_share", "peak_iteration").with_columns(
+        pl.Series("density", tail / hits_all / tail_share, dtype=pl.Float64),
+        pl.Series("sample_share", per["weight"].to_numpy() / max(n_samples, 1), dtype=pl.Float64),
+    )

@@ -94,3 +94,16 @@ def test_presence_reused_across_calls_equals_computed_afresh() -> None:
     assert window_presence(clusters, run.window, other_rows, WINDOW, memo).equals(
         window_presence(clusters, run.window, other_rows, WINDOW)
     )
+
+
+def test_presence_in_slices_of_clusters_equals_one_slice(monkeypatch) -> None:
+    """The presence figures are computed a slice of clusters at a time (memory at production
+    scale); each cluster's figures, to the last bit, are those of one pass over every cluster."""
+    import forensics.cluster.presence as presence
+
+    run = generate_run(1500, 1500, dirty_share=0.08, seed=5)
+    clusters = cluster_sources(run.window, run.baseline)
+    whole = window_presence(clusters, run.window, run.replay, WINDOW)
+    monkeypatch.setattr(presence, "SLICE_MEMBERS", 50)
+    assert len(presence._cluster_slices(clusters)) > 10
+    assert window_presence(clusters, run.window, run.replay, WINDOW).equals(whole)
