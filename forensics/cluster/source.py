@@ -61,12 +61,14 @@ CLUSTER_COLUMNS: tuple[str, ...] = (
 )
 
 
-def prepare_docs(docs: pl.DataFrame, name: str) -> pl.DataFrame:
+def prepare_docs(docs: pl.DataFrame, name: str, *, text: bool = True) -> pl.DataFrame:
     """Validate a document table and add the working columns every clusterer reads.
 
     Added columns: `_row` (UInt32, the row's position in the table as given: `members` lists
     refer to it), `_garbage` / `_spam` / `_flag` (Boolean: score >= 0.5, either one), and
     `garbage_reason` / `spam_reason` filled with "" when absent. Null or NaN scores count as 0.
+    `text` (filled with "" where absent) is kept only with `text`: the source clusters never
+    read it, and a copy of every scored text per side is hundreds of MB at production scale.
     """
     if not isinstance(docs, pl.DataFrame):
         raise ForensicsError(f"{name}: expected a polars DataFrame, got {type(docs).__name__}")
@@ -74,10 +76,12 @@ def prepare_docs(docs: pl.DataFrame, name: str) -> pl.DataFrame:
     if missing:
         raise ForensicsError(f"{name}: missing column(s) {', '.join(missing)}")
     out = docs.with_row_index("_row")
+    if not text:
+        out = out.drop("text", strict=False)
     for reason in ("garbage_reason", "spam_reason"):
         if reason not in out.columns:
             out = out.with_columns(pl.lit("", dtype=pl.Utf8).alias(reason))
-    if "text" not in out.columns:
+    if text and "text" not in out.columns:
         out = out.with_columns(pl.lit("", dtype=pl.Utf8).alias("text"))
     try:
         scores = [
@@ -88,7 +92,7 @@ def prepare_docs(docs: pl.DataFrame, name: str) -> pl.DataFrame:
             *scores,
             pl.col("garbage_reason").cast(pl.Utf8).fill_null(""),
             pl.col("spam_reason").cast(pl.Utf8).fill_null(""),
-            pl.col("text").cast(pl.Utf8).fill_null(""),
+            *([pl.col("text").cast(pl.Utf8).fill_null("")] if text else []),
         )
     except pl.exceptions.PolarsError as err:
         raise ForensicsError(f"{name}: scores are not numeric ({err.__class__.__name__})") from err
@@ -247,8 +251,8 @@ def cluster_sources(
     over-represented: forensics.cluster.sample) is tested with the others (the corrected
     p-values are those of every group) and then left out: `unjudged_groups` counts them.
     """
-    window = prepare_docs(window_docs, "window documents")
-    baseline = prepare_docs(baseline_docs, "baseline documents")
+    window = prepare_docs(window_docs, "window documents", text=False)
+    baseline = prepare_docs(baseline_docs, "baseline documents", text=False)
     facets = resolve_facets(window, baseline, facets)
     if window.height == 0:
         raise ForensicsError("window documents: the table is empty; nothing to cluster")
@@ -304,7 +308,7 @@ def cluster_sources(
 def unjudged_groups(window_docs: pl.DataFrame, design: SampleDesign) -> int:
     """The window's groups `cluster_sources` leaves out under `design`: neither scored whole nor
     with their own sample scored."""
-    window = prepare_docs(window_docs, "window documents")
+    window = prepare_docs(window_docs, "window documents", text=False)
     facets = resolve_facets(window, window, None)
     window = _with_own_sample(window, facets, design)
     left_out = 0
