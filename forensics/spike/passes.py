@@ -96,7 +96,9 @@ def evidence_passes(
     notes_before = len(run.notes)
     named: list[str] = []
     presence = PresenceMemo()  # the groups judged each round are the same: their presence once
+    last: tuple[pl.DataFrame, pl.DataFrame] | None = None  # the last round's sides
     for round_number in range(MAX_PASSES + 1):
+        last = None  # rebuilt below with more documents scored: not held while scoring
         label = "sample" if round_number == 0 else "exhaustive"
         scored_set = pl.concat([scored_set, todo]).sort("dataset", "doc_id")
         scored, key = score_set(run, replay, todo, scored_set, items, label, engine)
@@ -105,9 +107,12 @@ def evidence_passes(
             run.notes.append(FACETS_DIFFER)
             return None
         window_docs, baseline_docs = sampled_sides(chosen, scored)
+        del scored  # its rows are in the sides now
         with run.clock.stage("verdicts", f"pass {round_number + 2}: source groups", spinner=True):
             ranked = source_verdicts(run, window_docs, baseline_docs, rows, design, presence)
         todo, names = named_documents(ranked, window_docs, named_by_hand)
+        last = window_docs, baseline_docs
+        del window_docs, baseline_docs, ranked
         named = sorted(set(named) | set(names))
         if todo.height == 0:
             break
@@ -117,6 +122,8 @@ def evidence_passes(
             "named groups unscored: their flagged rates are estimates (--exhaustive scores all)"
         )
     unique_notes(run.notes, notes_before)
+    assert last is not None  # the loop ran at least once
+    window_docs, baseline_docs = last
     return Evidence(window_docs, baseline_docs, design, key, sampled, scored_set.height,
                     distinct, named, chosen, items,
                     unjudged_groups(window_docs, design))  # fmt: skip
@@ -235,9 +242,11 @@ def sampled_sides(chosen: pl.DataFrame, scored: pl.DataFrame) -> tuple[pl.DataFr
     marked = scored.select(columns).with_columns(pl.lit(True).alias("_scored"))
 
     def side(name: str) -> pl.DataFrame:
+        # sorted before the join, which keeps that order: the wide table is never copied twice
         rows = chosen.filter(pl.col("side") == name).drop("side", "_chosen")
-        joined = rows.join(marked, on=["dataset", "doc_id"], how="left")
-        return joined.with_columns(pl.col("_scored").fill_null(False)).sort("dataset", "doc_id")
+        rows = rows.sort("dataset", "doc_id")
+        joined = rows.join(marked, on=["dataset", "doc_id"], how="left", maintain_order="left")
+        return joined.with_columns(pl.col("_scored").fill_null(False))
 
     return side("window"), side("baseline")
 
