@@ -27,7 +27,7 @@ import pyarrow.ipc as ipc
 
 from dataloaders.atomic import atomic_path
 from dataloaders.cache_dir import forensics_cache
-from dataloaders.mapped_pages import tracked
+from dataloaders.mapped_pages import release_pages, tracked
 from dataloaders.megatron.checked import checked_once, versions
 
 
@@ -69,11 +69,15 @@ class MappedManifest:
             {"key": [*keys, None], "total": totals},
             schema={"key": pl.Utf8, "total": pl.Float64},
         )
+        release_pages()  # every page of the column was read
         return frame.filter(pl.Series(present))
 
     def column(self, name: str) -> pl.Series:
-        """A whole column (a copy: for a pass over every document, such as a facet's shares)."""
-        return pl.from_arrow(self._table.column(name)).alias(name)  # type: ignore[union-attr]
+        """A whole column (a copy: for a pass over every document, such as the documents of one
+        crawl batch)."""
+        column = pl.from_arrow(self._table.column(name)).alias(name)  # type: ignore[union-attr]
+        release_pages()  # every page of the column was read
+        return column
 
 
 def mapped_manifest(path: Path, idx_file: Path, load: Callable[[], pl.DataFrame]) -> MappedManifest:

@@ -18,6 +18,7 @@ and its provenance (the manifest's facets). One row per distinct window document
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from forensics.score import FLAG_THRESHOLD
@@ -74,10 +75,21 @@ def documents_table(
     flagged = pl.any_horizontal([pl.col(c).fill_null(0.0) >= FLAG_THRESHOLD for c in score])
     if "_scored" in docs.columns:  # a sampled window: an unscored document is neither
         flagged = pl.when(pl.col("_scored")).then(flagged).otherwise(pl.lit(None, pl.Boolean))
+    # The joins run on the keys alone, in the documents' order, and their columns are put
+    # beside the documents: the wide table (texts, scores, facets) is never copied.
+    keys = ["dataset", "doc_id"]
+    found = (
+        docs.select("_row", *keys)
+        .join(member, on="_row", how="left", maintain_order="left")
+        .join(seen, on=keys, how="left", maintain_order="left")
+        .join(blamed, on=keys, how="left", maintain_order="left")
+    )
+    added = [  # a name the documents already hold gets join's suffix, as a join would give it
+        s.alias(f"{s.name}_right") if s.name in docs.columns else s
+        for s in found.drop("_row", *keys).get_columns()
+    ]
     table = (
-        docs.join(member, on="_row", how="left")
-        .join(seen, on=["dataset", "doc_id"], how="left")
-        .join(blamed, on=["dataset", "doc_id"], how="left")
+        docs.hstack(added)
         .with_columns(
             (flagged if score else pl.lit(False)).alias("flagged"),
             pl.col("verdict").fill_null("clean"),
@@ -90,4 +102,8 @@ def documents_table(
     front += ["clusters", "iterations", "samples", "text"]
     front = [c for c in front if c in table.columns]
     rest = [c for c in table.columns if c not in front]
-    return table.select(*front, *rest).sort("dataset", "doc_id")
+    table = table.select(*front, *rest)
+    order = table.select(pl.arg_sort_by(keys)).to_series().to_numpy()
+    if (order == np.arange(table.height)).all():  # sorted already (both sides' tables are)
+        return table
+    return table[order]

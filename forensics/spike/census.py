@@ -31,7 +31,7 @@ from forensics.errors import ForensicsError
 from forensics.pipeline.engines import map_parts
 from forensics.replay import cached_replayer
 
-PART_SAMPLES = 131_072  # samples per part: ~0.5B tokens at sequence 4096, ~100 MB of rows
+PART_SAMPLES = 32_768  # samples per part: ~134M tokens at sequence 4096, ~25 MB of rows
 Item = dict[str, Any]
 
 
