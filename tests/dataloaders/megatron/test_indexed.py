@@ -93,6 +93,26 @@ def test_large_random_dataset_matches(tmp_path: Path, megatron) -> None:
         np.testing.assert_array_equal(ours[i], theirs[int(i)])
 
 
+def test_read_from_the_file_matches_megatron_without_its_map(tmp_path: Path, megatron) -> None:
+    """`read` (pread, no map kept: the decode of scattered documents) gives the tokens
+    megatron-core's own file reader gives (IndexedDataset(mmap=False): _FileBinReader)."""
+    rng = np.random.default_rng(11)
+    write_indexed_dataset(tmp_path / "big", random_documents(rng, 300, 20_000), np.int32)
+    ours = IndexedDataset(tmp_path / "big")
+    theirs = megatron.indexed.IndexedDataset(str(tmp_path / "big"), mmap=False)
+    for i in rng.integers(0, 300, 40):
+        first = int(ours.sequence_pointers[i]) // ours.dtype.itemsize
+        length = int(ours.sequence_lengths[i])
+        np.testing.assert_array_equal(ours.read(first, length), theirs[int(i)])
+        offset = length // 3
+        np.testing.assert_array_equal(
+            ours.read(first + offset, length - offset), theirs.get(int(i), offset=offset)
+        )
+    assert ours.read(0, 0).size == 0
+    with pytest.raises(ForensicsError, match="past the end"):
+        ours.read(ours.bin_size // ours.dtype.itemsize - 1, 2)
+
+
 # -- bad input -------------------------------------------------------------------------------
 
 

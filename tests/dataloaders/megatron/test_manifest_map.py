@@ -1,0 +1,92 @@
+"""A checked manifest mapped from our cache (dataloaders.megatron.manifest_map): the rows and
+figures of the manifest itself, checked once per version of the files, rewritten when gone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import random_documents
+
+from dataloaders.megatron.indexed import IndexedDataset, write_indexed_dataset
+from dataloaders.megatron.manifest_map import mapped_manifest
+from dataloaders.megatron.manifests import load_manifest
+from forensics.errors import ForensicsError
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> tuple[IndexedDataset, Path]:
+    rng = np.random.default_rng(3)
+    docs = random_documents(rng, 500, 1000)
+    ds = IndexedDataset(write_indexed_dataset(tmp_path / "web", docs, np.uint16))
+    sources = rng.choice(["crawl-a", "crawl-b", None], size=500).tolist()
+    manifest = pl.DataFrame({
+        "doc_id": np.arange(500),
+        "source": sources,
+        "url": [f"https://example.org/{i}" for i in range(500)],
+        "doc_tokens": ds.document_token_counts(),
+    })  # fmt: skip
+    path = tmp_path / "web.manifest.parquet"
+    manifest.write_parquet(path)
+    return ds, path
+
+
+def _load(ds: IndexedDataset, path: Path):
+    return lambda: load_manifest(path, ds.num_documents, ds.document_token_counts())
+
+
+def test_mapped_rows_are_the_manifests(dataset) -> None:
+    ds, path = dataset
+    table = load_manifest(path, ds.num_documents, ds.document_token_counts())
+    mapped = mapped_manifest(path, ds.idx_file, _load(ds, path))
+    assert mapped.columns == table.columns and mapped.height == table.height
+    rows = np.array([499, 0, 17, 17, 250])
+    assert mapped.gather(["source", "url"], rows).equals(table[rows].select("source", "url"))
+    assert mapped.column("source").equals(table["source"])
+
+
+def test_sums_by_a_column_are_a_group_by(dataset) -> None:
+    ds, path = dataset
+    mapped = mapped_manifest(path, ds.idx_file, _load(ds, path))
+    values = np.arange(500, dtype=np.float64) * 3
+    expected = (
+        pl.DataFrame({"key": mapped.column("source"), "v": values})
+        .group_by("key")
+        .agg(pl.col("v").sum().alias("total"))
+    )
+    got = mapped.sums_by("source", values)
+    joined = expected.join(got, on="key", how="full", nulls_equal=True)
+    assert joined.height == expected.height == got.height == 3  # two crawls and "none"
+    assert (joined["total"] == joined["total_right"]).all()
+
+
+def test_checked_once_rewritten_when_removed(dataset, monkeypatch, tmp_path) -> None:
+    """Opened again, the stamped copy is mapped without checking the manifest again; a copy
+    removed from the cache (its stamp left) is checked and written again."""
+    import dataloaders.megatron.checked as checked
+
+    ds, path = dataset
+    calls = []
+
+    def load() -> pl.DataFrame:
+        calls.append(1)
+        return _load(ds, path)()
+
+    monkeypatch.setattr(checked, "clock", lambda: 1e12)  # the files have settled: stamped
+    mapped_manifest(path, ds.idx_file, load)
+    mapped_manifest(path, ds.idx_file, load)
+    assert len(calls) == 1
+    copies = list((tmp_path / "forensics-cache").glob("megatron/manifests/*.arrow"))
+    assert len(copies) == 1
+    copies[0].unlink()
+    again = mapped_manifest(path, ds.idx_file, load)
+    assert len(calls) == 2 and copies[0].is_file() and again.height == 500
+
+
+def test_a_bad_manifest_is_still_refused(dataset) -> None:
+    ds, path = dataset
+    pl.read_parquet(path).head(499).write_parquet(path)
+    with pytest.raises(ForensicsError, match="499 rows but the dataset has 500"):
+        mapped_manifest(path, ds.idx_file, _load(ds, path))
