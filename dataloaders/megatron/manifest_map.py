@@ -35,10 +35,14 @@ class MappedManifest:
     """One dataset's manifest (facet columns, and `doc_hash` where it has one), a row per
     document in .idx order, over a memory-mapped Arrow IPC file."""
 
-    def __init__(self, path: Path) -> None:
-        with open(path, "rb") as fh:
-            self._map = tracked(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
-        self._table = ipc.open_file(pa.py_buffer(self._map)).read_all()
+    def __init__(self, path: Path | None = None, table: pl.DataFrame | None = None) -> None:
+        if path is not None:
+            with open(path, "rb") as fh:
+                self._map = tracked(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+            self._table = ipc.open_file(pa.py_buffer(self._map)).read_all()
+        else:  # held in memory: our cache could not take the copy
+            assert table is not None
+            self._table = table.to_arrow(compat_level=pl.CompatLevel.oldest())
         self.columns = [c for c in self._table.column_names if c != "doc_hash"]
         self.has_hash = "doc_hash" in self._table.column_names
 
@@ -82,7 +86,8 @@ class MappedManifest:
 
 def mapped_manifest(path: Path, idx_file: Path, load: Callable[[], pl.DataFrame]) -> MappedManifest:
     """The manifest at `path`, checked by `load()` (load_manifest against the dataset's `.idx`:
-    it raises on a bad manifest) once per version of both files, mapped from our cache."""
+    it raises on a bad manifest) once per version of both files, mapped from our cache (held in
+    memory where the cache cannot be written)."""
     files = [Path(path), Path(idx_file)]
     name = json.dumps([[os.path.realpath(f) for f in files], versions(files)])
     target = forensics_cache("megatron", "manifests") / (
@@ -98,7 +103,10 @@ def mapped_manifest(path: Path, idx_file: Path, load: Callable[[], pl.DataFrame]
             )
         return {"file": str(target)}
 
-    checked_once("manifest-arrow", files, write)
-    if not target.is_file():  # stamped, then removed from the cache: checked and written again
-        write()
+    try:
+        checked_once("manifest-arrow", files, write)
+        if not target.is_file():  # stamped, then removed from the cache: checked, written again
+            write()
+    except OSError:  # a read-only or full cache: the checked manifest held in memory instead
+        return MappedManifest(table=load())
     return MappedManifest(target)

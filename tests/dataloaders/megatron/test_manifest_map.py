@@ -90,3 +90,16 @@ def test_a_bad_manifest_is_still_refused(dataset) -> None:
     pl.read_parquet(path).head(499).write_parquet(path)
     with pytest.raises(ForensicsError, match="499 rows but the dataset has 500"):
         mapped_manifest(path, ds.idx_file, _load(ds, path))
+
+
+def test_an_unwritable_cache_holds_the_manifest_in_memory(dataset, monkeypatch, tmp_path) -> None:
+    """A cache that cannot take the copy (here a path under a plain file, which not even root
+    can write) is no error: the checked manifest is held in memory, as it was before."""
+    ds, path = dataset
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("FORENSICS_CACHE", str(blocker / "cache"))
+    mapped = mapped_manifest(path, ds.idx_file, _load(ds, path))
+    table = load_manifest(path, ds.num_documents, ds.document_token_counts())
+    assert mapped.gather(["url"], np.array([3, 1])).equals(table[[3, 1]].select("url"))
+    assert mapped.sums_by("source", np.ones(500)).height == 3
