@@ -7,9 +7,9 @@ config, `dataloaders/run_config.py`, which joins them with the `data:` section.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from dataloaders.config_base import StrictModel
 from dataloaders.trainers import DEFAULT_TRAINER, REGISTRY, Trainer, unknown_trainer
@@ -30,7 +30,20 @@ def _known_trainer(value: str) -> str:
     return value
 
 
-class AppliedSkip(StrictModel):
+# A training loop's name in dataloaders.trainers.TRAINERS, refused when unknown.
+TrainerName = Annotated[str, AfterValidator(_known_trainer)]
+
+
+class _NamesTrainer:
+    """For a section with a `trainer` field (a TrainerName)."""
+
+    @property
+    def registered_trainer(self) -> Trainer:
+        """The Trainer that `trainer` names (validated when the config was read)."""
+        return REGISTRY[self.trainer]  # type: ignore[attr-defined]
+
+
+class AppliedSkip(_NamesTrainer, StrictModel):
     """Skip flags a restart of this run already used: the run consumed its data differently.
 
     Megatron-LM, argonne and OLMo-core still draw a skipped step's batch (numbering stays
@@ -39,23 +52,13 @@ class AppliedSkip(StrictModel):
     data than the plain schedule says; the replay follows the trainer's loop to say which.
     """
 
-    trainer: str
+    trainer: TrainerName
     resume_from: int = Field(ge=0)  # the checkpoint iteration that restart loaded
     flag: str  # the skip flag as it was passed (e.g. "--iterations-to-skip 5001 5002")
     consumed_samples: int | None = Field(default=None, ge=0)  # restored then (default: counted)
 
-    @field_validator("trainer")
-    @classmethod
-    def _known_trainer(cls, value: str) -> str:
-        return _known_trainer(value)
 
-    @property
-    def registered_trainer(self) -> Trainer:
-        """The Trainer that `trainer` names (validated when the config was read)."""
-        return REGISTRY[self.trainer]
-
-
-class TrainingSpec(StrictModel):
+class TrainingSpec(_NamesTrainer, StrictModel):
     """The batch-size schedule, the length of training, and the loop that consumes skip flags."""
 
     global_batch_size: int = Field(gt=0)
@@ -66,18 +69,8 @@ class TrainingSpec(StrictModel):
     rampup_batch_size: tuple[int, int, int] | None = None  # (start, increment, ramp samples)
     resumes: list[Resume] = Field(default_factory=list)
     # Which training loop reads the skip flags we write: a name in dataloaders.trainers.TRAINERS.
-    trainer: str = DEFAULT_TRAINER
+    trainer: TrainerName = DEFAULT_TRAINER
     applied_skips: list[AppliedSkip] = Field(default_factory=list)
-
-    @field_validator("trainer")
-    @classmethod
-    def _known_trainer(cls, value: str) -> str:
-        return _known_trainer(value)
-
-    @property
-    def registered_trainer(self) -> Trainer:
-        """The Trainer that `trainer` names (validated when the config was read)."""
-        return REGISTRY[self.trainer]
 
     def iterations(self, batch: int) -> int:
         """How many iterations the run trains: train_iters, else the whole batches of `batch`
