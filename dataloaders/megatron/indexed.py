@@ -265,7 +265,8 @@ class IndexedDataset:
 
     def read(self, first: int, count: int) -> np.ndarray:
         """Tokens [first, first + count) of the `.bin`, read from the file into a new array
-        (megatron-core offers the same read, without the map, as `mmap_bin_files=False`). For
+        (megatron-core's own read without the map, `mmap_bin_files=False`: `_FileBinReader`,
+        megatron-core 0.16.1 megatron/core/datasets/indexed_dataset.py:431). For
         scattered reads, such as one document here and another there: through the map each
         read maps its neighbourhood too (the page cache's large folios, up to megabytes), and
         a process decoding thousands of documents would hold most of the file."""
