@@ -58,20 +58,22 @@ def census_documents(
     ]
     total = sum(b - a + 1 for _, (a, b) in parts)
     keep = [pl.col(f).drop_nulls().first().alias(f) for f in facets]
+    as_codes = [pl.col(f).cast(pl.Categorical) for f in facets]
     found = []
     with progress_bar(progress, total, "census (iterations)") as advance:
         for side, (a, b) in parts:
             rows = lazy.filter((pl.col("side") == side) & pl.col("iteration").is_between(a, b))
+            rows = rows.select("dataset", "doc_id", *as_codes)
             found.append(
                 rows.group_by("dataset", "doc_id")
                 .agg(*keep)
-                .with_columns(pl.lit(side).alias("side"))
+                .with_columns(pl.lit(side, dtype=pl.Categorical).alias("side"))
                 .collect()
             )
             advance(b - a + 1)
-    schema = {"side": pl.Utf8, "dataset": pl.Utf8, "doc_id": pl.Int64}
+    schema = {"side": pl.Categorical, "dataset": pl.Utf8, "doc_id": pl.Int64}
     if not found:
-        return pl.DataFrame(schema=schema | {f: pl.Utf8 for f in facets})
+        return pl.DataFrame(schema=schema | {f: pl.Categorical for f in facets})
     return (
         pl.concat(found, how="diagonal_relaxed")
         .group_by("side", "dataset", "doc_id")
@@ -88,15 +90,26 @@ def census_stage(
     hits: dict[str, bool],
     progress: bool,
 ) -> pl.DataFrame:
-    """The census of window and baseline, cached in `cache_file` (census-<key>.parquet)."""
+    """The census of window and baseline, cached in `cache_file` (census-<key>.parquet); its
+    side and facets categorical (`coded`)."""
     facets = census_facets(replay)
     with clock.stage("census", "every sample's documents, from the index"):
-        return cached_table(
+        census = cached_table(
             cache_file,  # type: ignore[arg-type]
             lambda: census_documents(replay, facets, progress),
             hits,
             "census",
         )
+        return coded(census, ["side", *facets])
+
+
+def coded(table: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """`columns` of `table` as polars categoricals: a row then holds a 4-byte code where a
+    string column holds a 16-byte view; at millions of documents the facets are most of the
+    census's bytes. Values, order (lexical) and comparisons with strings are the strings'."""
+    return table.with_columns(
+        pl.col(c).cast(pl.Categorical) for c in columns if table.schema[c] != pl.Categorical
+    )
 
 
 def choose_sample(census: pl.DataFrame, sample_docs: int) -> pl.DataFrame:

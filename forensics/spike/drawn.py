@@ -24,6 +24,15 @@ def drawn_documents(run: SpikeRun, replay: pl.LazyFrame) -> pl.DataFrame:
     return cached_table(run.cache / f"sides-{run.key}.parquet", drawn, run.hits, "sides")
 
 
+def drawn_scan(run: SpikeRun, replay: pl.LazyFrame) -> pl.LazyFrame:
+    """`drawn_documents` as a scan of its cache file (written first where missing): for a
+    reader of one side's rows, which then never holds the other's."""
+    path = run.cache / f"sides-{run.key}.parquet"
+    if not path.is_file():
+        drawn_documents(run, replay)  # written to `path` (or raises)
+    return pl.scan_parquet(path)
+
+
 def distinct_documents(run: SpikeRun, replay: pl.LazyFrame) -> pl.DataFrame:
     """dataset, doc_id: each document the window or the baseline drew, once, sorted."""
     return cached_table(

@@ -31,7 +31,7 @@ from forensics.cluster.sample import CONFIDENCE, SampleDesign
 from forensics.cluster.source import DEFAULT_FACETS, cluster_sources, unjudged_groups
 from forensics.cluster.verdict import culprit_docs, dirty_floor_expr
 from forensics.pipeline import module_version
-from forensics.spike.doc_census import choose_sample
+from forensics.spike.doc_census import coded
 from forensics.spike.options import Engine
 from forensics.spike.parts import keys_digest, merge_parts, plan_named_parts, run_parts
 from forensics.spike.repeats import repeats_stage
@@ -71,18 +71,18 @@ def evidence_passes(
     run: SpikeRun,
     replay: pl.LazyFrame,
     rows: pl.DataFrame,
-    census: pl.DataFrame,
+    chosen: pl.DataFrame,
     sample_docs: int,
     culprits: tuple[str, ...] | None,
     engine: Engine,
 ) -> Evidence | None:
     """Passes 2 and 3 (module docstring); None when the sample is every document (or the
-    census cannot stand for the documents: `census_agrees`). `culprits`: the groups named by
-    hand (`--culprit`), scored whole; `rows`: the window's replay rows
+    census cannot stand for the documents: `census_agrees`). `chosen`: the census with its
+    sample (forensics.spike.doc_census.choose_sample for `sample_docs`); `culprits`: the
+    groups named by hand (`--culprit`), scored whole; `rows`: the window's replay rows
     (forensics.spike.stages.window_rows)."""
     design = SampleDesign(sample_docs)
-    chosen = choose_sample(census, sample_docs)
-    distinct = census.select("dataset", "doc_id").unique().height
+    distinct = chosen.select("dataset", "doc_id").n_unique()
     todo = chosen.filter(pl.col("_chosen")).select("dataset", "doc_id")
     reference = token_reference(chosen.select("side", "dataset", "doc_id"))
     todo = pl.concat([todo, reference]).unique().sort("dataset", "doc_id")
@@ -236,10 +236,14 @@ def census_agrees(chosen: pl.DataFrame, scored: pl.DataFrame) -> bool:
 
 def sampled_sides(chosen: pl.DataFrame, scored: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every document of each side (the census's rows, facets and `_u`) with its scores where
-    it was scored (`_scored`), sorted as the exhaustive path sorts them."""
+    it was scored (`_scored`), sorted as the exhaustive path sorts them. The scores' string
+    columns but the text are categoricals (forensics.spike.doc_census.coded): most documents
+    are not scored, and a null string costs a row 16 bytes, a null code 4."""
     facets = [c for c in chosen.columns if c not in ("side", "dataset", "doc_id", "_u", "_chosen")]
     columns = [c for c in scored.columns if c not in facets]
     marked = scored.select(columns).with_columns(pl.lit(True).alias("_scored"))
+    marked = coded(marked, [c for c, t in marked.schema.items() if t == pl.Utf8
+                            and c not in ("dataset", "text")])  # fmt: skip
 
     def side(name: str) -> pl.DataFrame:
         # sorted before the join, which keeps that order: the wide table is never copied twice

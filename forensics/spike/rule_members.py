@@ -23,7 +23,9 @@ def _garbage_rules(docs: pl.DataFrame) -> pl.DataFrame:
     """(dataset, doc_id, rule): one row per garbage rule key of each garbage-flagged document."""
     return (
         docs.filter(pl.col("garbage_score") >= FLAG_THRESHOLD)
-        .select("dataset", "doc_id", pl.col("garbage_rule").fill_null("").str.split(";"))
+        .select(
+            "dataset", "doc_id", pl.col("garbage_rule").cast(pl.Utf8).fill_null("").str.split(";")
+        )
         .explode("garbage_rule")
         .rename({"garbage_rule": "rule"})
         .filter(pl.col("rule") != "")

@@ -52,7 +52,7 @@ from dataloaders.mapped_pages import released_chunks, releasing_pages
 from forensics.cluster.sample import permanent_random
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_table, module_version
-from forensics.spike.drawn import drawn_documents
+from forensics.spike.drawn import drawn_scan
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.tokcheck import round_trips_batch, special_ids
 
@@ -208,16 +208,31 @@ def run_tokenizer(replayer: Any) -> Any:
     return tokenizer if hasattr(tokenizer, "decode_batch") else None
 
 
-def token_reference(drawn: pl.DataFrame) -> pl.DataFrame:
+def token_reference(drawn: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """dataset, doc_id of the rule's reference (module docstring) among `drawn` (side,
-    dataset, doc_id: forensics.spike.drawn.drawn_documents)."""
-    baseline = drawn.filter(pl.col("side") == "baseline").select("dataset", "doc_id")
+    dataset, doc_id: forensics.spike.drawn.drawn_documents); a scan reads only the baseline's
+    rows."""
+    baseline = drawn.lazy().filter(pl.col("side") == "baseline").select("dataset", "doc_id")
+    baseline = baseline.collect()
     first = pl.col("_u").rank("ordinal").over("dataset") <= REFERENCE_DOCS
     return (
         baseline.with_columns(permanent_random(baseline))
         .filter(first)
         .select("dataset", pl.col("doc_id").cast(pl.Int64))
         .sort("dataset", "doc_id")
+    )
+
+
+def reference_documents(run: SpikeRun, replay: pl.LazyFrame) -> pl.DataFrame:
+    """`token_reference` of the documents the sides drew, kept in the stage cache
+    (tokrefdocs-<key>-<s>.parquet): each round of the passes reads these few thousand rows,
+    not the millions of the sides' table."""
+    name = f"tokrefdocs-{run.key}-{module_version('forensics.spike')}.parquet"
+    return cached_table(
+        run.cache / name,
+        lambda: token_reference(drawn_scan(run, replay)),
+        run.hits,
+        "token reference",
     )
 
 
@@ -232,7 +247,7 @@ def token_table(
     replayer = run.replayer
     if not replayer.document_token_ids or distinct.height == 0:
         return pl.DataFrame(schema=STATS_SCHEMA)
-    reference = token_reference(drawn_documents(run, replay))
+    reference = reference_documents(run, replay)
     keyed = distinct.select("dataset", pl.col("doc_id").cast(pl.Int64))
     baseline = (
         keyed.join(
@@ -307,7 +322,7 @@ def reference_unigrams_file(run: SpikeRun, replay: pl.LazyFrame) -> Path | None:
         return None
     path = run.cache / f"tokref-{run.key}-{module_version('forensics.spike')}.npy"
     if not path.is_file():
-        reference = token_reference(drawn_documents(run, replay))
+        reference = reference_documents(run, replay)
         counts = reference_counts(replayer, tokenizer, reference)
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:
             np.save(fh, counts)
