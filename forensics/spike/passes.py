@@ -31,7 +31,7 @@ from forensics.cluster.sample import CONFIDENCE, SampleDesign
 from forensics.cluster.source import DEFAULT_FACETS, cluster_sources, unjudged_groups
 from forensics.cluster.verdict import culprit_docs, dirty_floor_expr
 from forensics.pipeline import module_version
-from forensics.spike.doc_census import coded
+from forensics.spike.doc_census import census_stage, choose_sample, coded
 from forensics.spike.options import Engine
 from forensics.spike.parts import keys_digest, merge_parts, plan_named_parts, run_parts
 from forensics.spike.repeats import repeats_stage
@@ -61,8 +61,7 @@ class Evidence:
     scored: int  # distinct documents scored in all (sample and named groups)
     distinct: int  # distinct documents of window and baseline
     named: list[str]  # the source groups scored whole in pass 3
-    # what `rule_datasets_whole` continues from: the census with the sample, the parts scored
-    chosen: pl.DataFrame | None = None
+    # what `rule_datasets_whole` continues from: the parts scored
     items: list[dict[str, Any]] | None = None
     unjudged: int = 0  # fine groups left out of the verdicts (cluster_sources)
 
@@ -71,23 +70,26 @@ def evidence_passes(
     run: SpikeRun,
     replay: pl.LazyFrame,
     rows: pl.DataFrame,
-    chosen: pl.DataFrame,
     sample_docs: int,
     culprits: tuple[str, ...] | None,
     engine: Engine,
 ) -> Evidence | None:
-    """Passes 2 and 3 (module docstring); None when the sample is every document (or the
-    census cannot stand for the documents: `census_agrees`). `chosen`: the census with its
-    sample (forensics.spike.doc_census.choose_sample for `sample_docs`); `culprits`: the
-    groups named by hand (`--culprit`), scored whole; `rows`: the window's replay rows
+    """Passes 1 to 3 (module docstring); None when the sample is every document (or the
+    census cannot stand for the documents: `census_agrees`). `culprits`: the groups named by
+    hand (`--culprit`), scored whole; `rows`: the window's replay rows
     (forensics.spike.stages.window_rows)."""
     design = SampleDesign(sample_docs)
+    census_file = run.cache / f"census-{run.key}.parquet"
+    chosen = choose_sample(census_stage(replay, census_file, run.clock, run.hits, run.progress),
+                           sample_docs)  # fmt: skip
     distinct = chosen.select("dataset", "doc_id").n_unique()
     todo = chosen.filter(pl.col("_chosen")).select("dataset", "doc_id")
     reference = token_reference(chosen.select("side", "dataset", "doc_id"))
     todo = pl.concat([todo, reference]).unique().sort("dataset", "doc_id")
     if todo.height >= distinct:
         return None
+    sides = narrow_sides(chosen)
+    del chosen  # its rows are the sides'
     sampled = todo.height
     check_tokenizer(run.replayer, todo, run.config.tokenizer)
     named_by_hand = set(culprits or ())
@@ -102,11 +104,11 @@ def evidence_passes(
         label = "sample" if round_number == 0 else "exhaustive"
         scored_set = pl.concat([scored_set, todo]).sort("dataset", "doc_id")
         scored, key = score_set(run, replay, todo, scored_set, items, label, engine)
-        if round_number == 0 and not census_agrees(chosen, scored):
+        if round_number == 0 and not census_agrees(sides, scored):
             del run.notes[notes_before:]  # the exhaustive path says its own
             run.notes.append(FACETS_DIFFER)
             return None
-        window_docs, baseline_docs = sampled_sides(chosen, scored)
+        window_docs, baseline_docs = sampled_sides(sides, scored)
         del scored  # its rows are in the sides now
         with run.clock.stage("verdicts", f"pass {round_number + 2}: source groups", spinner=True):
             ranked = source_verdicts(run, window_docs, baseline_docs, rows, design, presence)
@@ -125,8 +127,7 @@ def evidence_passes(
     assert last is not None  # the loop ran at least once
     window_docs, baseline_docs = last
     return Evidence(window_docs, baseline_docs, design, key, sampled, scored_set.height,
-                    distinct, named, chosen, items,
-                    unjudged_groups(window_docs, design))  # fmt: skip
+                    distinct, named, items, unjudged_groups(window_docs, design))  # fmt: skip
 
 
 def rule_datasets_whole(
@@ -141,12 +142,13 @@ def rule_datasets_whole(
     takes its culprit documents from (forensics.spike.rule_members), scored: that rule's block
     list is then exact. The clusters stand as judged; only the scores are added."""
     todo = rule_documents_unscored(ranked, evidence.window_docs, culprits)
-    if todo.height == 0 or evidence.chosen is None or evidence.items is None:
+    if todo.height == 0 or evidence.items is None:
         return evidence
     scored_set = pl.concat([scored_rows_keys(evidence.window_docs), scored_rows_keys(
         evidence.baseline_docs), todo]).unique().sort("dataset", "doc_id")  # fmt: skip
     scored, _ = score_set(run, replay, todo, scored_set, evidence.items, "exhaustive", engine)
-    window_docs, baseline_docs = sampled_sides(evidence.chosen, scored)
+    sides = census_columns(evidence.window_docs), census_columns(evidence.baseline_docs)
+    window_docs, baseline_docs = sampled_sides(sides, scored)
     return replace(evidence, window_docs=window_docs, baseline_docs=baseline_docs,
                    scored=scored_set.height,
                    unjudged=unjudged_groups(window_docs, evidence.design))  # fmt: skip
@@ -215,14 +217,16 @@ def merged_scores(items: list[dict[str, Any]]) -> pl.DataFrame:
         return pl.read_parquet(scores_file)
 
 
-def census_agrees(chosen: pl.DataFrame, scored: pl.DataFrame) -> bool:
-    """Whether the census (from the replay table) gives the scored documents the facets, and
-    the facet values, their decoded rows give: the groups the clusters count must be the same
-    either way, or the passes would judge other groups than --exhaustive does."""
+def census_agrees(sides: tuple[pl.DataFrame, pl.DataFrame], scored: pl.DataFrame) -> bool:
+    """Whether the census (from the replay table; `narrow_sides`) gives the scored documents
+    the facets, and the facet values, their decoded rows give: the groups the clusters count
+    must be the same either way, or the passes would judge other groups than --exhaustive
+    does."""
     facets = [c for c in DEFAULT_FACETS if c in scored.columns and c != "dataset"]
-    if any(f not in chosen.columns for f in facets):
+    if any(f not in sides[0].columns for f in facets):
         return False
-    ours = chosen.select("dataset", "doc_id", *facets).unique(["dataset", "doc_id"])
+    both = pl.concat([side.select("dataset", "doc_id", *facets) for side in sides])
+    ours = both.unique(["dataset", "doc_id"])
     theirs = scored.select("dataset", "doc_id", *facets)
     joined = theirs.join(ours, on=["dataset", "doc_id"], how="left", suffix="_census")
     if not facets:
@@ -234,25 +238,49 @@ def census_agrees(chosen: pl.DataFrame, scored: pl.DataFrame) -> bool:
     return all(joined.select(same).row(0))
 
 
-def sampled_sides(chosen: pl.DataFrame, scored: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every document of each side (the census's rows, facets and `_u`) with its scores where
-    it was scored (`_scored`), sorted as the exhaustive path sorts them. The scores' string
-    columns but the text are categoricals (forensics.spike.doc_census.coded): most documents
-    are not scored, and a null string costs a row 16 bytes, a null code 4."""
-    facets = [c for c in chosen.columns if c not in ("side", "dataset", "doc_id", "_u", "_chosen")]
-    columns = [c for c in scored.columns if c not in facets]
-    marked = scored.select(columns).with_columns(pl.lit(True).alias("_scored"))
-    marked = coded(marked, [c for c, t in marked.schema.items() if t == pl.Utf8
-                            and c not in ("dataset", "text")])  # fmt: skip
+CENSUS_COLUMNS = ("dataset", "doc_id", "_u")  # and the facets: what a side holds unscored
+
+
+def narrow_sides(chosen: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The window's and the baseline's documents of the census with its sample (`chosen`:
+    forensics.spike.doc_census.choose_sample): its `census_columns`, sorted as the exhaustive
+    path sorts a side."""
 
     def side(name: str) -> pl.DataFrame:
-        # sorted before the join, which keeps that order: the wide table is never copied twice
         rows = chosen.filter(pl.col("side") == name).drop("side", "_chosen")
-        rows = rows.sort("dataset", "doc_id")
-        joined = rows.join(marked, on=["dataset", "doc_id"], how="left", maintain_order="left")
-        return joined.with_columns(pl.col("_scored").fill_null(False))
+        return rows.sort("dataset", "doc_id")
 
     return side("window"), side("baseline")
+
+
+def census_columns(docs: pl.DataFrame) -> pl.DataFrame:
+    """A sampled side's columns from the census (keys, `_u`, facets), without its scores."""
+    facets = [c for c in DEFAULT_FACETS if c in docs.columns and c != "dataset"]
+    return docs.select(c for c in docs.columns if c in CENSUS_COLUMNS or c in facets)
+
+
+def sampled_sides(
+    sides: tuple[pl.DataFrame, pl.DataFrame], scored: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every document of each side (`narrow_sides`: the census's rows, facets and `_u`, in
+    order) with its scores where it was scored (`_scored`). The scores are found by a join on
+    the keys alone and put beside the side's columns, which are shared, never copied. The
+    scores' string columns but the text are categoricals (forensics.spike.doc_census.coded):
+    most documents are not scored, and a null string costs a row 16 bytes, a null code 4."""
+    keys = ["dataset", "doc_id"]
+    facets = [c for c in sides[0].columns if c not in CENSUS_COLUMNS]
+    values = scored.drop(*[c for c in facets if c in scored.columns])
+    values = coded(values, [c for c, t in values.schema.items() if t == pl.Utf8
+                            and c not in ("dataset", "text")])  # fmt: skip
+    at_rows = values.select(keys).with_row_index("_at")
+    wide = values.drop(keys)
+
+    def side(rows: pl.DataFrame) -> pl.DataFrame:
+        at = rows.select(keys).join(at_rows, on=keys, how="left", maintain_order="left")["_at"]
+        found = wide.select(pl.all().gather(at))
+        return rows.hstack(found.get_columns()).with_columns(at.is_not_null().alias("_scored"))
+
+    return side(sides[0]), side(sides[1])
 
 
 def source_verdicts(

@@ -15,7 +15,6 @@ from dataloaders.storage import fetched
 from dataloaders.trainers import Trainer
 from forensics.report import print_summary
 from forensics.spike.blame import blame_stage, rollback_stage
-from forensics.spike.doc_census import census_stage, choose_sample
 from forensics.spike.exposure import exposure_stage
 from forensics.spike.options import Engine, SpikeOptions, SpikeResult
 from forensics.spike.passes import evidence_passes, figures_note, rule_datasets_whole
@@ -42,12 +41,7 @@ def document_passes(
     stage is given the options it reads; the parts run on `engine`."""
     evidence, culprits, embedding = None, options.culprits, options.embed_settings()
     if not options.exhaustive:
-        census_file = run.cache / f"census-{run.key}.parquet"
-        census = census_stage(replay, census_file, run.clock, run.hits, run.progress)
-        chosen = choose_sample(census, options.sample_docs)
-        del census  # every row is in `chosen`
-        evidence = evidence_passes(run, replay, rows, chosen, options.sample_docs, culprits,
-                                   engine)  # fmt: skip
+        evidence = evidence_passes(run, replay, rows, options.sample_docs, culprits, engine)
     if evidence is None:
         scored = document_stages(run, replay, engine)
         window_docs, baseline_docs = split_sides(run, replay, scored)
