@@ -24,6 +24,7 @@ clean window yields no culprit (tests/forensics/cluster/).
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from forensics.cluster.stats import SUSPICION_FORMULA
@@ -177,21 +178,20 @@ def assign_verdicts(
     ids = flagged["id"].to_list()
     kinds = flagged["kind"].to_list()
     flagged_sets = [set(m or []) for m in flagged["flagged_members"].to_list()]
-    members = flagged["members"].to_list()
-    member_sets = [set(m or []) for m in members]
+    source_culprits = [j for j in range(flagged.height)
+                       if verdicts[j] == "culprit" and kinds[j] == "source"]  # fmt: skip
+    # Members as sorted arrays, and only the source culprits': every group's as Python sets
+    # would be objects by the million at production scale; the flagged ones are few.
+    member_rows = {j: member_array(flagged["members"][j]) for j in source_culprits}
     floors = flagged.select(dirty_floor_expr()).to_series().to_list()
-    explained = _nest_source_culprits(verdicts, ids, kinds, flagged_sets, member_sets, floors)
-    culprit_rows = [
-        (ids[j], set(members[j] or []))
-        for j in range(flagged.height)
-        if verdicts[j] == "culprit" and kinds[j] == "source"
-    ]
+    explained = _nest_source_culprits(verdicts, ids, kinds, flagged_sets, member_rows, floors)
+    culprit_rows = [(ids[j], member_rows[j]) for j in source_culprits]
     for i in range(flagged.height):
         if explained[i] is not None or (verdicts[i] == "culprit" and kinds[i] == "source"):
             continue
-        mine = flagged_sets[i]
+        mine = np.fromiter(flagged_sets[i], dtype=np.int64, count=len(flagged_sets[i]))
         for culprit_id, rows in culprit_rows:
-            if mine and len(mine & rows) / len(mine) >= EXPLAINED_SHARE:
+            if mine.size and np.isin(mine, rows).sum() / mine.size >= EXPLAINED_SHARE:
                 explained[i] = culprit_id
                 if verdicts[i] == "culprit":
                     verdicts[i] = "suspect"
@@ -202,12 +202,19 @@ def assign_verdicts(
     )
 
 
+def member_array(members: pl.Series | None) -> np.ndarray:
+    """A cluster's members (its `members` list) as the sorted set of its rows."""
+    if members is None:
+        return np.empty(0, dtype=np.int64)
+    return np.unique(members.drop_nulls().cast(pl.Int64).to_numpy())
+
+
 def _nest_source_culprits(
     verdicts: list[str],
     ids: list[str],
     kinds: list[str],
     flagged_sets: list[set[int]],
-    member_sets: list[set[int]],
+    member_rows: dict[int, np.ndarray],
     floors: list[float],
 ) -> list[str | None]:
     """Resolve source culprits that nest (a dataset holding a crawl batch holding domains).
@@ -225,13 +232,13 @@ def _nest_source_culprits(
         """Fewer flagged documents, or the same ones in fewer documents (the batch that is all
         of its dataset's dirt, not the dataset)."""
         fb, fa = len(flagged_sets[b]), len(flagged_sets[a])
-        return fb < fa or (fb == fa and len(member_sets[b]) < len(member_sets[a]))
+        return fb < fa or (fb == fa and member_rows[b].size < member_rows[a].size)
 
     def clean_outside(a: int, b: int) -> bool:
-        rest = member_sets[a] - member_sets[b]
+        rest = member_rows[a].size - np.isin(member_rows[a], member_rows[b]).sum()
         if not rest:
             return True
-        return len(flagged_sets[a] - flagged_sets[b]) / len(rest) < floors[a]
+        return len(flagged_sets[a] - flagged_sets[b]) / rest < floors[a]
 
     explained: list[str | None] = [None] * len(ids)
     culprits = [i for i, v in enumerate(verdicts) if v == "culprit" and kinds[i] == "source"]
