@@ -62,7 +62,7 @@ class SpikeReport:
     model: dict[str, Any] | None = None
     # every window document with its scores, clusters, iterations (report.documents); the
     # drill-down's source and documents.parquet, None when the pipeline did not build it
-    documents: pl.DataFrame | None = None
+    documents: pl.DataFrame | pl.LazyFrame | None = None
     # the file documents.parquet is copied from, when the pipeline keeps `documents` in its
     # stage cache (None: written from the frame)
     documents_file: Path | None = None

@@ -18,13 +18,17 @@ and its provenance (the manifest's facets). One row per distinct window document
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 
+from dataloaders.atomic import atomic_path
 from forensics.score import FLAG_THRESHOLD
 
 DOCUMENTS_FILE = "documents.parquet"
 VERDICT_ORDER = {"culprit": 0, "suspect": 1, "clean": 2}
+SLICE_DOCUMENTS = 500_000  # window documents whose rows are built and written at once
 
 
 def cluster_membership(ranked: pl.DataFrame, n_docs: int) -> pl.DataFrame:
@@ -107,3 +111,49 @@ def documents_table(
     if (order == np.arange(table.height)).all():  # sorted already (both sides' tables are)
         return table
     return table[order]
+
+
+def write_documents_table(
+    window_docs: pl.DataFrame,
+    ranked: pl.DataFrame,
+    replay: pl.DataFrame,
+    culprit: pl.DataFrame,
+    path: Path,
+    slice_documents: int = SLICE_DOCUMENTS,
+) -> None:
+    """`documents_table`'s rows written to `path` (atomically), SLICE_DOCUMENTS documents at
+    a time, one row group each: the table of millions of documents is never held whole.
+    Categorical columns are written as strings, as an exhaustive run's are. The documents are
+    sorted already (both sides' tables are); otherwise the table is built whole and sorted."""
+    import pyarrow.parquet as pq
+
+    keys = ["dataset", "doc_id"]
+    in_order = window_docs.height == 0 or bool(
+        (window_docs.select(pl.arg_sort_by(keys)).to_series().to_numpy()
+         == np.arange(window_docs.height)).all()
+    )  # fmt: skip
+    step = max(slice_documents, 1) if in_order else max(window_docs.height, 1)
+    with atomic_path(path) as tmp:
+        writer = None
+        try:
+            for lo in range(0, max(window_docs.height, 1), step):
+                docs = window_docs.slice(lo, step)
+                part = documents_table(docs, members_in(ranked, lo, docs.height),
+                                       replay.join(docs.select(keys), on=keys, how="semi"),
+                                       culprit)  # fmt: skip
+                table = part.with_columns(pl.col(pl.Categorical).cast(pl.Utf8)).to_arrow()
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                writer.write_table(table.cast(writer.schema))
+        finally:
+            if writer is not None:
+                writer.close()
+
+
+def members_in(ranked: pl.DataFrame, first: int, count: int) -> pl.DataFrame:
+    """`ranked` with each cluster's `members` cut to the rows first..first+count-1, counted
+    from `first`: the clusters as a slice of the documents sees them."""
+    if "members" not in ranked.columns:
+        return ranked
+    inside = pl.element().is_between(first, first + count - 1)
+    return ranked.with_columns(pl.col("members").list.eval(pl.element().filter(inside) - first))

@@ -257,9 +257,11 @@ def drill_groups(report: Any, cache: Path | None = None) -> list[DrillGroup]:
     code = module_version("forensics") if cache is not None else ""
     out = []
     for i, row in enumerate(chosen.iter_rows(named=True)):
-        mine = docs.filter(pl.col("clusters").list.contains(row["id"]))
+        # a scan of documents.parquet at production scale: each group reads its own rows
+        mine = docs.lazy().filter(pl.col("clusters").list.contains(row["id"]))
+        total = int(mine.select(pl.len()).collect().item())
         mine = mine.sort(["flagged", "doc_id"], descending=[True, False])
-        rows = list(mine.head(DOCS_PER_CLUSTER).iter_rows(named=True))
+        rows = list(mine.head(DOCS_PER_CLUSTER).collect().iter_rows(named=True))
         spans = cached_spans([r.get("text") or "" for r in rows], cache, code)
         out.append(
             DrillGroup(
@@ -267,7 +269,7 @@ def drill_groups(report: Any, cache: Path | None = None) -> list[DrillGroup]:
                 name=cluster_name(row),
                 label=group_label(row),
                 flagged_rate=float(row["flagged_rate"]),
-                total=mine.height,
+                total=total,
                 docs=[
                     _doc(r, t, config, report.token_export)
                     for r, t in zip(rows, spans, strict=True)

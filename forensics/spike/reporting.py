@@ -12,11 +12,11 @@ from forensics.cluster.sample import SAMPLE_DOCS, SampleDesign
 from forensics.cluster.verdict import culprit_docs
 from forensics.errors import ForensicsError
 from forensics.inputs_guard import check_unchanged
-from forensics.pipeline import cache_key, cached_table, content_digest, module_version
+from forensics.pipeline import cache_key, cached_scan, content_digest, module_version
 from forensics.pipeline.cache import keep_latest
 from forensics.report import ReportSkip, build_report
 from forensics.report.control_view import next_causes
-from forensics.report.documents import documents_table
+from forensics.report.documents import write_documents_table
 from forensics.report.incident import Incident, share_past_spike
 from forensics.rescore.export import require_megatron
 from forensics.rollback import Rollback
@@ -119,7 +119,7 @@ def documents_for_report(
     window_docs: pl.DataFrame,
     rows: pl.DataFrame,
     culprits: tuple[str, ...] | None = None,
-) -> tuple[pl.DataFrame, Path]:
+) -> tuple[pl.LazyFrame, Path]:
     """The drill-down's table, every window document (documents.parquet; see
     forensics.report.documents), each marked with the culprit it is blamed with; and the
     stage cache's file that holds it, keyed by what it is built from: the window's documents
@@ -133,11 +133,11 @@ def documents_for_report(
                     blamed=content_digest(blamed),
                     code=[module_version("forensics"), module_version("dataloaders")])  # fmt: skip
 
-    def compute() -> pl.DataFrame:
-        return documents_table(window_docs, clusters.ranked, rows, blamed)
+    def write(path: Path) -> None:
+        write_documents_table(window_docs, clusters.ranked, rows, blamed, path)
 
     path = run.cache / f"documents-{key}.parquet"
-    table = cached_table(path, compute, run.hits, "documents")
+    table = cached_scan(path, write, run.hits, "documents")
     path.touch()  # recently used: kept by keep_latest
     keep_latest(run.cache, "documents-*.parquet", KEPT_DOCUMENT_TABLES)
     return table, path

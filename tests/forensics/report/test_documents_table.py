@@ -7,7 +7,7 @@ import polars as pl
 
 from forensics.cluster import assign_verdicts, cluster_sources
 from forensics.cluster.verdict import culprit_docs
-from forensics.report.documents import cluster_membership, documents_table
+from forensics.report.documents import cluster_membership, documents_table, write_documents_table
 from forensics_testing.windows import generate_run
 
 
@@ -56,3 +56,26 @@ def test_documents_table_is_sorted_whatever_the_order_given() -> None:
     assert table.select("dataset", "doc_id").equals(
         shuffled.select("dataset", "doc_id").sort("dataset", "doc_id")
     )
+
+
+def test_documents_written_in_slices_are_the_whole_table(tmp_path) -> None:
+    """The file written a slice of documents at a time holds the whole table's rows (slices of
+    7 documents: clusters cut across every slice), categoricals written as strings; a window
+    not sorted is written whole, sorted."""
+    run = generate_run(1500, 1500, dirty_share=0.08, seed=5)
+    window = run.window.sort("dataset", "doc_id")
+    ranked = assign_verdicts(cluster_sources(window, run.baseline))
+    blamed = culprit_docs(ranked, window)
+    whole = documents_table(window, ranked, run.replay, blamed)
+    coded = window.with_columns(pl.col("source").cast(pl.Categorical))
+    write_documents_table(coded, ranked, run.replay, blamed, tmp_path / "d.parquet", 7)
+    written = pl.read_parquet(tmp_path / "d.parquet")
+    assert written.schema["source"] == pl.Utf8
+    assert written.equals(whole)
+
+    shuffled = window.sample(fraction=1.0, shuffle=True, seed=3)
+    ranked = assign_verdicts(cluster_sources(shuffled, run.baseline))
+    blamed = culprit_docs(ranked, shuffled)
+    write_documents_table(shuffled, ranked, run.replay, blamed, tmp_path / "s.parquet", 7)
+    want = documents_table(shuffled, ranked, run.replay, blamed)
+    assert pl.read_parquet(tmp_path / "s.parquet").equals(want)
