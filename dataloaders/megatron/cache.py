@@ -29,6 +29,7 @@ import numpy as np
 
 from dataloaders.cache_dir import forensics_cache
 from dataloaders.errors import ForensicsError
+from dataloaders.mapped_pages import tracked
 from dataloaders.megatron.checked import checked_once, versions, write_stamp
 
 RUN_FIELDS = ("random_seed", "sequence_length", "split_matrix")
@@ -90,7 +91,7 @@ def _load_arrays(description: Path, names: tuple[str, ...]) -> dict[str, np.ndar
     out = {}
     for name, path in paths.items():
         try:
-            out[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+            out[name] = tracked(np.load(path, mmap_mode="r", allow_pickle=False))
         except (OSError, ValueError) as err:
             raise ForensicsError(f"{path}: unreadable Megatron cache file ({err})") from None
     return out
@@ -250,7 +251,7 @@ def load_own(kind: str, key: str, names: tuple[str, ...]) -> dict[str, np.ndarra
     if not all(p.is_file() for p in paths.values()):
         return None
     try:
-        return {n: np.load(p, mmap_mode="r", allow_pickle=False) for n, p in paths.items()}
+        return {n: tracked(np.load(p, mmap_mode="r", allow_pickle=False)) for n, p in paths.items()}
     except (OSError, ValueError):
         return None  # a damaged cache entry is rebuilt, never trusted
 

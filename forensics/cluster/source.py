@@ -123,8 +123,19 @@ def resolve_facets(
     return list(facets)
 
 
-def _facet_key(facet: str) -> pl.Expr:
-    return pl.col(facet).cast(pl.Utf8).fill_null(MISSING_KEY).alias("key")
+def _facet_key(facet: str, table: pl.DataFrame | None = None) -> pl.Expr:
+    """A facet's group key (MISSING_KEY for a missing value), as a string; as the categorical
+    it is in `table` when it is one (grouped by its codes, not by millions of strings: the
+    group keys are cast to strings after, `_string_key`)."""
+    column = pl.col(facet)
+    if table is None or table.schema[facet] != pl.Categorical:
+        column = column.cast(pl.Utf8)
+    return column.fill_null(MISSING_KEY).alias("key")
+
+
+def _string_key(groups: pl.DataFrame) -> pl.DataFrame:
+    """`groups` with its `key` column a string column (`_facet_key`)."""
+    return groups.with_columns(pl.col("key").cast(pl.Utf8))
 
 
 def _signature_columns(n_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -323,7 +334,7 @@ def unjudged_groups(window_docs: pl.DataFrame, design: SampleDesign) -> int:
     for facet in facets:
         own = pl.col(f"_own_{facet}")
         judged = pl.col("_scored").all() | (own & pl.col("_scored")).sum().ge(own.sum())
-        groups = window.group_by(_facet_key(facet)).agg(judged.alias("judged"))
+        groups = window.group_by(_facet_key(facet, window)).agg(judged.alias("judged"))
         left_out += int((~groups["judged"]).sum())
     return left_out
 
@@ -344,7 +355,8 @@ def _with_intervals(out: pl.DataFrame) -> pl.DataFrame:
 def _with_own_sample(window: pl.DataFrame, facets: list[str], design: SampleDesign) -> pl.DataFrame:
     """`_own_<facet>`: the row is in its group's own sample for that facet."""
     return window.with_columns(
-        own_sample(design.sample_docs, _facet_key(facet)).alias(f"_own_{facet}") for facet in facets
+        own_sample(design.sample_docs, _facet_key(facet, window)).alias(f"_own_{facet}")
+        for facet in facets
     )
 
 
@@ -377,7 +389,7 @@ def _facet_groups(
     documents, its top reasons, and the member signature sums (`_w1` ... `_b2`) that
     `_merge_aliases` compares; biggest first. With `design`, the counts of a group not scored
     whole are its own sample's, scaled to its documents (`cluster_sources`)."""
-    key = _facet_key(facet)
+    key = _facet_key(facet, window)
     sampled = []
     if design is not None:
         own = pl.col(f"_own_{facet}")
@@ -401,16 +413,17 @@ def _facet_groups(
         pl.col("_s1").sum().alias("_w1"),
         pl.col("_s2").sum().alias("_w2"),
     )
+    win = _string_key(win)
     if design is not None:
         win = _scaled_counts(win)
-    base = baseline.group_by(key).agg(
+    base = baseline.group_by(_facet_key(facet, baseline)).agg(
         pl.len().alias("baseline_docs"),
         pl.col("_s1").sum().alias("_b1"),
         pl.col("_s2").sum().alias("_b2"),
     )
     return (
-        win.join(base, on="key", how="left")
-        .join(top_reasons(window, key), on="key", how="left")
+        win.join(_string_key(base), on="key", how="left")
+        .join(_string_key(top_reasons(window, key)), on="key", how="left")
         .with_columns(
             pl.lit(facet).alias("facet"),
             pl.col("baseline_docs").fill_null(0),

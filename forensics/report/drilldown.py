@@ -255,13 +255,10 @@ def drill_groups(report: Any, cache: Path | None = None) -> list[DrillGroup]:
 
     config = report.run_config
     code = module_version("forensics") if cache is not None else ""
+    totals, shown = group_documents(docs, chosen["id"].to_list())
     out = []
     for i, row in enumerate(chosen.iter_rows(named=True)):
-        # a scan of documents.parquet at production scale: each group reads its own rows
-        mine = docs.lazy().filter(pl.col("clusters").list.contains(row["id"]))
-        total = int(mine.select(pl.len()).collect().item())
-        mine = mine.sort(["flagged", "doc_id"], descending=[True, False])
-        rows = list(mine.head(DOCS_PER_CLUSTER).collect().iter_rows(named=True))
+        rows = shown.get(row["id"], [])
         spans = cached_spans([r.get("text") or "" for r in rows], cache, code)
         out.append(
             DrillGroup(
@@ -269,7 +266,7 @@ def drill_groups(report: Any, cache: Path | None = None) -> list[DrillGroup]:
                 name=cluster_name(row),
                 label=group_label(row),
                 flagged_rate=float(row["flagged_rate"]),
-                total=total,
+                total=totals.get(row["id"], 0),
                 docs=[
                     _doc(r, t, config, report.token_export)
                     for r, t in zip(rows, spans, strict=True)
@@ -278,6 +275,37 @@ def drill_groups(report: Any, cache: Path | None = None) -> list[DrillGroup]:
             )
         )
     return out
+
+
+def group_documents(
+    docs: pl.DataFrame | pl.LazyFrame, ids: list[str]
+) -> tuple[dict[str, int], dict[str, list[dict[str, Any]]]]:
+    """Per cluster of `ids`: how many documents it holds, and its first DOCS_PER_CLUSTER rows
+    (unscored first, then flagged, then the rest; by doc_id within each, then file order).
+    `docs` is documents.parquet's table, a scan at production scale: its membership columns
+    are read once for every group, then only the rows shown."""
+    lazy = docs.lazy().with_row_index("_at")
+    order = pl.when(pl.col("flagged").is_null()).then(0).when(pl.col("flagged")).then(1)
+    member = (
+        lazy.select("_at", "doc_id", order.otherwise(2).alias("_o"), pl.col("clusters"))
+        .explode("clusters")
+        .filter(pl.col("clusters").is_in(ids))
+        .collect()
+    )
+    totals = dict(member.group_by("clusters").len().iter_rows())
+    top = (
+        member.sort("_o", "doc_id", "_at")
+        .group_by("clusters", maintain_order=True)
+        .head(DOCS_PER_CLUSTER)
+    )
+    wanted = top["_at"].unique().implode()
+    rows = lazy.filter(pl.col("_at").is_in(wanted)).collect()
+    by_row = {r["_at"]: {k: v for k, v in r.items() if k != "_at"}
+              for r in rows.iter_rows(named=True)}  # fmt: skip
+    shown: dict[str, list[dict[str, Any]]] = {}
+    for cluster, at in top.select("clusters", "_at").iter_rows():
+        shown.setdefault(cluster, []).append(by_row[at])
+    return totals, shown
 
 
 # -- rendering (HTML) ---------------------------------------------------------------------------

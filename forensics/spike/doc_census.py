@@ -59,28 +59,35 @@ def census_documents(
     total = sum(b - a + 1 for _, (a, b) in parts)
     keep = [pl.col(f).drop_nulls().first().alias(f) for f in facets]
     as_codes = [pl.col(f).cast(pl.Categorical) for f in facets]
-    found = []
+    sides = []
     with progress_bar(progress, total, "census (iterations)") as advance:
-        for side, (a, b) in parts:
-            rows = lazy.filter((pl.col("side") == side) & pl.col("iteration").is_between(a, b))
-            rows = rows.select("dataset", "doc_id", *as_codes)
-            found.append(
-                rows.group_by("dataset", "doc_id")
+        for name in bounds["side"].to_list():  # one side's parts at a time
+            found = []
+            for side, (a, b) in parts:
+                if side != name:
+                    continue
+                rows = lazy.filter((pl.col("side") == side) & pl.col("iteration").is_between(a, b))
+                rows = rows.select("dataset", "doc_id", *as_codes)
+                found.append(rows.group_by("dataset", "doc_id").agg(*keep).collect())
+                advance(b - a + 1)
+            whole = pl.concat(found, how="diagonal_relaxed")
+            del found
+            sides.append(
+                whole.group_by("dataset", "doc_id")
                 .agg(*keep)
-                .with_columns(pl.lit(side, dtype=pl.Categorical).alias("side"))
-                .collect()
+                .sort("dataset", "doc_id")
+                .select(
+                    pl.lit(name, dtype=pl.Categorical).alias("side"),
+                    "dataset",
+                    pl.col("doc_id").cast(pl.Int64),
+                    *facets,
+                )
             )
-            advance(b - a + 1)
+            del whole
     schema = {"side": pl.Categorical, "dataset": pl.Utf8, "doc_id": pl.Int64}
-    if not found:
+    if not sides:
         return pl.DataFrame(schema=schema | {f: pl.Categorical for f in facets})
-    return (
-        pl.concat(found, how="diagonal_relaxed")
-        .group_by("side", "dataset", "doc_id")
-        .agg(*keep)
-        .select("side", "dataset", pl.col("doc_id").cast(pl.Int64), *facets)
-        .sort("side", "dataset", "doc_id")
-    )
+    return pl.concat(sides)
 
 
 def census_stage(
@@ -122,15 +129,29 @@ def choose_sample(census: pl.DataFrame, sample_docs: int) -> pl.DataFrame:
     names = [f"_in_{i}" for i in range(len(facets))]
     picks = []
     for facet, name in zip(facets, names, strict=True):
-        key = pl.col(facet).cast(pl.Utf8).fill_null(MISSING_KEY)
-        pick = own_sample(sample_docs, pl.col("side"), key)
+        pick = own_sample(sample_docs, pl.col("side"), group_key(docs, facet))
         if facet in FINE_FACETS:
-            docs = docs.join(_over_represented(docs, facet), on=facet, how="left", nulls_equal=True)
-            pick = pick & pl.col(f"_over_{facet}").fill_null(False) & (pl.col("side") == "window")
+            pick = pick & _in_over_represented(docs, facet) & (pl.col("side") == "window")
         picks.append(pick.alias(name))
-    over = [c for c in docs.columns if c.startswith("_over_")]
     chosen = docs.with_columns(picks).with_columns(pl.any_horizontal(names).alias("_chosen"))
-    return chosen.drop(*names, *over)
+    return chosen.drop(*names)
+
+
+def group_key(docs: pl.DataFrame, facet: str) -> pl.Expr:
+    """A facet's group, as the source clusters key it (a missing value: MISSING_KEY); a
+    categorical facet keeps its codes (grouping by them is grouping by its strings)."""
+    column = pl.col(facet)
+    if docs.schema[facet] != pl.Categorical:
+        column = column.cast(pl.Utf8)
+    return column.fill_null(MISSING_KEY)
+
+
+def _in_over_represented(docs: pl.DataFrame, facet: str) -> pl.Expr:
+    """Whether a row's `facet` group is over-represented in the window (`_over_represented`):
+    a test of its value, so the census is not joined (copied) per fine facet."""
+    over = _over_represented(docs, facet).filter(pl.col(f"_over_{facet}"))[facet]
+    inside = pl.col(facet).is_in(over.drop_nulls().implode()).fill_null(False)
+    return inside | pl.col(facet).is_null() if over.null_count() else inside
 
 
 def _over_represented(docs: pl.DataFrame, facet: str) -> pl.DataFrame:

@@ -30,6 +30,7 @@ from forensics.score.batches import BATCH_COLUMNS, BatchScores, score_batch
 from forensics.score.skeleton import cluster_signatures, skeleton_scores
 from forensics.score.spam import SpamSignals
 from forensics.score.table import OUTPUT_COLUMNS, RULE_COLUMNS, assemble_scores
+from forensics.spike.repeats import document_repeats
 from forensics.spike.token_signal import part_token_stats
 
 PART_DOCUMENTS = 2_000  # documents per task: a few seconds of work, ~10 MB of text
@@ -37,16 +38,21 @@ PART_DOCUMENTS = 2_000  # documents per task: a few seconds of work, ~10 MB of t
 
 @releasing_pages
 def score_part(config: Any, item: dict[str, Any], replayer: Any = None) -> dict[str, Any]:
-    """Worker: decode and score one part's documents into `item["out"]` (kept if present), and
+    """Worker: decode and score one part's documents into `item["out"]` (kept if present);
     with `item["unigrams"]` their token figures into `item["tokens"]`
-    (forensics.spike.token_signal.part_token_stats); `replayer`: the run's, when the part runs
-    in the driver."""
+    (forensics.spike.token_signal.part_token_stats), and with `item["repeats"]` their
+    repeated n-grams (forensics.spike.repeats.document_repeats); `replayer`: the run's, when
+    the part runs in the driver."""
     out = Path(item["out"])
     if not out.is_file():
         replayer = replayer or cached_replayer(config)
         keys = pl.read_parquet(item["keys"])
         if item.get("unigrams") and not Path(item["tokens"]).is_file():
             part_token_stats(replayer, keys, Path(item["unigrams"]), Path(item["tokens"]))
+        if item.get("repeats") and not Path(item["repeats"]).is_file():
+            found = document_repeats(replayer, keys)
+            if found is not None:
+                write_parquet_atomic(found, Path(item["repeats"]))
         docs = replayer.documents(keys, progress=False)
         scores = score_batch(docs["text"]).to_frame()
         write_parquet_atomic(pl.concat([docs, scores], how="horizontal"), out)

@@ -193,6 +193,8 @@ def score_set(
     unigrams = reference_unigrams_file(run, replay)
     for item in fresh if unigrams else []:
         item["unigrams"], item["tokens"] = str(unigrams), item["out"].replace("/part-", "/tokraw-")
+    for item in fresh if run.replayer.document_token_ids else []:
+        item["repeats"] = item["out"].replace("/part-", "/ngrams-")
     run.hits.setdefault(label, all(Path(i["out"]).is_file() for i in fresh))
     what = f"{new.height:,} documents on {engine}"
     with run.clock.stage(label, what):
@@ -202,7 +204,8 @@ def score_set(
     key = keys_digest(scored_set)
     with run.clock.stage("score", f"{scored_set.height:,} scored documents", spinner=True):
         scored = merged_scores(items)
-    scored = repeats_stage(run, scored_set, scored, key=key)
+    repeats = [Path(i["repeats"]) for i in items if "repeats" in i]
+    scored = repeats_stage(run, scored_set, scored, key=key, computed=repeats)
     computed = [Path(i["tokens"]) for i in items if "tokens" in i]
     return token_stage(run, replay, scored_set, scored, key=key, computed=computed), key
 

@@ -12,6 +12,7 @@ dataloaders/base.py) gets a note instead.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,22 @@ def document_repeats(replayer: Any, distinct: pl.DataFrame) -> pl.DataFrame | No
         ngram_times=pl.Series(np.concatenate(times), dtype=pl.Int64),
         ngram_period=pl.Series(np.concatenate(period), dtype=pl.Int64),
     )
+
+
+def known_repeats(replayer: Any, distinct: pl.DataFrame, computed: list[Path]) -> pl.DataFrame:
+    """`document_repeats` of `distinct`, in its order: read from the `computed` tables where
+    they hold the document, found here for the others."""
+    keys = distinct.select("dataset", pl.col("doc_id").cast(pl.Int64))
+    tables = [pl.read_parquet(f) for f in computed if f.is_file()]
+    known = pl.concat(tables).unique(["dataset", "doc_id"]) if tables else None
+    missing = keys if known is None else keys.join(known, on=["dataset", "doc_id"], how="anti")
+    if missing.height:
+        found = document_repeats(replayer, missing)
+        if found is None:
+            return pl.DataFrame(schema=REPEATS_SCHEMA)
+        known = found if known is None else pl.concat([known, found])
+    assert known is not None
+    return keys.join(known, on=["dataset", "doc_id"], how="left", maintain_order="left")
 
 
 def repeats_reason(times: int, period: int) -> str:
@@ -86,10 +103,16 @@ def flag_repeats(scored: pl.DataFrame, repeats: pl.DataFrame) -> pl.DataFrame:
 
 
 def repeats_stage(
-    run: SpikeRun, distinct: pl.DataFrame, scored: pl.DataFrame, key: str | None = None
+    run: SpikeRun,
+    distinct: pl.DataFrame,
+    scored: pl.DataFrame,
+    key: str | None = None,
+    computed: list[Path] | None = None,
 ) -> pl.DataFrame:
     """The scored documents with the repeated-n-gram rule applied (its table cached beside the
-    scores, keyed by the rule's source and `key`: the run's, or the scored set's)."""
+    scores, keyed by the rule's source and `key`: the run's, or the scored set's). `computed`:
+    tables the parts' workers wrote (`document_repeats` of their documents), read instead of
+    computing those documents here."""
     if not run.replayer.document_token_ids:
         run.notes.append(
             "repeated n-grams were not checked: this data family cannot list a document's token ids"
@@ -97,8 +120,7 @@ def repeats_stage(
         return scored
 
     def compute() -> pl.DataFrame:
-        found = document_repeats(run.replayer, distinct)
-        return pl.DataFrame(schema=REPEATS_SCHEMA) if found is None else found
+        return known_repeats(run.replayer, distinct, computed or [])
 
     name = f"ngrams-{key or run.key}-{module_version('forensics.score')}.parquet"
     with run.clock.stage("repeats", f"{distinct.height:,} documents' token ids", spinner=True):
