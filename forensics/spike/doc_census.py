@@ -126,15 +126,13 @@ def choose_sample(census: pl.DataFrame, sample_docs: int) -> pl.DataFrame:
     the census shows it over-represented there (`_over_represented`)."""
     facets = ["dataset", *[c for c in census.columns if c in DEFAULT_FACETS and c != "dataset"]]
     docs = census.with_columns(permanent_random(census))
-    names = [f"_in_{i}" for i in range(len(facets))]
-    picks = []
-    for facet, name in zip(facets, names, strict=True):
+    chosen = pl.repeat(False, docs.height, dtype=pl.Boolean, eager=True)
+    for facet in facets:  # one facet's groups ranked at a time: each ranks every document
         pick = own_sample(sample_docs, pl.col("side"), group_key(docs, facet))
         if facet in FINE_FACETS:
             pick = pick & _in_over_represented(docs, facet) & (pl.col("side") == "window")
-        picks.append(pick.alias(name))
-    chosen = docs.with_columns(picks).with_columns(pl.any_horizontal(names).alias("_chosen"))
-    return chosen.drop(*names)
+        chosen = chosen | docs.select(pick).to_series()
+    return docs.with_columns(chosen.alias("_chosen"))
 
 
 def group_key(docs: pl.DataFrame, facet: str) -> pl.Expr:

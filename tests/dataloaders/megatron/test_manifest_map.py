@@ -47,6 +47,20 @@ def test_mapped_rows_are_the_manifests(dataset) -> None:
     assert mapped.column("source").equals(table["source"])
 
 
+def test_a_gather_read_in_stretches_keeps_the_rows_order(dataset, monkeypatch) -> None:
+    """A gather longer than GATHER_ROWS reads the map in ascending stretches (its pages handed
+    back between them) and gives the rows in the order asked, repeats included."""
+    import dataloaders.megatron.manifest_map as manifest_map
+
+    ds, path = dataset
+    table = load_manifest(path, ds.num_documents, ds.document_token_counts())
+    mapped = mapped_manifest(path, ds.idx_file, _load(ds, path))
+    monkeypatch.setattr(manifest_map, "GATHER_ROWS", 7)
+    rows = np.random.default_rng(5).integers(0, 500, size=300)
+    assert mapped.mapped
+    assert mapped.gather(["source", "url"], rows).equals(table[rows].select("source", "url"))
+
+
 def test_sums_by_a_column_are_a_group_by(dataset) -> None:
     ds, path = dataset
     mapped = mapped_manifest(path, ds.idx_file, _load(ds, path))
