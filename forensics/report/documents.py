@@ -120,11 +120,14 @@ def write_documents_table(
     culprit: pl.DataFrame,
     path: Path,
     slice_documents: int = SLICE_DOCUMENTS,
+    figures: pl.DataFrame | None = None,
 ) -> None:
     """`documents_table`'s rows written to `path` (atomically), SLICE_DOCUMENTS documents at
     a time, one row group each: the table of millions of documents is never held whole.
     Categorical columns are written as strings, as an exhaustive run's are. The documents are
-    sorted already (both sides' tables are); otherwise the table is built whole and sorted."""
+    sorted already (both sides' tables are); otherwise the table is built whole and sorted.
+    `figures`: columns found by key (dataset, doc_id) and put beside each slice's documents
+    (null where absent)."""
     import pyarrow.parquet as pq
 
     keys = ["dataset", "doc_id"]
@@ -137,7 +140,7 @@ def write_documents_table(
         writer = None
         try:
             for lo in range(0, max(window_docs.height, 1), step):
-                docs = window_docs.slice(lo, step)
+                docs = with_figures(window_docs.slice(lo, step), figures)
                 part = documents_table(docs, members_in(ranked, lo, docs.height),
                                        replay.join(docs.select(keys), on=keys, how="semi"),
                                        culprit)  # fmt: skip
@@ -157,3 +160,12 @@ def members_in(ranked: pl.DataFrame, first: int, count: int) -> pl.DataFrame:
         return ranked
     inside = pl.element().is_between(first, first + count - 1)
     return ranked.with_columns(pl.col("members").list.eval(pl.element().filter(inside) - first))
+
+
+def with_figures(docs: pl.DataFrame, figures: pl.DataFrame | None) -> pl.DataFrame:
+    """`docs` with `figures`' other columns beside it, found by (dataset, doc_id)."""
+    if figures is None:
+        return docs
+    keys = ["dataset", "doc_id"]
+    found = docs.select(keys).join(figures, on=keys, how="left", maintain_order="left")
+    return docs.hstack(found.drop(keys).get_columns())

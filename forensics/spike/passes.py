@@ -34,12 +34,17 @@ from forensics.pipeline import module_version
 from forensics.spike.doc_census import census_stage, choose_sample, coded
 from forensics.spike.options import Engine
 from forensics.spike.parts import keys_digest, merge_parts, plan_named_parts, run_parts
-from forensics.spike.repeats import repeats_stage
+from forensics.spike.repeats import REPEATS_SCHEMA, repeats_stage
 from forensics.spike.rule_members import cluster_causes
 from forensics.spike.run_context import SpikeRun
 from forensics.spike.stages import fit_verdicts
 from forensics.spike.tokcheck import check_tokenizer
-from forensics.spike.token_signal import reference_unigrams_file, token_reference, token_stage
+from forensics.spike.token_signal import (
+    STATS_SCHEMA,
+    reference_unigrams_file,
+    token_reference,
+    token_stage,
+)
 
 MAX_PASSES = 10  # rounds of pass 3; each adds the documents of newly named groups
 FACETS_DIFFER = (
@@ -64,6 +69,7 @@ class Evidence:
     # what `rule_datasets_whole` continues from: the parts scored
     items: list[dict[str, Any]] | None = None
     unjudged: int = 0  # fine groups left out of the verdicts (cluster_sources)
+    figures: pl.DataFrame | None = None  # the scored documents' FIGURE_COLUMNS (`scored_figures`)
 
 
 def evidence_passes(
@@ -109,6 +115,7 @@ def evidence_passes(
             run.notes.append(FACETS_DIFFER)
             return None
         window_docs, baseline_docs = sampled_sides(sides, scored)
+        figures = scored_figures(scored)
         del scored  # its rows are in the sides now
         with run.clock.stage("verdicts", f"pass {round_number + 2}: source groups", spinner=True):
             ranked = source_verdicts(run, window_docs, baseline_docs, rows, design, presence)
@@ -127,7 +134,8 @@ def evidence_passes(
     assert last is not None  # the loop ran at least once
     window_docs, baseline_docs = last
     return Evidence(window_docs, baseline_docs, design, key, sampled, scored_set.height,
-                    distinct, named, items, unjudged_groups(window_docs, design))  # fmt: skip
+                    distinct, named, items, unjudged_groups(window_docs, design),
+                    figures)  # fmt: skip
 
 
 def rule_datasets_whole(
@@ -150,6 +158,7 @@ def rule_datasets_whole(
     sides = census_columns(evidence.window_docs), census_columns(evidence.baseline_docs)
     window_docs, baseline_docs = sampled_sides(sides, scored)
     return replace(evidence, window_docs=window_docs, baseline_docs=baseline_docs,
+                   figures=scored_figures(scored),
                    scored=scored_set.height,
                    unjudged=unjudged_groups(window_docs, evidence.design))  # fmt: skip
 
@@ -242,6 +251,18 @@ def census_agrees(sides: tuple[pl.DataFrame, pl.DataFrame], scored: pl.DataFrame
 
 
 CENSUS_COLUMNS = ("dataset", "doc_id", "_u")  # and the facets: what a side holds unscored
+# Per-document figures the rules have already read (their verdicts are in the scores and
+# reasons): only documents.parquet shows them, so a sampled side does not carry a null of each
+# for every unscored document; documents.parquet joins them back (`scored_figures`).
+FIGURE_COLUMNS = tuple(
+    c for c in (*REPEATS_SCHEMA, *STATS_SCHEMA) if c not in ("dataset", "doc_id", "token_reason")
+)
+
+
+def scored_figures(scored: pl.DataFrame) -> pl.DataFrame | None:
+    """dataset, doc_id and the FIGURE_COLUMNS of the scored documents (None: it has none)."""
+    figures = [c for c in scored.columns if c in FIGURE_COLUMNS]
+    return scored.select("dataset", "doc_id", *figures) if figures else None
 
 
 def narrow_sides(chosen: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -272,7 +293,7 @@ def sampled_sides(
     most documents are not scored, and a null string costs a row 16 bytes, a null code 4."""
     keys = ["dataset", "doc_id"]
     facets = [c for c in sides[0].columns if c not in CENSUS_COLUMNS]
-    values = scored.drop(*[c for c in facets if c in scored.columns])
+    values = scored.drop(*[c for c in [*facets, *FIGURE_COLUMNS] if c in scored.columns])
     values = coded(values, [c for c, t in values.schema.items() if t == pl.Utf8
                             and c not in ("dataset", "text")])  # fmt: skip
     at_rows = values.select(keys).with_row_index("_at")

@@ -119,6 +119,7 @@ def documents_for_report(
     window_docs: pl.DataFrame,
     rows: pl.DataFrame,
     culprits: tuple[str, ...] | None = None,
+    figures: pl.DataFrame | None = None,
 ) -> tuple[pl.LazyFrame, Path]:
     """The drill-down's table, every window document (documents.parquet; see
     forensics.report.documents), each marked with the culprit it is blamed with; and the
@@ -126,7 +127,8 @@ def documents_for_report(
     and rows (the run key), the ranked clusters and the blamed documents (so --culprit naming
     the clusters the verdicts blame reads the same file back). `rows`: the window's replay rows
     (forensics.spike.stages.window_rows); `culprits`: the cluster ids named by hand
-    (`--culprit`)."""
+    (`--culprit`); `figures`: per-document columns joined onto the window's documents by key
+    (those a sampled side leaves out)."""
     only = list(culprits) if culprits else None
     blamed = culprit_docs(clusters.ranked, window_docs, only=only)
     key = cache_key(run=run.key, ranked=content_digest(clusters.ranked),
@@ -134,7 +136,7 @@ def documents_for_report(
                     code=[module_version("forensics"), module_version("dataloaders")])  # fmt: skip
 
     def write(path: Path) -> None:
-        write_documents_table(window_docs, clusters.ranked, rows, blamed, path)
+        write_documents_table(window_docs, clusters.ranked, rows, blamed, path, figures=figures)
 
     path = run.cache / f"documents-{key}.parquet"
     table = cached_scan(path, write, run.hits, "documents")
@@ -158,6 +160,7 @@ def report_stage(
     culprits: tuple[str, ...] | None = None,
     sample_docs: int = SAMPLE_DOCS,
     rerun: RerunArgs | None = None,
+    figures: pl.DataFrame | None = None,
 ) -> tuple[Any, list[Any]]:
     """Build the report and publish it with skip.json and the restart files, as one step.
     Returns the report and its sections (computed once; the terminal lays them out too).
@@ -166,7 +169,9 @@ def report_stage(
     log_evidence's loss and triage events, when the caller already read the log
     (the rollback stage needs its alarms). `culprits`: the cluster ids of `--culprit`;
     `sample_docs`: the documents scored per group when they were sampled; `rerun`: what the
-    suggested rerun with a checkpoint repeats (None: no suggestion)."""
+    suggested rerun with a checkpoint repeats (None: no suggestion); `figures`: the scored
+    documents' figures a sampled side leaves out (forensics.spike.passes.scored_figures),
+    joined back in documents.parquet."""
     if evidence is None:
         evidence = log_evidence(run.config, run.plan.window, run.notes)
     loss, events = evidence
@@ -190,7 +195,7 @@ def report_stage(
             design=sample_design(sample_docs, window_docs),
         )
         report.documents, report.documents_file = documents_for_report(
-            run, clusters, window_docs, rows, culprits
+            run, clusters, window_docs, rows, culprits, figures
         )
         report.provenance = skip.provenance or None
 

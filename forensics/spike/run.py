@@ -34,11 +34,13 @@ from forensics.spike.stages import (
 
 def document_passes(
     run: SpikeRun, replay: pl.LazyFrame, rows: pl.DataFrame, options: SpikeOptions, engine: Engine
-) -> tuple[Any, Any, Clusters]:
-    """The window's and baseline's documents and their clusters: by the three passes (census,
-    evidence from a sample, every document of what is named: forensics.spike.passes), or, with
-    --exhaustive or when the sample would be every document, by scoring every document. Each
-    stage is given the options it reads; the parts run on `engine`."""
+) -> tuple[Any, Any, Clusters, pl.DataFrame | None]:
+    """The window's and baseline's documents, their clusters, and the scored documents'
+    figures a sampled side leaves out (forensics.spike.passes.scored_figures; None when every
+    document was scored: the sides hold them): by the three passes (census, evidence from a
+    sample, every document of what is named: forensics.spike.passes), or, with --exhaustive or
+    when the sample would be every document, by scoring every document. Each stage is given
+    the options it reads; the parts run on `engine`."""
     evidence, culprits, embedding = None, options.culprits, options.embed_settings()
     if not options.exhaustive:
         evidence = evidence_passes(run, replay, rows, options.sample_docs, culprits, engine)
@@ -46,12 +48,12 @@ def document_passes(
         scored = document_stages(run, replay, engine)
         window_docs, baseline_docs = split_sides(run, replay, scored)
         clusters = cluster_stage(run, window_docs, baseline_docs, embedding, culprits, rows)
-        return window_docs, baseline_docs, clusters
+        return window_docs, baseline_docs, clusters, None
     clusters = cluster_stage(run, evidence.window_docs, evidence.baseline_docs, embedding,
                              culprits, rows, evidence.design, evidence.scored_key)  # fmt: skip
     evidence = rule_datasets_whole(run, replay, evidence, clusters.ranked, culprits, engine)
     run.notes.append(figures_note(evidence))
-    return evidence.window_docs, evidence.baseline_docs, clusters
+    return evidence.window_docs, evidence.baseline_docs, clusters, evidence.figures
 
 
 def run_spike(
@@ -72,7 +74,9 @@ def run_spike(
         trainer, engine, settings = run.trainer, options.engine_settings(), options.skip_settings()
         replay = replay_stage(run, engine)  # a scan: the stages read what they need of it
         rows = window_rows(replay)
-        window_docs, baseline_docs, clusters = document_passes(run, replay, rows, options, engine)
+        window_docs, baseline_docs, clusters, figures = document_passes(
+            run, replay, rows, options, engine
+        )
         clusters = model_stage(run, replay, clusters, window_docs, baseline_docs, options.rescore)
         blame = blame_stage(run, clusters.ranked, window_docs, options.culprits)
         evidence = log_evidence(run.config, run.plan.window, run.notes)
@@ -85,7 +89,7 @@ def run_spike(
         report, sections = report_stage(
             run, rows, clusters, window_docs, baseline_docs, rollback, skip, exposure, ahead,
             evidence, culprits=options.culprits, sample_docs=options.sample_docs,
-            rerun=options.rerun_args(),
+            rerun=options.rerun_args(), figures=figures,
         )  # fmt: skip
     if options.progress:
         print_summary(report, sections=sections, html=run.out / "report.html")

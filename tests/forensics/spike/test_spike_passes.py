@@ -76,6 +76,28 @@ def test_passes_give_the_exhaustive_verdicts_and_block_list(both: dict) -> None:
         assert (row["docs"], row["flagged"]) == (same["docs"], same["flagged"])
 
 
+def test_documents_parquet_holds_the_scored_documents_figures(both: dict) -> None:
+    """The sides of the passes leave the rules' per-document figures (repeated n-grams, token
+    statistics) out; documents.parquet joins them back: each scored window document's are the
+    exhaustive run's, an unscored one's are null, and the file's strings are strings."""
+    from forensics.spike.passes import FIGURE_COLUMNS
+
+    ours = pl.read_parquet(both["passes"].out / "documents.parquet")
+    theirs = pl.read_parquet(both["exhaustive"].out / "documents.parquet")
+    figures = [c for c in FIGURE_COLUMNS if c in theirs.columns]
+    assert figures, "the small run's family lists token ids: its figures are computed"
+    assert set(figures) <= set(ours.columns)
+    assert ours.schema["source"] == theirs.schema["source"] == pl.Utf8
+    keys = ["dataset", "doc_id"]
+    scored = ours.filter(pl.col("flagged").is_not_null()).select(*keys, *figures)
+    assert 0 < scored.height < ours.height
+    want = theirs.join(scored.select(keys), on=keys, how="semi").select(*keys, *figures)
+    assert scored.sort(keys).equals(want.sort(keys))
+    assert ours.filter(pl.col("flagged").is_null())[figures[0]].null_count() == (
+        ours.height - scored.height
+    )
+
+
 def test_a_culprit_named_by_hand_is_scored_whole(both: dict, tmp_path: Path) -> None:
     """`--culprit` naming a group the sample only estimated: its every document is scored, so
     its block list is --exhaustive's (each run on a copy of its output, cache included)."""
