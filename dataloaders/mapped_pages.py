@@ -44,14 +44,19 @@ def release_pages() -> None:
     kernel's page cache)."""
     for ref in list(_LIVE.values()):
         mapping = ref()
-        if mapping is None:
-            continue
-        raw = mapping._mmap if isinstance(mapping, np.memmap) else mapping
-        if isinstance(raw, mmap.mmap) and not raw.closed:
-            try:
-                raw.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):  # a platform without it, or an empty map
-                pass
+        if mapping is not None:
+            release_map(mapping)
+
+
+def release_map(mapping: Any) -> None:
+    """Drop one map's pages (an np.memmap or an mmap.mmap) from the resident set: for a reader
+    that hands back its own pages as it goes, leaving the other maps' to their readers."""
+    raw = mapping._mmap if isinstance(mapping, np.memmap) else mapping
+    if isinstance(raw, mmap.mmap) and not raw.closed:
+        try:
+            raw.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError):  # a platform without it, or an empty map
+            pass
 
 
 def releasing_pages(function: F) -> F:

@@ -27,10 +27,10 @@ import pyarrow.ipc as ipc
 
 from dataloaders.atomic import atomic_path
 from dataloaders.cache_dir import forensics_cache
-from dataloaders.mapped_pages import release_pages, tracked
+from dataloaders.mapped_pages import release_map, release_pages, tracked
 from dataloaders.megatron.checked import checked_once, versions
 
-GATHER_ROWS = 16_384  # rows of a gather read from the map between hand-backs of its pages
+GATHER_ROWS = 65_536  # rows of a gather read from the map between hand-backs of its pages
 
 
 class MappedManifest:
@@ -67,7 +67,7 @@ class MappedManifest:
         parts = []
         for start in range(0, len(rows), GATHER_ROWS):
             parts.append(table.take(pa.array(rows[order[start : start + GATHER_ROWS]])))
-            release_pages()
+            release_map(self._map)
         back = np.empty_like(order)
         back[order] = np.arange(len(order))
         return pl.from_arrow(pa.concat_tables(parts).take(pa.array(back)))  # type: ignore[return-value]
