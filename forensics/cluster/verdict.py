@@ -185,7 +185,8 @@ def assign_verdicts(
     member_rows = {j: member_array(flagged["members"][j]) for j in source_culprits}
     floors = flagged.select(dirty_floor_expr()).to_series().to_list()
     explained = _nest_source_culprits(verdicts, ids, kinds, flagged_sets, member_rows, floors)
-    culprit_rows = [(ids[j], member_rows[j]) for j in source_culprits]
+    # the culprits left standing once nested ones gave way
+    culprit_rows = [(ids[j], member_rows[j]) for j in source_culprits if verdicts[j] == "culprit"]
     for i in range(flagged.height):
         if explained[i] is not None or (verdicts[i] == "culprit" and kinds[i] == "source"):
             continue
