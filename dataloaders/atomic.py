@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,26 @@ def write_parquet_atomic(
             raise
         except Exception as err:
             raise _write_failure(err, Path(tmp)) from err
+    return Path(path)
+
+
+def write_parquet_parts(frames: Iterable[Any], path: str | os.PathLike[str]) -> Path:
+    """Polars frames, in order, as one Parquet file at `path` (one row group each, zstd,
+    written atomically): one frame in memory at a time. Each frame is cast to the first one's
+    Arrow schema (a column all null in one part keeps the file's type)."""
+    import pyarrow.parquet as pq
+
+    with atomic_path(path) as tmp:
+        writer = None
+        try:
+            for frame in frames:
+                table = frame.to_arrow()
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                writer.write_table(table.cast(writer.schema))
+        finally:
+            if writer is not None:
+                writer.close()
     return Path(path)
 
 

@@ -18,12 +18,13 @@ and its provenance (the manifest's facets). One row per distinct window document
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from dataloaders.atomic import atomic_path
+from dataloaders.atomic import write_parquet_parts
 from forensics.score import FLAG_THRESHOLD
 
 DOCUMENTS_FILE = "documents.parquet"
@@ -128,29 +129,22 @@ def write_documents_table(
     sorted already (both sides' tables are); otherwise the table is built whole and sorted.
     `figures`: columns found by key (dataset, doc_id) and put beside each slice's documents
     (null where absent)."""
-    import pyarrow.parquet as pq
-
     keys = ["dataset", "doc_id"]
     in_order = window_docs.height == 0 or bool(
         (window_docs.select(pl.arg_sort_by(keys)).to_series().to_numpy()
          == np.arange(window_docs.height)).all()
     )  # fmt: skip
     step = max(slice_documents, 1) if in_order else max(window_docs.height, 1)
-    with atomic_path(path) as tmp:
-        writer = None
-        try:
-            for lo in range(0, max(window_docs.height, 1), step):
-                docs = with_figures(window_docs.slice(lo, step), figures)
-                part = documents_table(docs, members_in(ranked, lo, docs.height),
-                                       replay.join(docs.select(keys), on=keys, how="semi"),
-                                       culprit)  # fmt: skip
-                table = part.with_columns(pl.col(pl.Categorical).cast(pl.Utf8)).to_arrow()
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
-                writer.write_table(table.cast(writer.schema))
-        finally:
-            if writer is not None:
-                writer.close()
+
+    def slices() -> Iterator[pl.DataFrame]:
+        for lo in range(0, max(window_docs.height, 1), step):
+            docs = with_figures(window_docs.slice(lo, step), figures)
+            part = documents_table(docs, members_in(ranked, lo, docs.height),
+                                   replay.join(docs.select(keys), on=keys, how="semi"),
+                                   culprit)  # fmt: skip
+            yield part.with_columns(pl.col(pl.Categorical).cast(pl.Utf8))
+
+    write_parquet_parts(slices(), path)
 
 
 def members_in(ranked: pl.DataFrame, first: int, count: int) -> pl.DataFrame:

@@ -13,14 +13,14 @@ missing ones; a part that fails for good stops the run with its number (never a 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from dataloaders.atomic import atomic_path, write_parquet_atomic
+from dataloaders.atomic import write_parquet_atomic, write_parquet_parts
 from dataloaders.mapped_pages import releasing_pages
 from dataloaders.progress import progress_bar
 from forensics.errors import ForensicsError
@@ -206,19 +206,12 @@ def _write_by_part(
 ) -> None:
     """`rows(part, first row)` of each part file, in order, as one Parquet file at `path`
     (one row group per part, written atomically): one part in memory at a time."""
-    import pyarrow.parquet as pq
 
-    with atomic_path(path) as tmp:
-        writer = None
+    def parts() -> Iterator[pl.DataFrame]:
         at = 0
-        try:
-            for f in files:
-                part = pl.read_parquet(f)
-                table = rows(part, at).to_arrow()
-                at += part.height
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
-                writer.write_table(table.cast(writer.schema))
-        finally:
-            if writer is not None:
-                writer.close()
+        for f in files:
+            part = pl.read_parquet(f)
+            yield rows(part, at)
+            at += part.height
+
+    write_parquet_parts(parts(), path)
