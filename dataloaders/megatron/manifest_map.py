@@ -30,7 +30,9 @@ from dataloaders.cache_dir import forensics_cache
 from dataloaders.mapped_pages import release_map, release_pages, tracked
 from dataloaders.megatron.checked import checked_once, versions
 
-GATHER_ROWS = 65_536  # rows of a gather read from the map between hand-backs of its pages
+# Bytes of the map a stretch of a gather spans (its rows' ids, from first to last, times the
+# file's bytes per row) between hand-backs of its pages: what one gather holds resident.
+STRETCH_BYTES = 256 * 2**20
 
 
 class MappedManifest:
@@ -55,22 +57,29 @@ class MappedManifest:
 
     def gather(self, columns: list[str], rows: np.ndarray) -> pl.DataFrame:
         """`columns` of the documents `rows` (doc ids), in that order. From the map, the rows
-        are read in ascending order GATHER_ROWS at a time, each stretch's pages handed back
-        before the next: rows scattered over a manifest of millions would otherwise leave
-        most of the file resident in the process (each read maps the page cache's pages
-        around it)."""
+        are read in ascending order, a stretch at a time, each stretch's pages handed back
+        before the next. A stretch is cut by the span of its rows' ids, not by their number:
+        each read maps the page cache's pages around it, so a few thousand rows scattered over
+        a manifest of millions would map most of the file, while the pages a stretch can touch
+        lie in its span, `STRETCH_BYTES` of the file at most (`stretches`)."""
         rows = np.asarray(rows, dtype=np.int64)
         table = self._table.select(columns)
-        if not self.mapped or len(rows) <= GATHER_ROWS:
+        if not self.mapped:
             return pl.from_arrow(table.take(pa.array(rows)))  # type: ignore[return-value]
         order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
         parts = []
-        for start in range(0, len(rows), GATHER_ROWS):
-            parts.append(table.take(pa.array(rows[order[start : start + GATHER_ROWS]])))
+        for start, end in stretches(ordered, self.span_rows):
+            parts.append(table.take(pa.array(ordered[start:end])))
             release_map(self._map)
         back = np.empty_like(order)
         back[order] = np.arange(len(order))
         return pl.from_arrow(pa.concat_tables(parts).take(pa.array(back)))  # type: ignore[return-value]
+
+    @property
+    def span_rows(self) -> int:
+        """Rows of the manifest whose share of the file is STRETCH_BYTES."""
+        return max(1, STRETCH_BYTES * self.height // max(1, len(self._map)))
 
     def sums_by(self, name: str, values: np.ndarray) -> pl.DataFrame:
         """key (each value of column `name`, null for documents without one), total (the sum
@@ -99,6 +108,15 @@ class MappedManifest:
         column = pl.from_arrow(self._table.column(name)).alias(name)  # type: ignore[union-attr]
         release_pages()  # every page of the column was read
         return column
+
+
+def stretches(ordered: np.ndarray, span: int) -> list[tuple[int, int]]:
+    """[start, end) bounds cutting ascending row ids `ordered` where they cross a multiple of
+    `span`: each stretch's ids lie within `span` consecutive rows."""
+    if len(ordered) == 0:
+        return [(0, 0)]
+    cuts = (np.flatnonzero(np.diff(ordered // span)) + 1).tolist()
+    return list(zip([0, *cuts], [*cuts, len(ordered)], strict=True))
 
 
 def mapped_manifest(path: Path, idx_file: Path, load: Callable[[], pl.DataFrame]) -> MappedManifest:

@@ -11,7 +11,7 @@ import pytest
 from conftest import random_documents
 
 from dataloaders.megatron.indexed import IndexedDataset, write_indexed_dataset
-from dataloaders.megatron.manifest_map import mapped_manifest
+from dataloaders.megatron.manifest_map import mapped_manifest, stretches
 from dataloaders.megatron.manifests import load_manifest
 from forensics.errors import ForensicsError
 
@@ -48,17 +48,33 @@ def test_mapped_rows_are_the_manifests(dataset) -> None:
 
 
 def test_a_gather_read_in_stretches_keeps_the_rows_order(dataset, monkeypatch) -> None:
-    """A gather longer than GATHER_ROWS reads the map in ascending stretches (its pages handed
-    back between them) and gives the rows in the order asked, repeats included."""
+    """A gather whose rows span more of the file than STRETCH_BYTES reads the map in ascending
+    stretches (its pages handed back between them) and gives the rows in the order asked,
+    repeats included."""
     import dataloaders.megatron.manifest_map as manifest_map
 
     ds, path = dataset
     table = load_manifest(path, ds.num_documents, ds.document_token_counts())
     mapped = mapped_manifest(path, ds.idx_file, _load(ds, path))
-    monkeypatch.setattr(manifest_map, "GATHER_ROWS", 7)
+    monkeypatch.setattr(manifest_map, "STRETCH_BYTES", 4096)
+    assert mapped.mapped and 1 < mapped.span_rows < 100
     rows = np.random.default_rng(5).integers(0, 500, size=300)
-    assert mapped.mapped
     assert mapped.gather(["source", "url"], rows).equals(table[rows].select("source", "url"))
+    assert mapped.gather(["source"], rows[:0]).height == 0
+
+
+def test_stretches_are_cut_by_the_span_of_their_rows() -> None:
+    """Each stretch's row ids lie within one `span` of rows, however many rows that is: a
+    dense gather reads few long stretches, a scattered one many short ones."""
+    ordered = np.sort(np.random.default_rng(3).integers(0, 10_000, size=2_000))
+    bounds = stretches(ordered, 1_000)
+    assert bounds[0][0] == 0 and bounds[-1][1] == len(ordered)
+    assert all(a == b for (_, a), (b, _) in zip(bounds, bounds[1:], strict=False))
+    assert len(bounds) == 10
+    for start, end in bounds:
+        assert ordered[start] // 1_000 == ordered[end - 1] // 1_000
+    assert stretches(np.arange(50), 1_000) == [(0, 50)]
+    assert stretches(np.array([], dtype=np.int64), 1_000) == [(0, 0)]
 
 
 def test_sums_by_a_column_are_a_group_by(dataset) -> None:
