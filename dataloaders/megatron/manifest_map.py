@@ -48,6 +48,10 @@ class MappedManifest:
             assert table is not None
             self._table = table.to_arrow(compat_level=pl.CompatLevel.oldest())
         self.mapped = path is not None
+        # the record batches (the file's, or the held table's chunks) and each one's first row
+        self._batches = self._table.to_batches()
+        lengths = [b.num_rows for b in self._batches]
+        self._starts = np.cumsum([0, *lengths[:-1]], dtype=np.int64)
         self.columns = [c for c in self._table.column_names if c != "doc_hash"]
         self.has_hash = "doc_hash" in self._table.column_names
 
@@ -56,25 +60,34 @@ class MappedManifest:
         return self._table.num_rows
 
     def gather(self, columns: list[str], rows: np.ndarray) -> pl.DataFrame:
-        """`columns` of the documents `rows` (doc ids), in that order. From the map, the rows
-        are read in ascending order, a stretch at a time, each stretch's pages handed back
-        before the next. A stretch is cut by the span of its rows' ids, not by their number:
-        each read maps the page cache's pages around it, so a few thousand rows scattered over
-        a manifest of millions would map most of the file, while the pages a stretch can touch
-        lie in its span, `STRETCH_BYTES` of the file at most (`stretches`)."""
+        """`columns` of the documents `rows` (doc ids), in that order.
+
+        Each record batch is taken from on its own (`_take_sorted`): Arrow's `take` on a column
+        of several chunks first concatenates them, which for a string column is a copy of the
+        whole column (and a read of every page of it) however few rows are asked for. From
+        the map, the rows are read in ascending order, a stretch at a time, each stretch's
+        pages handed back before the next. A stretch is cut by the span of its rows' ids, not
+        by their number: each read maps the page cache's pages around it, so a few thousand
+        rows scattered over a manifest of millions would map most of the file, while the
+        pages a stretch can touch lie in its span, `STRETCH_BYTES` of the file at most
+        (`stretches`)."""
         rows = np.asarray(rows, dtype=np.int64)
-        table = self._table.select(columns)
-        if not self.mapped:
-            return pl.from_arrow(table.take(pa.array(rows)))  # type: ignore[return-value]
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.height):
+            raise IndexError(f"doc ids outside the manifest's {self.height:,} rows")
+        schema = self._table.select(columns).schema
         order = np.argsort(rows, kind="stable")
         ordered = rows[order]
-        parts = []
-        for start, end in stretches(ordered, self.span_rows):
-            parts.append(table.take(pa.array(ordered[start:end])))
-            release_map(self._map)
+        span = self.span_rows if self.mapped else max(1, self.height)
+        parts: list[pa.RecordBatch] = []
+        for start, end in stretches(ordered, span):
+            parts.extend(_take_sorted(self._batches, self._starts, ordered[start:end], columns))
+            if self.mapped:
+                release_map(self._map)
+        taken = pl.from_arrow(pa.Table.from_batches(parts, schema=schema))
+        assert isinstance(taken, pl.DataFrame)
         back = np.empty_like(order)
         back[order] = np.arange(len(order))
-        return pl.from_arrow(pa.concat_tables(parts).take(pa.array(back)))  # type: ignore[return-value]
+        return taken[back] if len(back) else taken
 
     @property
     def span_rows(self) -> int:
@@ -108,6 +121,20 @@ class MappedManifest:
         column = pl.from_arrow(self._table.column(name)).alias(name)  # type: ignore[union-attr]
         release_pages()  # every page of the column was read
         return column
+
+
+def _take_sorted(
+    batches: list[pa.RecordBatch], starts: np.ndarray, ordered: np.ndarray, columns: list[str]
+) -> list[pa.RecordBatch]:
+    """`columns` of the rows `ordered` (ascending ids over the whole table), taken from the
+    record batches that hold them, each with its own row numbers: one take per batch touched."""
+    which = np.searchsorted(starts, ordered, side="right") - 1
+    cuts = (np.flatnonzero(np.diff(which)) + 1).tolist()
+    return [
+        batches[int(which[lo])].select(columns).take(pa.array(ordered[lo:hi] - starts[which[lo]]))
+        for lo, hi in zip([0, *cuts], [*cuts, len(ordered)], strict=True)
+        if hi > lo
+    ]
 
 
 def stretches(ordered: np.ndarray, span: int) -> list[tuple[int, int]]:

@@ -123,7 +123,7 @@ def resolve_facets(
     return list(facets)
 
 
-def _facet_key(facet: str, table: pl.DataFrame | None = None) -> pl.Expr:
+def facet_key(facet: str, table: pl.DataFrame | None = None) -> pl.Expr:
     """A facet's group key (MISSING_KEY for a missing value), as a string; as the categorical
     it is in `table` when it is one (grouped by its codes, not by millions of strings: the
     group keys are cast to strings after, `_string_key`)."""
@@ -134,7 +134,7 @@ def _facet_key(facet: str, table: pl.DataFrame | None = None) -> pl.Expr:
 
 
 def _string_key(groups: pl.DataFrame) -> pl.DataFrame:
-    """`groups` with its `key` column a string column (`_facet_key`)."""
+    """`groups` with its `key` column a string column (`facet_key`)."""
     return groups.with_columns(pl.col("key").cast(pl.Utf8))
 
 
@@ -334,7 +334,7 @@ def unjudged_groups(window_docs: pl.DataFrame, design: SampleDesign) -> int:
     for facet in facets:
         own = pl.col(f"_own_{facet}")
         judged = pl.col("_scored").all() | (own & pl.col("_scored")).sum().ge(own.sum())
-        groups = window.group_by(_facet_key(facet, window)).agg(judged.alias("judged"))
+        groups = window.group_by(facet_key(facet, window)).agg(judged.alias("judged"))
         left_out += int((~groups["judged"]).sum())
     return left_out
 
@@ -355,7 +355,7 @@ def _with_intervals(out: pl.DataFrame) -> pl.DataFrame:
 def _with_own_sample(window: pl.DataFrame, facets: list[str], design: SampleDesign) -> pl.DataFrame:
     """`_own_<facet>`: the row is in its group's own sample for that facet."""
     return window.with_columns(
-        own_sample(design.sample_docs, _facet_key(facet, window)).alias(f"_own_{facet}")
+        own_sample(design.sample_docs, facet_key(facet, window)).alias(f"_own_{facet}")
         for facet in facets
     )
 
@@ -389,7 +389,7 @@ def _facet_groups(
     documents, its top reasons, and the member signature sums (`_w1` ... `_b2`) that
     `_merge_aliases` compares; biggest first. With `design`, the counts of a group not scored
     whole are its own sample's, scaled to its documents (`cluster_sources`)."""
-    key = _facet_key(facet, window)
+    key = facet_key(facet, window)
     sampled = []
     if design is not None:
         own = pl.col(f"_own_{facet}")
@@ -416,7 +416,7 @@ def _facet_groups(
     win = _string_key(win)
     if design is not None:
         win = _scaled_counts(win)
-    base = baseline.group_by(_facet_key(facet, baseline)).agg(
+    base = baseline.group_by(facet_key(facet, baseline)).agg(
         pl.len().alias("baseline_docs"),
         pl.col("_s1").sum().alias("_b1"),
         pl.col("_s2").sum().alias("_b2"),

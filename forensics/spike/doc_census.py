@@ -25,7 +25,7 @@ from forensics.cluster.sample import (
     own_sample,
     permanent_random,
 )
-from forensics.cluster.source import DEFAULT_FACETS, MISSING_KEY
+from forensics.cluster.source import DEFAULT_FACETS, facet_key
 from forensics.pipeline import StageClock, cached_table
 
 CENSUS_ITERATIONS = 50  # iterations per census part: a few hundred thousand rows at most
@@ -128,20 +128,11 @@ def choose_sample(census: pl.DataFrame, sample_docs: int) -> pl.DataFrame:
     docs = census.with_columns(permanent_random(census))
     chosen = pl.repeat(False, docs.height, dtype=pl.Boolean, eager=True)
     for facet in facets:  # one facet's groups ranked at a time: each ranks every document
-        pick = own_sample(sample_docs, pl.col("side"), group_key(docs, facet))
+        pick = own_sample(sample_docs, pl.col("side"), facet_key(facet, docs))
         if facet in FINE_FACETS:
             pick = pick & _in_over_represented(docs, facet) & (pl.col("side") == "window")
         chosen = chosen | docs.select(pick).to_series()
     return docs.with_columns(chosen.alias("_chosen"))
-
-
-def group_key(docs: pl.DataFrame, facet: str) -> pl.Expr:
-    """A facet's group, as the source clusters key it (a missing value: MISSING_KEY); a
-    categorical facet keeps its codes (grouping by them is grouping by its strings)."""
-    column = pl.col(facet)
-    if docs.schema[facet] != pl.Categorical:
-        column = column.cast(pl.Utf8)
-    return column.fill_null(MISSING_KEY)
 
 
 def _in_over_represented(docs: pl.DataFrame, facet: str) -> pl.Expr:
@@ -156,7 +147,7 @@ def _over_represented(docs: pl.DataFrame, facet: str) -> pl.DataFrame:
     """(facet key, `_over_<facet>`): whether each of the facet's window groups is
     over-represented against the baseline, from the census's counts
     (forensics.cluster.sample.over_represented_in_census); a missing value is a group of its
-    own, as the clusters' MISSING_KEY makes it."""
+    own, as the clusters' `facet_key` makes it."""
     counts = (
         docs.group_by(facet)
         .agg(

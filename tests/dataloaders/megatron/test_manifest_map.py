@@ -77,6 +77,36 @@ def test_stretches_are_cut_by_the_span_of_their_rows() -> None:
     assert stretches(np.array([], dtype=np.int64), 1_000) == [(0, 0)]
 
 
+def test_a_gather_over_many_record_batches_takes_from_each(tmp_path, monkeypatch) -> None:
+    """A copy written as several record batches (polars' IPC writer cuts a big frame so) is
+    gathered batch by batch (a take on a column of several chunks would concatenate them
+    first: a copy of the whole column): the rows asked for, in order, repeats included; so
+    too from a frame held in memory in two chunks; a doc id past the end is refused."""
+    import pyarrow.ipc as ipc
+
+    import dataloaders.megatron.manifest_map as manifest_map
+    from dataloaders.megatron.manifest_map import MappedManifest
+
+    n = 1_000
+    frame = pl.DataFrame({"source": [f"s{i % 7}" for i in range(n)],
+                          "url": [f"https://x/{i}" for i in range(n)]})  # fmt: skip
+    path = tmp_path / "m.arrow"
+    table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())
+    with ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table, max_chunksize=64)
+    mapped = MappedManifest(path)
+    assert mapped.mapped and len(mapped._batches) == 16
+    monkeypatch.setattr(manifest_map, "STRETCH_BYTES", 2_048)
+    rows = np.random.default_rng(7).integers(0, n, size=400)
+    rows[:3] = [n - 1, 0, 63]
+    for manifest in (mapped, MappedManifest(table=pl.concat([frame[:500], frame[500:]],
+                                                            rechunk=False))):  # fmt: skip
+        assert manifest.gather(["url", "source"], rows).equals(frame[rows].select("url", "source"))
+        assert manifest.gather(["url"], rows[:0]).schema == {"url": pl.Utf8}
+        with pytest.raises(IndexError, match="1,000 rows"):
+            manifest.gather(["url"], np.array([n]))
+
+
 def test_sums_by_a_column_are_a_group_by(dataset) -> None:
     ds, path = dataset
     mapped = mapped_manifest(path, ds.idx_file, _load(ds, path))
