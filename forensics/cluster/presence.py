@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from forensics.cluster.positions import positions_in
+
 # The last part of the window (a quarter of its iterations) in which a burst is looked for.
 BURST_TAIL = 0.25
 SLICE_MEMBERS = 2_000_000  # cluster members whose segments are joined and sorted at once
@@ -55,13 +57,15 @@ def weighted_segments(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _member_rows(window_docs: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
-    """member (the document's row in `window_docs`), iteration, _sample, weight: every window
-    segment of a window document."""
-    rows = window_docs.select("dataset", "doc_id").with_row_index("member")
-    seen = segments.select("iteration", "_sample", "weight", "dataset", "doc_id").join(
-        rows, on=["dataset", "doc_id"]
+    """member (the document's row in `window_docs`, found by `positions_in`), iteration,
+    _sample, weight: every window segment of a window document."""
+    member = positions_in(window_docs, segments.select("dataset", "doc_id"))
+    seen = segments.select("iteration", "_sample", "weight").with_columns(
+        pl.Series("member", member)
     )
-    return seen.select(pl.col("member").cast(pl.UInt32), "iteration", "_sample", "weight")
+    return seen.filter(pl.col("member") >= 0).select(
+        pl.col("member").cast(pl.UInt32), "iteration", "_sample", "weight"
+    )
 
 
 def _member_segments(ranked: pl.DataFrame, seen: pl.DataFrame) -> pl.DataFrame:

@@ -44,6 +44,7 @@ SAMPLE_DOCS = 120
 FINE_FACETS: tuple[str, ...] = ("domain", "file")
 SEED = 0x5EED_F0E5
 CONFIDENCE = 0.95
+HASH_ROWS = 1 << 20  # rows `permanent_random` hashes at a time
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -66,22 +67,69 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 
 def permanent_random(docs: pl.DataFrame, seed: int = SEED) -> pl.Series:
     """`_u` in [0, 1) for each (dataset, doc_id) row: the same document, the same number, on
-    every run, every side and every machine (no dependence on row order or library version)."""
-    names = docs["dataset"].cast(pl.Utf8)
-    codes = {
-        name: int.from_bytes(hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest())
-        for name in names.unique().to_list()
-    }
-    name_code = names.replace_strict(codes, return_dtype=pl.UInt64).to_numpy()
-    doc = docs["doc_id"].cast(pl.Int64).to_numpy().astype(np.uint64)
-    mixed = _splitmix64(_splitmix64(doc) ^ name_code.astype(np.uint64))
-    return pl.Series("_u", (mixed >> np.uint64(11)).astype(np.float64) / float(2**53))
+    every run, every side and every machine (no dependence on row order or library version).
+    Hashed HASH_ROWS rows at a time: the hash's steps each make a temporary array as long as
+    their input, and a production census has tens of millions of rows."""
+    names = docs["dataset"].cast(pl.Utf8).cast(pl.Categorical)
+    codes = names.to_physical().to_numpy()
+    table = np.zeros(int(codes.max(initial=0)) + 1, dtype=np.uint64)
+    for code, name in zip(names.unique().to_physical().to_list(), names.unique().to_list(),
+                          strict=True):  # fmt: skip
+        digest = hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest()
+        table[code] = int.from_bytes(digest)
+    doc = docs["doc_id"].cast(pl.Int64).to_numpy()
+    u = np.empty(docs.height, dtype=np.float64)
+    for start in range(0, docs.height, HASH_ROWS):
+        part = slice(start, start + HASH_ROWS)
+        mixed = _splitmix64(_splitmix64(doc[part].astype(np.uint64)) ^ table[codes[part]])
+        u[part] = (mixed >> np.uint64(11)).astype(np.float64) / float(2**53)
+    return pl.Series("_u", u)
 
 
-def own_sample(sample_docs: int, *keys: pl.Expr) -> pl.Expr:
-    """True for the rows in their group's own sample (the group's `sample_docs` smallest `_u`);
-    `keys` name the group."""
-    return pl.col("_u").rank("ordinal").over(*keys) <= sample_docs
+def own_sample(table: pl.DataFrame, sample_docs: int, *keys: pl.Expr) -> pl.Series:
+    """`_own`: True for the rows of `table` in their group's own sample, the group's
+    `sample_docs` smallest `_u` (ties by row order); `keys` name the group.
+
+    Computed with numpy over the rows' group numbers (`group_numbers`): a window function
+    ranking every row in its group holds several times the table's bytes at once, and the
+    census of a production window has tens of millions of rows. A row is in its group's
+    sample only if its `_u` is below a cutoff that, for numbers uniform in [0, 1), about
+    2 * sample_docs + 64 of the group's rows fall under; those candidates are ranked exactly.
+    A group with fewer candidates than it needs (possible, never likely) has all its rows
+    ranked, so the answer is always the exact one."""
+    groups = group_numbers(table, keys)
+    u = table["_u"].to_numpy()
+    sizes = np.bincount(groups)
+    cutoffs = np.minimum(1.0, (2.0 * sample_docs + 64) / np.maximum(sizes, 1))
+    candidate = u < cutoffs[groups]
+    short = np.bincount(groups[candidate], minlength=len(sizes)) < np.minimum(sizes, sample_docs)
+    if short.any():
+        candidate |= short[groups]
+    rows = np.flatnonzero(candidate)
+    del candidate
+    order = np.lexsort((rows, u[rows], groups[rows]))
+    ranked = groups[rows][order]
+    rank = np.arange(len(ranked)) - np.searchsorted(ranked, ranked, side="left")
+    mask = np.zeros(table.height, dtype=bool)
+    mask[rows[order[rank < sample_docs]]] = True
+    return pl.Series("_own", mask)
+
+
+def group_numbers(table: pl.DataFrame, keys: tuple[pl.Expr, ...]) -> np.ndarray:
+    """Each row's group (the values of `keys`) as a number in 0..groups-1: from the keys'
+    categorical codes (a string key is made categorical), without sorting or hashing the
+    rows; a missing value is a group of its own."""
+    number = np.zeros(table.height, dtype=np.int64)
+    for key in table.select(*keys).get_columns():
+        codes = key if key.dtype == pl.Categorical else key.cast(pl.Utf8).cast(pl.Categorical)
+        values = codes.to_physical().cast(pl.Int64).fill_null(-1).to_numpy() + 1
+        present = np.zeros(int(values.max(initial=0)) + 1, dtype=bool)
+        present[values] = True
+        compact = np.cumsum(present) - 1
+        number = number * int(present.sum()) + compact[values]
+    present = np.zeros(int(number.max(initial=0)) + 1, dtype=bool)
+    present[number] = True
+    return (np.cumsum(present) - 1)[number]
 
 
 def flagged_interval(flagged: np.ndarray, scored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

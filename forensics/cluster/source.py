@@ -355,7 +355,7 @@ def _with_intervals(out: pl.DataFrame) -> pl.DataFrame:
 def _with_own_sample(window: pl.DataFrame, facets: list[str], design: SampleDesign) -> pl.DataFrame:
     """`_own_<facet>`: the row is in its group's own sample for that facet."""
     return window.with_columns(
-        own_sample(design.sample_docs, facet_key(facet, window)).alias(f"_own_{facet}")
+        own_sample(window, design.sample_docs, facet_key(facet, window)).alias(f"_own_{facet}")
         for facet in facets
     )
 
@@ -364,7 +364,7 @@ def estimated_flagged(table: pl.DataFrame, design: SampleDesign) -> int:
     """The table's flagged documents: counted per dataset where all were scored, else its own
     sample's flagged share times its documents."""
     per = (
-        table.with_columns(own_sample(design.sample_docs, pl.col("dataset")).alias("_own"))
+        table.with_columns(own_sample(table, design.sample_docs, pl.col("dataset")))
         .group_by("dataset")
         .agg(
             pl.len().alias("n"),

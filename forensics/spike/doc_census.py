@@ -3,7 +3,8 @@
 The replay table (index arithmetic: which samples and document segments each iteration of the
 window and the baseline drew) carries each document's manifest facets, joined by document id.
 The census reduces it to one row per document per side (side, dataset, doc_id, facets), read
-in iteration ranges (a lazy scan each, so a streamed replay table is never held whole). These
+a range of document ids at a time (a lazy scan each, so neither the replay table nor one
+group-by over all of it is ever held whole). These
 rows are the whole window's and baseline's documents the source clusters count
 (forensics.cluster.source: exact documents, shares and newness per dataset, source, crawl
 batch, domain and file), and with the replay rows their density per iteration
@@ -28,7 +29,7 @@ from forensics.cluster.sample import (
 from forensics.cluster.source import DEFAULT_FACETS, facet_key
 from forensics.pipeline import StageClock, cached_table
 
-CENSUS_ITERATIONS = 50  # iterations per census part: a few hundred thousand rows at most
+CENSUS_ROWS = 2_000_000  # replay rows per range of document ids the census reads at once
 
 
 def census_facets(replay: pl.DataFrame | pl.LazyFrame) -> list[str]:
@@ -37,57 +38,69 @@ def census_facets(replay: pl.DataFrame | pl.LazyFrame) -> list[str]:
     return [f for f in DEFAULT_FACETS if f in names and f != "dataset"]
 
 
-def _ranges(first: int, last: int, step: int) -> list[tuple[int, int]]:
-    return [(a, min(last, a + step - 1)) for a in range(first, last + 1, step)]
+def census_buckets(lazy: pl.LazyFrame) -> list[tuple[str | None, int, int, int]]:
+    """(dataset, first doc_id, last doc_id, replay rows about): ranges of each dataset's
+    document ids holding about CENSUS_ROWS replay rows each, in (dataset, doc_id) order."""
+    spans = (
+        lazy.group_by("dataset")
+        .agg(
+            pl.len().alias("rows"),
+            pl.col("doc_id").min().alias("lo"),
+            pl.col("doc_id").max().alias("hi"),
+        )  # fmt: skip
+        .sort("dataset")
+        .collect()
+    )
+    buckets = []
+    for dataset, rows, lo, hi in spans.rows():
+        if lo is None:  # rows without a document
+            continue
+        count = max(1, -(-rows // CENSUS_ROWS))
+        width = (hi - lo) // count + 1
+        for k in range(count):
+            first = lo + k * width
+            if first <= hi:
+                buckets.append((dataset, first, min(hi, first + width - 1), rows // count))
+    return buckets
 
 
 def census_documents(
     replay: pl.DataFrame | pl.LazyFrame, facets: list[str], progress: bool
 ) -> pl.DataFrame:
-    """side, dataset, doc_id and `facets`: each document each side drew, once, sorted; read
-    CENSUS_ITERATIONS iterations at a time (a progress bar over them, on a terminal)."""
+    """side, dataset, doc_id and `facets`: each document each side drew, once, sorted by side
+    then (dataset, doc_id). Read a range of document ids at a time (`census_buckets`): a
+    group-by holds its input several times over, so one over every replay row of a
+    production window would be gigabytes; each range's is a few hundred MB at most, and the
+    ranges, in order, are already the sorted table. A progress bar over the replay rows, on
+    a terminal."""
     lazy = replay.lazy()
-    bounds = (
-        lazy.group_by("side")
-        .agg(pl.col("iteration").min().alias("lo"), pl.col("iteration").max().alias("hi"))
-        .sort("side")
-        .collect()
-    )
-    parts = [
-        (side, r) for side, lo, hi in bounds.rows() for r in _ranges(lo, hi, CENSUS_ITERATIONS)
-    ]
-    total = sum(b - a + 1 for _, (a, b) in parts)
+    buckets = census_buckets(lazy)
     keep = [pl.col(f).drop_nulls().first().alias(f) for f in facets]
     as_codes = [pl.col(f).cast(pl.Categorical) for f in facets]
-    sides = []
-    with progress_bar(progress, total, "census (iterations)") as advance:
-        for name in bounds["side"].to_list():  # one side's parts at a time
-            found = []
-            for side, (a, b) in parts:
-                if side != name:
-                    continue
-                rows = lazy.filter((pl.col("side") == side) & pl.col("iteration").is_between(a, b))
-                rows = rows.select("dataset", "doc_id", *as_codes)
-                found.append(rows.group_by("dataset", "doc_id").agg(*keep).collect())
-                advance(b - a + 1)
-            whole = pl.concat(found, how="diagonal_relaxed")
-            del found
-            sides.append(
-                whole.group_by("dataset", "doc_id")
-                .agg(*keep)
-                .sort("dataset", "doc_id")
-                .select(
-                    pl.lit(name, dtype=pl.Categorical).alias("side"),
-                    "dataset",
-                    pl.col("doc_id").cast(pl.Int64),
-                    *facets,
-                )
+    found: list[pl.DataFrame] = []
+    with progress_bar(progress, sum(b[3] for b in buckets), "census (replay rows)") as advance:
+        for dataset, first, last, rows in buckets:
+            picked = lazy.filter(
+                pl.col("dataset").eq_missing(dataset) & pl.col("doc_id").is_between(first, last)
             )
-            del whole
+            found.append(
+                picked.select(pl.col("side").cast(pl.Categorical), "dataset", "doc_id", *as_codes)
+                .group_by("side", "dataset", "doc_id")
+                .agg(*keep)
+                .sort("doc_id")
+                .collect()
+            )
+            advance(rows)
     schema = {"side": pl.Categorical, "dataset": pl.Utf8, "doc_id": pl.Int64}
-    if not sides:
+    if not found:
         return pl.DataFrame(schema=schema | {f: pl.Categorical for f in facets})
-    return pl.concat(sides)
+    columns = ["side", "dataset", pl.col("doc_id").cast(pl.Int64), *facets]
+    sides = [
+        pl.concat([part.filter(pl.col("side") == name) for part in found]).select(columns)
+        for name in sorted({str(v) for part in found for v in part["side"].unique().to_list()})
+    ]
+    del found
+    return pl.concat(sides, rechunk=False)
 
 
 def census_stage(
@@ -128,10 +141,11 @@ def choose_sample(census: pl.DataFrame, sample_docs: int) -> pl.DataFrame:
     docs = census.with_columns(permanent_random(census))
     chosen = pl.repeat(False, docs.height, dtype=pl.Boolean, eager=True)
     for facet in facets:  # one facet's groups ranked at a time: each ranks every document
-        pick = own_sample(sample_docs, pl.col("side"), facet_key(facet, docs))
+        pick = own_sample(docs, sample_docs, pl.col("side"), facet_key(facet, docs))
         if facet in FINE_FACETS:
-            pick = pick & _in_over_represented(docs, facet) & (pl.col("side") == "window")
-        chosen = chosen | docs.select(pick).to_series()
+            fine = _in_over_represented(docs, facet) & (pl.col("side") == "window")
+            pick = pick & docs.select(fine).to_series()
+        chosen = chosen | pick
     return docs.with_columns(chosen.alias("_chosen"))
 
 

@@ -24,8 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
+from forensics.cluster.positions import dataset_spans, positions_in
 from forensics.cluster.presence import PresenceMemo
 from forensics.cluster.sample import CONFIDENCE, SampleDesign
 from forensics.cluster.source import DEFAULT_FACETS, cluster_sources, unjudged_groups
@@ -88,14 +91,14 @@ def evidence_passes(
     census_file = run.cache / f"census-{run.key}.parquet"
     chosen = choose_sample(census_stage(replay, census_file, run.clock, run.hits, run.progress),
                            sample_docs)  # fmt: skip
-    distinct = chosen.select("dataset", "doc_id").n_unique()
     todo = chosen.filter(pl.col("_chosen")).select("dataset", "doc_id")
     reference = token_reference(chosen.select("side", "dataset", "doc_id"))
     todo = pl.concat([todo, reference]).unique().sort("dataset", "doc_id")
-    if todo.height >= distinct:
-        return None
     sides = narrow_sides(chosen)
     del chosen  # its rows are the sides'
+    distinct = distinct_documents(sides)
+    if todo.height >= distinct:
+        return None
     sampled = todo.height
     check_tokenizer(run.replayer, todo, run.config.tokenizer)
     named_by_hand = set(culprits or ())
@@ -233,20 +236,28 @@ def census_agrees(sides: tuple[pl.DataFrame, pl.DataFrame], scored: pl.DataFrame
     """Whether the census (from the replay table; `narrow_sides`) gives the scored documents
     the facets, and the facet values, their decoded rows give: the groups the clusters count
     must be the same either way, or the passes would judge other groups than --exhaustive
-    does."""
+    does. Each scored document's census row is found by binary search (`positions_in`): the
+    window's, else the baseline's."""
     facets = [c for c in DEFAULT_FACETS if c in scored.columns and c != "dataset"]
     if any(f not in sides[0].columns for f in facets):
         return False
-    both = pl.concat([side.select("dataset", "doc_id", *facets) for side in sides])
-    ours = both.unique(["dataset", "doc_id"])
-    theirs = scored.select("dataset", "doc_id", *facets)
-    joined = theirs.join(ours, on=["dataset", "doc_id"], how="left", suffix="_census")
     if not facets:
         return True
-    same = [
-        pl.col(f).cast(pl.Utf8).eq_missing(pl.col(f"{f}_census").cast(pl.Utf8)).all()
-        for f in facets
-    ]
+    keys = scored.select("dataset", "doc_id")
+    in_window = positions_in(sides[0], keys)
+    in_baseline = np.where(in_window < 0, positions_in(sides[1], keys), -1)
+    found = []
+    for side, positions in zip(sides, (in_window, in_baseline), strict=True):
+        rows = np.flatnonzero(positions >= 0)
+        found.append(
+            side.select(pl.col(facets).cast(pl.Utf8))[positions[rows]].with_columns(
+                pl.Series("_row", rows, dtype=pl.Int64)
+            )
+        )
+    census = pl.concat(found).rename({f: f"{f}_census" for f in facets})
+    theirs = scored.select(pl.col(facets).cast(pl.Utf8)).with_row_index("_row")
+    joined = theirs.with_columns(pl.col("_row").cast(pl.Int64)).join(census, on="_row", how="left")
+    same = [pl.col(f).eq_missing(pl.col(f"{f}_census")).all() for f in facets]
     return all(joined.select(same).row(0))
 
 
@@ -267,14 +278,31 @@ def scored_figures(scored: pl.DataFrame) -> pl.DataFrame | None:
 
 def narrow_sides(chosen: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The window's and the baseline's documents of the census with its sample (`chosen`:
-    forensics.spike.doc_census.choose_sample): its `census_columns`, sorted as the exhaustive
-    path sorts a side."""
+    forensics.spike.doc_census.choose_sample): its `census_columns`, in the census's order,
+    (dataset, doc_id) within a side, as the exhaustive path sorts a side."""
 
     def side(name: str) -> pl.DataFrame:
-        rows = chosen.filter(pl.col("side") == name).drop("side", "_chosen")
-        return rows.sort("dataset", "doc_id")
+        return chosen.filter(pl.col("side") == name).drop("side", "_chosen")
 
     return side("window"), side("baseline")
+
+
+def distinct_documents(sides: tuple[pl.DataFrame, pl.DataFrame]) -> int:
+    """Distinct (dataset, doc_id) of both sides (`narrow_sides`: each sorted by them): the
+    window's and the baseline's documents, less those in both, found per dataset by a binary
+    search of one side's sorted ids (no hash table of every document)."""
+    window, baseline = sides
+    both = 0
+    spans = [dataset_spans(side) for side in sides]
+    for name, (start, length) in spans[0].items():
+        if name not in spans[1] or not length:
+            continue
+        other_start, other_length = spans[1][name]
+        ours = window["doc_id"].slice(start, length).to_numpy()
+        theirs = baseline["doc_id"].slice(other_start, other_length).to_numpy()
+        at = np.minimum(np.searchsorted(theirs, ours), len(theirs) - 1)
+        both += int(np.count_nonzero(theirs[at] == ours))
+    return window.height + baseline.height - both
 
 
 def census_columns(docs: pl.DataFrame) -> pl.DataFrame:
@@ -296,13 +324,16 @@ def sampled_sides(
     values = scored.drop(*[c for c in [*facets, *FIGURE_COLUMNS] if c in scored.columns])
     values = coded(values, [c for c, t in values.schema.items() if t == pl.Utf8
                             and c not in ("dataset", "text")])  # fmt: skip
-    at_rows = values.select(keys).with_row_index("_at")
     wide = values.drop(keys)
 
     def side(rows: pl.DataFrame) -> pl.DataFrame:
-        at = rows.select(keys).join(at_rows, on=keys, how="left", maintain_order="left")["_at"]
-        found = wide.select(pl.all().gather(at))
-        return rows.hstack(found.get_columns()).with_columns(at.is_not_null().alias("_scored"))
+        positions = positions_in(rows, values.select(keys))
+        at = np.full(rows.height, -1, dtype=np.int64)  # each row's scores' row, -1: unscored
+        hit = positions >= 0
+        at[positions[hit]] = np.flatnonzero(hit)
+        taken = pl.Series("_at", pa.array(at, mask=at < 0))
+        found = wide.select(pl.all().gather(taken))
+        return rows.hstack(found.get_columns()).with_columns(taken.is_not_null().alias("_scored"))
 
     return side(sides[0]), side(sides[1])
 

@@ -212,14 +212,53 @@ def test_permanent_random_numbers_follow_the_document_not_the_row() -> None:
     assert permanent_random(docs.head(1)).to_list() == u[:1]
 
 
+def test_permanent_random_numbers_are_fixed(monkeypatch) -> None:
+    """The numbers are part of the design (the same sample on every run and machine): pinned,
+    also when hashed a few rows at a time and from a categorical dataset column."""
+    import forensics.cluster.sample as sample
+
+    docs = pl.DataFrame({"dataset": ["web", "code", "web"], "doc_id": [0, 123456789, 0]})
+    pinned = [0.42993125175054336, 0.3126836628693255, 0.42993125175054336]
+    assert permanent_random(docs).to_list() == pinned
+    monkeypatch.setattr(sample, "HASH_ROWS", 2)
+    coded = docs.with_columns(pl.col("dataset").cast(pl.Categorical))
+    assert permanent_random(coded).to_list() == pinned
+
+
 def test_own_sample_is_the_groups_smallest_numbers() -> None:
     rng = np.random.default_rng(0)
     frame = pl.DataFrame({"g": rng.integers(0, 3, 500), "_u": rng.random(500)})
-    picked = frame.filter(own_sample(20, pl.col("g")))
+    picked = frame.filter(own_sample(frame, 20, pl.col("g")))
     assert picked.group_by("g").len()["len"].to_list() == [20, 20, 20]
     for (g,), part in picked.group_by(["g"]):
         rest = frame.filter((pl.col("g") == g) & ~pl.col("_u").is_in(part["_u"].implode()))
         assert part["_u"].max() < rest["_u"].min()
+
+
+@pytest.mark.parametrize("sample_docs", [1, 3, 20, 1_000])
+def test_own_sample_is_polars_ordinal_rank_in_each_group(sample_docs: int) -> None:
+    """The numpy sample (candidates under a cutoff, then ranked) is polars' ordinal rank of
+    `_u` within each group, at most `sample_docs`: over two keys (a categorical with missing
+    values, a string), ties broken by row order, groups of one document, and numbers far from
+    uniform (most of a group above its cutoff: the short groups ranked whole)."""
+    rng = np.random.default_rng(11)
+    n = 3_000
+    domain = rng.choice(["a", "b", "c", None, *map(str, range(200))], n,
+                        p=[0.3, 0.2, 0.2, 0.1, *[0.2 / 200] * 200])  # fmt: skip
+    u = np.where(domain == "a", 0.999 + rng.random(n) * 1e-3, rng.random(n))  # "a": none low
+    u[:40] = u[40:80]  # ties
+    frame = pl.DataFrame({
+        "side": pl.Series(rng.choice(["window", "baseline"], n)).cast(pl.Categorical),
+        "domain": pl.Series(domain.tolist(), dtype=pl.Utf8),
+        "_u": u,
+    }).with_columns(pl.col("domain").cast(pl.Categorical))  # fmt: skip
+    keys = (pl.col("side"), pl.col("domain"))
+    expected = frame.select(
+        (pl.col("_u").rank("ordinal").over(*keys) <= sample_docs).alias("_own")
+    ).to_series()
+    assert own_sample(frame, sample_docs, *keys).equals(expected)
+    as_strings = frame.with_columns(pl.col("domain").cast(pl.Utf8))
+    assert own_sample(as_strings, sample_docs, *keys).equals(expected)
 
 
 def test_clopper_pearson_intervals() -> None:
