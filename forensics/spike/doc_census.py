@@ -17,6 +17,8 @@ group's `sample_docs` documents with the smallest permanent random number
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 
 from dataloaders.progress import progress_bar
@@ -101,6 +103,11 @@ def census_documents(
     ]
     del found
     return pl.concat(sides, rechunk=False)
+
+
+def census_path(cache: Path, key: str) -> Path:
+    """The census's file in a run's cache (census-<key>.parquet)."""
+    return cache / f"census-{key}.parquet"
 
 
 def census_stage(

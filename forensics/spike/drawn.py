@@ -6,18 +6,25 @@ from __future__ import annotations
 import polars as pl
 
 from forensics.pipeline import cached_table
+from forensics.spike.doc_census import census_path
 from forensics.spike.run_context import SpikeRun
 
 
 def drawn_documents(run: SpikeRun, replay: pl.LazyFrame) -> pl.DataFrame:
     """side, dataset, doc_id: each document each side drew, once, sorted (sides-<key>.parquet:
     a warm rerun reads these 0.2M rows instead of finding them among the replay's millions).
-    Found by polars' streaming engine over the replay's cache file when there is one (three
-    columns read, never the whole table), else in `replay`."""
+    Read from the census's file where the passes wrote one (forensics.spike.doc_census: the
+    same rows, already distinct and in this order); else found by polars' streaming engine
+    over the replay's cache file when there is one (three columns read, never the whole
+    table), else in `replay`."""
     columns = ("side", "dataset", "doc_id")
     stored = run.cache / f"replay-{run.key}.parquet"
+    census = census_path(run.cache, run.key)
 
     def drawn() -> pl.DataFrame:
+        if census.is_file():
+            found = pl.scan_parquet(census).select(pl.col("side").cast(pl.Utf8), *columns[1:])
+            return found.collect(engine="streaming")
         frame = pl.scan_parquet(stored) if stored.is_file() else replay.lazy()
         return frame.select(columns).unique().sort(columns).collect(engine="streaming")
 

@@ -34,7 +34,7 @@ from forensics.cluster.sample import CONFIDENCE, SampleDesign
 from forensics.cluster.source import DEFAULT_FACETS, cluster_sources, unjudged_groups
 from forensics.cluster.verdict import culprit_docs, dirty_floor_expr
 from forensics.pipeline import module_version
-from forensics.spike.doc_census import census_stage, choose_sample, coded
+from forensics.spike.doc_census import census_path, census_stage, choose_sample, coded
 from forensics.spike.options import Engine
 from forensics.spike.parts import keys_digest, merge_parts, plan_named_parts, run_parts
 from forensics.spike.repeats import REPEATS_SCHEMA, repeats_stage
@@ -88,7 +88,7 @@ def evidence_passes(
     hand (`--culprit`), scored whole; `rows`: the window's replay rows
     (forensics.spike.stages.window_rows)."""
     design = SampleDesign(sample_docs)
-    census_file = run.cache / f"census-{run.key}.parquet"
+    census_file = census_path(run.cache, run.key)
     chosen = choose_sample(census_stage(replay, census_file, run.clock, run.hits, run.progress),
                            sample_docs)  # fmt: skip
     todo = chosen.filter(pl.col("_chosen")).select("dataset", "doc_id")

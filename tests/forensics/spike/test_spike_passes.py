@@ -279,3 +279,16 @@ def test_clopper_pearson_intervals() -> None:
     assert evidence_text(row) == "95% interval 97-100%, 120 of 31,000 documents scored"
     assert evidence_text({"docs": 17}) == "exact: all 17 documents scored"
     assert SampleDesign().sample_docs == 120
+
+
+def test_the_sides_documents_read_from_the_census_are_the_replays(both: dict) -> None:
+    """The passes read each side's documents (sides-<key>.parquet) from the census's file:
+    the rows the replay table holds, each once, in (side, dataset, doc_id) order."""
+    cache = both["root"] / "passes" / ".cache"
+    (sides,) = cache.glob("sides-*.parquet")
+    (replay,) = cache.glob("replay-*.parquet")
+    assert list(cache.glob("census-*.parquet"))
+    columns = ["side", "dataset", "doc_id"]
+    expected = pl.read_parquet(replay).select(columns).unique().sort(columns)
+    found = pl.read_parquet(sides)
+    assert found.height > 0 and found.equals(expected)
