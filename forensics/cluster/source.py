@@ -61,14 +61,19 @@ CLUSTER_COLUMNS: tuple[str, ...] = (
 )
 
 
-def prepare_docs(docs: pl.DataFrame, name: str, *, text: bool = True) -> pl.DataFrame:
+def prepare_docs(
+    docs: pl.DataFrame, name: str, *, text: bool = True, scores: bool = True
+) -> pl.DataFrame:
     """Validate a document table and add the working columns every clusterer reads.
 
     Added columns: `_row` (UInt32, the row's position in the table as given: `members` lists
     refer to it), `_garbage` / `_spam` / `_flag` (Boolean: score >= 0.5, either one), and
-    `garbage_reason` / `spam_reason` filled with "" when absent. Null or NaN scores count as 0.
-    `text` (filled with "" where absent) is kept only with `text`: the source clusters never
-    read it, and a copy of every scored text per side is hundreds of MB at production scale.
+    `garbage_reason` / `spam_reason` filled with "" when absent. Null or NaN scores count as 0;
+    with `scores` the score columns are so filled too, without they are left as given (the
+    source clusters read only the flags: at production scale most documents are unscored, and
+    a filled copy of both scores is 16 bytes a document). `text` (filled with "" where
+    absent) is kept only with `text`: the source clusters never read it, and a copy of every
+    scored text per side is hundreds of MB at production scale.
     """
     if not isinstance(docs, pl.DataFrame):
         raise ForensicsError(f"{name}: expected a polars DataFrame, got {type(docs).__name__}")
@@ -83,22 +88,23 @@ def prepare_docs(docs: pl.DataFrame, name: str, *, text: bool = True) -> pl.Data
             out = out.with_columns(pl.lit("", dtype=pl.Utf8).alias(reason))
     if text and "text" not in out.columns:
         out = out.with_columns(pl.lit("", dtype=pl.Utf8).alias("text"))
+    filled = {
+        c: pl.col(c).cast(pl.Float64).fill_nan(0.0).fill_null(0.0)
+        for c in ("garbage_score", "spam_score")
+    }
+    garbage, spam = (
+        (pl.col(c) if scores else filled[c]) >= FLAG_THRESHOLD for c in filled
+    )  # fmt: skip
     try:
-        scores = [
-            pl.col(c).cast(pl.Float64).fill_nan(0.0).fill_null(0.0).alias(c)
-            for c in ("garbage_score", "spam_score")
-        ]
         out = out.with_columns(
-            *scores,
+            *([v.alias(c) for c, v in filled.items()] if scores else []),
             *[_empty_for_null(out, reason) for reason in ("garbage_reason", "spam_reason")],
             *([pl.col("text").cast(pl.Utf8).fill_null("")] if text else []),
         )
+        out = out.with_columns(garbage.alias("_garbage"), spam.alias("_spam"))
     except pl.exceptions.PolarsError as err:
         raise ForensicsError(f"{name}: scores are not numeric ({err.__class__.__name__})") from err
-    return out.with_columns(
-        (pl.col("garbage_score") >= FLAG_THRESHOLD).alias("_garbage"),
-        (pl.col("spam_score") >= FLAG_THRESHOLD).alias("_spam"),
-    ).with_columns((pl.col("_garbage") | pl.col("_spam")).alias("_flag"))
+    return out.with_columns((pl.col("_garbage") | pl.col("_spam")).alias("_flag"))
 
 
 def _empty_for_null(table: pl.DataFrame, column: str) -> pl.Expr:
@@ -139,11 +145,12 @@ def _string_key(groups: pl.DataFrame) -> pl.DataFrame:
 
 
 def _signature_columns(n_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two random 31-bit integers per row; summed over a group they fingerprint its member set."""
+    """Two random 31-bit integers per row (held in 32 bits; summed as 64-bit): summed over a
+    group they fingerprint its member set."""
     rng = np.random.default_rng(seed)
     return (
-        rng.integers(0, 2**31, size=n_rows, dtype=np.int64),
-        rng.integers(0, 2**31, size=n_rows, dtype=np.int64),
+        rng.integers(0, 2**31, size=n_rows, dtype=np.int64).astype(np.uint32),
+        rng.integers(0, 2**31, size=n_rows, dtype=np.int64).astype(np.uint32),
     )
 
 
@@ -270,8 +277,8 @@ def cluster_sources(
     over-represented: forensics.cluster.sample) is tested with the others (the corrected
     p-values are those of every group) and then left out: `unjudged_groups` counts them.
     """
-    window = prepare_docs(window_docs, "window documents", text=False)
-    baseline = prepare_docs(baseline_docs, "baseline documents", text=False)
+    window = prepare_docs(window_docs, "window documents", text=False, scores=False)
+    baseline = prepare_docs(baseline_docs, "baseline documents", text=False, scores=False)
     facets = resolve_facets(window, baseline, facets)
     if window.height == 0:
         raise ForensicsError("window documents: the table is empty; nothing to cluster")
@@ -327,7 +334,7 @@ def cluster_sources(
 def unjudged_groups(window_docs: pl.DataFrame, design: SampleDesign) -> int:
     """The window's groups `cluster_sources` leaves out under `design`: neither scored whole nor
     with their own sample scored."""
-    window = prepare_docs(window_docs, "window documents", text=False)
+    window = prepare_docs(window_docs, "window documents", text=False, scores=False)
     facets = resolve_facets(window, window, None)
     window = _with_own_sample(window, facets, design)
     left_out = 0
@@ -410,16 +417,16 @@ def _facet_groups(
         pl.col("_row").cast(pl.Int64).alias("members"),
         pl.col("_row").filter(pl.col("_flag")).cast(pl.Int64).alias("flagged_members"),
         pl.col("dataset").cast(pl.Utf8).mode().sort().first().alias("main_dataset"),
-        pl.col("_s1").sum().alias("_w1"),
-        pl.col("_s2").sum().alias("_w2"),
+        pl.col("_s1").cast(pl.Int64).sum().alias("_w1"),
+        pl.col("_s2").cast(pl.Int64).sum().alias("_w2"),
     )
     win = _string_key(win)
     if design is not None:
         win = _scaled_counts(win)
     base = baseline.group_by(facet_key(facet, baseline)).agg(
         pl.len().alias("baseline_docs"),
-        pl.col("_s1").sum().alias("_b1"),
-        pl.col("_s2").sum().alias("_b2"),
+        pl.col("_s1").cast(pl.Int64).sum().alias("_b1"),
+        pl.col("_s2").cast(pl.Int64).sum().alias("_b2"),
     )
     return (
         win.join(_string_key(base), on="key", how="left")
