@@ -86,8 +86,12 @@ def test_census_agrees_with_the_scored_documents_facets() -> None:
 
     def side(ids: list[int], sources: list[str | None]) -> pl.DataFrame:
         return pl.DataFrame(
-            {"dataset": ["web"] * len(ids), "doc_id": ids, "_u": [0.5] * len(ids),
-             "source": pl.Series(sources, dtype=pl.Utf8).cast(pl.Categorical)}  # fmt: skip
+            {
+                "dataset": ["web"] * len(ids),
+                "doc_id": ids,
+                "_u": [0.5] * len(ids),
+                "source": pl.Series(sources, dtype=pl.Utf8).cast(pl.Categorical),
+            }  # fmt: skip
         )
 
     sides = side([1, 2, 3], ["x", None, "y"]), side([3, 7], ["y", "z"])
