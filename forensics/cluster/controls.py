@@ -85,7 +85,7 @@ def flagged_rates(
         if docs.height == 0 or "garbage_score" not in docs.columns:
             return 0.0
         if design is not None:
-            prepared = prepare_docs(docs, "documents")
+            prepared = prepare_docs(docs, "documents", text=False, scores=False)
             return estimated_flagged(prepared, design) / docs.height
         flagged = (pl.col("garbage_score").fill_null(0) >= FLAG_THRESHOLD) | (
             pl.col("spam_score").fill_null(0) >= FLAG_THRESHOLD

@@ -290,7 +290,7 @@ def group_documents(
         lazy.select("_at", "doc_id", order.otherwise(2).alias("_o"), pl.col("clusters"))
         .explode("clusters")
         .filter(pl.col("clusters").is_in(ids))
-        .collect()
+        .collect(engine="streaming")  # every document's clusters, exploded, never held whole
     )
     totals = dict(member.group_by("clusters").len().iter_rows())
     top = (

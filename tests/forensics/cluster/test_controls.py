@@ -114,3 +114,26 @@ def test_next_step_is_triages_supported_cause_not_the_data():
     labels = dict(first_screen(report).reasons)
     assert labels["NEXT"].startswith("triage supports learning rate too high or no warmup")
     assert "lr rose 10x" in labels["NEXT"]
+
+
+def test_flagged_rates_of_sampled_sides_are_estimated_per_dataset() -> None:
+    """With a sample design the control's flagged share is estimated as the source clusters
+    estimate it: exact for a dataset scored whole, else its own sample's flagged share times
+    its documents (unscored documents' null scores count as unflagged)."""
+    from forensics.cluster.controls import flagged_rates
+    from forensics.cluster.sample import SampleDesign
+
+    # "a": 4 documents, all scored, 1 flagged. "b": 10 documents, own sample = the 2 smallest
+    # `_u` (both scored, one flagged): 10 * 1/2 = 5 flagged; one more scored and flagged
+    # outside the sample does not count.
+    side = pl.DataFrame({
+        "dataset": ["a"] * 4 + ["b"] * 10,
+        "doc_id": list(range(4)) + list(range(10)),
+        "_u": [0.1, 0.2, 0.3, 0.4] + [0.05, 0.9, 0.01, 0.5, 0.6, 0.7, 0.8, 0.85, 0.95, 0.99],
+        "_scored": [True] * 4 + [True, True, True] + [False] * 7,
+        "garbage_score": [0.9, 0.1, 0.0, 0.0] + [0.8, 0.9, 0.2] + [None] * 7,
+        "spam_score": [0.0] * 4 + [0.0, 0.0, None] + [None] * 7,
+    })  # fmt: skip
+    rates = flagged_rates(side, side.head(4), SampleDesign(sample_docs=2))
+    assert rates["window_flagged_rate"] == pytest.approx((1 + 5) / 14)
+    assert rates["baseline_flagged_rate"] == pytest.approx(1 / 4)
