@@ -73,8 +73,8 @@ def permanent_random(docs: pl.DataFrame, seed: int = SEED) -> pl.Series:
     names = docs["dataset"].cast(pl.Utf8).cast(pl.Categorical)
     codes = names.to_physical().to_numpy()
     table = np.zeros(int(codes.max(initial=0)) + 1, dtype=np.uint64)
-    for code, name in zip(names.unique().to_physical().to_list(), names.unique().to_list(),
-                          strict=True):  # fmt: skip
+    present = names.unique()  # each name once, its code beside it
+    for code, name in zip(present.to_physical().to_list(), present.to_list(), strict=True):
         digest = hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest()
         table[code] = int.from_bytes(digest)
     doc = docs["doc_id"].cast(pl.Int64).to_numpy()
