@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 
-def dataset_spans(table: pl.DataFrame) -> dict[str | None, tuple[int, int]]:
+def _dataset_spans(table: pl.DataFrame) -> dict[str | None, tuple[int, int]]:
     """(first row, rows) of each dataset's run of rows, in the table's order."""
     counts = table.group_by("dataset", maintain_order=True).len()
     lengths = counts["len"].to_numpy().astype(np.int64)
@@ -27,7 +27,7 @@ def positions_in(table: pl.DataFrame, keys: pl.DataFrame) -> np.ndarray:
     """Each row of `keys` (dataset, doc_id): its row in `table`, or -1 where the table lacks
     it (int64). Binary search per dataset where the table is sorted by (dataset, doc_id)
     with each document once; otherwise a join (the first row of a document held twice)."""
-    spans = dataset_spans(table)
+    spans = _dataset_spans(table)
     ids = {name: table["doc_id"].slice(start, length).to_numpy()
            for name, (start, length) in spans.items()}  # fmt: skip
     runs = table.select(pl.col("dataset").rle_id().max()).item()

@@ -49,7 +49,7 @@ def census_buckets(lazy: pl.LazyFrame) -> list[tuple[str | None, int, int, int]]
             pl.len().alias("rows"),
             pl.col("doc_id").min().alias("lo"),
             pl.col("doc_id").max().alias("hi"),
-        )  # fmt: skip
+        )
         .sort("dataset")
         .collect()
     )

@@ -28,7 +28,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from forensics.cluster.positions import dataset_spans, positions_in
+from forensics.cluster.positions import positions_in
 from forensics.cluster.presence import PresenceMemo
 from forensics.cluster.sample import CONFIDENCE, SampleDesign
 from forensics.cluster.source import DEFAULT_FACETS, cluster_sources, unjudged_groups
@@ -249,11 +249,9 @@ def census_agrees(sides: tuple[pl.DataFrame, pl.DataFrame], scored: pl.DataFrame
     found = []
     for side, positions in zip(sides, (in_window, in_baseline), strict=True):
         rows = np.flatnonzero(positions >= 0)
-        found.append(
-            side.select(pl.col(facets).cast(pl.Utf8))[positions[rows]].with_columns(
-                pl.Series("_row", rows, dtype=pl.Int64)
-            )
-        )
+        picked = side.select(facets)[positions[rows]]  # the rows first, then their strings
+        row = pl.Series("_row", rows, dtype=pl.Int64)
+        found.append(picked.with_columns(pl.col(facets).cast(pl.Utf8), row))
     census = pl.concat(found).rename({f: f"{f}_census" for f in facets})
     theirs = scored.select(pl.col(facets).cast(pl.Utf8)).with_row_index("_row")
     joined = theirs.with_columns(pl.col("_row").cast(pl.Int64)).join(census, on="_row", how="left")
@@ -288,20 +286,11 @@ def narrow_sides(chosen: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def distinct_documents(sides: tuple[pl.DataFrame, pl.DataFrame]) -> int:
-    """Distinct (dataset, doc_id) of both sides (`narrow_sides`: each sorted by them): the
-    window's and the baseline's documents, less those in both, found per dataset by a binary
-    search of one side's sorted ids (no hash table of every document)."""
+    """Distinct (dataset, doc_id) of both sides (`narrow_sides`): the window's and the
+    baseline's documents, less the window's found in the baseline (`positions_in`: a binary
+    search, no hash table of every document)."""
     window, baseline = sides
-    both = 0
-    spans = [dataset_spans(side) for side in sides]
-    for name, (start, length) in spans[0].items():
-        if name not in spans[1] or not length:
-            continue
-        other_start, other_length = spans[1][name]
-        ours = window["doc_id"].slice(start, length).to_numpy()
-        theirs = baseline["doc_id"].slice(other_start, other_length).to_numpy()
-        at = np.minimum(np.searchsorted(theirs, ours), len(theirs) - 1)
-        both += int(np.count_nonzero(theirs[at] == ours))
+    both = int(np.count_nonzero(positions_in(baseline, window.select("dataset", "doc_id")) >= 0))
     return window.height + baseline.height - both
 
 
@@ -315,8 +304,8 @@ def sampled_sides(
     sides: tuple[pl.DataFrame, pl.DataFrame], scored: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every document of each side (`narrow_sides`: the census's rows, facets and `_u`, in
-    order) with its scores where it was scored (`_scored`). The scores are found by a join on
-    the keys alone and put beside the side's columns, which are shared, never copied. The
+    order) with its scores where it was scored (`_scored`). The scores are found by their keys
+    (`positions_in`) and put beside the side's columns, which are shared, never copied. The
     scores' string columns but the text are categoricals (forensics.spike.doc_census.coded):
     most documents are not scored, and a null string costs a row 16 bytes, a null code 4."""
     keys = ["dataset", "doc_id"]
