@@ -10,7 +10,8 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 extras="embed,test"
 [ "${1:-}" = "bench" ] && extras="embed,test,bench"
-stamp=".venv/.forensics-$(sha1sum pyproject.toml | cut -c1-12)-${extras//,/-}"
+pins=scripts/harvest-pins.txt  # the versions the demo data is harvested from (see the file)
+stamp=".venv/.forensics-$(cat pyproject.toml "$pins" | sha1sum | cut -c1-12)-${extras//,/-}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
@@ -26,7 +27,7 @@ if [ ! -f "$stamp" ]; then
   else
     install=(.venv/bin/python -m pip install -q)
   fi
-  "${install[@]}" -e ".[$extras]" 2>&1 | grep -v "is ignored" || true
+  "${install[@]}" -c "$pins" -e ".[$extras]" 2>&1 | grep -v "is ignored" || true
   # OLMo-core, the oracle of the repeated-n-gram rule (tests/forensics/score/test_scan_repeats.py), without its
   # dependencies: they would downgrade rich and huggingface_hub and add cloud clients.
   "${install[@]}" --no-deps ai2-olmo-core==3.0.0 2>&1 | grep -v "is ignored" || true

@@ -114,6 +114,19 @@ def dirty_floor_expr() -> pl.Expr:
     return pl.max_horizontal(pl.lit(FLAG_FLOOR), FLAG_RATIO * background)
 
 
+def reachable_floor_expr() -> pl.Expr:
+    """The lowest flagged rate at which the dirty rule could hold for a group, by either of its
+    halves: the window's floor, or the baseline's where the baseline was tested. A sampled
+    group whose interval reaches it is not settled by its sample (the baseline's floor can be
+    the lower one: where the rest of the window is dirty, or its estimate is high)."""
+    window = pl.max_horizontal(pl.lit(FLAG_FLOOR), FLAG_RATIO * pl.col("rest_flagged_rate"))
+    baseline = pl.max_horizontal(pl.lit(FLAG_FLOOR), FLAG_RATIO * pl.col("baseline_flagged_rate"))
+    tested = (
+        pl.col("baseline_flagged_rate").is_not_null() & pl.col("baseline_flagged_rate").is_not_nan()
+    )
+    return pl.when(tested).then(pl.min_horizontal(window, baseline)).otherwise(window)
+
+
 def dirty_against(row: dict) -> str | None:
     """`dirty_against_expr` for one row of a cluster table (a report's top cluster)."""
     values = {c: [row.get(c)] for c in _RULE_COLUMNS}

@@ -32,7 +32,7 @@ from forensics.cluster.positions import positions_in
 from forensics.cluster.presence import PresenceMemo
 from forensics.cluster.sample import CONFIDENCE, SampleDesign
 from forensics.cluster.source import DEFAULT_FACETS, cluster_sources, unjudged_groups
-from forensics.cluster.verdict import culprit_docs, dirty_floor_expr
+from forensics.cluster.verdict import culprit_docs, reachable_floor_expr
 from forensics.pipeline import module_version
 from forensics.spike.doc_census import census_path, census_stage, choose_sample, coded
 from forensics.spike.options import Engine
@@ -344,11 +344,12 @@ def source_verdicts(
 
 def named_groups(ranked: pl.DataFrame, culprits: set[str]) -> pl.DataFrame:
     """The source groups pass 3 scores whole: culprits, suspects, `--culprit`'s, and those not
-    scored whole whose flagged-rate interval reaches the dirty line."""
+    scored whole whose flagged-rate interval reaches the lowest flagged rate at which either
+    half of the dirty rule could hold (`reachable_floor_expr`)."""
     if ranked.height == 0:
         return ranked
     sampled = pl.col("scored_docs") < pl.col("docs")
-    undecided = sampled & (pl.col("flagged_high") >= dirty_floor_expr())
+    undecided = sampled & (pl.col("flagged_high") >= reachable_floor_expr())
     return ranked.filter(
         (pl.col("kind") == "source")
         & (pl.col("verdict").is_in(["culprit", "suspect"]) | pl.col("id").is_in(culprits)

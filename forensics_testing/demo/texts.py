@@ -9,7 +9,9 @@ Three kinds, all from the installed Python packages (the virtualenv the tool run
 
 The harvest is deterministic for a given seed and the installed versions of HARVESTED, the
 packages the project itself installs: files are listed in sorted order and then shuffled with the
-seed. Other packages in the environment (benchmark anchors, a developer's tools) are left out, so
+seed. scripts/bootstrap.sh installs the versions scripts/harvest-pins.txt names, so the data is
+the same on every machine (a new release of any of them would change the runs the tests build).
+Other packages in the environment (benchmark anchors, a developer's tools) are left out, so
 installing one does not change the demo's data or the tests built on it.
 """
 
