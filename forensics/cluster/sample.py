@@ -44,7 +44,7 @@ SAMPLE_DOCS = 120
 FINE_FACETS: tuple[str, ...] = ("domain", "file")
 SEED = 0x5EED_F0E5
 CONFIDENCE = 0.95
-HASH_ROWS = 1 << 20  # rows `permanent_random` hashes at a time
+HASH_ROWS = 1 << 20  # rows `permanent_random` and `own_sample` take at a time
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -96,12 +96,16 @@ def own_sample(table: pl.DataFrame, sample_docs: int, *keys: pl.Expr) -> pl.Seri
     sample only if its `_u` is below a cutoff that, for numbers uniform in [0, 1), about
     2 * sample_docs + 64 of the group's rows fall under; those candidates are ranked exactly.
     A group with fewer candidates than it needs (possible, never likely) has all its rows
-    ranked, so the answer is always the exact one."""
+    ranked, so the answer is always the exact one. The whole-table arrays are the group
+    numbers (32-bit) and two masks; the cutoffs are compared HASH_ROWS rows at a time."""
     groups = group_numbers(table, keys)
     u = table["_u"].to_numpy()
     sizes = np.bincount(groups)
     cutoffs = np.minimum(1.0, (2.0 * sample_docs + 64) / np.maximum(sizes, 1))
-    candidate = u < cutoffs[groups]
+    candidate = np.empty(table.height, dtype=bool)
+    for start in range(0, table.height, HASH_ROWS):
+        part = slice(start, start + HASH_ROWS)
+        np.less(u[part], cutoffs[groups[part]], out=candidate[part])
     short = np.bincount(groups[candidate], minlength=len(sizes)) < np.minimum(sizes, sample_docs)
     if short.any():
         candidate |= short[groups]
@@ -116,20 +120,32 @@ def own_sample(table: pl.DataFrame, sample_docs: int, *keys: pl.Expr) -> pl.Seri
 
 
 def group_numbers(table: pl.DataFrame, keys: tuple[pl.Expr, ...]) -> np.ndarray:
-    """Each row's group (the values of `keys`) as a number in 0..groups-1: from the keys'
-    categorical codes (a string key is made categorical), without sorting or hashing the
-    rows; a missing value is a group of its own."""
-    number = np.zeros(table.height, dtype=np.int64)
+    """Each row's group (the values of `keys`) as a number in 0..groups-1 (int32): from the
+    keys' categorical codes (a string key is made categorical), without sorting or hashing the
+    rows; a missing value is a group of its own. 32 bits while the keys' combinations fit
+    (always, for one key), else 64."""
+    number: np.ndarray | None = None
+    combinations = 1
     for key in table.select(*keys).get_columns():
         codes = key if key.dtype == pl.Categorical else key.cast(pl.Utf8).cast(pl.Categorical)
-        values = codes.to_physical().cast(pl.Int64).fill_null(-1).to_numpy() + 1
+        values = codes.to_physical().cast(pl.Int32).fill_null(-1).to_numpy() + 1
         present = np.zeros(int(values.max(initial=0)) + 1, dtype=bool)
         present[values] = True
         compact = np.cumsum(present) - 1
-        number = number * int(present.sum()) + compact[values]
+        count = int(present.sum())
+        combinations *= max(count, 1)
+        wide = np.int32 if combinations < 2**31 else np.int64
+        if number is None:
+            number = compact.astype(wide)[values]
+        else:
+            number = number.astype(wide, copy=False) * wide(count) + compact.astype(wide)[values]
+        del values
+    if number is None:
+        return np.zeros(table.height, dtype=np.int32)
     present = np.zeros(int(number.max(initial=0)) + 1, dtype=bool)
     present[number] = True
-    return (np.cumsum(present) - 1)[number]
+    compact = np.cumsum(present) - 1
+    return compact.astype(np.int32 if compact.size < 2**31 else np.int64)[number]
 
 
 def flagged_interval(flagged: np.ndarray, scored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
