@@ -40,6 +40,7 @@ from forensics.cluster.source import (
     top_reasons,
 )
 from forensics.cluster.stats import group_statistics, stratified_share_p
+from forensics.cluster.texts import ScoredTexts, with_texts
 from forensics.errors import ForensicsError
 
 WINDOW_FRACTION = 2 / 3
@@ -98,6 +99,7 @@ def cluster_embeddings(
     embedder: Embedder | Callable[[list[str]], np.ndarray] | None = None,
     facets: list[str] | None = None,
     progress: bool = True,
+    texts: ScoredTexts | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Embed a stratified sample of window + baseline, cluster it, and score every cluster.
 
@@ -110,9 +112,12 @@ def cluster_embeddings(
     it stands for), `flagged`, `garbage_score`, `spam_score`, and `x`, `y` (first two principal
     components, for the 2-D plot). `model`/`device`: see `make_embedder`; `cap` None: the
     embedder's default (`default_cap`). `embedder` replaces the model (tests, benchmarks).
+    `texts`: where the tables hold no texts, the store the embedded documents' are read from
+    (forensics.cluster.texts).
     """
-    window = prepare_docs(window_docs, "window documents")
-    baseline = prepare_docs(baseline_docs, "baseline documents")
+    held = texts is None or "text" in window_docs.columns
+    window = prepare_docs(window_docs, "window documents", text=held)
+    baseline = prepare_docs(baseline_docs, "baseline documents", text=held)
     if cap is None:
         cap = default_cap(model, device) if embedder is None else MINILM_CAP
     if cap < 2:
@@ -124,16 +129,22 @@ def cluster_embeddings(
     if w_pos.size + b_pos.size < 3 or w_pos.size == 0:
         return _with_embedding_columns(empty_clusters()), _empty_assignments()
 
-    texts = window["text"].gather(w_pos).to_list() + baseline["text"].gather(b_pos).to_list()
+    shown = _texts_at(window, w_pos, texts) + _texts_at(baseline, b_pos, texts)
     if embedder is None:
         embedder = make_embedder(model, device, quiet=not progress)
-    vectors, _hits = embed_texts(texts, embedder, cache_dir, progress=progress)
+    vectors, _hits = embed_texts(shown, embedder, cache_dir, progress=progress)
     reduced, labels = _reduce_and_cluster(vectors, seed, k)
     assignments = _assignments(
         window, baseline, (w_pos, w_weight), (b_pos, b_weight), labels, reduced
     )
     clusters = _cluster_table(window, baseline, assignments, w_pos, labels[: w_pos.size], facets)
     return clusters, assignments
+
+
+def _texts_at(table: pl.DataFrame, rows: np.ndarray, texts: ScoredTexts | None) -> list[str]:
+    """The texts of `table`'s `rows` ("" where there is none): its own, or read from `texts`."""
+    picked = table.select([c for c in ("dataset", "doc_id", "text") if c in table.columns])
+    return with_texts(picked.gather(rows), texts)["text"].fill_null("").to_list()
 
 
 def _reduce_and_cluster(

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from forensics.cluster.texts import ScoredTexts, with_texts
+
 KEYWORDS = 3
 MIN_IN_CLUSTER = 0.2  # a keyword is in at least this share of the cluster's documents
 WORD = r"[a-z][a-z0-9_]{3,}"  # lowercased words of four characters or more
@@ -22,10 +24,13 @@ STOPWORDS = frozenset(
 )
 
 
-def cluster_keywords(ranked: pl.DataFrame, window_docs: pl.DataFrame) -> pl.DataFrame:
-    """(id, keywords) for each embedding cluster with members; keywords a list of words."""
+def cluster_keywords(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, texts: ScoredTexts | None = None
+) -> pl.DataFrame:
+    """(id, keywords) for each embedding cluster with members; keywords a list of words.
+    `texts`: where `window_docs` holds no texts, the store its members' are read from."""
     empty = pl.DataFrame(schema={"id": pl.Utf8, "keywords": pl.List(pl.Utf8)})
-    if "kind" not in ranked.columns or "text" not in window_docs.columns:
+    if "kind" not in ranked.columns or ("text" not in window_docs.columns and texts is None):
         return empty
     members = (
         ranked.filter(pl.col("kind") == "embedding")
@@ -37,9 +42,14 @@ def cluster_keywords(ranked: pl.DataFrame, window_docs: pl.DataFrame) -> pl.Data
     if members.height == 0:
         return empty
     rows = members["members"].unique().cast(pl.UInt32).to_list()
+    held = [c for c in ("dataset", "doc_id", "text") if c in window_docs.columns]
     words = (
-        window_docs.with_row_index("members")
-        .filter(pl.col("members").is_in(rows))
+        with_texts(
+            window_docs.select(held)
+            .with_row_index("members")
+            .filter(pl.col("members").is_in(rows)),
+            texts,
+        )
         .select(
             pl.col("members").cast(pl.Int64),
             pl.col("text").str.to_lowercase().str.extract_all(WORD).list.unique().alias("w"),
@@ -70,8 +80,10 @@ def cluster_keywords(ranked: pl.DataFrame, window_docs: pl.DataFrame) -> pl.Data
     )
 
 
-def with_keywords(ranked: pl.DataFrame, window_docs: pl.DataFrame) -> pl.DataFrame:
+def with_keywords(
+    ranked: pl.DataFrame, window_docs: pl.DataFrame, texts: ScoredTexts | None = None
+) -> pl.DataFrame:
     """`ranked` with a `keywords` column (null for source clusters and unlabelled ones)."""
     if "keywords" in ranked.columns or ranked.height == 0:
         return ranked
-    return ranked.join(cluster_keywords(ranked, window_docs), on="id", how="left")
+    return ranked.join(cluster_keywords(ranked, window_docs, texts), on="id", how="left")

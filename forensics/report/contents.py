@@ -19,6 +19,7 @@ import polars as pl
 from forensics.cluster.baseline_fit import dirty_in_window
 from forensics.cluster.controls import flagged_rates, unexplained_groups
 from forensics.cluster.keywords import with_keywords
+from forensics.cluster.texts import ScoredTexts, with_texts
 from forensics.cluster.verdict import culprit_docs, headline_culprit, rule_text
 from forensics.report.confidence import loss_explained
 from forensics.report.incident import Incident
@@ -145,7 +146,10 @@ def cluster_rows(
 
 
 def pick_examples(
-    ranked: pl.DataFrame, window_docs: pl.DataFrame, per_cluster: int = EXAMPLES_PER_CLUSTER
+    ranked: pl.DataFrame,
+    window_docs: pl.DataFrame,
+    per_cluster: int = EXAMPLES_PER_CLUSTER,
+    texts: ScoredTexts | None = None,
 ) -> pl.DataFrame:
     """A few documents per interesting cluster: flagged ones first, highest score first.
 
@@ -164,7 +168,7 @@ def pick_examples(
             pl.col("spam_score").cast(pl.Float64).fill_null(0.0),
         ).alias("_score")
     )
-    for col in ("garbage_reason", "spam_reason", "text"):
+    for col in ("garbage_reason", "spam_reason"):
         if col not in docs.columns:
             docs = docs.with_columns(pl.lit("").alias(col))
     rows = []
@@ -176,6 +180,9 @@ def pick_examples(
             .sort(["_score", "doc_id"], descending=[True, False])
             .head(per_cluster)
         )
+        picked = with_texts(picked, texts)
+        if "text" not in picked.columns:
+            picked = picked.with_columns(pl.lit("").alias("text"))
         for r in picked.iter_rows(named=True):
             reasons = [x for x in (r["garbage_reason"], r["spam_reason"]) if x]
             rows.append(
@@ -282,12 +289,14 @@ def build_report(
     notes: list[str] | None = None,
     model: dict[str, Any] | None = None,
     design: Any = None,
+    texts: ScoredTexts | None = None,
 ) -> SpikeReport:
     """Assemble a SpikeReport from the clustering outputs (the spike pipeline's one call).
     `design`: the documents were sampled (forensics.cluster.sample.SampleDesign): the score
-    distributions are then the scored documents', the control's rates estimates."""
-    ranked = with_keywords(ranked, window_docs)  # embedding clusters get keyword labels
-    examples = pick_examples(ranked, window_docs)
+    distributions are then the scored documents', the control's rates estimates. `texts`:
+    where the sides hold no texts, the store the shown ones are read from."""
+    ranked = with_keywords(ranked, window_docs, texts)  # embedding clusters get keyword labels
+    examples = pick_examples(ranked, window_docs, texts=texts)
     culprit_share = None
     first_seen = None
     if replay is not None and replay.height:

@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from dataloaders.atomic import write_parquet_parts
+from forensics.cluster.texts import ScoredTexts, with_texts
 from forensics.score import FLAG_THRESHOLD
 
 DOCUMENTS_FILE = "documents.parquet"
@@ -122,13 +123,15 @@ def write_documents_table(
     path: Path,
     slice_documents: int = SLICE_DOCUMENTS,
     figures: pl.DataFrame | None = None,
+    texts: ScoredTexts | None = None,
 ) -> None:
     """`documents_table`'s rows written to `path` (atomically), SLICE_DOCUMENTS documents at
     a time, one row group each: the table of millions of documents is never held whole.
     Categorical columns are written as strings, as an exhaustive run's are. The documents are
     sorted already (both sides' tables are); otherwise the table is built whole and sorted.
     `figures`: columns found by key (dataset, doc_id) and put beside each slice's documents
-    (null where absent)."""
+    (null where absent); `texts`: where the documents hold no texts, the store each slice's
+    are read from (forensics.cluster.texts)."""
     keys = ["dataset", "doc_id"]
     in_order = window_docs.height == 0 or bool(
         (window_docs.select(pl.arg_sort_by(keys)).to_series().to_numpy()
@@ -138,7 +141,7 @@ def write_documents_table(
 
     def slices() -> Iterator[pl.DataFrame]:
         for lo in range(0, max(window_docs.height, 1), step):
-            docs = with_figures(window_docs.slice(lo, step), figures)
+            docs = with_texts(with_figures(window_docs.slice(lo, step), figures), texts)
             part = documents_table(docs, members_in(ranked, lo, docs.height),
                                    replay.join(docs.select(keys), on=keys, how="semi"),
                                    culprit)  # fmt: skip

@@ -32,6 +32,7 @@ from forensics.cluster.positions import positions_in
 from forensics.cluster.presence import PresenceMemo
 from forensics.cluster.sample import CONFIDENCE, SampleDesign
 from forensics.cluster.source import DEFAULT_FACETS, cluster_sources, unjudged_groups
+from forensics.cluster.texts import ScoredTexts
 from forensics.cluster.verdict import culprit_docs, reachable_floor_expr
 from forensics.pipeline import module_version
 from forensics.spike.doc_census import census_path, census_stage, choose_sample, coded
@@ -73,6 +74,7 @@ class Evidence:
     items: list[dict[str, Any]] | None = None
     unjudged: int = 0  # fine groups left out of the verdicts (cluster_sources)
     figures: pl.DataFrame | None = None  # the scored documents' FIGURE_COLUMNS (`scored_figures`)
+    texts: ScoredTexts | None = None  # the scored documents' texts, read by key (not in the sides)
 
 
 def evidence_passes(
@@ -138,7 +140,7 @@ def evidence_passes(
     window_docs, baseline_docs = last
     return Evidence(window_docs, baseline_docs, design, key, sampled, scored_set.height,
                     distinct, named, items, unjudged_groups(window_docs, design),
-                    figures)  # fmt: skip
+                    figures, ScoredTexts.from_items(items))  # fmt: skip
 
 
 def rule_datasets_whole(
@@ -161,7 +163,7 @@ def rule_datasets_whole(
     sides = census_columns(evidence.window_docs), census_columns(evidence.baseline_docs)
     window_docs, baseline_docs = sampled_sides(sides, scored)
     return replace(evidence, window_docs=window_docs, baseline_docs=baseline_docs,
-                   figures=scored_figures(scored),
+                   figures=scored_figures(scored), texts=ScoredTexts.from_items(evidence.items),
                    scored=scored_set.height,
                    unjudged=unjudged_groups(window_docs, evidence.design))  # fmt: skip
 
@@ -224,12 +226,14 @@ def score_set(
 
 def merged_scores(items: list[dict[str, Any]]) -> pl.DataFrame:
     """The scored documents of every part in `items` (forensics.spike.parts.merge_parts: the
-    template clusters computed across all of them), written beside the parts and read back."""
+    template clusters computed across all of them), written beside the parts and read back
+    without their texts (`ScoredTexts` reads those from the parts where they are shown)."""
     folder = Path(items[0]["out"]).parent if items else None
     with tempfile.TemporaryDirectory(dir=folder, prefix=".merged-") as tmp:
         scores_file = Path(tmp) / "scores.parquet"
         merge_parts(items, None, scores_file)
-        return pl.read_parquet(scores_file)
+        columns = [c for c in pl.read_parquet_schema(scores_file) if c != "text"]
+        return pl.read_parquet(scores_file, columns=columns)
 
 
 def census_agrees(sides: tuple[pl.DataFrame, pl.DataFrame], scored: pl.DataFrame) -> bool:
@@ -306,8 +310,9 @@ def sampled_sides(
     """Every document of each side (`narrow_sides`: the census's rows, facets and `_u`, in
     order) with its scores where it was scored (`_scored`). The scores are found by their keys
     (`positions_in`) and put beside the side's columns, which are shared, never copied. The
-    scores' string columns but the text are categoricals (forensics.spike.doc_census.coded):
-    most documents are not scored, and a null string costs a row 16 bytes, a null code 4."""
+    scores' string columns but a text are categoricals (forensics.spike.doc_census.coded):
+    most documents are not scored, and a null string costs a row 16 bytes, a null code 4. The
+    texts are not among the scores (`merged_scores`): forensics.cluster.texts reads them."""
     keys = ["dataset", "doc_id"]
     facets = [c for c in sides[0].columns if c not in CENSUS_COLUMNS]
     values = scored.drop(*[c for c in [*facets, *FIGURE_COLUMNS] if c in scored.columns])

@@ -9,6 +9,7 @@ import polars as pl
 
 from dataloaders.run_config import RunConfig
 from forensics.cluster.sample import SAMPLE_DOCS, SampleDesign
+from forensics.cluster.texts import ScoredTexts
 from forensics.cluster.verdict import culprit_docs
 from forensics.errors import ForensicsError
 from forensics.inputs_guard import check_unchanged
@@ -120,6 +121,7 @@ def documents_for_report(
     rows: pl.DataFrame,
     culprits: tuple[str, ...] | None = None,
     figures: pl.DataFrame | None = None,
+    texts: ScoredTexts | None = None,
 ) -> tuple[pl.LazyFrame, Path]:
     """The drill-down's table, every window document (documents.parquet; see
     forensics.report.documents), each marked with the culprit it is blamed with; and the
@@ -128,7 +130,7 @@ def documents_for_report(
     the clusters the verdicts blame reads the same file back). `rows`: the window's replay rows
     (forensics.spike.stages.window_rows); `culprits`: the cluster ids named by hand
     (`--culprit`); `figures`: per-document columns joined onto the window's documents by key
-    (those a sampled side leaves out)."""
+    (those a sampled side leaves out), `texts` the texts it leaves out."""
     only = list(culprits) if culprits else None
     blamed = culprit_docs(clusters.ranked, window_docs, only=only)
     key = cache_key(run=run.key, ranked=content_digest(clusters.ranked),
@@ -136,7 +138,8 @@ def documents_for_report(
                     code=[module_version("forensics"), module_version("dataloaders")])  # fmt: skip
 
     def write(path: Path) -> None:
-        write_documents_table(window_docs, clusters.ranked, rows, blamed, path, figures=figures)
+        write_documents_table(window_docs, clusters.ranked, rows, blamed, path, figures=figures,
+                              texts=texts)  # fmt: skip
 
     path = run.cache / f"documents-{key}.parquet"
     table = cached_scan(path, write, run.hits, "documents")
@@ -161,6 +164,7 @@ def report_stage(
     sample_docs: int = SAMPLE_DOCS,
     rerun: RerunArgs | None = None,
     figures: pl.DataFrame | None = None,
+    texts: ScoredTexts | None = None,
 ) -> tuple[Any, list[Any]]:
     """Build the report and publish it with skip.json and the restart files, as one step.
     Returns the report and its sections (computed once; the terminal lays them out too).
@@ -171,7 +175,8 @@ def report_stage(
     `sample_docs`: the documents scored per group when they were sampled; `rerun`: what the
     suggested rerun with a checkpoint repeats (None: no suggestion); `figures`: the scored
     documents' figures a sampled side leaves out (forensics.spike.passes.scored_figures),
-    joined back in documents.parquet."""
+    joined back in documents.parquet; `texts`: the texts it leaves out
+    (forensics.cluster.texts), read where shown."""
     if evidence is None:
         evidence = log_evidence(run.config, run.plan.window, run.notes)
     loss, events = evidence
@@ -193,9 +198,10 @@ def report_stage(
             notes=run.notes,
             model=clusters.model_view,
             design=sample_design(sample_docs, window_docs),
+            texts=texts,
         )
         report.documents, report.documents_file = documents_for_report(
-            run, clusters, window_docs, rows, culprits, figures
+            run, clusters, window_docs, rows, culprits, figures, texts
         )
         report.provenance = skip.provenance or None
 

@@ -13,6 +13,7 @@ import polars as pl
 from dataloaders.run_config import RunConfig
 from dataloaders.storage import fetched
 from dataloaders.trainers import Trainer
+from forensics.cluster.texts import ScoredTexts
 from forensics.report import print_summary
 from forensics.spike.blame import blame_stage, rollback_stage
 from forensics.spike.exposure import exposure_stage
@@ -34,10 +35,11 @@ from forensics.spike.stages import (
 
 def document_passes(
     run: SpikeRun, replay: pl.LazyFrame, rows: pl.DataFrame, options: SpikeOptions, engine: Engine
-) -> tuple[Any, Any, Clusters, pl.DataFrame | None]:
-    """The window's and baseline's documents, their clusters, and the scored documents'
-    figures a sampled side leaves out (forensics.spike.passes.scored_figures; None when every
-    document was scored: the sides hold them): by the three passes (census, evidence from a
+) -> tuple[Any, Any, Clusters, pl.DataFrame | None, ScoredTexts | None]:
+    """The window's and baseline's documents, their clusters, and what a sampled side leaves
+    out: the scored documents' figures (forensics.spike.passes.scored_figures) and texts
+    (forensics.cluster.texts; both None when every document was scored: the sides hold
+    them): by the three passes (census, evidence from a
     sample, every document of what is named: forensics.spike.passes), or, with --exhaustive or
     when the sample would be every document, by scoring every document. Each stage is given
     the options it reads; the parts run on `engine`."""
@@ -48,12 +50,14 @@ def document_passes(
         scored = document_stages(run, replay, engine)
         window_docs, baseline_docs = split_sides(run, replay, scored)
         clusters = cluster_stage(run, window_docs, baseline_docs, embedding, culprits, rows)
-        return window_docs, baseline_docs, clusters, None
+        return window_docs, baseline_docs, clusters, None, None
     clusters = cluster_stage(run, evidence.window_docs, evidence.baseline_docs, embedding,
-                             culprits, rows, evidence.design, evidence.scored_key)  # fmt: skip
+                             culprits, rows, evidence.design, evidence.scored_key,
+                             evidence.texts)  # fmt: skip
     evidence = rule_datasets_whole(run, replay, evidence, clusters.ranked, culprits, engine)
     run.notes.append(figures_note(evidence))
-    return evidence.window_docs, evidence.baseline_docs, clusters, evidence.figures
+    return (evidence.window_docs, evidence.baseline_docs, clusters, evidence.figures,
+            evidence.texts)  # fmt: skip
 
 
 def run_spike(
@@ -74,7 +78,7 @@ def run_spike(
         trainer, engine, settings = run.trainer, options.engine_settings(), options.skip_settings()
         replay = replay_stage(run, engine)  # a scan: the stages read what they need of it
         rows = window_rows(replay)
-        window_docs, baseline_docs, clusters, figures = document_passes(
+        window_docs, baseline_docs, clusters, figures, texts = document_passes(
             run, replay, rows, options, engine
         )
         clusters = model_stage(run, replay, clusters, window_docs, baseline_docs, options.rescore)
@@ -89,7 +93,7 @@ def run_spike(
         report, sections = report_stage(
             run, rows, clusters, window_docs, baseline_docs, rollback, skip, exposure, ahead,
             evidence, culprits=options.culprits, sample_docs=options.sample_docs,
-            rerun=options.rerun_args(), figures=figures,
+            rerun=options.rerun_args(), figures=figures, texts=texts,
         )  # fmt: skip
     if options.progress:
         print_summary(report, sections=sections, html=run.out / "report.html")

@@ -39,6 +39,7 @@ from forensics.cluster.embedding import default_cap
 from forensics.cluster.expected import blend_note, no_blend_note, window_blend
 from forensics.cluster.presence import PresenceMemo
 from forensics.cluster.sample import SampleDesign
+from forensics.cluster.texts import ScoredTexts
 from forensics.errors import ForensicsError
 from forensics.pipeline import cached_file, cached_scan, cached_table, module_version
 from forensics.rescore import rescore_stage
@@ -212,6 +213,7 @@ def cluster_stage(
     rows: pl.DataFrame | None = None,
     design: SampleDesign | None = None,
     scored_key: str | None = None,
+    texts: ScoredTexts | None = None,
 ) -> Clusters:
     """Groups of window documents (by source facet, and by embedding k-means) compared with the
     baseline, ranked, with a verdict each that fits the baseline at hand (`rows`, the window's
@@ -222,10 +224,10 @@ def cluster_stage(
     `embedding`: how the embedding clusters are made; `culprits`: the cluster ids named by hand
     (`--culprit`), refused unless the window has them. `design`: the documents were sampled
     (forensics.spike.passes); `scored_key` names the set scored, which the cache key then
-    holds."""
+    holds; `texts` reads the texts the sides leave out (forensics.cluster.texts)."""
 
     def compute() -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
-        return compute_clusters(run, window_docs, baseline_docs, rows, embedding, design)
+        return compute_clusters(run, window_docs, baseline_docs, rows, embedding, design, texts)
 
     key = clusters_key(run.key, embedding, scored_key)
     ranked, assignments, note = cached_clusters(
@@ -245,6 +247,7 @@ def compute_clusters(
     rows: pl.DataFrame | None,
     embedding: EmbedSettings,
     design: SampleDesign | None = None,
+    texts: ScoredTexts | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame | None, dict | None]:
     """The source-facet and embedding clusters (made as `embedding` says), fitted to the
     baseline: (ranked, assignments, the embedding sample's note). With `design` (sampled
@@ -268,6 +271,7 @@ def compute_clusters(
                 device=device,
                 cache_dir=run.cache / "embeddings",
                 progress=run.progress,
+                texts=texts,
             )
             note = describe_sample(assignments, cap)
             if design is not None:

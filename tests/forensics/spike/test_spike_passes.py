@@ -323,3 +323,28 @@ def test_a_sampled_group_the_baseline_half_could_make_dirty_is_scored_whole() ->
     assert named_groups(ranked(0.556, float("nan")), set()).height == 0
     assert named_groups(ranked(0.19, 0.0213), set()).height == 0  # below both floors
     assert named_groups(ranked(0.60, None), set())["id"].to_list() == ["s3"]  # window floor
+
+
+def test_every_shown_text_is_the_exhaustive_runs(both: dict) -> None:
+    """The sampled sides leave the texts in the scored parts (forensics.cluster.texts);
+    documents.parquet and the examples read them back by key: each scored document's text is
+    --exhaustive's, an unscored one's is null."""
+    keys = ["dataset", "doc_id"]
+    ours = pl.read_parquet(both["passes"].out / "documents.parquet")
+    theirs = pl.read_parquet(both["exhaustive"].out / "documents.parquet")
+    scored = ours.filter(pl.col("flagged").is_not_null()).select(*keys, "text")
+    assert scored.height > 0 and scored["text"].null_count() == 0
+    want = theirs.join(scored.select(keys), on=keys, how="semi").select(*keys, "text")
+    assert scored.sort(keys).equals(want.sort(keys))
+    assert ours.filter(pl.col("flagged").is_null())["text"].null_count() == (
+        ours.height - scored.height
+    )
+    examples = {
+        (e["cluster"], e["doc_id"]): e["excerpt"]
+        for e in both["passes"].report.examples.iter_rows(named=True)
+    }
+    reference = {
+        (e["cluster"], e["doc_id"]): e["excerpt"]
+        for e in both["exhaustive"].report.examples.iter_rows(named=True)
+    }
+    assert examples and all(reference.get(k) == v for k, v in examples.items())
