@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from dataloaders.base import RESERVED_COLUMNS
 from dataloaders.mapped_pages import releasing_pages
 from forensics.cluster import cluster_embeddings, cluster_sources, describe_sample
 from forensics.cluster.baseline_fit import describe_fit, fitted_verdicts
@@ -89,12 +88,23 @@ def replay_path(run: SpikeRun) -> Path:
     return run.cache / f"replay-{run.key}.parquet"
 
 
+# The replay's own columns (dataloaders.base) the stages after the replay read of the window's
+# rows: the density of each group (its segments' tokens per sample and iteration), the blend
+# (per stage), the rollback's onset and the report (iterations, samples). `position` stands for
+# the sample where a family gives no `sample_index`.
+WINDOW_ROW_COLUMNS = (
+    "iteration", "sample_index", "stage", "dataset", "doc_id", "token_start", "token_end",
+)  # fmt: skip
+
+
 def window_rows(replay: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-    """The window's replay rows with the replay's own columns (dataloaders.base): what the
-    density of each group, the blend, the rollback's onset and the report read. The facets are
-    left out (each document's are the census's): per row they are most of the table's bytes."""
+    """The window's replay rows with the replay's own columns the later stages read
+    (`WINDOW_ROW_COLUMNS`). The facets are left out (each document's are the census's), and
+    the columns no stage reads: at production scale the table has tens of millions of rows."""
     lazy = replay.lazy()
-    own = [c for c in lazy.collect_schema().names() if c in RESERVED_COLUMNS and c != "text"]
+    names = lazy.collect_schema().names()
+    wanted = [*WINDOW_ROW_COLUMNS, *([] if "sample_index" in names else ["position"])]
+    own = [c for c in names if c in wanted]
     return lazy.filter(pl.col("side") == "window").select(own).collect()
 
 
