@@ -53,17 +53,28 @@ class ScoredTexts:
         return cls([str(item["out"]) for item in items], index)
 
     def texts(self, keys: pl.DataFrame) -> pl.Series:
-        """The text of each row of `keys` (dataset, doc_id), null where it was not scored."""
-        out = np.full(keys.height, None, dtype=object)
-        if keys.height and self.index.height:
-            found = positions_in(self.index, keys.select(KEYS))
-            hit = np.flatnonzero(found >= 0)
-            where = self.index.select("part", "row").gather(found[hit])
-            parts, rows = where["part"].to_numpy(), where["row"].to_numpy()
-            for part in np.unique(parts):
-                mine = parts == part
-                out[hit[mine]] = self._part_texts(int(part)).gather(rows[mine]).to_numpy()
-        return pl.Series("text", out.tolist(), dtype=pl.Utf8)
+        """The text of each row of `keys` (dataset, doc_id), null where it was not scored.
+        Gathered in Arrow memory, part by part: never a Python string per text (freed, those
+        leave the allocator's heap fragmented, and a slice of documents.parquet holds tens of
+        thousands)."""
+        empty = pl.Series("text", [None] * keys.height, dtype=pl.Utf8)
+        if not keys.height or not self.index.height:
+            return empty
+        found = positions_in(self.index, keys.select(KEYS))
+        hit = np.flatnonzero(found >= 0)
+        if not hit.size:
+            return empty
+        where = self.index.select("part", "row").gather(found[hit])
+        parts, rows = where["part"].to_numpy(), where["row"].to_numpy()
+        order = np.argsort(parts, kind="stable")
+        bounds = np.flatnonzero(np.diff(parts[order])) + 1
+        pieces = []
+        for chosen in np.split(order, bounds):
+            text = self._part_texts(int(parts[chosen[0]])).gather(rows[chosen])
+            pieces.append(pl.DataFrame({"_at": hit[chosen], "text": text}))
+        placed = pl.concat(pieces)
+        every = pl.DataFrame({"_at": np.arange(keys.height, dtype=np.int64)})
+        return every.join(placed, on="_at", how="left", maintain_order="left")["text"]
 
     def _part_texts(self, part: int) -> pl.Series:
         path = self.parts[part]
