@@ -24,6 +24,7 @@ dedup problem, not a template.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,21 +99,54 @@ def signatures(
     return sig, kept >= SHORT_MIN_SHINGLES, kept
 
 
-def _band_edges(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate pairs among rows of `block` [n, ROWS] that agree on every bin: each row is
-    linked to the first row with the same values and to the row before it (in a stable order).
-    Rows whose bins are all empty carry no evidence.
+BANDS = BINS // ROWS
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+@dataclass(frozen=True)
+class Bands:
+    """The LSH bands of some documents' skeleton signatures: `key` uint64 [BANDS, n], one hash
+    of each band's ROWS bins, and `filled` bool [BANDS, n], whether any bin of the band holds a
+    shingle (a band of empty bins carries no evidence). 288 bytes a document against the 2 KB
+    of both signatures: the candidates come from these, the signatures are read only for the
+    documents some candidate pair holds."""
+
+    key: np.ndarray
+    filled: np.ndarray
+
+    @staticmethod
+    def of(skeleton: np.ndarray) -> Bands:
+        """The bands of `skeleton` uint64 [n, BINS]."""
+        key = np.zeros((BANDS, len(skeleton)), dtype=np.uint64)
+        filled = np.empty((BANDS, len(skeleton)), dtype=bool)
+        with np.errstate(over="ignore"):
+            for band in range(BANDS):
+                block = skeleton[:, band * ROWS : (band + 1) * ROWS]
+                for j in range(ROWS):
+                    key[band] = (key[band] ^ block[:, j]) * _MIX + np.uint64(j + 1)
+                filled[band] = (block != _EMPTY).any(axis=1)
+        return Bands(key, filled)
+
+    @staticmethod
+    def concat(parts: list[Bands]) -> Bands:
+        if not parts:
+            return Bands.of(np.zeros((0, BINS), dtype=np.uint64))
+        return Bands(
+            np.concatenate([p.key for p in parts], axis=1),
+            np.concatenate([p.filled for p in parts], axis=1),
+        )
+
+
+def _band_edges(key: np.ndarray, filled: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate pairs among the documents of one band (`Bands`: its `key` and `filled`) that
+    agree on every bin: each row is linked to the first row with the same values and to the
+    row before it (in a stable order). Rows whose bins are all empty carry no evidence.
 
     Why both: a pair is kept only if it passes the copy and variation checks, and when every
     candidate of a page was the group's first row, one near-copy at the head of the group cut
     the page off from all of its template (its skeleton Jaccard 1.0 with 49 other pages).
     """
-    mix = np.uint64(0x9E3779B97F4A7C15)
-    key = np.zeros(len(block), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(block.shape[1]):
-            key = (key ^ block[:, j]) * mix + np.uint64(j + 1)
-    rows = np.flatnonzero((block != _EMPTY).any(axis=1))
+    rows = np.flatnonzero(filled)
     order = rows[np.argsort(key[rows], kind="stable")]
     sk = key[order]
     new = np.ones(len(order), dtype=bool)
@@ -180,20 +214,43 @@ def find_clusters(tok: Tokens, text_hash: np.ndarray) -> SkeletonClusters:
 
 def cluster_signatures(sigs: Signatures, text_hash: np.ndarray) -> SkeletonClusters:
     """Template clusters from per-document signatures (see `find_clusters`)."""
+    docs = np.flatnonzero(sigs.eligible)
+
+    def rows(kind: str, at: np.ndarray) -> np.ndarray:
+        return (sigs.skeleton if kind == "skeleton" else sigs.raw)[docs[at]]
+
+    bands = Bands.of(sigs.skeleton[docs]) if len(docs) >= 2 else Bands.concat([])
+    return cluster_bands(bands, sigs.eligible, sigs.short, text_hash, rows)
+
+
+SignatureRows = Callable[[str, np.ndarray], np.ndarray]
+
+
+def cluster_bands(
+    bands: Bands,
+    eligible: np.ndarray,
+    short: np.ndarray,
+    text_hash: np.ndarray,
+    rows: SignatureRows,
+) -> SkeletonClusters:
+    """`cluster_signatures` from the eligible documents' `bands` and `rows(kind, at)`: the
+    "skeleton" or "raw" signatures [len(at), BINS] of the eligible documents at `at` (sorted
+    positions among the eligible), read only for the documents a candidate pair holds. The
+    scored parts of a production window hold millions of documents; their signatures whole
+    are 2 KB each (forensics.spike.parts reads them part by part)."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    n = len(sigs.eligible)
+    n = len(eligible)
     cluster = np.full(n, -1, dtype=np.int64)
     size = np.zeros(n, dtype=np.int64)
-    docs = np.flatnonzero(sigs.eligible)
+    docs = np.flatnonzero(eligible)
     if len(docs) < 2:
         return SkeletonClusters(cluster, size)
-    sub = sigs.skeleton[docs]
     src: list[np.ndarray] = []
     dst: list[np.ndarray] = []
-    for band in range(BINS // ROWS):
-        a, b = _band_edges(sub[:, band * ROWS : (band + 1) * ROWS])
+    for band in range(BANDS):
+        a, b = _band_edges(bands.key[band], bands.filled[band])
         if len(a):
             src.append(a)
             dst.append(b)
@@ -201,18 +258,19 @@ def cluster_signatures(sigs: Signatures, text_hash: np.ndarray) -> SkeletonClust
         return SkeletonClusters(cluster, size)
     a = np.concatenate(src)
     b = np.concatenate(dst)
+    del src, dst
     # Distinct pairs, in (a, b) order: one int64 key per pair (np.unique over rows sorts
     # structured values and cost a second per 20,000 documents).
     n_sub = np.int64(len(docs))
     keys = np.unique(a.astype(np.int64) * n_sub + b)
     pairs = np.stack([keys // n_sub, keys % n_sub], axis=1)
-    sim = _jaccard(sub, pairs[:, 0], pairs[:, 1])
+    sim = _jaccard_of(rows, "skeleton", pairs)
     pairs, sim = pairs[sim >= MIN_JACCARD], sim[sim >= MIN_JACCARD]
     if len(pairs):
         # Slot-filled variation: the raw words must differ clearly more than the skeletons do,
         # and differ at all. Copies of one licence or README share raw text as much as
         # skeleton: not a template.
-        raw_sim = _jaccard(sigs.raw[docs], pairs[:, 0], pairs[:, 1])
+        raw_sim = _jaccard_of(rows, "raw", pairs)
         keep = (sim - raw_sim >= MIN_VARIATION) & (raw_sim <= MAX_RAW_JACCARD)
         pairs, variation = pairs[keep], (sim - raw_sim)[keep]
     else:
@@ -233,7 +291,17 @@ def cluster_signatures(sigs: Signatures, text_hash: np.ndarray) -> SkeletonClust
     distinct[-1] = 0  # label -1: a page of a shared-block cluster, in no template
     cluster[docs] = labels
     size[docs] = distinct[labels]
-    return SkeletonClusters(cluster, size, sigs.short)
+    return SkeletonClusters(cluster, size, short)
+
+
+def _jaccard_of(rows: SignatureRows, kind: str, pairs: np.ndarray) -> np.ndarray:
+    """`_jaccard` of `pairs` (positions among the eligible documents) on the `kind` signatures
+    of just the documents the pairs hold."""
+    if not len(pairs):
+        return np.zeros(0, dtype=np.float64)
+    held, local = np.unique(pairs, return_inverse=True)
+    local = local.reshape(pairs.shape)
+    return _jaccard(rows(kind, held), local[:, 0], local[:, 1])
 
 
 def _drop_shared_blocks(labels: np.ndarray, pairs: np.ndarray, variation: np.ndarray) -> np.ndarray:

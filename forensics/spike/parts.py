@@ -26,8 +26,14 @@ from dataloaders.progress import progress_bar
 from forensics.errors import ForensicsError
 from forensics.pipeline.engines import map_parts
 from forensics.replay import cached_replayer
-from forensics.score.batches import BATCH_COLUMNS, BatchScores, score_batch
-from forensics.score.skeleton import cluster_signatures, skeleton_scores
+from forensics.score.batches import BATCH_COLUMNS, score_batch
+from forensics.score.skeleton import (
+    BINS,
+    Bands,
+    SignatureRows,
+    cluster_bands,
+    skeleton_scores,
+)
 from forensics.score.spam import SpamSignals
 from forensics.score.table import OUTPUT_COLUMNS, RULE_COLUMNS, assemble_scores
 from forensics.spike.repeats import document_repeats
@@ -142,23 +148,17 @@ def run_parts(
 def merge_parts(items: list[dict[str, Any]], docs_file: Path | None, scores_file: Path) -> None:
     """The parts merged into the decoded documents (`docs_file`, unless present or None) and
     the scored documents (`scores_file`), in part order, each written atomically part by part:
-    the texts are never held whole. What crosses documents (the template clusters) is computed from
-    each document's signatures and text hash, read without the texts; the few texts the
-    clusters then need (`_stand_in_texts`) are read alone."""
+    the texts are never held whole. What crosses documents (the template clusters) is computed
+    from each document's skeleton bands and text hash, read part by part without the texts;
+    the signatures of the documents a candidate pair holds and the few texts the clusters then
+    need (`_stand_in_texts`) are read alone."""
 
     files = [str(i["out"]) for i in items]
     if not files:
         raise ForensicsError("the window holds no documents to score")
-    text = pl.col("text").cast(pl.Utf8)
-    meta = pl.concat(
-        [
-            pl.scan_parquet(f).select(*BATCH_COLUMNS, _hash=text.hash(5), _empty=_is_empty(text))
-            for f in files
-        ],  # fmt: skip
-        how="diagonal_relaxed",
-    ).collect(engine="streaming")
-    scores = _merged_scores(meta, files)
-    del meta
+    meta, bands, heights = _per_document_columns(files)
+    scores = _merged_scores(meta, bands, heights, files)
+    del meta, bands
     if docs_file is not None and not docs_file.is_file():
         _write_by_part(files, docs_file, lambda part, _: part.drop(BATCH_COLUMNS, strict=False))
     _write_by_part(files, scores_file, lambda part, at: pl.concat(
@@ -166,19 +166,76 @@ def merge_parts(items: list[dict[str, Any]], docs_file: Path | None, scores_file
     ))  # fmt: skip
 
 
+SIGNATURE_COLUMNS = {"skeleton": "sig_skeleton", "raw": "sig_raw"}
+META_COLUMNS = tuple(c for c in BATCH_COLUMNS if c not in SIGNATURE_COLUMNS.values())
+
+
+def _per_document_columns(files: list[str]) -> tuple[pl.DataFrame, Bands, np.ndarray]:
+    """Every part's per-document scores, text hash and emptiness (no texts, no signatures),
+    the LSH bands of its eligible documents' skeleton signatures (`Bands`) and its row count,
+    read one part at a time: the signatures of every scored document at once are 2 KB a
+    document."""
+    text = pl.col("text").cast(pl.Utf8)
+    metas: list[pl.DataFrame] = []
+    bands: list[Bands] = []
+    for f in files:
+        part = (
+            pl.scan_parquet(f)
+            .select(*META_COLUMNS, "sig_skeleton", _hash=text.hash(5), _empty=_is_empty(text))
+            .collect()
+        )
+        eligible = part["sig_eligible"].to_numpy()
+        bands.append(Bands.of(_signature_array(part["sig_skeleton"])[eligible]))
+        metas.append(part.drop("sig_skeleton"))
+    heights = np.array([m.height for m in metas], dtype=np.int64)
+    return pl.concat(metas, how="diagonal_relaxed"), Bands.concat(bands), heights
+
+
+def _signature_array(column: pl.Series) -> np.ndarray:
+    """A signature column (fixed-size UInt64 arrays) as uint64 [rows, BINS]."""
+    return np.asarray(column.to_numpy(), dtype=np.uint64).reshape(len(column), BINS)
+
+
+def _signature_rows(files: list[str], heights: np.ndarray, eligible: np.ndarray) -> SignatureRows:
+    """`cluster_bands`'s reader: the "skeleton" or "raw" signatures of eligible documents (by
+    position among them), read from the parts that hold them, one part at a time."""
+    starts = np.concatenate([[0], np.cumsum(heights)])
+    eligible_rows = np.flatnonzero(eligible)
+
+    def rows(kind: str, at: np.ndarray) -> np.ndarray:
+        wanted = eligible_rows[at]  # sorted: `at` is
+        out = np.empty((len(wanted), BINS), dtype=np.uint64)
+        bounds = np.searchsorted(wanted, starts)
+        for part, f in enumerate(files):
+            lo, hi = bounds[part], bounds[part + 1]
+            if lo == hi:
+                continue
+            column = pl.read_parquet(f, columns=[SIGNATURE_COLUMNS[kind]]).to_series()
+            out[lo:hi] = _signature_array(column)[wanted[lo:hi] - starts[part]]
+        return out
+
+    return rows
+
+
 def _is_empty(text: pl.Expr) -> pl.Expr:
     return text.is_null() | (text.str.len_chars().fill_null(0) == 0)
 
 
-def _merged_scores(meta: pl.DataFrame, files: list[str]) -> pl.DataFrame:
+def _merged_scores(
+    meta: pl.DataFrame, bands: Bands, heights: np.ndarray, files: list[str]
+) -> pl.DataFrame:
     """`combine`'s table (forensics.score.batches) from the parts' per-document columns, their
-    text hashes and emptiness, and the texts of the documents a template cluster holds."""
-    batch = BatchScores.from_frame(meta)
-    clusters = cluster_signatures(batch.signatures, meta["_hash"].to_numpy())
+    text hashes and emptiness, the skeleton bands, the signatures of the documents some
+    candidate pair holds, and the texts of the documents a template cluster holds."""
+    eligible, short = meta["sig_eligible"].to_numpy(), meta["sig_short"].to_numpy()
+    rows = _signature_rows(files, heights, eligible)
+    clusters = cluster_bands(bands, eligible, short, meta["_hash"].to_numpy(), rows)
     shared = np.flatnonzero(skeleton_scores(clusters)[0] > 0)
     texts = _stand_in_texts(files, meta["_empty"], shared)
-    spam = SpamSignals(batch.spam, batch.spam_reason, batch.spam_rule, {})
-    scored = assemble_scores(texts, batch.garbage, spam, clusters, keys=True)
+    spam = SpamSignals(meta["spam_doc_score"].to_numpy(), meta["spam_doc_reason"].to_list(),
+                       meta["spam_doc_rule"].to_list(), {})  # fmt: skip
+    garbage = meta.select("garbage_score", "garbage_reason", "garbage_rule")
+    scored = assemble_scores(texts, garbage, spam, clusters, keys=True)
     return scored.select(OUTPUT_COLUMNS + RULE_COLUMNS)
 
 
