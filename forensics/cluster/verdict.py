@@ -190,20 +190,20 @@ def assign_verdicts(
     verdicts = flagged["verdict"].to_list()
     ids = flagged["id"].to_list()
     kinds = flagged["kind"].to_list()
-    flagged_sets = [set(m or []) for m in flagged["flagged_members"].to_list()]
+    flagged_rows = member_arrays(flagged["flagged_members"])
     source_culprits = [j for j in range(flagged.height)
                        if verdicts[j] == "culprit" and kinds[j] == "source"]  # fmt: skip
     # Members as sorted arrays, and only the source culprits': every group's as Python sets
     # would be objects by the million at production scale; the flagged ones are few.
     member_rows = {j: member_array(flagged["members"][j]) for j in source_culprits}
     floors = flagged.select(dirty_floor_expr()).to_series().to_list()
-    explained = _nest_source_culprits(verdicts, ids, kinds, flagged_sets, member_rows, floors)
+    explained = _nest_source_culprits(verdicts, ids, kinds, flagged_rows, member_rows, floors)
     # the culprits left standing once nested ones gave way
     culprit_rows = [(ids[j], member_rows[j]) for j in source_culprits if verdicts[j] == "culprit"]
     for i in range(flagged.height):
         if explained[i] is not None or (verdicts[i] == "culprit" and kinds[i] == "source"):
             continue
-        mine = np.fromiter(flagged_sets[i], dtype=np.int64, count=len(flagged_sets[i]))
+        mine = flagged_rows[i]
         for culprit_id, rows in culprit_rows:
             if mine.size and count_in(rows, mine) / mine.size >= EXPLAINED_SHARE:
                 explained[i] = culprit_id
@@ -214,6 +214,22 @@ def assign_verdicts(
         pl.Series("verdict", verdicts, dtype=pl.Utf8),
         pl.Series("explained_by", explained, dtype=pl.Utf8),
     )
+
+
+def member_arrays(lists: pl.Series) -> list[np.ndarray]:
+    """Each row of a list column of rows (`members`, `flagged_members`) as `member_array`
+    gives it, from one explode of the whole column: a Python set or a Series per group is
+    millions of objects, and seconds, at production scale."""
+    lengths = lists.list.len().fill_null(0).to_numpy()
+    # only the non-empty lists are exploded: each gives exactly its own elements
+    flat = lists.filter(pl.Series(lengths > 0)).explode()
+    values = flat.cast(pl.Int64).fill_null(-1).to_numpy()
+    ends = np.cumsum(lengths)
+    out = []
+    for start, end in zip(ends - lengths, ends, strict=True):
+        piece = values[start:end]
+        out.append(np.unique(piece[piece >= 0]))
+    return out
 
 
 def member_array(members: pl.Series | None) -> np.ndarray:
@@ -237,7 +253,7 @@ def _nest_source_culprits(
     verdicts: list[str],
     ids: list[str],
     kinds: list[str],
-    flagged_sets: list[set[int]],
+    flagged_rows: list[np.ndarray],
     member_rows: dict[int, np.ndarray],
     floors: list[float],
 ) -> list[str | None]:
@@ -252,42 +268,44 @@ def _nest_source_culprits(
     become suspects with `explained_by` set; `verdicts` is updated in place.
     """
 
+    def flagged(a: int) -> int:
+        return flagged_rows[a].size
+
     def narrower(b: int, a: int) -> bool:
         """Fewer flagged documents, or the same ones in fewer documents (the batch that is all
         of its dataset's dirt, not the dataset)."""
-        fb, fa = len(flagged_sets[b]), len(flagged_sets[a])
+        fb, fa = flagged(b), flagged(a)
         return fb < fa or (fb == fa and member_rows[b].size < member_rows[a].size)
 
     def clean_outside(a: int, b: int) -> bool:
         rest = member_rows[a].size - count_in(member_rows[b], member_rows[a])
         if not rest:
             return True
-        return len(flagged_sets[a] - flagged_sets[b]) / rest < floors[a]
+        return (flagged(a) - count_in(flagged_rows[b], flagged_rows[a])) / rest < floors[a]
 
     explained: list[str | None] = [None] * len(ids)
     culprits = [i for i, v in enumerate(verdicts) if v == "culprit" and kinds[i] == "source"]
     inside = {
-        (a, b): len(flagged_sets[b] & flagged_sets[a]) >= EXPLAINED_SHARE * len(flagged_sets[b])
+        (a, b): count_in(flagged_rows[a], flagged_rows[b]) >= EXPLAINED_SHARE * flagged(b)
         for a in culprits
         for b in culprits
-        if a != b and flagged_sets[b]
+        if a != b and flagged(b)
     }
     for a in culprits:  # step 1: a coarse group gives way to a specific one holding its dirt
         specific = [
             b for b in culprits
             if inside.get((a, b))
             and narrower(b, a)
-            and (len(flagged_sets[b]) >= SPECIFIC_SHARE * len(flagged_sets[a])
-                 or clean_outside(a, b))
+            and (flagged(b) >= SPECIFIC_SHARE * flagged(a) or clean_outside(a, b))
         ]  # fmt: skip
         if specific:
-            explained[a] = ids[min(specific, key=lambda b: len(flagged_sets[b]))]
+            explained[a] = ids[min(specific, key=flagged)]
     standing = [a for a in culprits if explained[a] is None]
     for b in standing:  # step 2: small pieces inside a standing culprit give way to it
         parents = [a for a in standing if a != b and inside.get((a, b))
                    and narrower(b, a)]  # fmt: skip
         if parents:
-            explained[b] = ids[max(parents, key=lambda a: len(flagged_sets[a]))]
+            explained[b] = ids[max(parents, key=flagged)]
     for i in culprits:
         if explained[i] is not None:
             verdicts[i] = "suspect"

@@ -84,6 +84,12 @@ def cached_scan(
     return pl.scan_parquet(path)
 
 
+# Rows of a frame hashed at a time: a row's hash does not depend on the others, so the digest
+# is the same for any slicing, and a window's replay rows (tens of millions) are never copied
+# whole (their rounded floats, their hashes).
+DIGEST_ROWS = 1 << 20
+
+
 def content_digest(*values: Any) -> str:
     """A sha256 of values as they are: polars frames (schema and rows, in order), dataclasses,
     dicts, lists, numbers and strings, nested. Two values with the same digest render the same
@@ -100,9 +106,9 @@ def _feed(digest: Any, value: Any) -> None:
     """One value into the hash, each kind tagged so that no two kinds can collide."""
     if isinstance(value, pl.DataFrame):
         digest.update(b"F" + str(value.schema).encode() + str(value.height).encode())
-        if value.height and value.width:
-            floats = pl.col(pl.Float32, pl.Float64).round_sig_figs(FLOAT_DIGITS)
-            digest.update(_frame_bytes(value.with_columns(floats)))
+        floats = pl.col(pl.Float32, pl.Float64).round_sig_figs(FLOAT_DIGITS)
+        for start in range(0, value.height if value.width else 0, DIGEST_ROWS):
+            digest.update(_frame_bytes(value.slice(start, DIGEST_ROWS).with_columns(floats)))
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         digest.update(b"D" + type(value).__qualname__.encode())
         for f in dataclasses.fields(value):

@@ -215,18 +215,25 @@ def culprit_share_per_iteration(replay: pl.DataFrame, blocked: pl.DataFrame) -> 
     `blocked`: (dataset, doc_id) of culprit documents. Shares here are over samples (what a
     skipped iteration costs), unlike cluster shares, which are over documents.
     """
-    marked = replay.select("iteration", "sample_index", "dataset", "doc_id").join(
-        blocked.select("dataset", "doc_id").unique().with_columns(pl.lit(True).alias("_c")),
-        on=["dataset", "doc_id"],
-        how="left",
-    )
-    per_sample = marked.group_by("iteration", "sample_index").agg(
-        pl.col("_c").fill_null(False).any().alias("culprit")
-    )
+    samples = replay.lazy().group_by("iteration").agg(pl.col("sample_index").n_unique())
+    # the culprit documents' rows first (a semi join: few), then their samples
+    touched = (
+        replay.lazy()
+        .select("iteration", "sample_index", "dataset", "doc_id")
+        .join(blocked.lazy().select("dataset", "doc_id").unique(), on=["dataset", "doc_id"],
+              how="semi")
+        .group_by("iteration")
+        .agg(pl.col("sample_index").n_unique().alias("culprit"))
+    )  # fmt: skip
     return (
-        per_sample.group_by("iteration")
-        .agg(pl.col("culprit").mean().alias("share"), pl.len().alias("samples"))
+        samples.join(touched, on="iteration", how="left")
+        .select(
+            "iteration",
+            (pl.col("culprit").fill_null(0) / pl.col("sample_index")).alias("share"),
+            pl.col("sample_index").alias("samples"),
+        )
         .sort("iteration")
+        .collect(engine="streaming")
     )
 
 

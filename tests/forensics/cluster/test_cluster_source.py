@@ -263,3 +263,17 @@ def test_top_reasons_group_by_the_scorers_rule_keys_when_given():
         "note (1)",
         "skeleton shared with 14 other documents (template with slot-filled variation) (1)",
     ]
+
+
+def test_member_arrays_are_each_groups_sorted_distinct_rows() -> None:
+    """assign_verdicts reads every group's flagged members as `member_arrays` (one explode of
+    the column): the rows `member_array` gives each group on its own, empty and missing lists
+    included."""
+    from forensics.cluster.verdict import member_array, member_arrays
+
+    lists = pl.Series("flagged_members", [[5, 1, 5], [], None, [7], [3, 2, 9, 2]],
+                      dtype=pl.List(pl.Int64))  # fmt: skip
+    got = member_arrays(lists)
+    assert [a.tolist() for a in got] == [[1, 5], [], [], [7], [2, 3, 9]]
+    for row, array in zip(lists, got, strict=True):
+        assert np.array_equal(array, member_array(row))

@@ -383,3 +383,19 @@ def test_terminal_fits_a_screen_and_ends_with_the_report_link(written, width, tm
     shown = [line.split()[1] for line in lines if line.startswith("  ") and "docs," in line]
     assert shown and set(shown) <= {"culprit", "suspect"}
     assert any(line.startswith("CLUSTERS") for line in lines)
+
+
+def test_culprit_share_per_iteration_counts_samples_not_rows() -> None:
+    """A sample counts once however many culprit segments it holds; an iteration without a
+    culprit document has share 0."""
+    from forensics.report.contents import culprit_share_per_iteration
+
+    replay = pl.DataFrame({
+        "iteration": [1, 1, 1, 1, 2, 2],
+        "sample_index": [10, 10, 11, 12, 20, 21],
+        "dataset": ["a", "a", "a", "b", "a", "b"],
+        "doc_id": [1, 2, 3, 1, 3, 4],
+    })  # fmt: skip
+    blocked = pl.DataFrame({"dataset": ["a", "a", "b"], "doc_id": [1, 2, 1]})
+    got = culprit_share_per_iteration(replay, blocked)
+    assert got.rows() == [(1, 2 / 3, 3), (2, 0.0, 2)]

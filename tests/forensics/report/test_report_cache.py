@@ -104,3 +104,17 @@ def test_content_digest_ignores_memory_layout() -> None:
     assert laid_out.equals(frame)
     assert content_digest(laid_out) == content_digest(frame)
     assert content_digest(frame.with_columns(pl.lit(2).alias("a"))) != content_digest(frame)
+
+
+def test_content_digest_of_a_frame_in_slices_is_the_whole_frames(monkeypatch) -> None:
+    """A big frame is hashed DIGEST_ROWS rows at a time (a window's replay rows are tens of
+    millions): the digest is the one of the frame hashed whole."""
+    import forensics.pipeline.cache as cache
+
+    frame = pl.DataFrame({"i": range(10), "x": [0.1 * i for i in range(10)],
+                          "s": [str(i) for i in range(10)]})  # fmt: skip
+    whole = content_digest(frame)
+    monkeypatch.setattr(cache, "DIGEST_ROWS", 3)
+    assert content_digest(frame) == whole
+    assert content_digest(frame.with_columns(pl.col("i").shift(1, fill_value=0))) != whole
+    assert content_digest(frame.head(0)) != content_digest(frame.head(0).drop("s"))

@@ -54,3 +54,12 @@ def test_bands_of_parts_are_the_bands_of_the_whole() -> None:
     parts = Bands.concat([Bands.of(sigs.skeleton[:7]), Bands.of(sigs.skeleton[7:])])
     assert np.array_equal(whole.key, parts.key) and np.array_equal(whole.filled, parts.filled)
     assert whole.key.shape == (32, 30) and whole.filled.any()
+
+
+def test_distinct_sorted_is_numpys_unique() -> None:
+    from forensics.score.skeleton import distinct_sorted
+
+    rng = np.random.default_rng(3)
+    values = rng.integers(-(2**40), 2**40, size=500)[rng.integers(0, 500, size=20_000)]
+    assert np.array_equal(distinct_sorted(values), np.unique(values))
+    assert distinct_sorted(np.zeros(0, dtype=np.int64)).size == 0
