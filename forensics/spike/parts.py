@@ -154,16 +154,34 @@ def merge_parts(items: list[dict[str, Any]], docs_file: Path | None, scores_file
     need (`_stand_in_texts`) are read alone."""
 
     files = [str(i["out"]) for i in items]
-    if not files:
-        raise ForensicsError("the window holds no documents to score")
-    meta, bands, heights = _per_document_columns(files)
-    scores = _merged_scores(meta, bands, heights, files)
-    del meta, bands
+    scores = score_columns(files)
     if docs_file is not None and not docs_file.is_file():
         _write_by_part(files, docs_file, lambda part, _: part.drop(BATCH_COLUMNS, strict=False))
     _write_by_part(files, scores_file, lambda part, at: pl.concat(
         [part.drop(BATCH_COLUMNS, strict=False), scores.slice(at, part.height)], how="horizontal"
     ))  # fmt: skip
+
+
+def score_columns(files: list[str]) -> pl.DataFrame:
+    """The scores of the parts' documents, in part order: `combine`'s table
+    (forensics.score.batches), the template clusters computed across every part."""
+    if not files:
+        raise ForensicsError("the window holds no documents to score")
+    meta, bands, heights = _per_document_columns(files)
+    return _merged_scores(meta, bands, heights, files)
+
+
+def part_columns(files: list[str], leave_out: set[str]) -> pl.DataFrame:
+    """The parts' own columns (keys, facets: what the replayer decoded) but `leave_out` and the
+    per-document scores, in part order, each part cast to the first's types (as `merge_parts`
+    writes them): beside `score_columns`, the merged table without writing it."""
+    frames: list[pl.DataFrame] = []
+    for f in files:
+        columns = [c for c in pl.read_parquet_schema(f) if c not in leave_out
+                   and c not in BATCH_COLUMNS]  # fmt: skip
+        part = pl.read_parquet(f, columns=columns)
+        frames.append(part.cast(dict(frames[0].schema)) if frames else part)
+    return pl.concat(frames, how="vertical")
 
 
 SIGNATURE_COLUMNS = {"skeleton": "sig_skeleton", "raw": "sig_raw"}

@@ -19,7 +19,6 @@ the exhaustive path, whose figures are all exact.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,13 @@ from forensics.cluster.verdict import culprit_docs, reachable_floor_expr
 from forensics.pipeline import module_version
 from forensics.spike.doc_census import census_path, census_stage, choose_sample, coded
 from forensics.spike.options import Engine
-from forensics.spike.parts import keys_digest, merge_parts, plan_named_parts, run_parts
+from forensics.spike.parts import (
+    keys_digest,
+    part_columns,
+    plan_named_parts,
+    run_parts,
+    score_columns,
+)
 from forensics.spike.repeats import REPEATS_SCHEMA, repeats_stage
 from forensics.spike.rule_members import cluster_causes
 from forensics.spike.run_context import SpikeRun
@@ -225,15 +230,12 @@ def score_set(
 
 
 def merged_scores(items: list[dict[str, Any]]) -> pl.DataFrame:
-    """The scored documents of every part in `items` (forensics.spike.parts.merge_parts: the
-    template clusters computed across all of them), written beside the parts and read back
-    without their texts (`ScoredTexts` reads those from the parts where they are shown)."""
-    folder = Path(items[0]["out"]).parent if items else None
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".merged-") as tmp:
-        scores_file = Path(tmp) / "scores.parquet"
-        merge_parts(items, None, scores_file)
-        columns = [c for c in pl.read_parquet_schema(scores_file) if c != "text"]
-        return pl.read_parquet(scores_file, columns=columns)
+    """The scored documents of every part in `items` (the template clusters computed across
+    all of them: forensics.spike.parts.score_columns), without their texts (`ScoredTexts`
+    reads those from the parts where they are shown)."""
+    files = [str(i["out"]) for i in items]
+    scores = score_columns(files)
+    return pl.concat([part_columns(files, {"text"}), scores], how="horizontal")
 
 
 def census_agrees(sides: tuple[pl.DataFrame, pl.DataFrame], scored: pl.DataFrame) -> bool:

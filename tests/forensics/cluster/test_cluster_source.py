@@ -277,3 +277,14 @@ def test_member_arrays_are_each_groups_sorted_distinct_rows() -> None:
     assert [a.tolist() for a in got] == [[1, 5], [], [], [7], [2, 3, 9]]
     for row, array in zip(lists, got, strict=True):
         assert np.array_equal(array, member_array(row))
+
+
+def test_overlap_of_two_groups_is_their_common_rows_either_way_round() -> None:
+    from forensics.cluster.verdict import member_array, overlap
+
+    rng = np.random.default_rng(11)
+    for small, large in [(0, 50), (3, 5000), (400, 400), (2000, 30)]:
+        x = member_array(pl.Series(rng.integers(0, 6000, size=small)))
+        y = member_array(pl.Series(rng.integers(0, 6000, size=large)))
+        common = len(set(x.tolist()) & set(y.tolist()))
+        assert overlap(x, y) == overlap(y, x) == common
