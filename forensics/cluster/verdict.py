@@ -257,6 +257,27 @@ def overlap(x: np.ndarray, y: np.ndarray) -> int:
     return count_in(large, small)
 
 
+def overlap_matrix(groups: list[np.ndarray]) -> np.ndarray:
+    """[k, k] int64: how many rows each pair of `groups` (sorted, distinct row arrays) shares,
+    `overlap` of every pair at once: the groups' incidence matrix (a row per document, a column
+    per group) times its transpose. Hundreds of nested culprits are tens of thousands of pairs,
+    a search each took tens of seconds."""
+    from scipy.sparse import csr_matrix
+
+    k = len(groups)
+    sizes = np.array([g.size for g in groups], dtype=np.int64)
+    if not k or not sizes.sum():
+        return np.zeros((k, k), dtype=np.int64)
+    rows = np.concatenate(groups)
+    documents = np.unique(rows)
+    incidence = csr_matrix(
+        (np.ones(rows.size, dtype=np.int64), (np.searchsorted(documents, rows),
+                                              np.repeat(np.arange(k), sizes))),
+        shape=(documents.size, k),
+    )  # fmt: skip
+    return np.asarray((incidence.T @ incidence).toarray(), dtype=np.int64)
+
+
 def _nest_source_culprits(
     verdicts: list[str],
     ids: list[str],
@@ -289,12 +310,18 @@ def _nest_source_culprits(
         rest = member_rows[a].size - overlap(member_rows[b], member_rows[a])
         if not rest:
             return True
-        return (flagged(a) - overlap(flagged_rows[b], flagged_rows[a])) / rest < floors[a]
+        return (flagged(a) - common_flagged(a, b)) / rest < floors[a]
 
     explained: list[str | None] = [None] * len(ids)
     culprits = [i for i, v in enumerate(verdicts) if v == "culprit" and kinds[i] == "source"]
+    at = {c: n for n, c in enumerate(culprits)}
+    shared = overlap_matrix([flagged_rows[c] for c in culprits])
+
+    def common_flagged(a: int, b: int) -> int:
+        return int(shared[at[a], at[b]])
+
     inside = {
-        (a, b): overlap(flagged_rows[a], flagged_rows[b]) >= EXPLAINED_SHARE * flagged(b)
+        (a, b): common_flagged(a, b) >= EXPLAINED_SHARE * flagged(b)
         for a in culprits
         for b in culprits
         if a != b and flagged(b)

@@ -288,3 +288,17 @@ def test_overlap_of_two_groups_is_their_common_rows_either_way_round() -> None:
         y = member_array(pl.Series(rng.integers(0, 6000, size=large)))
         common = len(set(x.tolist()) & set(y.tolist()))
         assert overlap(x, y) == overlap(y, x) == common
+
+
+def test_overlap_matrix_is_overlap_of_every_pair() -> None:
+    from forensics.cluster.verdict import member_array, overlap, overlap_matrix
+
+    rng = np.random.default_rng(12)
+    groups = [member_array(pl.Series(rng.integers(0, 3000, size=n))) for n in (0, 5, 900, 40, 2500)]
+    matrix = overlap_matrix(groups)
+    assert matrix.shape == (5, 5)
+    for i, x in enumerate(groups):
+        for j, y in enumerate(groups):
+            assert matrix[i, j] == overlap(x, y)
+    assert overlap_matrix([]).shape == (0, 0)
+    assert not overlap_matrix([groups[0], groups[0]]).any()
