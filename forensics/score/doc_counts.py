@@ -301,3 +301,24 @@ def minhash(bounds, h, masked, eligible_in, shingle, bins, min_shingles, empty):
             if v < sig[d, col]:
                 sig[d, col] = v
     return sig, counts
+
+
+@kernel(cache=True, nogil=True)
+def pair_jaccard(sig, a, b, empty):
+    """Estimated Jaccard of each pair of rows (a[i], b[i]) of the MinHash signatures `sig`
+    (uint64 [n, bins]): the bins equal among the bins filled in either row (`empty`: a bin
+    with no shingle), 0 where neither has any. `skeleton._jaccard`, without gathering both
+    rows of every pair (a template farm links millions of pairs)."""
+    out = np.empty(len(a), dtype=np.float64)
+    for i in range(len(a)):
+        x, y = a[i], b[i]
+        equal = 0
+        filled = 0
+        for j in range(sig.shape[1]):
+            u, v = sig[x, j], sig[y, j]
+            if u != empty or v != empty:
+                filled += 1
+                if u == v:
+                    equal += 1
+        out[i] = equal / max(filled, 1)
+    return out

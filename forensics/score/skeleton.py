@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from forensics.score.doc_counts import doc_bounds, minhash
+from forensics.score.doc_counts import doc_bounds, minhash, pair_jaccard
 from forensics.score.tokens import Tokens
 
 SHINGLE = 3  # words per skeleton shingle: short, so one slot breaks few shingles
@@ -159,20 +159,12 @@ def _band_edges(key: np.ndarray, filled: np.ndarray) -> tuple[np.ndarray, np.nda
     )
 
 
-JACCARD_PAIRS = 16_384  # pairs compared at once: each gathers two rows of BINS uint64
-
-
 def _jaccard(sig: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Estimated Jaccard for pairs (a[i], b[i]): equal bins among bins filled in either.
-    In slices of JACCARD_PAIRS pairs: a template farm links millions of candidate pairs, and
-    gathering both rows of every pair at once took gigabytes."""
-    out = np.empty(len(a), dtype=np.float64)
-    for start in range(0, len(a), JACCARD_PAIRS):
-        sa, sb = sig[a[start : start + JACCARD_PAIRS]], sig[b[start : start + JACCARD_PAIRS]]
-        filled = (sa != _EMPTY) | (sb != _EMPTY)
-        equal = (sa == sb) & filled
-        out[start : start + JACCARD_PAIRS] = equal.sum(axis=1) / np.maximum(filled.sum(axis=1), 1)
-    return out
+    """Estimated Jaccard for pairs (a[i], b[i]): equal bins among bins filled in either
+    (forensics.score.doc_counts.pair_jaccard: one compiled pass over the pairs)."""
+    sig = np.ascontiguousarray(sig, dtype=np.uint64)
+    pairs = (np.ascontiguousarray(a, dtype=np.int64), np.ascontiguousarray(b, dtype=np.int64))
+    return pair_jaccard(sig, *pairs, _EMPTY)
 
 
 @dataclass(frozen=True)

@@ -63,3 +63,20 @@ def test_distinct_sorted_is_numpys_unique() -> None:
     values = rng.integers(-(2**40), 2**40, size=500)[rng.integers(0, 500, size=20_000)]
     assert np.array_equal(distinct_sorted(values), np.unique(values))
     assert distinct_sorted(np.zeros(0, dtype=np.int64)).size == 0
+
+
+def test_pair_jaccard_is_the_share_of_equal_bins_among_filled_ones() -> None:
+    """The compiled estimate against numpy's reading of the same definition, with empty bins
+    on either side and a pair of two empty rows."""
+    from forensics.score.skeleton import _EMPTY, _jaccard
+
+    rng = np.random.default_rng(4)
+    sig = rng.integers(0, 4, size=(50, 128)).astype(np.uint64)
+    sig[rng.random(sig.shape) < 0.3] = _EMPTY
+    sig[7] = _EMPTY
+    a, b = rng.integers(0, 50, size=400), rng.integers(0, 50, size=400)
+    a[0] = b[0] = 7
+    filled = (sig[a] != _EMPTY) | (sig[b] != _EMPTY)
+    expected = ((sig[a] == sig[b]) & filled).sum(axis=1) / np.maximum(filled.sum(axis=1), 1)
+    got = _jaccard(sig, a, b)
+    assert np.array_equal(got, expected) and got[0] == 0.0
