@@ -18,19 +18,20 @@ and its provenance (the manifest's facets). One row per distinct window document
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from dataloaders.atomic import write_parquet_parts
+from forensics.cluster.positions import positions_in
 from forensics.cluster.texts import ScoredTexts, with_texts
 from forensics.score import FLAG_THRESHOLD
 
 DOCUMENTS_FILE = "documents.parquet"
 VERDICT_ORDER = {"culprit": 0, "suspect": 1, "clean": 2}
-SLICE_DOCUMENTS = 500_000  # window documents whose rows are built and written at once
+SLICE_DOCUMENTS = 200_000  # window documents whose rows are built and written at once
 
 
 def cluster_membership(ranked: pl.DataFrame, n_docs: int) -> pl.DataFrame:
@@ -138,16 +139,38 @@ def write_documents_table(
          == np.arange(window_docs.height)).all()
     )  # fmt: skip
     step = max(slice_documents, 1) if in_order else max(window_docs.height, 1)
+    rows_of = replay_by_slice(replay, window_docs, step) if in_order else None
 
     def slices() -> Iterator[pl.DataFrame]:
-        for lo in range(0, max(window_docs.height, 1), step):
+        for number, lo in enumerate(range(0, max(window_docs.height, 1), step)):
             docs = with_texts(with_figures(window_docs.slice(lo, step), figures), texts)
-            part = documents_table(docs, members_in(ranked, lo, docs.height),
-                                   replay.join(docs.select(keys), on=keys, how="semi"),
-                                   culprit)  # fmt: skip
+            seen = (replay.join(docs.select(keys), on=keys, how="semi") if rows_of is None
+                    else replay[rows_of(number)])  # fmt: skip
+            part = documents_table(docs, members_in(ranked, lo, docs.height), seen, culprit)
             yield part.with_columns(pl.col(pl.Categorical).cast(pl.Utf8))
 
     write_parquet_parts(slices(), path)
+
+
+def replay_by_slice(
+    replay: pl.DataFrame, window_docs: pl.DataFrame, step: int
+) -> Callable[[int], np.ndarray]:
+    """The replay rows of each slice of `step` window documents (sorted by dataset, doc_id),
+    as row numbers: every row's document found once by binary search (`positions_in`), not a
+    join over every replay row for each slice. Rows of no window document are in no slice."""
+    at = positions_in(window_docs, replay.select("dataset", "doc_id"))
+    slice_of = np.where(at >= 0, at // step, -1)
+    del at
+    order = np.argsort(slice_of, kind="stable")
+    bounds = np.searchsorted(slice_of[order], np.arange(-1, slice_of.max(initial=-1) + 2))
+    del slice_of
+
+    def rows(number: int) -> np.ndarray:
+        if number + 2 >= len(bounds):
+            return order[:0]
+        return order[bounds[number + 1] : bounds[number + 2]]
+
+    return rows
 
 
 def members_in(ranked: pl.DataFrame, first: int, count: int) -> pl.DataFrame:

@@ -6,7 +6,8 @@ machines (`spike --engine ray`) with the same result as scoring them in one tabl
 
 Only the skeleton signal compares documents with each other, and it needs only each document's
 MinHash signatures (about 2 KB), not its text or tokens; everything else is per document. A
-`BatchScores` travels as a Parquet part (`to_frame` / `from_frame`).
+`BatchScores` travels as a Parquet part (`to_frame`); forensics.spike.parts merges the parts
+without holding every document's signatures (`skeleton.cluster_bands`).
 """
 
 from __future__ import annotations
@@ -49,22 +50,6 @@ class BatchScores:
             pl.Series("sig_eligible", self.signatures.eligible, dtype=pl.Boolean),
             pl.Series("sig_raw", self.signatures.raw),
             pl.Series("sig_short", self.signatures.short, dtype=pl.Boolean),
-        )
-
-    @staticmethod
-    def from_frame(frame: pl.DataFrame) -> BatchScores:
-        """The inverse of `to_frame` (extra columns are ignored)."""
-        return BatchScores(
-            garbage=frame.select("garbage_score", "garbage_reason", "garbage_rule"),
-            spam=frame["spam_doc_score"].to_numpy(),
-            spam_reason=frame["spam_doc_reason"].to_list(),
-            spam_rule=frame["spam_doc_rule"].to_list(),
-            signatures=Signatures(
-                np.asarray(frame["sig_skeleton"].to_numpy(), dtype=np.uint64),
-                frame["sig_eligible"].to_numpy(),
-                np.asarray(frame["sig_raw"].to_numpy(), dtype=np.uint64),
-                frame["sig_short"].to_numpy(),
-            ),
         )
 
 
